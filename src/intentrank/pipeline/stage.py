@@ -1,0 +1,119 @@
+"""One stage protocol and the operators that compose stages into pipelines.
+
+A stage maps a list of rankings (one per query, possibly empty) to a new list of rankings.
+Retrievers fill empty rankings, rerankers reorder them, query transformers push derived
+texts onto the query, fusers combine the outputs of several branches.
+
+Operators (PyTerrier style):
+    ``a >> b``  run ``a`` then ``b``;
+    ``a % k``   keep the top ``k`` of ``a``;
+    ``a | b``   fuse the outputs of ``a`` and ``b`` with reciprocal rank fusion (k=60).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from intentrank.types import Query, Ranking, Trace
+
+
+@dataclass
+class RunResult:
+    """Rankings of a pipeline run together with its trace."""
+
+    rankings: list[Ranking]
+    trace: Trace = field(default_factory=Trace)
+
+    def to_run(self) -> dict[str, dict[str, float]]:
+        """``{query_id: {doc_id: score}}``, the shape ir-measures and TREC files use."""
+        return {r.query.id: {d.doc_id: d.score for d in r.docs} for r in self.rankings}
+
+
+def as_queries(queries: Iterable[Query | str]) -> list[Query]:
+    """Accept Query objects or plain strings (numbered q1, q2, ...)."""
+    out = []
+    for i, q in enumerate(queries, 1):
+        out.append(q if isinstance(q, Query) else Query(id=f"q{i}", text=str(q)))
+    return out
+
+
+class Stage:
+    """Base class: subclasses implement :meth:`transform` and set ``name``."""
+
+    name: str = "stage"
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        raise NotImplementedError
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
+        trace = trace if trace is not None else Trace()
+        with trace.timed(self.name, n_queries=len(rankings)):
+            return self.transform(rankings, trace)
+
+    # -- running -----------------------------------------------------------------------
+    def run(self, queries: Iterable[Query | str], trace: Trace | None = None) -> RunResult:
+        """Run the pipeline on queries; returns rankings and the per-stage trace."""
+        trace = trace if trace is not None else Trace()
+        rankings = [Ranking(q) for q in as_queries(queries)]
+        return RunResult(self(rankings, trace), trace)
+
+    def search(self, text: str, k: int | None = None) -> Ranking:
+        """Answer one query string; keep the top ``k`` when given."""
+        ranking = self.run([Query(id="q", text=text)]).rankings[0]
+        return ranking.top(k) if k is not None else ranking
+
+    # -- algebra -----------------------------------------------------------------------
+    def __rshift__(self, other: Stage) -> Chain:
+        return Chain([self, other])
+
+    def __mod__(self, k: int) -> Chain:
+        return Chain([self, Cutoff(k)])
+
+    def __or__(self, other: Stage) -> Stage:
+        from intentrank.pipeline.fusion import RRFFusion
+
+        return RRFFusion([self, other])
+
+    def describe(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+class Chain(Stage):
+    """Stages run one after another."""
+
+    name = "chain"
+
+    def __init__(self, stages: Sequence[Stage]) -> None:
+        flat: list[Stage] = []
+        for s in stages:
+            flat.extend(s.stages if isinstance(s, Chain) else [s])
+        self.stages = flat
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
+        trace = trace if trace is not None else Trace()
+        for stage in self.stages:
+            rankings = stage(rankings, trace)
+        return rankings
+
+    def describe(self) -> str:
+        return " >> ".join(s.describe() for s in self.stages)
+
+
+class Cutoff(Stage):
+    """Keep the top ``k`` candidates of each ranking."""
+
+    def __init__(self, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"cut-off must be >= 1, got {k}")
+        self.k = k
+        self.name = f"cutoff@{k}"
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
+        return [r.top(self.k) for r in rankings]
+
+    def describe(self) -> str:
+        return f"% {self.k}"

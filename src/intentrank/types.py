@@ -1,0 +1,153 @@
+"""The data model every stage speaks: queries, documents, rankings and traces."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DerivedText:
+    """A text a stage derived from a query (rewrite, follow-up, aspect, ...)."""
+
+    kind: str
+    text: str
+    stage: str
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query with optional conversation history and a stack of derived texts."""
+
+    id: str
+    text: str
+    turns: tuple[str, ...] = ()
+    derived: tuple[DerivedText, ...] = ()
+
+    def with_derived(self, kind: str, texts: list[str] | tuple[str, ...], stage: str) -> Query:
+        """Return a copy with ``texts`` pushed onto the derived-text stack."""
+        extra = tuple(DerivedText(kind, t, stage) for t in texts)
+        return replace(self, derived=self.derived + extra)
+
+    def derived_of(self, kind: str) -> list[str]:
+        """Texts of one kind, oldest first."""
+        return [d.text for d in self.derived if d.kind == kind]
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document or passage; ``parent_id`` is set on chunks of a longer document."""
+
+    id: str
+    text: str
+    title: str = ""
+    parent_id: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def full_text(self, sep: str = " ") -> str:
+        """Title and text joined, as encoders and rerankers see them."""
+        return f"{self.title}{sep}{self.text}" if self.title else self.text
+
+
+@dataclass
+class ScoredDoc:
+    """One candidate in a ranking, with the score each stage gave it."""
+
+    doc_id: str
+    score: float
+    stage_scores: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Ranking:
+    """The ordered candidates for one query (best first)."""
+
+    query: Query
+    docs: list[ScoredDoc] = field(default_factory=list)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return [d.doc_id for d in self.docs]
+
+    def top(self, k: int) -> Ranking:
+        return Ranking(self.query, self.docs[:k])
+
+    @classmethod
+    def from_scores(
+        cls, query: Query, scores: Mapping[str, float], stage: str, previous: Ranking | None = None
+    ) -> Ranking:
+        """Build a ranking sorted by score (ties broken by doc id), keeping earlier stage scores."""
+        prior = {d.doc_id: d.stage_scores for d in previous.docs} if previous else {}
+        ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        docs = [
+            ScoredDoc(doc_id, float(s), {**prior.get(doc_id, {}), stage: float(s)})
+            for doc_id, s in ordered
+        ]
+        return cls(query, docs)
+
+
+@dataclass
+class StageTrace:
+    """Wall time and counters of one stage over one run."""
+
+    name: str
+    seconds: float = 0.0
+    calls: int = 0
+    queries: int = 0
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Trace:
+    """Per-stage wall time and counters (LLM calls, tokens, cache hits, fallbacks)."""
+
+    stages: dict[str, StageTrace] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def stage(self, name: str) -> StageTrace:
+        if name not in self.stages:
+            self.stages[name] = StageTrace(name)
+        return self.stages[name]
+
+    @contextmanager
+    def timed(self, name: str, n_queries: int = 0) -> Iterator[StageTrace]:
+        st = self.stage(name)
+        start = time.perf_counter()
+        try:
+            yield st
+        finally:
+            st.seconds += time.perf_counter() - start
+            st.calls += 1
+            st.queries += n_queries
+
+    def count(self, stage: str, counter: str, amount: float = 1) -> None:
+        st = self.stage(stage)
+        st.counters[counter] = st.counters.get(counter, 0) + amount
+
+    def log(self, stage: str, event: str, **details: Any) -> None:
+        """Record a notable event (e.g. a fallback) with its details."""
+        self.events.append({"stage": stage, "event": event, **details})
+
+    def merge(self, other: Trace) -> None:
+        for name, st in other.stages.items():
+            mine = self.stage(name)
+            mine.seconds += st.seconds
+            mine.calls += st.calls
+            mine.queries += st.queries
+            for key, value in st.counters.items():
+                mine.counters[key] = mine.counters.get(key, 0) + value
+        self.events.extend(other.events)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One row per stage: seconds, ms per query and counters."""
+        rows = []
+        for st in self.stages.values():
+            per_query = 1000 * st.seconds / st.queries if st.queries else None
+            rows.append(
+                {"stage": st.name, "seconds": st.seconds, "ms_per_query": per_query,
+                 **st.counters}
+            )
+        return rows
