@@ -36,7 +36,8 @@ def _pick(record: dict[str, Any], fields: tuple[str, ...], path: Path, line: int
 
 
 def iter_corpus(path: str | Path, encoding: str = "utf-8") -> Iterator[Document]:
-    """Stream documents; duplicate ids and records without id/text raise with file and line."""
+    """Stream documents; duplicate ids and records without an id or a text field raise with
+    file and line. Documents whose text is empty are kept (real collections have them)."""
     path = Path(path)
     seen: dict[str, int] = {}
     for line, rec in _records(path, encoding):
@@ -49,8 +50,6 @@ def iter_corpus(path: str | Path, encoding: str = "utf-8") -> Iterator[Document]
         seen[doc_id] = line
         text = _pick(rec, TEXT_FIELDS, path, line, "text")
         title = str(rec.get("title") or "")
-        if not text.strip() and not title.strip():
-            raise DataError(f"document {doc_id!r} has neither text nor title", path, line, "text")
         meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
         yield Document(id=doc_id, text=text, title=title, metadata=meta)
 

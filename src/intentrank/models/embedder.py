@@ -67,7 +67,9 @@ class SentenceTransformerEmbedder:
             self.model.max_seq_length = max_seq_length
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
 
     def _encode(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
         vecs = self.model.encode(

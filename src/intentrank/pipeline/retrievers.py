@@ -1,0 +1,100 @@
+"""Retrieval stages over an :class:`~intentrank.index.Index`: BM25, dense, TF-IDF, sparse
+(0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF)) and entity graph."""
+
+from __future__ import annotations
+
+from intentrank.index.store import Hits, Index
+from intentrank.pipeline.fusion import WeightedFusion
+from intentrank.pipeline.stage import Stage
+from intentrank.types import Ranking, ScoredDoc, Trace
+
+MAX_QUERY_CHARS = 20_000
+
+
+def check_query_text(ranking: Ranking) -> str:
+    """The text a retriever searches with; empty or huge queries raise a clear error."""
+    from intentrank.errors import DataError
+
+    text = ranking.query.text
+    if not text.strip():
+        raise DataError(f"query {ranking.query.id!r} is empty")
+    if len(text) > MAX_QUERY_CHARS:
+        raise DataError(f"query {ranking.query.id!r} has {len(text)} characters; the limit is "
+                        f"{MAX_QUERY_CHARS} (cut it or retrieve with passages of it)")
+    return text
+
+
+class Retriever(Stage):
+    """Base for index retrievers: fills each ranking with the top ``k`` documents."""
+
+    leg = ""
+
+    def __init__(self, index: Index, k: int = 100) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.index = index
+        self.k = k
+        self.name = self.leg
+
+    def search_rows(self, texts: list[str]) -> list[Hits]:
+        raise NotImplementedError
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        texts = [check_query_text(r) for r in rankings]
+        hits = self.search_rows(texts) if texts else []
+        ids = self.index.ids
+        out = []
+        for ranking, rows in zip(rankings, hits, strict=True):
+            docs = [ScoredDoc(ids[row], score, {self.name: score}) for row, score in rows]
+            out.append(Ranking(ranking.query, docs))
+        trace.count(self.name, "empty_results", sum(1 for r in out if not r.docs))
+        return out
+
+    def describe(self) -> str:
+        return f"{self.name}(k={self.k})"
+
+
+class BM25Retriever(Retriever):
+    leg = "bm25"
+
+    def search_rows(self, texts: list[str]) -> list[Hits]:
+        return self.index.search_bm25(texts, self.k)
+
+
+class DenseRetriever(Retriever):
+    leg = "dense"
+
+    def search_rows(self, texts: list[str]) -> list[Hits]:
+        return self.index.search_dense(texts, self.k)
+
+
+class TfidfRetriever(Retriever):
+    leg = "tfidf"
+
+    def search_rows(self, texts: list[str]) -> list[Hits]:
+        return self.index.search_tfidf(texts, self.k)
+
+
+class GraphRetriever(Retriever):
+    leg = "graph"
+
+    def search_rows(self, texts: list[str]) -> list[Hits]:
+        return self.index.search_graph(texts, self.k)
+
+
+def sparse_retriever(index: Index, k: int = 100, depth: int | None = None) -> Stage:
+    """0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF), each leg searched to ``depth`` (default k),
+    normalised over the candidates it returned; the fused list is cut at ``k``."""
+    depth = depth or k
+    fused = WeightedFusion([BM25Retriever(index, depth), TfidfRetriever(index, depth)],
+                           weights=[0.5, 0.5])
+    fused.name = "sparse"
+    return fused % k
+
+
+RETRIEVERS = {
+    "bm25": BM25Retriever,
+    "dense": DenseRetriever,
+    "tfidf": TfidfRetriever,
+    "graph": GraphRetriever,
+}
