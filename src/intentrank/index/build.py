@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,10 +33,8 @@ def _versions() -> dict[str, str]:
     out = {}
     for pkg in ("intentrank", "bm25s", "sentence-transformers", "scikit-learn", "networkx",
                 "numpy", "torch"):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            pass
     return out
 
 

@@ -14,10 +14,15 @@ _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?%?")
 
 
 def extract_entities(text: str) -> set[str]:
-    """Capitalised phrases and numbers, lower-cased; lone stopwords ("The") are dropped."""
-    found = {m.group(0).lower() for m in _CAPITALISED.finditer(text)}
-    found |= {m.group(0) for m in _NUMBER.finditer(text)}
-    return {e for e in found if e not in ENGLISH_STOP_WORDS}
+    """Capitalised phrases and numbers, lower-cased; leading stopwords ("The ...") are cut."""
+    found = {m.group(0) for m in _NUMBER.finditer(text)}
+    for m in _CAPITALISED.finditer(text):
+        words = m.group(0).lower().split()
+        while words and words[0] in ENGLISH_STOP_WORDS:
+            words.pop(0)
+        if words:
+            found.add(" ".join(words))
+    return found
 
 
 def build_entity_graph(

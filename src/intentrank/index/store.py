@@ -121,6 +121,18 @@ class Index:
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"))
 
+    @cached_property
+    def parent_of(self) -> dict[str, str]:
+        """Passage id -> parent document id, for chunked indexes (empty otherwise)."""
+        if not self.settings.chunk_size:
+            return {}
+        return {d.id: d.parent_id for d in map(self.doc, self.ids) if d.parent_id}
+
+    @property
+    def doc_and_parent_ids(self) -> set[str]:
+        """Every id a judgment may name: passage ids and their parents' ids."""
+        return set(self.ids) | set(self.parent_of.values())
+
     def doc_text(self, doc_id: str) -> str:
         """Title and text as the dense leg encodes them."""
         return self.doc(doc_id).full_text(self.settings.dense.title_sep)

@@ -1,0 +1,232 @@
+"""The ``intentrank`` command line: index, search, eval and quickstart."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from intentrank.errors import IntentrankError
+
+app = typer.Typer(
+    help="intentrank: intent-aware retrieval and reranking for RAG.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+out = Console()
+
+# The shared test collections sit beside the checkout (../shared/data) unless told otherwise.
+DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
+
+
+def _fail(exc: Exception) -> None:
+    console.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False)
+    raise typer.Exit(2)
+
+
+def _corpus(source: Path, encoding: str):  # noqa: ANN202 (iterator of Document)
+    """Documents of a BEIR directory or of a corpus file (JSONL/CSV, plain/.gz/.zip)."""
+    from intentrank.data.corpus import iter_corpus
+    from intentrank.data.dataset import CORPUS_NAMES, _first_existing
+
+    if source.is_dir():
+        source = _first_existing(source, CORPUS_NAMES, "corpus")
+    return iter_corpus(source, encoding=encoding)
+
+
+def _open_or_build(dataset_dir: Path, index_dir: Path | None, legs: str | None = None):  # noqa: ANN202
+    from intentrank.index import Index, IndexSettings, build_index
+
+    index_dir = index_dir or Path("indexes") / dataset_dir.name
+    if (index_dir / "manifest.json").exists():
+        return Index.open(index_dir)
+    settings = IndexSettings(legs=tuple(legs.split(","))) if legs else IndexSettings()
+    console.print(f"[cyan]building index[/] {index_dir} from {dataset_dir}")
+    return build_index(_corpus(dataset_dir, "utf-8"), index_dir, settings, progress=True,
+                       log=lambda m: console.print(f"  {m}"))
+
+
+@app.command()
+def index(
+    source: Annotated[Path, typer.Argument(help="Corpus: a BEIR directory, or a .jsonl/.csv "
+                                           "file (plain, .gz or .zip).")],
+    out_dir: Annotated[Path, typer.Argument(help="Index directory to create.")],
+    legs: Annotated[str, typer.Option(help="Comma-separated legs to build.")] =
+        "bm25,dense,tfidf,graph",
+    k1: Annotated[float, typer.Option(help="BM25 k1.")] = 1.5,
+    b: Annotated[float, typer.Option(help="BM25 b.")] = 0.75,
+    stemmer: Annotated[str, typer.Option(help="PyStemmer language for BM25, or 'none'.")] =
+        "english",
+    stopwords: Annotated[str, typer.Option(help="bm25s stopword list for BM25, or 'none'.")] =
+        "en",
+    model: Annotated[str, typer.Option(help="Embedder: 'minilm' (bundled), a hub name or a "
+                                       "local directory.")] = "minilm",
+    backend: Annotated[str, typer.Option(help="Embedder backend: sentence-transformers or "
+                                         "onnx.")] = "sentence-transformers",
+    batch_size: Annotated[int, typer.Option(help="Embedding batch size.")] = 64,
+    chunk_size: Annotated[int, typer.Option(help="Split documents into passages of this many "
+                                            "words (0 = keep whole).")] = 0,
+    chunk_overlap: Annotated[int, typer.Option(help="Words shared by consecutive passages.")] =
+        50,
+    encoding: Annotated[str, typer.Option(help="Text encoding of the corpus file.")] = "utf-8",
+    overwrite: Annotated[bool, typer.Option(help="Replace an index built with other settings "
+                                            "or another corpus.")] = False,
+) -> None:
+    """Build an on-disk hybrid index (BM25, dense, TF-IDF, entity graph) for a corpus."""
+    from dataclasses import replace
+
+    from intentrank.index import IndexSettings, build_index
+
+    try:
+        base = IndexSettings(legs=tuple(x.strip() for x in legs.split(",") if x.strip()))
+        settings = replace(
+            base,
+            bm25=replace(base.bm25, k1=k1, b=b, stemmer=None if stemmer == "none" else stemmer,
+                         stopwords=None if stopwords == "none" else stopwords),
+            dense=replace(base.dense, model=model, backend=backend, batch_size=batch_size),
+            chunk_size=chunk_size or None, chunk_overlap=chunk_overlap,
+        )
+        start = time.perf_counter()
+        idx = build_index(_corpus(source, encoding), out_dir, settings, overwrite=overwrite,
+                          progress=True, log=lambda m: console.print(f"  {m}"))
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    secs = time.perf_counter() - start
+    times = ", ".join(f"{k} {v:.1f}s" for k, v in idx.manifest["build_seconds"].items())
+    console.print(f"[green]index ready[/] {out_dir}: {len(idx)} documents in {secs:.1f}s "
+                  f"({times})")
+
+
+@app.command()
+def search(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory.")],
+    query: Annotated[list[str], typer.Argument(help="One or more query strings.")],
+    pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
+                                          "a shipped name (bm25, dense, tfidf, sparse, graph, "
+                                          "rrf, weighted).")] = "rrf",
+    k: Annotated[int, typer.Option("-k", help="Results shown per query.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] =
+        False,
+) -> None:
+    """Answer queries from an index with a pipeline."""
+    from intentrank.index import Index
+    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+
+    try:
+        idx = Index.open(index_dir)
+        pipe = pipeline_from_config(resolve_pipeline(pipeline), index=idx)
+        result = pipe.run(query)
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps([
+            {"query": r.query.text, "results": [
+                {"id": d.doc_id, "score": d.score, "stage_scores": d.stage_scores,
+                 "title": idx.doc(d.doc_id).title} for d in r.docs[:k]]}
+            for r in result.rankings]))
+        return
+    for r in result.rankings:
+        table = Table(title=f"{r.query.text}  [dim]({pipe.describe()})[/]")
+        for col in ("rank", "id", "score", "title / text"):
+            table.add_column(col)
+        for rank, d in enumerate(r.docs[:k], 1):
+            doc = idx.doc(d.doc_id)
+            snippet = (doc.title or doc.text)[:90]
+            table.add_row(str(rank), d.doc_id, f"{d.score:.4f}", snippet)
+        out.print(table)
+
+
+@app.command("eval")
+def evaluate_cmd(
+    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory (corpus, "
+                                            "queries.jsonl, qrels/<split>.tsv).")],
+    pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Pipeline config "
+                                                "file or shipped name; repeat to compare "
+                                                "several.")] = None,  # type: ignore[assignment]
+    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
+                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
+    split: Annotated[str, typer.Option(help="Qrels split to evaluate.")] = "test",
+    metrics: Annotated[str, typer.Option(help="Comma-separated metrics.")] =
+        "nDCG@10,MRR@10,MAP@100,Recall@100,P@10,HitRate@10",
+    baseline: Annotated[str, typer.Option(help="Pipeline to test the others against "
+                                          "(default: the first).")] = "",
+    runs_dir: Annotated[Path, typer.Option(help="Write a TREC run file per pipeline here.")] =
+        None,  # type: ignore[assignment]
+    per_query: Annotated[Path, typer.Option(help="Write per-query scores (JSON) here.")] =
+        None,  # type: ignore[assignment]
+    report: Annotated[Path, typer.Option(help="Write the Markdown table here.")] = None,  # type: ignore[assignment]
+) -> None:
+    """Run pipelines over a dataset split and report IR metrics with significance tests."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.data.trec import write_run
+    from intentrank.eval.experiment import run_experiment
+    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+
+    names = pipeline or ["bm25", "dense", "rrf"]
+    try:
+        ds = load_dataset(dataset)
+        idx = _open_or_build(dataset, index_dir)
+        ds.check_qrels(idx.doc_and_parent_ids)
+        queries, qrels = ds.split(split)
+        systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx) for n in names}
+        with console.status(f"running {len(systems)} pipeline(s) on {len(queries)} queries"):
+            exp = run_experiment(systems, queries, qrels, metrics.split(","),
+                                 baseline=baseline or names[0] if len(names) > 1 else None)
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    out.print(f"\n{ds.name} / {split}: {len(queries)} queries\n")
+    print(exp.to_markdown())
+    if runs_dir:
+        for s in exp.systems:
+            write_run(s.run.to_run(), runs_dir / f"{Path(s.name).stem}.trec", tag=s.name)
+    if per_query:
+        per_query.write_text(json.dumps({s.name: s.scores.per_query for s in exp.systems},
+                                        indent=1))
+    if report:
+        report.write_text(exp.to_markdown() + "\n")
+
+
+@app.command()
+def quickstart(
+    dataset: Annotated[Path, typer.Option(help="BEIR dataset to index and evaluate.")] =
+        DEFAULT_DATA / "scifact",
+    index_dir: Annotated[Path, typer.Option("--index", help="Where to build the index.")] =
+        Path("indexes/scifact"),
+) -> None:
+    """The main job on the embedded default: index SciFact, answer a few queries, evaluate."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.experiment import run_experiment
+    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        ds = load_dataset(dataset)
+        idx = _open_or_build(dataset, index_dir)
+        queries, qrels = ds.split("test")
+        rrf = pipeline_from_config(resolve_pipeline("rrf"), index=idx)
+        for q in queries[:3]:
+            top = rrf.search(q.text, k=3)
+            out.print(f"\n[bold]{q.text}[/]")
+            for rank, d in enumerate(top.docs, 1):
+                mark = "[green]relevant[/]" if qrels[q.id].get(d.doc_id, 0) > 0 else ""
+                out.print(f"  {rank}. [{d.doc_id}] {idx.doc(d.doc_id).title[:80]} {mark}")
+        systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx)
+                   for n in ("bm25", "dense", "rrf", "weighted")}
+        with console.status(f"evaluating 4 pipelines on {len(queries)} test queries"):
+            exp = run_experiment(systems, queries, qrels, ["nDCG@10", "MRR@10", "Recall@100"],
+                                 baseline="bm25")
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    out.print(f"\n{ds.name} test ({len(queries)} queries)\n")
+    print(exp.to_markdown())
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,27 @@
+"""Map passage rankings back to their parent documents (max passage score)."""
+
+from __future__ import annotations
+
+from intentrank.index.store import Index
+from intentrank.pipeline.stage import Stage
+from intentrank.types import Ranking, Trace
+
+
+class ParentDocuments(Stage):
+    """Replace each passage by its parent document, scored by its best passage (MaxP)."""
+
+    name = "parents"
+
+    def __init__(self, index: Index) -> None:
+        self.parent_of = index.parent_of
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        out = []
+        for r in rankings:
+            best: dict[str, float] = {}
+            for d in r.docs:
+                parent = self.parent_of.get(d.doc_id, d.doc_id)
+                if parent not in best:
+                    best[parent] = d.score
+            out.append(Ranking.from_scores(r.query, best, self.name))
+        return out

@@ -1,0 +1,38 @@
+"""Shared fixtures: paths to the real collections in ../shared/data and a real Cranfield index."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
+os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA / "cranfield" / "corpus.jsonl").exists():
+        pytest.fail(f"the shared test collections are missing at {DATA}")
+    return DATA
+
+
+@pytest.fixture(scope="session")
+def cranfield(data_dir: Path):
+    from intentrank.data.dataset import load_dataset
+
+    return load_dataset(data_dir / "cranfield")
+
+
+@pytest.fixture(scope="session")
+def cranfield_index(cranfield, tmp_path_factory):
+    """A real index (all four legs) of the 1,400 Cranfield abstracts, built once."""
+    from intentrank.index import build_index
+
+    return build_index(cranfield.corpus(), tmp_path_factory.mktemp("idx") / "cranfield")

@@ -1,0 +1,89 @@
+"""Fusion definitions checked against hand computations, and the operator algebra."""
+
+from __future__ import annotations
+
+import pytest
+
+from intentrank.pipeline.fusion import (
+    InterleaveFusion,
+    RRFFusion,
+    WeightedFusion,
+    interleave,
+    minmax,
+    rrf,
+    weighted_minmax,
+)
+from intentrank.pipeline.stage import Chain, Cutoff, Stage
+from intentrank.types import Query, Ranking, ScoredDoc, Trace
+
+
+class Fixed(Stage):
+    """A fake retriever returning fixed scores (unit tests only)."""
+
+    def __init__(self, name: str, scores: dict[str, float]) -> None:
+        self.name, self.scores = name, scores
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        return [Ranking.from_scores(r.query, self.scores, self.name) for r in rankings]
+
+
+def test_rrf_is_one_based_and_weights_multiply_each_list():
+    fused = rrf([["a", "b", "c"], ["b", "d"]], k=60, weights=[2.0, 1.0])
+    assert fused["a"] == pytest.approx(2 / 61)
+    assert fused["b"] == pytest.approx(2 / 62 + 1 / 61)
+    assert fused["c"] == pytest.approx(2 / 63)
+    assert fused["d"] == pytest.approx(1 / 62)
+
+
+def test_rrf_default_weights_and_errors():
+    assert rrf([["x"], ["x"]]) == {"x": pytest.approx(2 / 61)}
+    with pytest.raises(ValueError, match="2 weights for 3"):
+        rrf([["a"], ["b"], ["c"]], weights=[1, 1])
+    with pytest.raises(ValueError, match="non-negative"):
+        rrf([["a"]], weights=[-1])
+
+
+def test_weighted_minmax_normalises_each_list():
+    assert minmax({"a": 5, "b": 5}) == {"a": 1.0, "b": 1.0}
+    fused = weighted_minmax([{"a": 10, "b": 0, "c": 5}, {"b": 3, "d": 1}], weights=[0.7, 0.3])
+    assert fused == pytest.approx({"a": 0.7, "b": 0.3, "c": 0.35, "d": 0.0})
+
+
+def test_interleave_alternates_and_deduplicates():
+    assert interleave([["a", "b", "c"], ["b", "d"], ["e"]]) == ["a", "b", "e", "d", "c"]
+
+
+def test_operators_compose_and_keep_stage_scores():
+    a = Fixed("a", {"d1": 3.0, "d2": 2.0, "d3": 1.0})
+    b = Fixed("b", {"d3": 9.0, "d4": 1.0})
+    pipe = (a | b) % 2
+    assert isinstance(pipe, Chain) and isinstance(pipe.stages[-1], Cutoff)
+    result = pipe.run([Query("q1", "x")])
+    top = result.rankings[0]
+    assert top.doc_ids == ["d3", "d1"]  # d3: 1/63 + 1/61 beats d1: 1/61
+    assert top.docs[0].stage_scores["a"] == 1.0 and top.docs[0].stage_scores["b"] == 9.0
+    assert set(result.trace.stages) >= {"a", "b", "rrf"}
+    assert pipe.describe() == "rrf(a | b) >> % 2"
+
+
+def test_fusers_flatten_and_interleave_scores():
+    a, b, c = Fixed("a", {"x": 1.0}), Fixed("b", {"y": 1.0}), Fixed("c", {"z": 1.0})
+    assert len(((a | b) | c).branches) == 3
+    ranking = InterleaveFusion([a, b]).search("q")
+    assert ranking.doc_ids == ["x", "y"] and ranking.docs[1].score == 0.5
+    w = WeightedFusion([a, b], weights=[0.2, 0.8]).search("q")
+    assert w.doc_ids == ["y", "x"]
+    with pytest.raises(ValueError):
+        RRFFusion([a, b], weights=[1.0])
+
+
+def test_cutoff_rejects_nonpositive():
+    with pytest.raises(ValueError):
+        Cutoff(0)
+
+
+def test_ranking_from_scores_keeps_previous_stage_scores():
+    q = Query("q", "t")
+    prev = Ranking(q, [ScoredDoc("a", 1.0, {"bm25": 1.0})])
+    new = Ranking.from_scores(q, {"a": 0.3}, "ce", previous=prev)
+    assert new.docs[0].stage_scores == {"bm25": 1.0, "ce": 0.3}
