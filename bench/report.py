@@ -1,0 +1,47 @@
+"""Helpers shared by the benchmark scripts: machine facts and docs/benchmarks.md sections."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    py = platform.python_version()
+    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, Python {py}"
+
+
+def header() -> str:
+    cmd = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"- command: `{cmd}`\n- machine: {machine()}\n- date: {date}\n"
+
+
+def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
+    """Replace (or append) the section between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{start}\n{markdown.strip()}\n{end}"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else \
+        text.rstrip() + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
