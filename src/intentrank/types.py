@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -61,19 +61,68 @@ class ScoredDoc:
     stage_scores: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class Ranking:
-    """The ordered candidates for one query (best first)."""
+def _as_list(values: Sequence[Any]) -> list[Any]:
+    """Python values from a list or a numpy array (``tolist`` yields plain floats and strs)."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)  # type: ignore[union-attr]
 
-    query: Query
-    docs: list[ScoredDoc] = field(default_factory=list)
+
+class Ranking:
+    """The ordered candidates for one query (best first).
+
+    A retriever may hand over its hits as arrays (:meth:`from_hits`); the per-document
+    :class:`ScoredDoc` objects are then built on first access to :attr:`docs`, so a stage
+    that passes rankings on without reading them pays no per-document cost.
+    """
+
+    __slots__ = ("query", "_docs", "_hits")
+
+    def __init__(self, query: Query, docs: list[ScoredDoc] | None = None) -> None:
+        self.query = query
+        self._docs: list[ScoredDoc] | None = docs if docs is not None else []
+        self._hits: tuple[Sequence[str], Sequence[float], str] | None = None
+
+    @classmethod
+    def from_hits(cls, query: Query, doc_ids: Sequence[str], scores: Sequence[float],
+                  stage: str) -> Ranking:
+        """A ranking from parallel id/score sequences (lists or numpy arrays), best first."""
+        ranking = cls(query)
+        ranking._docs = None
+        ranking._hits = (doc_ids, scores, stage)
+        return ranking
+
+    @property
+    def docs(self) -> list[ScoredDoc]:
+        if self._docs is None:
+            ids, scores, stage = (*map(_as_list, self._hits[:2]), self._hits[2])  # type: ignore[index]
+            self._docs = [ScoredDoc(i, s, {stage: s}) for i, s in zip(ids, scores, strict=True)]
+            self._hits = None
+        return self._docs
+
+    @docs.setter
+    def docs(self, docs: list[ScoredDoc]) -> None:
+        self._docs, self._hits = docs, None
 
     @property
     def doc_ids(self) -> list[str]:
-        return [d.doc_id for d in self.docs]
+        if self._docs is None:
+            return _as_list(self._hits[0])  # type: ignore[index]
+        return [d.doc_id for d in self._docs]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ranking):
+            return NotImplemented
+        return self.query == other.query and self.docs == other.docs
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Ranking(query={self.query!r}, docs={self.docs!r})"
 
     def top(self, k: int) -> Ranking:
-        return Ranking(self.query, self.docs[:k])
+        if self._docs is None:
+            ids, scores, stage = self._hits  # type: ignore[misc]
+            return Ranking.from_hits(self.query, ids[:k], scores[:k], stage)
+        return Ranking(self.query, self._docs[:k])
 
     @classmethod
     def from_scores(

@@ -17,7 +17,7 @@ import json
 import pickle
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,17 @@ from intentrank.types import Document
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
-Hits = list[tuple[int, float]]
+class Hits(NamedTuple):
+    """One query's results from a leg: index rows and their scores, best first."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+    def pairs(self) -> list[tuple[int, float]]:
+        return list(zip(self.rows.tolist(), self.scores.tolist(), strict=True))
+
+
+NO_HITS = Hits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 
 
 def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
@@ -37,10 +47,12 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
     With ``positive_only`` (lexical legs) documents scoring 0 are not returned."""
     k = min(k, scores.shape[0])
     if k <= 0:
-        return []
+        return NO_HITS
     idx = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(len(scores))
     idx = idx[np.lexsort((idx, -scores[idx]))]
-    return [(int(i), float(scores[i])) for i in idx if not positive_only or scores[i] > 0]
+    if positive_only:
+        idx = idx[scores[idx] > 0]
+    return Hits(idx.astype(np.int64), scores[idx].astype(np.float64))
 
 
 def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
@@ -72,6 +84,7 @@ class Index:
         self._docs_fh = open(self.path / "docs.jsonl", "rb")  # noqa: SIM115 (kept open)
         self.ids: list[str] = json.loads((self.path / "ids.json").read_text())
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
+        self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
 
     @classmethod
     def open(
@@ -183,14 +196,15 @@ class Index:
     def search_bm25(self, texts: list[str], k: int) -> list[Hits]:
         s = self.settings.bm25
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
-        out: list[Hits] = [[] for _ in texts]
+        out: list[Hits] = [NO_HITS for _ in texts]
         live = [i for i, t in enumerate(tokens) if any(tok in self.bm25.vocab_dict for tok in t)]
         if live:
             res = self.bm25.retrieve([tokens[i] for i in live], k=min(k, len(self)),
                                      show_progress=False)
             for j, i in enumerate(live):
-                out[i] = [(int(d), float(sc)) for d, sc in
-                          zip(res.documents[j], res.scores[j], strict=True) if sc > 0]
+                keep = res.scores[j] > 0
+                out[i] = Hits(res.documents[j][keep].astype(np.int64),
+                              res.scores[j][keep].astype(np.float64))
         return out
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:

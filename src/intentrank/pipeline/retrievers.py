@@ -6,7 +6,7 @@ from __future__ import annotations
 from intentrank.index.store import Hits, Index
 from intentrank.pipeline.fusion import WeightedFusion
 from intentrank.pipeline.stage import Stage
-from intentrank.types import Ranking, ScoredDoc, Trace
+from intentrank.types import Ranking, Trace
 
 MAX_QUERY_CHARS = 20_000
 
@@ -42,12 +42,10 @@ class Retriever(Stage):
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]
         hits = self.search_rows(texts) if texts else []
-        ids = self.index.ids
-        out = []
-        for ranking, rows in zip(rankings, hits, strict=True):
-            docs = [ScoredDoc(ids[row], score, {self.name: score}) for row, score in rows]
-            out.append(Ranking(ranking.query, docs))
-        trace.count(self.name, "empty_results", sum(1 for r in out if not r.docs))
+        ids = self.index.id_array
+        out = [Ranking.from_hits(r.query, ids[h.rows], h.scores, self.name)
+               for r, h in zip(rankings, hits, strict=True)]
+        trace.count(self.name, "empty_results", sum(1 for h in hits if not len(h.rows)))
         return out
 
     def describe(self) -> str:
