@@ -1,0 +1,219 @@
+"""Wraps any LLM backend with a reply cache, retries with backoff, a concurrency limit and
+Trace counts.
+
+Counters (under the caller's ``stage``): ``llm_calls`` backend calls made (retries included),
+``llm_cache_hits``, ``prompt_tokens``, ``completion_tokens``, ``llm_seconds`` (backend wall
+time), ``llm_errors`` failed backend calls, ``llm_retries`` calls after the first of a request
+and ``llm_failed`` requests that failed for good.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from intentrank.errors import ModelError
+from intentrank.llm.base import LLM, LLMReply, Message
+from intentrank.llm.cache import ReplyCache, cache_key
+from intentrank.types import Trace
+
+DEFAULT_SPEC = "embedded"
+
+
+class TransientError(ModelError):
+    """A failure worth retrying: a timeout, an overloaded (429) or failing (5xx) server."""
+
+
+_RETRYABLE = (TransientError, TimeoutError, ConnectionResetError)
+
+
+class LLMClient:
+    """A cached, retrying, concurrency-limited front to one :class:`LLM` backend.
+
+    ``cache``: a :class:`ReplyCache`, a path to its SQLite file, True for the default one in
+    ``cache_dir()/llm_cache.sqlite``, or None/False for none. ``timeout`` (seconds per call) is
+    handed to backends that have a ``timeout`` attribute (the HTTP backend); the in-process
+    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds.
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        cache: ReplyCache | str | Path | bool | None = True,
+        retries: int = 2,
+        backoff: float = 0.5,
+        timeout: float | None = None,
+        max_concurrency: int = 4,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if retries < 0 or max_concurrency < 1:
+            raise ModelError(f"retries must be >= 0 and max_concurrency >= 1, "
+                             f"got {retries} and {max_concurrency}")
+        self.llm = llm
+        if cache is True:
+            cache = ReplyCache()
+        elif isinstance(cache, str | Path):
+            cache = ReplyCache(cache)
+        self.cache: ReplyCache | None = cache if isinstance(cache, ReplyCache) else None
+        self.retries = retries
+        self.backoff = backoff
+        self.max_concurrency = max_concurrency
+        self._sleep = sleep
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._trace_lock = threading.Lock()
+        if timeout is not None and hasattr(llm, "timeout"):
+            llm.timeout = timeout  # type: ignore[attr-defined]
+
+    @property
+    def name(self) -> str:
+        return self.llm.name
+
+    @property
+    def model(self) -> str:
+        return str(getattr(self.llm, "model", self.llm.name))
+
+    def _count(self, trace: Trace | None, stage: str, **counts: float) -> None:
+        if trace is None:
+            return
+        with self._trace_lock:
+            for counter, amount in counts.items():
+                trace.count(stage, counter, amount)
+
+    def _log(self, trace: Trace | None, stage: str, event: str, **details: Any) -> None:
+        if trace is not None:
+            with self._trace_lock:
+                trace.log(stage, event, **details)
+
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: list[str] | None = None,
+        logprobs: int = 0,
+        trace: Trace | None = None,
+        stage: str = "llm",
+    ) -> LLMReply:
+        """A reply from the cache or the backend; raises ModelError when every attempt fails."""
+        params: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature,
+                                  "stop": stop, "logprobs": logprobs}
+        key = cache_key(self.name, self.model, messages, **params)
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            self._count(trace, stage, llm_cache_hits=1)
+            return hit
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self._sleep(self.backoff * 2 ** (attempt - 1))
+                self._count(trace, stage, llm_retries=1)
+            start = time.perf_counter()
+            try:
+                with self._slots:
+                    reply = self.llm.chat(messages, **params)
+            except _RETRYABLE as exc:
+                last = exc
+                self._count(trace, stage, llm_calls=1, llm_errors=1,
+                            llm_seconds=time.perf_counter() - start)
+                self._log(trace, stage, "llm_retryable_error", attempt=attempt, reason=str(exc))
+                continue
+            except ModelError:
+                self._count(trace, stage, llm_calls=1, llm_errors=1,
+                            llm_seconds=time.perf_counter() - start)
+                raise
+            except Exception as exc:  # an unexpected backend bug: name it, do not retry
+                self._count(trace, stage, llm_calls=1, llm_errors=1,
+                            llm_seconds=time.perf_counter() - start)
+                raise ModelError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+            seconds = time.perf_counter() - start
+            reply.seconds = reply.seconds or seconds
+            self._count(trace, stage, llm_calls=1, llm_seconds=seconds,
+                        prompt_tokens=reply.prompt_tokens,
+                        completion_tokens=reply.completion_tokens)
+            if self.cache is not None:
+                self.cache.put(key, reply, self.name, self.model)
+            return reply
+        raise ModelError(
+            f"{self.name}: failed after {self.retries + 1} attempt(s): {last}"
+        ) from last
+
+    def complete_or_none(
+        self, messages: list[Message], *, trace: Trace | None = None, stage: str = "llm",
+        **params: Any,
+    ) -> LLMReply | None:
+        """Like :meth:`chat`, but a failure returns None, counted and logged as ``llm_failed``."""
+        try:
+            return self.chat(messages, trace=trace, stage=stage, **params)
+        except ModelError as exc:
+            self._count(trace, stage, llm_failed=1)
+            self._log(trace, stage, "llm_failed", reason=str(exc))
+            return None
+
+    def chat_many(
+        self,
+        batch: Sequence[list[Message]],
+        *,
+        on_error: str = "raise",
+        trace: Trace | None = None,
+        stage: str = "llm",
+        **params: Any,
+    ) -> list[LLMReply | None]:
+        """Replies in input order, at most ``max_concurrency`` at once.
+
+        ``on_error="raise"`` re-raises the first failure (after all finish); ``"none"`` puts
+        None in its place (counted and logged like :meth:`complete_or_none`).
+        """
+        if on_error not in ("raise", "none"):
+            raise ModelError(f"on_error must be 'raise' or 'none', got {on_error!r}")
+        call = self.complete_or_none if on_error == "none" else self.chat
+        if len(batch) <= 1 or self.max_concurrency == 1:
+            return [call(m, trace=trace, stage=stage, **params) for m in batch]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batch))) as pool:
+            futures = [pool.submit(call, m, trace=trace, stage=stage, **params) for m in batch]
+            return [f.result() for f in futures]
+
+
+_OPENAI = re.compile(r"^openai:(?P<model>[^@]+?)(?:@(?P<url>https?://\S+))?$")
+
+
+def make_backend(spec: str = DEFAULT_SPEC, **backend_kwargs: Any) -> LLM:
+    """The raw backend named by ``spec`` (see :func:`load_llm`)."""
+    spec = spec.strip()
+    if spec.startswith("openai:"):
+        from intentrank.llm.openai_http import DEFAULT_BASE_URL, OpenAICompatibleLLM
+
+        m = _OPENAI.match(spec)
+        if not m:
+            raise ModelError(f"bad LLM spec {spec!r}: expected openai:<model>@<base_url>")
+        return OpenAICompatibleLLM(m["url"] or DEFAULT_BASE_URL, m["model"], **backend_kwargs)
+    from intentrank.llm.embedded import LlamaCppLLM
+    from intentrank.llm.model_files import DEFAULT_MODEL
+
+    if spec in ("", "embedded", "llamacpp"):
+        return LlamaCppLLM(DEFAULT_MODEL, **backend_kwargs)
+    if spec.startswith("llamacpp:"):
+        return LlamaCppLLM(spec.removeprefix("llamacpp:"), **backend_kwargs)
+    return LlamaCppLLM(spec, **backend_kwargs)  # a registry name or a .gguf path
+
+
+def load_llm(spec: str = DEFAULT_SPEC, **client_kwargs: Any) -> LLMClient:
+    """An :class:`LLMClient` for a backend spec.
+
+    Grammar::
+
+        embedded | llamacpp            the default embedded model (qwen2.5-coder-0.5b)
+        llamacpp:<name>                a registry model (qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)
+        llamacpp:<path.gguf> | <path.gguf> | <name>   the same, without the prefix
+        openai:<model>@<base_url>      an OpenAI-compatible server (vLLM, Ollama, llama.cpp
+                                       server, OpenAI), e.g. openai:qwen2.5@http://127.0.0.1:8000/v1;
+                                       the key comes from $OPENAI_API_KEY (optional on localhost)
+        openai:<model>                 the same at $OPENAI_BASE_URL or api.openai.com
+
+    ``client_kwargs`` go to :class:`LLMClient` (cache, retries, backoff, timeout, ...).
+    """
+    return LLMClient(make_backend(spec), **client_kwargs)

@@ -1,0 +1,143 @@
+"""An OpenAI-compatible chat-completions backend (vLLM, Ollama, llama.cpp server, OpenAI).
+
+The ``openai`` client runs with ``max_retries=0``: :class:`~intentrank.llm.client.LLMClient`
+retries. Timeouts, 408/409/429 and 5xx raise :class:`TransientError` (retried); a refused
+connection, a rejected key, an unknown model and a malformed reply raise :class:`ModelError`
+at once with one message.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from intentrank.errors import ModelError
+from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.client import TransientError
+from intentrank.llm.embedded import first_top_logprobs
+
+DEFAULT_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+_RETRY_STATUS = {408, 409, 429}
+
+
+class OpenAICompatibleLLM:
+    """Chat completions over HTTP; the API key is read from ``$api_key_env``.
+
+    A missing key is fine for a localhost server (a dummy is sent). ``timeout`` is per call.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+    ) -> None:
+        try:
+            import openai
+        except ImportError as exc:
+            raise ModelError("the HTTP LLM backend needs the openai package") from exc
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.name = f"openai:{model}@{self.base_url}"
+        key = os.environ.get(api_key_env)
+        if not key:
+            if (urlparse(self.base_url).hostname or "") not in _LOCAL_HOSTS:
+                raise ModelError(f"no API key for {self.base_url}: set ${api_key_env}")
+            key = "sk-no-key-needed"
+        self._openai = openai
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0,
+                                     timeout=timeout)
+
+    def _error(self, exc: Exception) -> ModelError:
+        """Map an openai exception to a retryable or a final error."""
+        o = self._openai
+        where = f"{self.name}"
+        if isinstance(exc, o.APITimeoutError):
+            return TransientError(f"{where}: no reply within {self.timeout:g} s (timeout)")
+        if isinstance(exc, o.APIConnectionError):
+            if _connect_failed(exc):
+                return ModelError(f"cannot connect to {self.base_url} ({exc.__cause__}): "
+                                  f"is the server running and the URL right?")
+            return TransientError(f"{where}: connection failed: {exc.__cause__ or exc}")
+        if isinstance(exc, o.AuthenticationError | o.PermissionDeniedError):
+            return ModelError(f"{self.base_url} rejected the API key (HTTP {exc.status_code}): "
+                              f"set ${self.api_key_env} to a valid key")
+        if isinstance(exc, o.APIStatusError):
+            detail = str(getattr(exc, "message", exc))[:300]
+            if exc.status_code in _RETRY_STATUS or exc.status_code >= 500:
+                return TransientError(f"{where}: HTTP {exc.status_code}: {detail}")
+            hint = " (unknown model or wrong base_url?)" if exc.status_code == 404 else ""
+            return ModelError(f"{where}: HTTP {exc.status_code}{hint}: {detail}")
+        if isinstance(exc, o.APIResponseValidationError):
+            return ModelError(f"{where}: malformed reply: {exc}")
+        return ModelError(f"{where}: {type(exc).__name__}: {exc}")
+
+    def chat(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        stop: list[str] | None = None,
+        logprobs: int = 0,
+    ) -> LLMReply:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
+                                  "max_tokens": max_tokens, "temperature": temperature,
+                                  "timeout": self.timeout}
+        if stop:
+            kwargs["stop"] = list(stop)
+        if logprobs > 0:
+            kwargs.update(logprobs=True, top_logprobs=int(logprobs))
+        start = time.perf_counter()
+        try:
+            resp = self._client.chat.completions.create(**kwargs)
+        except self._openai.OpenAIError as exc:
+            raise self._error(exc) from exc
+        except ValueError as exc:  # json.JSONDecodeError: a body that is not JSON
+            raise ModelError(f"{self.name}: malformed JSON in the reply ({exc}); is base_url "
+                             f"an OpenAI-compatible endpoint?") from exc
+        seconds = time.perf_counter() - start
+        data = _as_dict(resp)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices[0], dict):
+            body = str(resp)[:200]
+            raise ModelError(f"{self.name}: malformed reply (no choices; is base_url right? "
+                             f"it usually ends in /v1): {body!r}")
+        choice = choices[0]
+        usage = data.get("usage") or {}
+        return LLMReply(
+            text=(choice.get("message") or {}).get("content") or "",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            seconds=seconds,
+            top_logprobs=first_top_logprobs(choice) if logprobs > 0 else {},
+            raw={"usage": usage, "finish_reason": choice.get("finish_reason"),
+                 "model": data.get("model"), "timings": data.get("timings") or {}},
+        )
+
+
+def _connect_failed(exc: Exception) -> bool:
+    """True when the TCP connection itself failed (refused, unknown host): not worth retrying.
+
+    Checked by class name: the HTTP library behind ``openai`` varies (httpx, httpx2).
+    """
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError) or any(
+            cls.__name__ == "ConnectError" for cls in type(cause).__mro__
+        ):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+def _as_dict(resp: Any) -> Any:
+    """The response as plain data (pydantic model, dict, or a string for non-JSON bodies)."""
+    dump = getattr(resp, "model_dump", None)
+    return dump() if callable(dump) else resp

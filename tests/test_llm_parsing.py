@@ -1,0 +1,62 @@
+"""Output parsers on well-formed and malformed LLM replies: values or counted fallbacks."""
+
+from __future__ import annotations
+
+from intentrank.llm.parsing import (
+    parse_json_array,
+    parse_json_object,
+    parse_numbered_list,
+    parse_yes_no,
+)
+
+
+def test_numbered_list_variants_dedupe_and_exclude():
+    text = ("Here are some questions:\n1. What is the lift of a wing?\n2) How does drag vary?\n"
+            "- What is the lift of a wing?\n* Which Mach numbers?\n\nQ5: The original query")
+    got = parse_numbered_list(text, exclude=("the original query",))
+    assert got.ok and got.reason == ""
+    assert got.value == ["What is the lift of a wing?", "How does drag vary?",
+                         "Which Mach numbers?"]
+    assert parse_numbered_list(text, limit=2).value == got.value[:2]
+
+
+def test_numbered_list_fallbacks():
+    plain = parse_numbered_list("first question here\nsecond question here")
+    assert plain.ok and plain.reason == "no numbered lines" and len(plain.value) == 2
+    empty = parse_numbered_list("   \n\n")
+    assert not empty.ok and empty.value == []
+    tiny = parse_numbered_list("1. a\n2. ??")
+    assert not tiny.ok and tiny.reason == "no usable items"
+
+
+def test_json_array_fenced_inline_and_malformed():
+    fenced = parse_json_array('Sure!\n```json\n["a", "b"]\n```\nDone.')
+    assert fenced.ok and fenced.value == ["a", "b"]
+    inline = parse_json_array('The answer is [1, 2, 3] and [not json')
+    assert inline.ok and inline.value == [1, 2, 3]
+    nested = parse_json_array('x [["p", 1], ["q", 2]] y')
+    assert nested.value == [["p", 1], ["q", 2]]
+    bad = parse_json_array('["a", "b"', fallback=["z"])
+    assert not bad.ok and bad.value == ["z"] and "no JSON list" in bad.reason
+    assert not parse_json_array('{"a": 1}').ok
+
+
+def test_json_object_with_validation():
+    def check(d: dict) -> int:
+        return int(d["score"])
+
+    assert parse_json_object('Result: {"score": "3"}', 0, check).value == 3
+    missing = parse_json_object('{"other": 1}', -1, check)
+    assert not missing.ok and missing.value == -1 and missing.reason.startswith("invalid")
+    broken = parse_json_object("{score: 3", -1)
+    assert not broken.ok and broken.reason == "no JSON dict found"
+    assert parse_json_object('{"a": [1, {"b": 2}]}', {}).value == {"a": [1, {"b": 2}]}
+
+
+def test_yes_no():
+    assert parse_yes_no("Yes.").value is True
+    assert parse_yes_no(" no, it is not").value is False
+    assert parse_yes_no("The answer: YES").value is True
+    unsure = parse_yes_no("Maybe, it depends")
+    assert not unsure.ok and unsure.value is None
+    assert parse_yes_no("yesterday").ok is False
