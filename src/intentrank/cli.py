@@ -228,5 +228,62 @@ def quickstart(
     print(exp.to_markdown())
 
 
+@app.command("train-reranker")
+def train_reranker_cmd(
+    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory with "
+                                            "qrels/<split>.tsv for the training split.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Model directory to write (default: "
+                                          "<cache>/models/cross-encoder-<dataset>, where the "
+                                          "cross_encoder stage looks).")] = None,  # type: ignore[assignment]
+    index_dir: Annotated[Path, typer.Option("--index", help="Index to mine hard negatives "
+                                            "from (default indexes/<dataset>, built if "
+                                            "missing).")] = None,  # type: ignore[assignment]
+    split: Annotated[str, typer.Option(help="Qrels split to train on ('test' is refused).")] =
+        "train",
+    budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
+                                                  "after the step that crosses it and saves "
+                                                  "what it has (0 = no limit).")] = 15.0,
+    epochs: Annotated[int, typer.Option(help="Passes over the training queries (negatives "
+                                        "are resampled each pass).")] = 1,
+    negatives: Annotated[int, typer.Option(help="Hard negatives per query, from BM25 and "
+                                           "dense top-30 alternately.")] = 7,
+    max_length: Annotated[int, typer.Option(help="Tokens per query-passage pair (the "
+                                            "cross_encoder stage reuses it).")] = 128,
+    batch_size: Annotated[int, typer.Option(help="Pairs per optimiser step.")] = 16,
+    loss: Annotated[str, typer.Option(help="listwise (softmax over a positive and its "
+                                      "query's negatives) or bce (each pair labelled "
+                                      "1/0).")] = "listwise",
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 5e-5,
+    max_queries: Annotated[int, typer.Option(help="Train on at most this many queries (0 = "
+                                             "all).")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed (sampling and initialisation).")] = 13,
+    onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Also export an int8 ONNX "
+                                       "model (model_int8.onnx) for the onnx backend.")] = True,
+) -> None:
+    """Fine-tune a MiniLM cross-encoder on a dataset's train qrels with BM25/dense hard
+    negatives, on CPU within a time budget; saves the model and training.json."""
+    from intentrank.models.cross_encoder import default_reranker_dir
+    from intentrank.training.reranker import train_reranker
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    target = out_dir or default_reranker_dir(dataset.name)
+    try:
+        result = train_reranker(  # refuses the test split before opening or building
+            dataset, target, index_dir or Path("indexes") / dataset.name, split=split, loss=loss,
+            negatives_per_query=negatives, epochs=epochs, batch_size=batch_size,
+            max_length=max_length, lr=lr, time_budget_s=budget_minutes * 60 or None, seed=seed,
+            max_queries=max_queries or None, onnx=onnx, progress=True,
+            log=lambda m: console.print(f"  {m}"),
+        )
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    info = result.info
+    console.print(f"[green]reranker saved[/] {result.out_dir}: {info['n_queries']} {split} "
+                  f"queries, {info['pairs_trained']} pairs, {info['steps_done']}/"
+                  f"{info['steps_planned']} steps in {info['seconds']['training']:.0f}s "
+                  f"(stopped by {info['stopped_by']})")
+    console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, k: 100}}[/]")
+
+
 if __name__ == "__main__":
     app()

@@ -166,3 +166,22 @@ def _parents(ctx: BuildContext, params: dict[str, Any]) -> Stage:
 
 
 register_stage("parents")(_parents)
+
+
+def _cross_encoder(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``cross_encoder: {model, k, batch_size, max_length, backend}``; the model defaults to
+    the reranker ``intentrank train-reranker`` saves for SciFact."""
+    from intentrank.models.cross_encoder import CrossEncoderReranker
+
+    index = ctx.require_index("cross_encoder")
+    model = params.pop("model", None)
+    key = f"cross_encoder:{model}:{params.get('backend', 'torch')}:" \
+          f"{params.get('max_length')}"
+    if key in ctx.resources:  # one loaded model per config, however many stages use it
+        return CrossEncoderReranker(index, ctx.resources[key], **params)
+    stage = CrossEncoderReranker(index, model, **params)
+    ctx.resources[key] = stage.scorer
+    return stage
+
+
+register_stage("cross_encoder")(_cross_encoder)

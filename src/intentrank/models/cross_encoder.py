@@ -1,0 +1,206 @@
+"""Cross-encoder reranking: score (query, passage) pairs jointly and reorder the top k.
+
+Two backends share one ``predict(pairs, batch_size)`` interface:
+
+- ``torch``: any sentence-transformers CrossEncoder (hub name or local directory);
+- ``onnx``: an int8 ONNX export (``model_int8.onnx`` + ``tokenizer.json`` in the model
+  directory, as written by ``intentrank train-reranker --onnx``), run by onnxruntime.
+
+No pretrained cross-encoder ships offline: ``intentrank train-reranker`` fine-tunes one and
+saves it under :func:`default_reranker_dir` unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from intentrank.errors import ModelError
+from intentrank.index.store import Index
+from intentrank.paths import cache_dir
+from intentrank.pipeline.stage import Stage
+from intentrank.types import Ranking, ScoredDoc, Trace
+
+ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/model.onnx")
+Pair = tuple[str, str]
+
+
+def default_reranker_dir(dataset: str = "scifact") -> Path:
+    """Where ``intentrank train-reranker`` saves the cross-encoder trained on ``dataset``."""
+    return cache_dir() / "models" / f"cross-encoder-{dataset}"
+
+
+class PairScorer(Protocol):
+    """Scores (query, passage) pairs; higher is more relevant."""
+
+    name: str
+
+    def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray: ...
+
+
+def _looks_local(model: str) -> bool:
+    """A path rather than a hub name (hub names are ``org/name``)."""
+    return (model.startswith((".", "/", "~")) or model.count("/") > 1
+            or Path(model).expanduser().exists())
+
+
+def _missing(model: str) -> ModelError:
+    return ModelError(f"no cross-encoder model at {model}: train one with `intentrank "
+                      f"train-reranker <dataset>` or pass a sentence-transformers CrossEncoder "
+                      f"(hub name or local directory)")
+
+
+class TorchCrossEncoder:
+    """A sentence-transformers CrossEncoder on CPU (fp32)."""
+
+    def __init__(self, model: str, max_length: int = 256, device: str = "cpu") -> None:
+        from sentence_transformers import CrossEncoder
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self.name = model
+        try:
+            self.model = CrossEncoder(model, device=device, max_length=max_length)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load cross-encoder {model!r} (offline machines need a "
+                             f"local directory; train one with `intentrank train-reranker`): "
+                             f"{exc}") from exc
+
+    def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        scores = self.model.predict([list(p) for p in pairs], batch_size=batch_size,
+                                    show_progress_bar=False, convert_to_numpy=True)
+        return np.asarray(scores, dtype=np.float32).reshape(len(pairs))
+
+
+def find_onnx(model: str | Path) -> Path:
+    """The ONNX file of a model directory (int8 preferred), or ``model`` if it is one."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".onnx":
+        return path
+    for name in ONNX_FILES:
+        if (path / name).is_file():
+            return path / name
+    if not path.exists():
+        raise _missing(str(model))
+    raise ModelError(f"no ONNX model in {path} (looked for {', '.join(ONNX_FILES)}): export one "
+                     f"with `intentrank train-reranker --onnx` or use backend 'torch'")
+
+
+class OnnxCrossEncoder:
+    """A cross-encoder exported to ONNX, run by onnxruntime (no torch); sigmoid scores."""
+
+    def __init__(self, model: str | Path, max_length: int = 256, threads: int | None = None
+                 ) -> None:
+        from intentrank.models.onnx_embedder import load_tokenizer, ort_session
+
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self.onnx_path = find_onnx(model)
+        self.name = str(model)
+        self.tokenizer = load_tokenizer(self.onnx_path.parent, max_length)
+        self.session = ort_session(self.onnx_path, threads)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
+        from intentrank.models.onnx_embedder import length_batches, pad_encodings
+
+        out = np.zeros(len(pairs), dtype=np.float32)
+        if not pairs:
+            return out
+        encodings = self.tokenizer.encode_batch([tuple(p) for p in pairs])
+        for idx in length_batches([len(e.ids) for e in encodings], batch_size):
+            feeds = pad_encodings([encodings[i] for i in idx])
+            logits = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]
+            out[idx] = np.asarray(logits, dtype=np.float32).reshape(len(idx), -1)[:, 0]
+        return (1.0 / (1.0 + np.exp(-out))).astype(np.float32)
+
+
+def trained_max_length(model: str | Path, default: int = 256) -> int:
+    """The max_length a model from ``train-reranker`` was trained at (its training.json)."""
+    path = Path(model).expanduser()
+    path = path.parent if path.suffix == ".onnx" else path
+    try:
+        info = json.loads((path / "training.json").read_text())
+        return int(info["settings"]["max_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+
+
+def load_cross_encoder(
+    model: str | Path | None = None, backend: str = "torch", max_length: int | None = None,
+    threads: int | None = None,
+) -> PairScorer:
+    """A cross-encoder by backend; ``model`` defaults to :func:`default_reranker_dir`.
+
+    ``max_length`` defaults to the length the model was trained at, else 256."""
+    model = str(model if model is not None else default_reranker_dir())
+    if _looks_local(model) and not Path(model).expanduser().exists():
+        raise _missing(model)
+    max_length = max_length or trained_max_length(model)
+    if backend == "torch":
+        return TorchCrossEncoder(str(Path(model).expanduser()) if _looks_local(model) else model,
+                                 max_length)
+    if backend == "onnx":
+        return OnnxCrossEncoder(model, max_length, threads)
+    raise ModelError(f"unknown cross-encoder backend {backend!r}; use 'torch' or 'onnx'")
+
+
+class CrossEncoderReranker(Stage):
+    """Rescore the top ``k`` candidates of each ranking with a cross-encoder.
+
+    Candidates below ``k`` keep their order beneath the rescored ones (with scores below the
+    lowest cross-encoder score); every candidate keeps its earlier stage scores. Batches of 8
+    were fastest on 2 CPU cores (longer batches pad more and spill caches).
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        model: str | Path | PairScorer | None = None,
+        k: int = 100,
+        batch_size: int = 8,
+        max_length: int | None = None,
+        backend: str = "torch",
+        name: str = "cross_encoder",
+        threads: int | None = None,
+    ) -> None:
+        if k < 1 or batch_size < 1:
+            raise ModelError(f"cross-encoder k and batch_size must be >= 1 (got k={k}, "
+                             f"batch_size={batch_size})")
+        self.index = index
+        self.scorer = model if hasattr(model, "predict") else \
+            load_cross_encoder(model, backend, max_length, threads)  # type: ignore[arg-type]
+        self.k = k
+        self.batch_size = batch_size
+        self.name = name
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        pairs: list[Pair] = []
+        spans: list[tuple[int, int]] = []
+        for r in rankings:
+            start = len(pairs)
+            pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.k])
+            spans.append((start, len(pairs)))
+        scores = self.scorer.predict(pairs, self.batch_size)
+        trace.count(self.name, "pairs", len(pairs))
+        return [self._rerank(r, scores[a:b]) for r, (a, b) in zip(rankings, spans, strict=True)]
+
+    def _rerank(self, ranking: Ranking, scores: np.ndarray) -> Ranking:
+        if not ranking.docs:
+            return ranking
+        head = ranking.docs[:self.k]
+        new = Ranking.from_scores(ranking.query, {d.doc_id: float(s) for d, s in
+                                                  zip(head, scores, strict=True)},
+                                  self.name, previous=ranking)
+        floor = min(d.score for d in new.docs)
+        new.docs.extend(ScoredDoc(d.doc_id, floor - i, dict(d.stage_scores))
+                        for i, d in enumerate(ranking.docs[self.k:], 1))
+        return new
+
+    def describe(self) -> str:
+        return f"{self.name}(k={self.k})"

@@ -1,0 +1,110 @@
+"""The cross-encoder stage on a real Cranfield index, with a tiny random BERT built locally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from intentrank.errors import ModelError
+from intentrank.models.cross_encoder import (
+    CrossEncoderReranker,
+    default_reranker_dir,
+    load_cross_encoder,
+)
+from intentrank.pipeline.config import BuildContext, build_pipeline
+from intentrank.pipeline.retrievers import BM25Retriever
+from intentrank.types import Trace
+
+
+def make_tiny_cross_encoder(path: Path) -> Path:
+    """A randomly initialised 2-layer BERT with one output, and the MiniLM tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from intentrank.models.embedder import minilm_path
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, num_labels=1,
+                        max_position_embeddings=512, initializer_range=0.2)
+    BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_tiny_cross_encoder(tmp_path_factory.mktemp("ce") / "tiny")
+
+
+class LengthScorer:
+    """Deterministic stand-in: longer passages score higher."""
+
+    name = "length"
+
+    def predict(self, pairs, batch_size=32):  # noqa: ANN001, ANN201
+        return np.array([len(p) for _, p in pairs], dtype=np.float32)
+
+
+def test_reranks_top_k_and_keeps_the_rest(cranfield, cranfield_index) -> None:
+    queries, _ = cranfield.split("test")
+    trace = Trace()
+    bm25 = BM25Retriever(cranfield_index, k=20).run(queries[:3], trace).rankings
+    stage = CrossEncoderReranker(cranfield_index, LengthScorer(), k=5)
+    out = stage(bm25, trace)
+    assert trace.stages["cross_encoder"].counters["pairs"] == 15
+    for before, after in zip(bm25, out, strict=True):
+        head = after.docs[:5]
+        lengths = [len(cranfield_index.doc_text(d.doc_id)) for d in head]
+        assert lengths == sorted(lengths, reverse=True)
+        assert {d.doc_id for d in head} == set(before.doc_ids[:5])
+        assert after.doc_ids[5:] == before.doc_ids[5:]  # below k: order kept
+        scores = [d.score for d in after.docs]
+        assert scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores)
+        assert all("bm25" in d.stage_scores for d in after.docs)
+        assert all("cross_encoder" in d.stage_scores for d in head)
+        assert not any("cross_encoder" in d.stage_scores for d in after.docs[5:])
+
+
+def test_torch_and_onnx_backends_on_a_tiny_model(cranfield, cranfield_index, tiny_model) -> None:
+    from intentrank.training.reranker import export_onnx_int8
+
+    queries, _ = cranfield.split("test")
+    bm25 = BM25Retriever(cranfield_index, k=10).run(queries[:2]).rankings
+    torch_stage = CrossEncoderReranker(cranfield_index, str(tiny_model), k=10, max_length=64)
+    ranked = torch_stage(bm25)
+    pairs = [(r.query.text, cranfield_index.doc_text(d)) for r in bm25 for d in r.doc_ids]
+    direct = torch_stage.scorer.predict(pairs)
+    assert ((direct > 0) & (direct < 1)).all()  # sigmoid scores
+    for r, chunk in zip(ranked, np.split(direct, 2), strict=True):
+        assert [d.score for d in r.docs] == pytest.approx(sorted(chunk.tolist(), reverse=True))
+
+    export_onnx_int8(tiny_model)
+    onnx_scores = load_cross_encoder(tiny_model, "onnx", max_length=64).predict(pairs, 4)
+    assert np.abs(onnx_scores - direct).max() < 0.02
+    assert np.corrcoef(onnx_scores, direct)[0, 1] > 0.95
+
+
+def test_config_stage_shares_one_model(cranfield_index, tiny_model) -> None:
+    ctx = BuildContext(cranfield_index)
+    node = [{"bm25": {"k": 8}}, {"cross_encoder": {"model": str(tiny_model), "k": 4,
+                                                   "max_length": 64}}]
+    first, second = build_pipeline(node, ctx), build_pipeline(node, ctx)
+    assert first.stages[1].scorer is second.stages[1].scorer
+    top = first.search("boundary layer heat transfer", k=8)
+    assert len(top.docs) == 8 and "cross_encoder" in top.docs[0].stage_scores
+
+
+def test_missing_models_name_the_fix(tmp_path, cranfield_index) -> None:
+    with pytest.raises(ModelError, match="train-reranker"):
+        load_cross_encoder(tmp_path / "nope")
+    with pytest.raises(ModelError, match="train-reranker"):
+        CrossEncoderReranker(cranfield_index, str(tmp_path / "nope"), backend="onnx")
+    with pytest.raises(ModelError, match="no ONNX model"):
+        load_cross_encoder(tmp_path, "onnx")
+    with pytest.raises(ModelError, match="unknown cross-encoder backend"):
+        load_cross_encoder(tmp_path, "tensorrt")
+    assert default_reranker_dir("cranfield").name == "cross-encoder-cranfield"

@@ -1,0 +1,65 @@
+"""The onnxruntime int8 MiniLM embedder against sentence-transformers on real passages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from intentrank.errors import ModelError
+from intentrank.models.embedder import load_embedder
+from intentrank.models.onnx_embedder import OnnxEmbedder, minilm_int8_onnx_path
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder() -> OnnxEmbedder:
+    emb = load_embedder("minilm", "onnx")
+    assert isinstance(emb, OnnxEmbedder)
+    return emb
+
+
+@pytest.fixture(scope="module")
+def passages(cranfield) -> list[str]:
+    return [d.full_text() for _, d in zip(range(50), cranfield.corpus(), strict=False)]
+
+
+def test_parity_with_sentence_transformers(onnx_embedder, passages) -> None:
+    st = load_embedder("minilm")
+    a = onnx_embedder.encode_passages(passages, batch_size=16)
+    b = st.encode_passages(passages, batch_size=16)
+    cos = (a * b).sum(axis=1)
+    assert cos.min() >= 0.999, f"min cosine {cos.min():.5f}"
+    q = ["what similarity laws must be obeyed when constructing aeroelastic models"]
+    assert (onnx_embedder.encode_queries(q) @ st.encode_queries(q).T).item() >= 0.999
+
+
+def test_shape_norm_and_order(onnx_embedder, passages) -> None:
+    vecs = onnx_embedder.encode_passages(passages[:20], batch_size=7, progress=True)
+    assert vecs.shape == (20, onnx_embedder.dim) == (20, 384) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    one_by_one = np.vstack([onnx_embedder.encode_passages([p]) for p in passages[:20:4]])
+    assert ((vecs[::4] * one_by_one).sum(axis=1) > 0.999).all()  # order restored
+    assert onnx_embedder.encode_passages([]).shape == (0, 384)
+
+
+def test_prefixes_and_truncation(onnx_embedder) -> None:
+    prefixed = OnnxEmbedder(query_prefix="query: ", passage_prefix="passage: ", max_length=16)
+    text = "shock wave boundary layer interaction " * 10
+    q = prefixed.encode_queries([text])
+    p = prefixed.encode_passages([text])
+    assert (q @ p.T).item() < 0.9999  # the prefixes make the two differ
+    short = OnnxEmbedder(max_length=16)
+    assert np.allclose(q, short.encode_passages(["query: " + text]), atol=1e-5)
+    assert not np.allclose(short.encode_passages([text]), onnx_embedder.encode_passages([text]),
+                           atol=1e-3)  # max_length truncates
+
+
+def test_model_file_and_errors(tmp_path) -> None:
+    assert minilm_int8_onnx_path().suffix == ".onnx"
+    with pytest.raises(ModelError, match="cannot load ONNX model"):
+        bad = tmp_path / "bad.onnx"
+        bad.write_bytes(b"not a model")
+        OnnxEmbedder(onnx_path=bad)
+    with pytest.raises(ModelError, match="tokenizer file not found"):
+        OnnxEmbedder(tokenizer_path=tmp_path)
+    with pytest.raises(ModelError, match="unknown embedder backend"):
+        load_embedder("minilm", "tensorrt")
