@@ -92,7 +92,7 @@ class FusionStage(Stage):
         self.weights = None if weights is None else _check_weights(weights, len(flat))
         self.name = self.method
 
-    def fuse(self, rankings: Sequence[Ranking]) -> dict[str, float]:
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         raise NotImplementedError
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
@@ -106,7 +106,7 @@ class FusionStage(Stage):
                 for other in per_query[1:]:
                     extra = tuple(d for d in other.query.derived if d not in query.derived)
                     query = type(query)(query.id, query.text, query.turns, query.derived + extra)
-                result = Ranking.from_scores(query, self.fuse(per_query), self.name)
+                result = Ranking.from_scores(query, self.fuse(per_query, trace), self.name)
                 for d in result.docs:
                     d.stage_scores = {**merged.get(d.doc_id, {}), self.name: d.score}
                 fused.append(result)
@@ -137,7 +137,7 @@ class RRFFusion(FusionStage):
         super().__init__(branches, weights)
         self.k = k
 
-    def fuse(self, rankings: Sequence[Ranking]) -> dict[str, float]:
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         return rrf([r.doc_ids for r in rankings], k=self.k, weights=self.weights)
 
 
@@ -146,7 +146,7 @@ class WeightedFusion(FusionStage):
 
     method = "weighted"
 
-    def fuse(self, rankings: Sequence[Ranking]) -> dict[str, float]:
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         return weighted_minmax(
             [{d.doc_id: d.score for d in r.docs} for r in rankings], self.weights
         )
@@ -157,6 +157,6 @@ class InterleaveFusion(FusionStage):
 
     method = "interleave"
 
-    def fuse(self, rankings: Sequence[Ranking]) -> dict[str, float]:
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         order = interleave([r.doc_ids for r in rankings])
         return {doc_id: 1.0 / pos for pos, doc_id in enumerate(order, start=1)}

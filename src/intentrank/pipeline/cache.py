@@ -1,0 +1,66 @@
+"""Reuse a stage's outputs across pipelines that share it (ablations, experiments).
+
+``Cached(stage)`` runs ``stage`` only for inputs it has not seen (same query, same derived
+texts, same candidate ids) and replays stored outputs otherwise. A replay also adds the
+stored per-query share of the original wall time and counters to the trace, so every
+pipeline's trace shows what it would cost on its own; ``<name>.replayed`` counts replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from intentrank.pipeline.stage import Stage
+from intentrank.types import Ranking, Trace
+
+
+@dataclass
+class _Entry:
+    ranking: Ranking
+    seconds: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _key(r: Ranking) -> tuple:
+    q = r.query
+    return (q.id, q.text, q.turns, q.derived, tuple(r.doc_ids))
+
+
+class Cached(Stage):
+    """Memoise ``stage`` per input ranking."""
+
+    def __init__(self, stage: Stage) -> None:
+        self.stage = stage
+        self.name = f"cached:{stage.name}"
+        self._store: dict[tuple, _Entry] = {}
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
+        trace = trace if trace is not None else Trace()
+        keys = [_key(r) for r in rankings]
+        todo = [i for i, k in enumerate(keys) if k not in self._store]
+        if todo:
+            sub = Trace()
+            outputs = self.stage([rankings[i] for i in todo], sub)
+            n = len(todo)
+            seconds = {name: st.seconds / n for name, st in sub.stages.items()}
+            counters = {name: {c: v / n for c, v in st.counters.items()}
+                        for name, st in sub.stages.items()}
+            for i, out in zip(todo, outputs, strict=True):
+                self._store[keys[i]] = _Entry(out, seconds, counters)
+            trace.merge(sub)
+        fresh = set(todo)
+        replayed = [i for i in range(len(rankings)) if i not in fresh]
+        for i in replayed:
+            entry = self._store[keys[i]]
+            for name, secs in entry.seconds.items():
+                st = trace.stage(name)
+                st.seconds += secs
+                st.queries += 1
+                for c, v in entry.counters[name].items():
+                    st.counters[c] = st.counters.get(c, 0) + v
+        if replayed:
+            trace.count(self.stage.name, "replayed", len(replayed))
+        return [self._store[k].ranking for k in keys]
+
+    def describe(self) -> str:
+        return self.stage.describe()

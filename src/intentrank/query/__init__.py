@@ -1,0 +1,1 @@
+"""Query transformers: stages that push derived texts (follow-ups, variants) onto queries."""

@@ -1,0 +1,64 @@
+"""Follow-up question prediction (FUQ, step 1): an LLM writes the M questions a user is
+likely to ask next; they go onto the query's derived-text stack as kind ``followup``."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from intentrank.llm.base import user
+from intentrank.llm.parsing import parse_numbered_list
+from intentrank.llm.prompts import load_prompt, render
+from intentrank.pipeline.stage import Stage
+from intentrank.types import Ranking, Trace
+
+_ANSWER = re.compile(r"follow[- ]?up questions?\s*:?", re.I)
+
+
+def parse_followups(reply: str, query: str, m: int) -> tuple[list[str], str]:
+    """Clean follow-up questions from a reply, and the reason when there are none.
+
+    Only the part after the last "Follow-up questions:" header is read (the reasoning above
+    it may be numbered too); blank, duplicate and echoed lines (the query itself) are dropped.
+    """
+    parts = _ANSWER.split(reply)
+    answer = parts[-1] if len(parts) > 1 else reply
+    parsed = parse_numbered_list(answer, limit=m, exclude=(query,))
+    items = [q for q in parsed.value if not _ANSWER.fullmatch(q.strip())]
+    return items, ("" if items else parsed.reason or "no usable question")
+
+
+class FollowUpPredictor(Stage):
+    """Predict ``m`` follow-up questions per query with the paper's CoT + few-shot prompt.
+
+    A reply with no usable question leaves the query alone (the reranker then uses the
+    query in place of follow-ups); it is counted as ``fallbacks`` and logged with the reason.
+    """
+
+    def __init__(self, llm: Any, m: int = 2, max_tokens: int = 160,
+                 prompt: str = "followups", name: str = "followups") -> None:
+        if m < 1:
+            raise ValueError(f"m (follow-ups per query) must be >= 1, got {m}")
+        self.llm, self.m, self.max_tokens, self.name = llm, m, max_tokens, name
+        self.template = load_prompt(prompt)
+
+    def messages(self, query: str) -> list[dict[str, str]]:
+        return user(render(self.template, m=self.m, query=query.strip()))
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        out = []
+        for ranking in rankings:
+            q = ranking.query
+            reply = self.llm.complete_or_none(self.messages(q.text), max_tokens=self.max_tokens,
+                                              trace=trace, stage=self.name)
+            items, reason = (parse_followups(reply.text, q.text, self.m) if reply is not None
+                             else ([], "llm call failed"))
+            if not items:
+                trace.count(self.name, "fallbacks")
+                trace.log(self.name, "fallback", query_id=q.id, reason=reason)
+            trace.count(self.name, "followups", len(items))
+            out.append(Ranking(q.with_derived("followup", items, self.name), ranking.docs))
+        return out
+
+    def describe(self) -> str:
+        return f"{self.name}(m={self.m})"

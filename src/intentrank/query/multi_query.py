@@ -1,0 +1,49 @@
+"""Multi-Query retrieval (the LangChain MultiQueryRetriever baseline): an LLM writes ``n``
+variants of the query, the retriever runs for the query and each variant, and the lists are
+fused by RRF (k=60)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from intentrank.llm.base import user
+from intentrank.llm.parsing import parse_numbered_list
+from intentrank.llm.prompts import load_prompt, render
+from intentrank.pipeline.fusion import rrf
+from intentrank.pipeline.stage import Stage
+from intentrank.types import Query, Ranking, Trace
+
+
+class MultiQueryRetriever(Stage):
+    """Retrieve with the query and ``n`` LLM-written variants, fused by RRF."""
+
+    def __init__(self, llm: Any, retriever: Stage, n: int = 3, k: float = 60,
+                 max_tokens: int = 120, name: str = "multi_query") -> None:
+        self.llm, self.retriever, self.n, self.k, self.name = llm, retriever, n, k, name
+        self.max_tokens = max_tokens
+        self.template = load_prompt("multi_query")
+
+    def variants(self, query: Query, trace: Trace) -> list[str]:
+        reply = self.llm.complete_or_none(
+            user(render(self.template, n=self.n, query=query.text.strip())),
+            max_tokens=self.max_tokens, trace=trace, stage=self.name)
+        parsed = parse_numbered_list(reply.text if reply else "", limit=self.n,
+                                     exclude=(query.text,))
+        if not parsed.ok:
+            trace.count(self.name, "fallbacks")
+            trace.log(self.name, "fallback", query_id=query.id,
+                      reason=parsed.reason if reply else "llm call failed")
+        return parsed.value
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        queries = [r.query.with_derived("variant", self.variants(r.query, trace), self.name)
+                   for r in rankings]
+        expanded = [Ranking(Query(f"{q.id}\x1f{i}", t)) for q in queries
+                    for i, t in enumerate([q.text, *q.derived_of("variant")])]
+        lists: dict[str, list[list[str]]] = {}
+        for r in self.retriever(expanded, trace):
+            lists.setdefault(r.query.id.split("\x1f")[0], []).append(r.doc_ids)
+        return [Ranking.from_scores(q, rrf(lists[q.id], k=self.k), self.name) for q in queries]
+
+    def describe(self) -> str:
+        return f"{self.name}(n={self.n}, {self.retriever.describe()})"

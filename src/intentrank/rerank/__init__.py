@@ -1,0 +1,1 @@
+"""Rerankers: stages that reorder the candidates of each ranking."""
