@@ -9,6 +9,7 @@ from intentrank.llm.base import LLM, LLMReply, Message
 from intentrank.llm.client import LLMClient, load_llm
 from intentrank.llm.parsing import parse_yes_no
 from intentrank.pipeline.stage import Stage
+from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
 SYSTEM = "You judge search results. Answer with one word: yes or no."
@@ -83,14 +84,12 @@ class LLMJudge(Stage):
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         out = []
         for ranking in rankings:
-            head, tail = ranking.docs[: self.k], ranking.docs[self.k :]
+            head = ranking.docs[: self.k]
             batch = [judge_messages(ranking.query.text, self.passage(d.doc_id)) for d in head]
             replies = self.llm.chat_many(batch, on_error="none", trace=trace, stage=self.name,
                                          max_tokens=2, logprobs=TOP_LOGPROBS)
             scores: dict[str, float] = {}
             for i, (doc, reply) in enumerate(zip(head, replies, strict=True)):
                 scores[doc.doc_id] = self.score(reply, trace) - i * 1e-9  # ties: keep order
-            for i, doc in enumerate(tail, 1):
-                scores[doc.doc_id] = -float(i)
-            out.append(Ranking.from_scores(ranking.query, scores, self.name, previous=ranking))
+            out.append(rerank_head(ranking, scores, self.name))
         return out

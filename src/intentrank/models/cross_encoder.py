@@ -24,7 +24,8 @@ from intentrank.errors import ModelError
 from intentrank.index.store import Index
 from intentrank.paths import cache_dir
 from intentrank.pipeline.stage import Stage
-from intentrank.types import Ranking, ScoredDoc, Trace
+from intentrank.rerank.base import rerank_head
+from intentrank.types import Ranking, Trace
 
 ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/model.onnx")
 Pair = tuple[str, str]
@@ -191,16 +192,9 @@ class CrossEncoderReranker(Stage):
         return [self._rerank(r, scores[a:b]) for r, (a, b) in zip(rankings, spans, strict=True)]
 
     def _rerank(self, ranking: Ranking, scores: np.ndarray) -> Ranking:
-        if not ranking.docs:
-            return ranking
         head = ranking.docs[:self.k]
-        new = Ranking.from_scores(ranking.query, {d.doc_id: float(s) for d, s in
-                                                  zip(head, scores, strict=True)},
-                                  self.name, previous=ranking)
-        floor = min(d.score for d in new.docs)
-        new.docs.extend(ScoredDoc(d.doc_id, floor - i, dict(d.stage_scores))
-                        for i, d in enumerate(ranking.docs[self.k:], 1))
-        return new
+        return rerank_head(ranking, {d.doc_id: float(s) for d, s in zip(head, scores, strict=True)},
+                           self.name)
 
     def describe(self) -> str:
         return f"{self.name}(k={self.k})"
