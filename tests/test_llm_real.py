@@ -85,3 +85,22 @@ def test_judge_prefers_the_relevant_passage(llm):
     assert out.doc_ids == sorted(scores, key=lambda d: -scores[d])
     c = trace.stage("llm_judge").counters
     assert c["llm_calls"] == 3 and "fallbacks" not in c and "parsed_yes_no" not in c
+
+
+def test_followup_predictor_with_the_paper_prompt(client):
+    """The CoT + few-shot follow-up prompt on the real model parses into M clean questions."""
+    from intentrank.query.followups import FollowUpPredictor, parse_followups
+
+    query = Query("q1", "boundary layer transition on a flat plate at high mach number")
+    trace = Trace()
+    stage = FollowUpPredictor(client, m=2)
+    out = stage([Ranking(query)], trace)[0]
+    followups = out.query.derived_of("followup")
+    assert 1 <= len(followups) <= 2, followups
+    assert all(f.strip() and f.lower() != query.text for f in followups)
+    assert len(set(followups)) == len(followups)
+    assert trace.stage("followups").counters.get("fallbacks", 0) == 0
+    # the reasoning above the answer header is never taken for a question
+    reply = client.chat(stage.messages(query.text), max_tokens=stage.max_tokens)
+    assert parse_followups(reply.text, query.text, 2)[0] == followups
+    assert not any(f.lower().startswith(("breakdown", "missing perspectives")) for f in followups)

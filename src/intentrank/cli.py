@@ -26,6 +26,27 @@ out = Console()
 DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
 
 
+# LLM settings every command hands to the pipelines it builds (set by the global options).
+LLM_SETTINGS: dict = {"llm": "embedded", "llm_options": {}}
+
+
+@app.callback()
+def main(
+    llm: Annotated[str, typer.Option(help="LLM for LLM stages: 'embedded' (Qwen2.5-Coder-0.5B "
+                                     "via llama.cpp), 'llamacpp:qwen2.5-coder-1.5b', a .gguf "
+                                     "path, or 'openai:<model>@<base_url>' (key from "
+                                     "$OPENAI_API_KEY).", envvar="INTENTRANK_LLM")] = "embedded",
+    llm_cache: Annotated[bool, typer.Option("--llm-cache/--no-llm-cache", help="Replay LLM "
+                                            "replies from the on-disk cache.")] = True,
+    llm_timeout: Annotated[float, typer.Option(help="Seconds per LLM call (HTTP backends).")]
+        = 60.0,
+    llm_retries: Annotated[int, typer.Option(help="Retries of a failed LLM call.")] = 2,
+) -> None:
+    """intentrank: intent-aware retrieval and reranking for RAG."""
+    LLM_SETTINGS.update(llm=llm, llm_options={"cache": llm_cache, "timeout": llm_timeout,
+                                              "retries": llm_retries})
+
+
 def _fail(exc: Exception) -> None:
     console.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False)
     raise typer.Exit(2)
@@ -121,7 +142,7 @@ def search(
 
     try:
         idx = Index.open(index_dir)
-        pipe = pipeline_from_config(resolve_pipeline(pipeline), index=idx)
+        pipe = pipeline_from_config(resolve_pipeline(pipeline), index=idx, **LLM_SETTINGS)
         result = pipe.run(query)
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
@@ -175,7 +196,8 @@ def evaluate_cmd(
         idx = _open_or_build(dataset, index_dir)
         ds.check_qrels(idx.doc_and_parent_ids)
         queries, qrels = ds.split(split)
-        systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx) for n in names}
+        systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx, **LLM_SETTINGS)
+                   for n in names}
         with console.status(f"running {len(systems)} pipeline(s) on {len(queries)} queries"):
             exp = run_experiment(systems, queries, qrels, metrics.split(","),
                                  baseline=baseline or names[0] if len(names) > 1 else None)
@@ -283,6 +305,47 @@ def train_reranker_cmd(
                   f"{info['steps_planned']} steps in {info['seconds']['training']:.0f}s "
                   f"(stopped by {info['stopped_by']})")
     console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, k: 100}}[/]")
+
+
+@app.command("tune-fuq")
+def tune_fuq_cmd(
+    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset with a training split.")],
+    name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
+                                      "(use it as `fuq: {params: NAME}`); default "
+                                      "fuq-<dataset>.")] = "",
+    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
+                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
+    split: Annotated[str, typer.Option(help="Qrels split to tune on ('test' is refused).")] =
+        "train",
+    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
+        "nDCG@3",
+    sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
+                                        "queries (0 = all; each costs one LLM call).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the query sample.")] = 0,
+) -> None:
+    """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.llm.client import load_llm
+    from intentrank.rerank.fuq_tuning import tune_fuq_on_split
+    from intentrank.tuning import save_params
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        if split == "test":
+            raise IntentrankError("tuning on the test split is refused; use --split train")
+        ds = load_dataset(dataset)
+        idx = _open_or_build(dataset, index_dir)
+        llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
+        with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
+            res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed)
+        path = save_params(name or f"fuq-{ds.name}", res, dataset=ds.name, split=split,
+                           sample=sample, seed=seed)
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    w = res.best
+    console.print(f"[green]saved[/] {path}: alpha={w['alpha']} beta={w['beta']} "
+                  f"gamma={w['gamma']} ({metric} {res.score:.4f} on {res.n_queries} {split} "
+                  f"queries)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 import urllib.request
@@ -54,6 +55,14 @@ class Dataset:
             raise DataError(f"no qrels for split {split!r}; available: {self.splits}", self.root)
         qrels = self.qrels[split]
         return [self.queries[q] for q in qrels], qrels
+
+    def sample(self, split: str, n: int, seed: int = 0) -> tuple[list[Query], Qrels]:
+        """A fixed-seed sample of ``n`` judged queries of ``split`` (all of them if fewer),
+        in id order, with their judgments: the same queries for every system and run."""
+        queries, qrels = self.split(split)
+        if 0 < n < len(queries):
+            queries = sorted(random.Random(seed).sample(queries, n), key=lambda q: q.id)
+        return queries, {q.id: qrels[q.id] for q in queries}
 
     def check_qrels(self, doc_ids: set[str]) -> None:
         """Raise if any split's qrels name queries or documents this collection lacks."""

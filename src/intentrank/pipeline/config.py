@@ -40,6 +40,19 @@ class BuildContext:
     index: Index | None = None
     resources: dict[str, Any] = field(default_factory=dict)
 
+    def llm(self) -> Any:
+        """The LLM client stages share: ``resources['llm']`` (a client, backend or spec
+        string such as ``embedded`` or ``openai:<model>@<url>``), built once per config."""
+        from intentrank.llm.client import LLMClient, load_llm
+
+        llm = self.resources.get("llm", "embedded")
+        if isinstance(llm, str):
+            llm = load_llm(llm, **self.resources.get("llm_options", {}))
+        elif not isinstance(llm, LLMClient):
+            llm = LLMClient(llm, **self.resources.get("llm_options", {}))
+        self.resources["llm"] = llm
+        return llm
+
     def require_index(self, stage: str) -> Index:
         if self.index is None:
             raise ConfigError(f"stage {stage!r} needs an index: pass --index or set 'index:' "
@@ -103,12 +116,20 @@ def _build_fuse(params: Any, ctx: BuildContext, where: str) -> Stage:
         raise ConfigError(f"{where}.fuse: needs 'inputs' (a list of branches)")
     params = dict(params)
     method = params.pop("method", "rrf")
-    if method not in FUSERS:
-        raise ConfigError(f"{where}.fuse: unknown method {method!r}; use {', '.join(FUSERS)}")
+    if method not in (*FUSERS, "dynamic"):
+        raise ConfigError(f"{where}.fuse: unknown method {method!r}; use "
+                          f"{', '.join(FUSERS)}, dynamic")
     inputs = params.pop("inputs")
     if not isinstance(inputs, list) or len(inputs) < 2:
         raise ConfigError(f"{where}.fuse: 'inputs' must list at least two branches")
     branches = [build_pipeline(b, ctx, f"{where}.fuse.inputs[{i}]") for i, b in enumerate(inputs)]
+    if method == "dynamic":
+        from intentrank.pipeline.dynamic_weights import DynamicWeightedFusion
+
+        try:
+            return DynamicWeightedFusion(branches, ctx.llm(), **params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.fuse: {exc}") from exc
     try:
         return FUSERS[method](branches, **params)
     except (TypeError, ValueError) as exc:
@@ -185,3 +206,52 @@ def _cross_encoder(ctx: BuildContext, params: dict[str, Any]) -> Stage:
 
 
 register_stage("cross_encoder")(_cross_encoder)
+
+
+def _followups(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``followups: {m: 2, max_tokens: 160}``: LLM-predicted follow-up questions."""
+    from intentrank.query.followups import FollowUpPredictor
+
+    return FollowUpPredictor(ctx.llm(), **params)
+
+
+def _fuq(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``fuq: {alpha, beta, gamma, k}`` or ``fuq: {params: <saved name>, k}``."""
+    from intentrank.rerank.fuq import FollowUpReranker, FUQWeights
+    from intentrank.tuning import load_params
+
+    saved = params.pop("params", None)
+    weights = {**(load_params(saved) if saved else {}),
+               **{w: params.pop(w) for w in ("alpha", "beta", "gamma") if w in params}}
+    return FollowUpReranker(ctx.require_index("fuq"), FUQWeights(**weights), **params)
+
+
+def _multi_query(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``multi_query: {retriever: <node>, n: 3, k: 60}``: LLM query variants, RRF-fused."""
+    from intentrank.query.multi_query import MultiQueryRetriever
+
+    retriever = build_pipeline(params.pop("retriever", "dense"), ctx, "multi_query.retriever")
+    return MultiQueryRetriever(ctx.llm(), retriever, **params)
+
+
+def _with_index_and_llm(cls_path: str, name: str) -> StageFactory:
+    module, cls = cls_path.rsplit(".", 1)
+
+    def factory(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+        import importlib
+
+        return getattr(importlib.import_module(module), cls)(ctx.require_index(name), ctx.llm(),
+                                                             **params)
+
+    factory.__doc__ = f"``{name}``: {cls} over the index with the shared LLM."
+    return factory
+
+
+register_stage("followups")(_followups)
+register_stage("fuq")(_fuq)
+register_stage("multi_query")(_multi_query)
+register_stage("listwise")(_with_index_and_llm("intentrank.rerank.listwise.ListwiseReranker",
+                                               "listwise"))
+register_stage("compression")(_with_index_and_llm(
+    "intentrank.rerank.compression.ContextualCompression", "compression"))
+register_stage("llm_judge")(_with_index_and_llm("intentrank.llm.judge.LLMJudge", "llm_judge"))

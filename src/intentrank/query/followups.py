@@ -23,8 +23,11 @@ def parse_followups(reply: str, query: str, m: int) -> tuple[list[str], str]:
     """
     parts = _ANSWER.split(reply)
     answer = parts[-1] if len(parts) > 1 else reply
-    parsed = parse_numbered_list(answer, limit=m, exclude=(query,))
+    parsed = parse_numbered_list(answer, exclude=(query,))
     items = [q for q in parsed.value if not _ANSWER.fullmatch(q.strip())]
+    if parsed.reason == "no numbered lines":  # free text: only lines that are questions
+        items = [q for q in items if q.rstrip().endswith("?")]
+    items = items[:m]
     return items, ("" if items else parsed.reason or "no usable question")
 
 
