@@ -13,6 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
+# benchmarks share the project cache (trained reranker, LLM replies, embeddings) with tests
+os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
 
 
 def machine() -> str:

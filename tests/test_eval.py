@@ -23,6 +23,13 @@ def test_aliases_map_to_ir_measures():
         to_measure("Bogus@3")
 
 
+def test_two_spellings_of_one_metric_both_get_values():
+    res = evaluate({"q": {"a": 2.0, "c": 1.0}}, {"q": {"a": 1, "b": 1}},
+                   ["R@3", "Recall@3", "P@3", "R@3"])
+    assert res.metrics == ["R@3", "Recall@3", "P@3"]
+    assert res.aggregate["R@3"] == res.aggregate["Recall@3"] == pytest.approx(0.5)
+
+
 def test_unretrieved_queries_count_zero_and_values_match_ir_measures():
     res = evaluate(RUN, QRELS, ["nDCG@10", "MRR@10", "P@2", "HitRate@1"])
     assert res.per_query["3"] == {"nDCG@10": 0.0, "MRR@10": 0.0, "P@2": 0.0, "HitRate@1": 0.0}

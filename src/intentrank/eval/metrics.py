@@ -49,14 +49,19 @@ def evaluate(
     run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str] = DEFAULT_METRICS
 ) -> EvalResult:
     """Score ``run`` against ``qrels``; averaged over every query in ``qrels``."""
+    metrics = list(dict.fromkeys(metrics))
     measures = {name: to_measure(name) for name in metrics}
-    by_measure = {str(m): name for name, m in measures.items()}
+    by_measure: dict[str, list[str]] = {}  # aliases (R@3, Recall@3) share one measure
+    for name, m in measures.items():
+        by_measure.setdefault(str(m), []).append(name)
     judged = {q: j for q, j in qrels.items() if j}
     per_query = {qid: {name: 0.0 for name in metrics} for qid in judged}
     clean_run: Run = {q: dict(docs) for q, docs in run.items() if q in judged and docs}
     if clean_run:
-        for metric in ir_measures.iter_calc(list(measures.values()), judged, clean_run):
-            per_query[metric.query_id][by_measure[str(metric.measure)]] = float(metric.value)
+        unique = list({str(m): m for m in measures.values()}.values())
+        for metric in ir_measures.iter_calc(unique, judged, clean_run):
+            for name in by_measure[str(metric.measure)]:
+                per_query[metric.query_id][name] = float(metric.value)
     n = max(len(per_query), 1)
     aggregate = {name: sum(s[name] for s in per_query.values()) / n for name in metrics}
     return EvalResult(list(metrics), aggregate, per_query)
