@@ -85,3 +85,21 @@ def test_cli_reports_bad_input_clearly(tmp_path):
     assert not (tmp_path / "idx").exists()
     res = runner.invoke(app, ["search", str(tmp_path), "q"])
     assert res.exit_code == 2 and "not an intentrank index" in res.output
+
+
+def test_cli_ablate_without_models_writes_reports(data_dir, cranfield_index, tmp_path):
+    out = tmp_path / "abl" / "cranfield"
+    res = runner.invoke(app, ["ablate", str(data_dir / "cranfield"), "--index",
+                              str(cranfield_index.path), "--sample", "8", "--no-ce",
+                              "--no-llm-stages", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "Dense only" in res.stdout and "Bi-modal" in res.stdout
+    assert "Tri-modal + CE and Full pipeline skipped: no cross-encoder given." in res.stdout
+    html = (tmp_path / "abl" / "cranfield.html").read_text()
+    assert "data:image/png;base64" in html
+    assert json.loads((tmp_path / "abl" / "cranfield.json").read_text())
+
+
+def test_cli_tune_fuq_refuses_test(data_dir, tmp_path):
+    res = runner.invoke(app, ["tune-fuq", str(data_dir / "cranfield"), "--split", "test"])
+    assert res.exit_code == 2 and "refused" in res.output

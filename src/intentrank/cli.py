@@ -348,5 +348,66 @@ def tune_fuq_cmd(
                   f"queries)")
 
 
+@app.command()
+def ablate(
+    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory.")],
+    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
+                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
+    split: Annotated[str, typer.Option(help="Qrels split to evaluate on.")] = "test",
+    sample: Annotated[int, typer.Option(help="Fixed-seed sample of this many queries (0 = "
+                                        "the whole split).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the sample and of the tests.")] = 0,
+    out_path: Annotated[Path, typer.Option("--out", help="Report path without suffix; writes "
+                                           ".md, .html and .json (default "
+                                           "runs/ablation/<dataset>).")] = None,  # type: ignore[assignment]
+    cross_encoder: Annotated[str, typer.Option(help="Cross-encoder model directory or hub "
+                                               "name (default: the reranker train-reranker "
+                                               "saved for SciFact).")] = "",
+    use_ce: Annotated[bool, typer.Option("--ce/--no-ce", help="Run the cross-encoder "
+                                         "configurations.")] = True,
+    use_llm: Annotated[bool, typer.Option("--llm-stages/--no-llm-stages", help="Run the "
+                                          "LLM configurations (listwise, dynamic "
+                                          "weights).")] = True,
+    dynamic: Annotated[bool, typer.Option("--dynamic/--no-dynamic", help="Also run the "
+                                          "configurations with LLM-assigned weights.")] = True,
+    baseline: Annotated[str, typer.Option(help="Configuration the others are tested "
+                                          "against.")] = "Tri-modal",
+    tune_weights: Annotated[bool, typer.Option(help="Tune the static modality weights (on "
+                                               "the train split if any, else by k-fold CV "
+                                               "over queries) instead of 0.50/0.35/0.15.")]
+        = False,
+) -> None:
+    """Ablate the cascaded tri-modal pipeline: Dense only, Bi-modal, Tri-modal, Tri-modal +
+    CE, Full pipeline (static and dynamic weights) with metrics, swaps, error analysis,
+    latency and significance; Markdown + HTML + JSON report."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.ablation import STATIC_WEIGHTS, ablate_dataset, write_report
+    from intentrank.llm.client import load_llm
+    from intentrank.models.cross_encoder import CrossEncoderReranker, default_reranker_dir
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        ds = load_dataset(dataset)
+        idx = _open_or_build(dataset, index_dir)
+        ds.check_qrels(idx.doc_and_parent_ids)
+        llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"]) if use_llm else None
+        ce = CrossEncoderReranker(idx, cross_encoder or str(default_reranker_dir()), k=100,
+                                  backend="onnx", max_length=128) if use_ce else None
+        weights: object = STATIC_WEIGHTS
+        if tune_weights:
+            from intentrank.pipeline.modality_tuning import modality_weights_for
+
+            weights, source = modality_weights_for(ds, idx, split, seed=seed, sample=sample)
+            console.print(f"modality weights: {source}")
+        report = ablate_dataset(ds, idx, split, sample, seed, llm=llm, cross_encoder=ce,
+                                dynamic=dynamic and use_llm, baseline=baseline,
+                                weights=weights, log=lambda m: console.print(f"  {m}"))
+        paths = write_report(report, out_path or Path("runs") / "ablation" / ds.name)
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
+    print(report.to_markdown())
+    console.print("[green]wrote[/] " + ", ".join(str(p) for p in paths))
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,179 @@
+"""Tune the static tri-modal weights (dense / sparse / graph) on judged queries, never on test.
+
+One pass of the three legs serves the whole grid: the fused ranking keeps every leg's score
+in its stage scores (``dense``, ``sparse``, ``graph``), and re-weighting their per-query
+min-max normalised columns (a document a leg did not return counts 0) gives exactly the
+scores of :class:`~intentrank.pipeline.fusion.WeightedFusion` with those weights. The grid is
+the simplex of weights summing to 1 in steps of ``step`` (0.1: 66 points, 0.05: 231).
+
+With a train or validation split the weights are picked there
+(:func:`tune_modality_on_split`, which refuses ``test``). Without one (Cranfield, Vaswani)
+each fold of the evaluation queries gets weights tuned on the other folds
+(:func:`cross_validated_modality_weights`); :class:`PerQueryWeightedFusion` applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from intentrank.data.trec import Qrels, Run
+from intentrank.errors import ConfigError
+from intentrank.pipeline.fusion import WeightedFusion, weighted_minmax
+from intentrank.pipeline.stage import Stage
+from intentrank.tuning import TuneResult, cross_validated_run, grid_search, kfold
+from intentrank.types import Query, Ranking, Trace
+
+FEATURES = ("dense", "sparse", "graph")
+TUNE_SPLITS = ("train", "validation", "dev")  # looked for in this order
+ModalityWeights = tuple[float, float, float]
+
+
+def simplex_grid(step: float = 0.1) -> list[ModalityWeights]:
+    """Every (dense, sparse, graph) in multiples of ``step`` summing to 1."""
+    n = round(1 / step) if step > 0 else 0
+    if n < 1 or abs(n * step - 1) > 1e-9:
+        raise ConfigError(f"the weight step must divide 1 (e.g. 0.05 or 0.1), got {step}")
+    return [(round(i / n, 10), round(j / n, 10), round((n - i - j) / n, 10))
+            for i in range(n + 1) for j in range(n + 1 - i)]
+
+
+class _Simplex:
+    """Adapts the simplex to :func:`grid_search`'s product grids: one grid value per point,
+    numbered from 1 (grid search drops all-zero points)."""
+
+    def __init__(self, step: float) -> None:
+        self.points = simplex_grid(step)
+        self.grid = {"point": tuple(float(i) for i in range(1, len(self.points) + 1))}
+
+    def to_weights(self, point: Mapping[str, float]) -> list[float]:
+        return list(self.points[int(point["point"]) - 1])
+
+    def named(self, point: Mapping[str, float]) -> dict[str, float]:
+        return dict(zip(FEATURES, self.to_weights(point), strict=True))
+
+    def translate(self, result: TuneResult) -> TuneResult:
+        return TuneResult(result.metric, self.named(result.best), result.score,
+                          result.n_queries, [(self.named(p), s) for p, s in result.table])
+
+
+def modality_rankings(index: Any, queries: Sequence[Query], k: int = 100) -> list[Ranking]:
+    """Each leg's top ``k`` fused without a cut-off, so every grid point ranks the same
+    candidates with the legs' scores in the stage scores."""
+    from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
+
+    sparse = sparse_retriever(index, k)
+    fusion = WeightedFusion([DenseRetriever(index, k), sparse, GraphRetriever(index, k)])
+    return fusion.run(queries).rankings
+
+
+def _check_scored(rankings: Sequence[Ranking]) -> None:
+    for r in rankings:
+        if r.docs and not any(f in r.docs[0].stage_scores for f in FEATURES):
+            raise ConfigError(f"query {r.query.id!r} has no dense/sparse/graph stage scores; "
+                              f"tune on modality_rankings() output")
+
+
+def tune_modality_weights(rankings: Sequence[Ranking], qrels: Qrels, metric: str = "nDCG@10",
+                          step: float = 0.1) -> TuneResult:
+    """The simplex point maximising ``metric`` on ``rankings`` (best as dense/sparse/graph)."""
+    _check_scored(rankings)
+    simplex = _Simplex(step)
+    res = grid_search(rankings, qrels, FEATURES, simplex.grid, simplex.to_weights, metric,
+                      normalise=True)
+    return simplex.translate(res)
+
+
+@dataclass
+class CrossValidatedWeights:
+    """A run where each fold is ranked with weights tuned on the other folds."""
+
+    run: Run
+    folds: list[TuneResult]
+    by_query: dict[str, ModalityWeights] = field(default_factory=dict)
+
+
+def cross_validated_modality_weights(
+    rankings: Sequence[Ranking], qrels: Qrels, metric: str = "nDCG@10", step: float = 0.1,
+    folds: int = 5, seed: int = 0,
+) -> CrossValidatedWeights:
+    """k-fold cross-validation over queries (for collections without a train split)."""
+    _check_scored(rankings)
+    ids = list({r.query.id: None for r in rankings})
+    if len(ids) < 2:
+        raise ConfigError("cross-validation needs at least 2 queries")
+    folds = min(folds, len(ids))
+    simplex = _Simplex(step)
+    run, results = cross_validated_run(rankings, qrels, FEATURES, simplex.grid,
+                                       simplex.to_weights, metric, normalise=True,
+                                       folds=folds, seed=seed)
+    by_query: dict[str, ModalityWeights] = {}
+    for held_out, res in zip(kfold(ids, folds, seed), results, strict=True):
+        w = simplex.to_weights(res.best)
+        by_query.update({q: (w[0], w[1], w[2]) for q in held_out})
+    return CrossValidatedWeights(run, [simplex.translate(r) for r in results], by_query)
+
+
+def _refuse_test(split: str) -> None:
+    if split.strip().lower() == "test":
+        raise ConfigError("tuning on the test split is refused; tune on 'train' or "
+                          "'validation', or cross-validate over queries")
+
+
+def tune_modality_on_split(dataset: Any, index: Any, split: str = "train",
+                           metric: str = "nDCG@10", step: float = 0.1, sample: int = 0,
+                           seed: int = 0, k: int = 100) -> TuneResult:
+    """Grid-search the static weights on ``split`` (optionally a fixed-seed sample)."""
+    _refuse_test(split)
+    queries, qrels = dataset.sample(split, sample, seed)
+    return tune_modality_weights(modality_rankings(index, queries, k), qrels, metric, step)
+
+
+def modality_weights_for(
+    dataset: Any, index: Any, eval_split: str = "test", metric: str = "nDCG@10",
+    step: float = 0.1, folds: int = 5, seed: int = 0, k: int = 100, sample: int = 0,
+) -> tuple[ModalityWeights | dict[str, ModalityWeights], str]:
+    """Weights for evaluating on ``eval_split`` and how they were obtained: tuned on a train
+    or validation split when the dataset has one, else cross-validated over the (sampled)
+    ``eval_split`` queries, one weight triple per query."""
+    tune_split = next((s for s in TUNE_SPLITS if s in dataset.splits and s != eval_split), None)
+    if tune_split is not None:
+        res = tune_modality_on_split(dataset, index, tune_split, metric, step, seed=seed, k=k)
+        w = res.best
+        return ((w["dense"], w["sparse"], w["graph"]),
+                f"tuned on {dataset.name}/{tune_split} ({res.n_queries} queries, {metric} "
+                f"{res.score:.4f}, step {step})")
+    queries, qrels = dataset.sample(eval_split, sample, seed)
+    cv = cross_validated_modality_weights(modality_rankings(index, queries, k), qrels, metric,
+                                          step, folds, seed)
+    return cv.by_query, (f"{len(cv.folds)}-fold cross-validated over {len(cv.by_query)} "
+                         f"{dataset.name}/{eval_split} queries ({metric}, step {step})")
+
+
+class PerQueryWeightedFusion(WeightedFusion):
+    """Weighted min-max fusion with weights looked up per query id (``default`` otherwise),
+    e.g. the per-fold weights of :func:`cross_validated_modality_weights`."""
+
+    def __init__(self, branches: Sequence[Stage], weights_by_query: Mapping[str, Sequence[float]],
+                 default: Sequence[float]) -> None:
+        super().__init__(branches, default)
+        n = len(self.branches)
+        bad = [q for q, w in weights_by_query.items() if len(w) != n or min(w) < 0]
+        if bad:
+            raise ConfigError(f"per-query weights need {n} non-negative numbers (bad for "
+                              f"queries {bad[:3]})")
+        self.by_query = {q: [float(x) for x in w] for q, w in weights_by_query.items()}
+
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
+        weights = self.by_query.get(rankings[0].query.id, self.weights)
+        return weighted_minmax([{d.doc_id: d.score for d in r.docs} for r in rankings], weights)
+
+    def describe(self) -> str:
+        inner = " | ".join(b.describe() for b in self.branches)
+        return f"{self.method}({inner}, per-query weights for {len(self.by_query)} queries)"
+
+
+__all__ = ["FEATURES", "CrossValidatedWeights", "PerQueryWeightedFusion",
+           "cross_validated_modality_weights", "modality_rankings", "modality_weights_for",
+           "simplex_grid", "tune_modality_on_split", "tune_modality_weights"]
