@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
 
-from report import DATA, header  # noqa: E402
+from report import DATA, header, write_section  # noqa: E402
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
 CROSS_ENCODER = ROOT / ".cache" / "intentrank" / "models" / "cross-encoder-scifact"
@@ -105,9 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         report.references = PAPER_SCIFACT
         report.reference_source = ("Paper (cascaded tri-modal retrieval, SciFact): nDCG@10 "
                                    "per configuration and the full cascade's latency.")
-    out = args.out or ROOT / "docs" / "ablation" / args.collection
+    tag = f"{args.collection}-{f'sample{args.sample}' if args.sample else 'full'}"
+    out = args.out or ROOT / "docs" / "ablation" / tag
     for path in write_report(report, out):
         log(f"wrote {path}")
+    which = f"a seed-{args.seed} sample of {args.sample}" if args.sample else "all"
+    write_section(f"ablation-{tag}", f"## Cascade ablation: {args.collection}, {which} "
+                  f"{args.split} queries (issue 5)\n\n{header()}\nFull report with plots: "
+                  f"[docs/ablation/{tag}.html](ablation/{tag}.html)\n\n"
+                  f"```\n{comparison(report, args.collection)}\n```\n\n"
+                  + report.to_markdown().split("\n", 1)[1])
     print(comparison(report, args.collection))
     return 0
 
