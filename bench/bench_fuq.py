@@ -76,7 +76,8 @@ def systems(idx: Any, chunks: Any, llm: Any) -> dict[str, Any]:
     }
 
 
-def run_collection(name: str, n: int, seed: int, train_sample: int, only: list[str]) -> dict:
+def run_collection(name: str, n: int, seed: int, train_sample: int, only: list[str],
+                   skip: list[str]) -> dict:
     from intentrank.data.dataset import load_dataset
     from intentrank.eval.metrics import evaluate
     from intentrank.eval.significance import paired_test
@@ -137,7 +138,8 @@ def run_collection(name: str, n: int, seed: int, train_sample: int, only: list[s
     record("FUQ (F)", f_run, fuq_s)
 
     for label, pipe in systems(idx, chunks, llm).items():
-        if only and label not in only:
+        if (only and label not in only) or label in skip:
+            out.setdefault("skipped", []).append(label)
             continue
         t = time.perf_counter()
         r = pipe.run(queries)
@@ -215,13 +217,15 @@ def main() -> None:
     ap.add_argument("--train-sample", type=int, default=100, help="SciFact train queries")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", action="append", default=[], help="run only these baselines")
+    ap.add_argument("--skip", action="append", default=[], help="leave these baselines out")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from runs/")
     args = ap.parse_args()
     names = args.collection or ["scifact", "cranfield", "vaswani"]
     RUNS.mkdir(exist_ok=True)
     if not args.report_only:
         for name in names:
-            res = run_collection(name, args.sample, args.seed, args.train_sample, args.only)
+            res = run_collection(name, args.sample, args.seed, args.train_sample, args.only,
+                                 args.skip)
             res.pop("per_query", None)
             (RUNS / f"bench_fuq_{name}.json").write_text(json.dumps(res, indent=1))
     results = [json.loads(p.read_text()) for n in ("scifact", "cranfield", "vaswani")

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section  # noqa: E402
 
 COLLECTIONS = {"scifact": "test", "cranfield": "test", "vaswani": "test"}
 SYSTEMS = ["bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted"]
@@ -33,7 +33,7 @@ ANCHORS = {  # published SciFact nDCG@10 (x100)
 }
 
 
-def bm25_qps(idx, queries, repeats: int = 5) -> dict[str, float]:
+def bm25_qps(idx, queries, repeats: int = 15) -> dict[str, float]:
     """Queries/s of BM25 through intentrank vs bm25s called directly (same tokenizer, k=100)."""
     import bm25s
     import Stemmer
@@ -124,13 +124,38 @@ def to_markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def qps_only(names: list[str]) -> None:
+    """BM25 queries/s through intentrank vs bm25s directly, on already built indexes (a
+    quick run for an otherwise idle machine; the full run shares it with index builds)."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index
+
+    rows = ["| collection | queries | BM25 q/s intentrank | BM25 q/s bm25s direct | overhead |",
+            "|---|---|---|---|---|"]
+    for name in names:
+        queries, _ = load_dataset(DATA / name).split(COLLECTIONS[name])
+        q = bm25_qps(Index.open(ROOT / "indexes" / name), queries, repeats=30)
+        rows.append(f"| {name} | {len(queries)} | {q['intentrank']:.0f} | {q['bm25s']:.0f} | "
+                    f"{100 * (q['bm25s'] / q['intentrank'] - 1):+.1f}% |")
+        print(rows[-1], file=sys.stderr, flush=True)
+    write_section("retrieval-qps", "### BM25 overhead on an idle machine (issue 2)\n\n"
+                  + header() + "\nBest of 30 interleaved repetitions over all test queries, "
+                  "k=100, same tokenizer; intentrank returns rankings (documents materialised "
+                  "on first access).\n\n" + "\n".join(rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--only", choices=list(COLLECTIONS), action="append")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument("--json", type=Path, help="also save raw results here")
+    ap.add_argument("--qps-only", action="store_true",
+                    help="only BM25 q/s, intentrank vs bm25s, on the built indexes/<name>")
     args = ap.parse_args()
+    if args.qps_only:
+        qps_only(args.only or list(COLLECTIONS))
+        return
     if args.one:
         print(json.dumps(run_one(args.one, COLLECTIONS[args.one])))
         return
