@@ -227,7 +227,15 @@ def main() -> None:
             res = run_collection(name, args.sample, args.seed, args.train_sample, args.only,
                                  args.skip)
             res.pop("per_query", None)
-            (RUNS / f"bench_fuq_{name}.json").write_text(json.dumps(res, indent=1))
+            path = RUNS / f"bench_fuq_{name}.json"
+            if (args.only or args.skip) and path.exists():  # a partial rerun: merge
+                old = json.loads(path.read_text())
+                for key in ("systems", "sweep", "seconds", "counters"):
+                    old.setdefault(key, {}).update(res[key])
+                old["skipped"] = [s for s in old.get("skipped", []) if s not in res["systems"]]
+                res = {**res, **{k: old[k] for k in ("systems", "sweep", "seconds",
+                                                      "counters", "skipped")}}
+            path.write_text(json.dumps(res, indent=1))
     results = [json.loads(p.read_text()) for n in ("scifact", "cranfield", "vaswani")
                if (p := RUNS / f"bench_fuq_{n}.json").exists()]
     sweep_plot(results, ROOT / "docs" / "fuq_ksweep.png")

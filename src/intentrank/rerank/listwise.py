@@ -52,9 +52,8 @@ class ListwiseReranker(Stage):
     def messages(self, query: str, passages: list[str]) -> list[dict[str, str]]:
         numbered = "\n".join(f"[{i}] {p[: self.max_passage_chars].strip()}"
                              for i, p in enumerate(passages, 1))
-        example = list(range(len(passages), 0, -1))
         return user(render(self.template, n=len(passages), query=query.strip(),
-                           passages=numbered, example=example))
+                           passages=numbered))
 
     def _rank_window(self, query: str, ids: list[str], trace: Trace) -> list[str]:
         texts = [self.index.doc_text(d) for d in ids]
