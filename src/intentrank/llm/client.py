@@ -2,7 +2,8 @@
 Trace counts.
 
 Counters (under the caller's ``stage``): ``llm_calls`` backend calls made (retries included),
-``llm_cache_hits``, ``prompt_tokens``, ``completion_tokens``, ``llm_seconds`` (backend wall
+``llm_cache_hits`` (and ``llm_cached_seconds``, what those replies took when generated),
+``prompt_tokens``, ``completion_tokens``, ``llm_seconds`` (backend wall
 time), ``llm_errors`` failed backend calls, ``llm_retries`` calls after the first of a request
 and ``llm_failed`` requests that failed for good.
 """
@@ -105,7 +106,8 @@ class LLMClient:
                                   "stop": stop, "logprobs": logprobs}
         key = cache_key(self.name, self.model, messages, **params)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            self._count(trace, stage, llm_cache_hits=1)
+            # what the reply cost when it was generated: cold-run latency stays reportable
+            self._count(trace, stage, llm_cache_hits=1, llm_cached_seconds=hit.seconds)
             return hit
         last: Exception | None = None
         for attempt in range(self.retries + 1):
