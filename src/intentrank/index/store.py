@@ -201,10 +201,10 @@ class Index:
         if live:
             res = self.bm25.retrieve([tokens[i] for i in live], k=min(k, len(self)),
                                      show_progress=False)
+            positive = res.scores > 0  # scores are sorted: keep each row's positive prefix
+            ends = positive.sum(axis=1).tolist()
             for j, i in enumerate(live):
-                keep = res.scores[j] > 0
-                out[i] = Hits(res.documents[j][keep].astype(np.int64),
-                              res.scores[j][keep].astype(np.float64))
+                out[i] = Hits(res.documents[j, :ends[j]], res.scores[j, :ends[j]])
         return out
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
