@@ -96,6 +96,7 @@ def run_collection(name: str, n: int, seed: int, train_sample: int, only: list[s
     idx, chunks = open_index(name), open_index(name, chunked=True)
     llm = load_llm("embedded")
     out: dict[str, Any] = {"collection": name, "queries": len(queries), "seed": seed,
+                           "run": header(),
                            "systems": {}, "sweep": {}, "seconds": {}, "counters": {}}
 
     def record(label: str, run: dict, seconds: float, counters: dict | None = None) -> None:
@@ -175,8 +176,32 @@ def sweep_plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def llm_health(res: dict) -> str:
+    """What the LLM steps did: fallbacks, repairs, drops, per step over the sample."""
+    n, c, parts = res["queries"], res.get("counters", {}), []
+    f = c.get("FUQ (NF)", {}).get("followups", {})
+    if f:
+        parts.append(f"follow-ups {f.get('followups', 0):.0f} predicted, "
+                     f"{f.get('fallbacks', 0):.0f}/{n} queries fell back to the query alone")
+    lw = c.get("LLM listwise", {}).get("listwise", {})
+    if lw:
+        parts.append(f"listwise {lw.get('fallbacks', 0):.0f}/{n} unparsed (order kept), "
+                     f"{lw.get('repairs', 0):.0f}/{n} partial orders repaired")
+    mq = c.get("multi-query", {}).get("multi_query", {})
+    if mq:
+        parts.append(f"multi-query {mq.get('fallbacks', 0):.0f}/{n} without a usable variant "
+                     f"(mostly echoes of the query)")
+    cp = c.get("compression", {}).get("compression", {})
+    if cp:
+        parts.append(f"compression dropped {cp.get('dropped', 0):.0f} of "
+                     f"{cp.get('llm_calls', 0) + cp.get('llm_cache_hits', 0):.0f} candidates")
+    if res.get("skipped"):
+        parts.append("not run here: " + ", ".join(res["skipped"]))
+    return "; ".join(parts) + "."
+
+
 def to_markdown(results: list[dict]) -> str:
-    lines = [header(), "Paper's Table 2 layout on fixed-seed samples of each collection's test "
+    lines = ["Paper's Table 2 layout on fixed-seed samples of each collection's test "
              "queries (seed 0; every system sees the same queries). Dense = all-MiniLM-L6-v2 "
              "(the paper's DPR role), first stage of every reranker except parent document "
              "(dense over 128-word chunks). LLM = Qwen2.5-Coder-0.5B-Instruct Q4_K_M on 2 CPU "
@@ -185,6 +210,7 @@ def to_markdown(results: list[dict]) -> str:
     for res in results:
         tune = res.get("tuning", {})
         lines += [f"### {res['collection']} ({res['queries']} test queries)", "",
+                  res.get("run", ""),
                   "| system | " + " | ".join(LABELS) + " | s/q |",
                   "|---" * (len(LABELS) + 2) + "|"]
         best = {m: max(s[m] for s in res["systems"].values()) for m in METRICS}
@@ -197,6 +223,7 @@ def to_markdown(results: list[dict]) -> str:
                   "Paired randomization test, FUQ (F) vs dense: " + "; ".join(
                       f"{m} Δ {t['mean_b'] - t['mean_a']:+.4f}, p = {t['p_randomization']:.3f}"
                       for m, t in sig.items()) + ".", ""]
+        lines += ["LLM steps (counted fallbacks): " + llm_health(res), ""]
         lines += ["k-sweep (FUQ (NF) / FUQ (F) / dense):", "",
                   "| k | HitRate NF | HitRate F | HitRate dense | Recall NF | Recall F | "
                   "Recall dense | MRR NF | MRR F | MRR dense |", "|---" * 10 + "|"]
@@ -234,8 +261,9 @@ def main() -> None:
                 for key in ("systems", "sweep", "seconds", "counters"):
                     old.setdefault(key, {}).update(res[key])
                 old["skipped"] = [s for s in old.get("skipped", []) if s not in res["systems"]]
+                old["run"] = old.get("run", "") + "- partial rerun:\n  " + res["run"]
                 res = {**res, **{k: old[k] for k in ("systems", "sweep", "seconds",
-                                                      "counters", "skipped")}}
+                                                      "counters", "skipped", "run")}}
             path.write_text(json.dumps(res, indent=1))
     results = [json.loads(p.read_text()) for n in ("scifact", "cranfield", "vaswani")
                if (p := RUNS / f"bench_fuq_{n}.json").exists()]
