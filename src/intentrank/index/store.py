@@ -13,8 +13,10 @@ Layout of an index directory::
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
+import threading
 from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -59,11 +61,18 @@ def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
                   progress: bool = False) -> list[list[str]]:
     """The tokenizer used for both documents and queries (bm25s rules)."""
     import bm25s
+
+    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=_stemmer(stemmer, threading.get_ident()),
+                          return_ids=False, show_progress=progress)
+
+
+@functools.lru_cache(maxsize=64)
+def _stemmer(language: str | None, thread: int) -> Any:
+    """One PyStemmer instance per language and thread (building one per query batch costs
+    time; a stemmer is not safe to share between threads)."""
     import Stemmer
 
-    stem = Stemmer.Stemmer(stemmer) if stemmer else None
-    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=stem, return_ids=False,
-                          show_progress=progress)
+    return Stemmer.Stemmer(language) if language else None
 
 
 class Index:
