@@ -62,8 +62,9 @@ def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
     """The tokenizer used for both documents and queries (bm25s rules)."""
     import bm25s
 
-    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=_stemmer(stemmer, threading.get_ident()),
-                          return_ids=False, show_progress=progress)
+    stem = _stemmer(stemmer, threading.get_ident())
+    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=stem, return_ids=False,
+                          show_progress=progress)
 
 
 @functools.lru_cache(maxsize=64)
