@@ -53,6 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="int8 ONNX cross-encoder directory")
     p.add_argument("--no-cross-encoder", action="store_true", help="skip the CE configurations")
     p.add_argument("--no-dynamic", action="store_true", help="static weights only")
+    p.add_argument("--ce-depth", type=int, default=100,
+                   help="fused candidates the cross-encoder scores (the paper: 100)")
+    p.add_argument("--listwise-chars", type=int, default=600,
+                   help="characters of each passage shown to the listwise LLM")
+    p.add_argument("--tag", default="", help="suffix of the report name and section")
     p.add_argument("--tune-weights", action="store_true",
                    help="tune the static weights (train split if any, else k-fold CV) instead "
                         "of the paper's 0.50/0.35/0.15")
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                                                sample=args.sample)
     report = ablate_dataset(ds, index, args.split, args.sample, args.seed, llm=llm,
                             cross_encoder=ce, dynamic=not args.no_dynamic, weights=weights,
-                            log=log)
+                            ce_depth=args.ce_depth, listwise_chars=args.listwise_chars, log=log)
     report.notes.append(f"Static weights: {source}.")
     report.notes.append("Run: " + header().replace("\n- ", "; ").strip("- \n"))
     if args.collection == "scifact":
@@ -106,12 +111,15 @@ def main(argv: list[str] | None = None) -> int:
         report.reference_source = ("Paper (cascaded tri-modal retrieval, SciFact): nDCG@10 "
                                    "per configuration and the full cascade's latency.")
     tag = f"{args.collection}-{f'sample{args.sample}' if args.sample else 'full'}"
+    tag += f"-{args.tag}" if args.tag else ""
     out = args.out or ROOT / "docs" / "ablation" / tag
     for path in write_report(report, out):
         log(f"wrote {path}")
     which = f"a seed-{args.seed} sample of {args.sample}" if args.sample else "all"
     write_section(f"ablation-{tag}", f"## Cascade ablation: {args.collection}, {which} "
-                  f"{args.split} queries (issue 5)\n\n{header()}\nFull report with plots: "
+                  f"{args.split} queries, CE over top-{args.ce_depth}, listwise sees "
+                  f"{args.listwise_chars} chars/passage (issue 5)\n\n{header()}\n"
+                  f"Full report with plots: "
                   f"[docs/ablation/{tag}.html](ablation/{tag}.html)\n\n"
                   f"```\n{comparison(report, args.collection)}\n```\n\n"
                   + report.to_markdown().split("\n", 1)[1])

@@ -285,3 +285,30 @@ def test_weights_come_from_train_when_there_is_one_else_from_cv(cranfield_index,
     test_only = SplitSpy(queries[:6], qrels, splits=("test",))
     per_query, how = modality_weights_for(test_only, cranfield_index, "test", folds=3, k=30)
     assert "3-fold cross-validated" in how and set(per_query) == {q.id for q in queries[:6]}
+
+
+def test_shallow_cascade_scores_fewer_pairs_and_shorter_passages(cranfield_index, sample):
+    """ce_depth bounds the pairs the cross-encoder scores; listwise_chars the passage text."""
+    queries, qrels = sample
+    seen: list[str] = []
+
+    class RecordingLLM(FakeLLM):
+        def chat(self, messages, **kwargs):
+            seen.append(messages[-1]["content"])
+            return super().chat(messages, **kwargs)
+
+    scorer = OverlapScorer()
+    report = run_ablation(cranfield_index, queries[:3], qrels,
+                          llm=LLMClient(RecordingLLM(), cache=None), cross_encoder=scorer,
+                          dynamic=False, ce_depth=20, listwise_chars=50, n_permutations=200,
+                          warm=False)
+    assert report.names == [DENSE, BIMODAL, TRIMODAL, TRI_CE, FULL]
+    assert scorer.pairs == 3 * 20
+    assert "top-20 -> CE -> top-10" in report.result(TRI_CE).description
+    listwise = [p for p in seen if p.startswith("Rank the")]
+    assert len(listwise) == 3
+    for prompt in listwise:
+        passages = re.findall(r"^\[\d\] (.*)$", prompt, flags=re.M)
+        assert len(passages) == 5 and all(len(p) <= 50 for p in passages)
+    with pytest.raises(ConfigError, match="ce_depth"):
+        run_ablation(cranfield_index, queries[:1], qrels, cross_encoder=scorer, ce_depth=5)

@@ -372,6 +372,11 @@ def ablate(
                                           "configurations with LLM-assigned weights.")] = True,
     baseline: Annotated[str, typer.Option(help="Configuration the others are tested "
                                           "against.")] = "Tri-modal",
+    ce_depth: Annotated[int, typer.Option(help="Fused candidates the cross-encoder scores "
+                                          "(the paper: 100; fewer is faster).")] = 100,
+    listwise_chars: Annotated[int, typer.Option(help="Characters of each passage the "
+                                                "listwise LLM sees (shorter is faster).")]
+        = 600,
     tune_weights: Annotated[bool, typer.Option(help="Tune the static modality weights (on "
                                                "the train split if any, else by k-fold CV "
                                                "over queries) instead of 0.50/0.35/0.15.")]
@@ -401,7 +406,9 @@ def ablate(
             console.print(f"modality weights: {source}")
         report = ablate_dataset(ds, idx, split, sample, seed, llm=llm, cross_encoder=ce,
                                 dynamic=dynamic and use_llm, baseline=baseline,
-                                weights=weights, log=lambda m: console.print(f"  {m}"))
+                                weights=weights, ce_depth=ce_depth,
+                                listwise_chars=listwise_chars,
+                                log=lambda m: console.print(f"  {m}"))
         paths = write_report(report, out_path or Path("runs") / "ablation" / ds.name)
     except (IntentrankError, ValueError) as exc:
         _fail(exc)

@@ -144,7 +144,7 @@ def _weights_text(weights: WeightSpec) -> str:
 def build_configs(
     index: Any, llm: Any = None, cross_encoder: Any = None, *, dynamic: bool = True,
     weights: WeightSpec = STATIC_WEIGHTS, k: int = 100, final_k: int = 10,
-    listwise_depth: int = 5,
+    listwise_depth: int = 5, ce_depth: int | None = None, listwise_chars: int = 600,
 ) -> tuple[list[AblationConfig], list[str]]:
     """The configurations over ``index`` and notes on what was skipped and why.
 
@@ -152,7 +152,13 @@ def build_configs(
     model directory; None skips the CE and Full configurations. ``llm``: an ``LLMClient``
     (or a bare backend); None skips Full and every dynamic configuration. ``weights``: the
     static dense/sparse/graph weights, or ``{query_id: weights}`` (e.g. cross-validated).
+    ``ce_depth``: fused candidates the cross-encoder scores (default ``k``, the paper's 100);
+    ``listwise_chars``: characters of each passage shown to the listwise LLM.
     """
+    ce_depth = ce_depth or k
+    if not final_k <= ce_depth <= k:
+        raise ConfigError(f"ce_depth must lie between final_k ({final_k}) and k ({k}), "
+                          f"got {ce_depth}")
     from intentrank.pipeline.dynamic_weights import DynamicWeightedFusion
     from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
     from intentrank.rerank.listwise import ListwiseReranker
@@ -184,8 +190,9 @@ def build_configs(
     elif dynamic:
         notes.append("Dynamic-weight configurations skipped: no LLM given.")
     ce_c = Cached(ce) if ce is not None else None
-    lw_c = (Cached(ListwiseReranker(index, llm, depth=listwise_depth)) if llm is not None
-            else None)
+    lw_c = (Cached(ListwiseReranker(index, llm, depth=listwise_depth,
+                                    max_passage_chars=listwise_chars))
+            if llm is not None else None)
     if ce_c is None:
         notes.append(f"{TRI_CE} and {FULL} skipped: no cross-encoder given.")
     elif lw_c is None:
@@ -195,13 +202,14 @@ def build_configs(
                                       description=f"dense + sparse + graph, top-{k}"))
         if ce_c is None:
             continue
-        with_ce = fusion % k >> ce_c % final_k
+        with_ce = fusion % ce_depth >> ce_c % final_k
         configs.append(AblationConfig(TRI_CE + suffix, with_ce, kind, TRIMODAL + suffix,
-                                      "cross-encoder", f"top-{k} -> CE -> top-{final_k}"))
+                                      "cross-encoder", f"top-{ce_depth} -> CE -> top-{final_k}"))
         if lw_c is not None:
             configs.append(AblationConfig(
                 FULL + suffix, with_ce >> lw_c, kind, TRI_CE + suffix, "listwise",
-                f"CE top-{final_k} -> LLM listwise over top-{listwise_depth}"))
+                f"CE top-{final_k} -> LLM listwise over top-{listwise_depth} "
+                f"({listwise_chars} chars/passage)"))
     return configs, notes
 
 
@@ -554,7 +562,8 @@ def run_ablation(
     cross_encoder: Any = None, *, dynamic: bool = True, baseline: str = TRIMODAL,
     metrics: Sequence[str] = DEFAULT_METRICS, test_metrics: Sequence[str] = TEST_METRICS,
     seed: int = 0, weights: WeightSpec = STATIC_WEIGHTS, k: int = 100, final_k: int = 10,
-    listwise_depth: int = 5, swap_depth: int = 10, error_metric: str = "nDCG@10",
+    listwise_depth: int = 5, ce_depth: int | None = None, listwise_chars: int = 600,
+    swap_depth: int = 10, error_metric: str = "nDCG@10",
     worst: int = 5, alpha: float = 0.05, n_permutations: int = 10_000,
     configs: Sequence[AblationConfig] | None = None, warm: bool = True,
     log: Callable[[str], None] | None = None,
@@ -574,7 +583,8 @@ def run_ablation(
     llm, ce = _llm_client(llm), _cross_encoder_stage(index, cross_encoder, k)
     if configs is None:
         configs, notes = build_configs(index, llm, ce, dynamic=dynamic, weights=weights, k=k,
-                                       final_k=final_k, listwise_depth=listwise_depth)
+                                       final_k=final_k, listwise_depth=listwise_depth,
+                                       ce_depth=ce_depth, listwise_chars=listwise_chars)
     if baseline not in [c.name for c in configs]:
         raise ConfigError(f"baseline {baseline!r} is not among the configurations run: "
                           f"{[c.name for c in configs]}")
