@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fused candidates the cross-encoder scores (the paper: 100)")
     p.add_argument("--listwise-chars", type=int, default=600,
                    help="characters of each passage shown to the listwise LLM")
+    p.add_argument("--ce-rrf", action="store_true",
+                   help="the CE step outputs RRF(first-stage ranks, CE ranks)")
     p.add_argument("--tag", default="", help="suffix of the report name and section")
     p.add_argument("--tune-weights", action="store_true",
                    help="tune the static weights (train split if any, else k-fold CV) instead "
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                                                sample=args.sample)
     report = ablate_dataset(ds, index, args.split, args.sample, args.seed, llm=llm,
                             cross_encoder=ce, dynamic=not args.no_dynamic, weights=weights,
-                            ce_depth=args.ce_depth, listwise_chars=args.listwise_chars, log=log)
+                            ce_depth=args.ce_depth, listwise_chars=args.listwise_chars,
+                            ce_rrf=args.ce_rrf, log=log)
     report.notes.append(f"Static weights: {source}.")
     report.notes.append("Run: " + header().replace("\n- ", "; ").strip("- \n"))
     if args.collection == "scifact":
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"wrote {path}")
     which = f"a seed-{args.seed} sample of {args.sample}" if args.sample else "all"
     write_section(f"ablation-{tag}", f"## Cascade ablation: {args.collection}, {which} "
-                  f"{args.split} queries, CE over top-{args.ce_depth}, listwise sees "
+                  f"{args.split} queries, CE over top-{args.ce_depth}"
+                  f"{' fused with the first stage by RRF' if args.ce_rrf else ''}, listwise sees "
                   f"{args.listwise_chars} chars/passage (issue 5)\n\n{header()}\n"
                   f"Full report with plots: "
                   f"[docs/ablation/{tag}.html](ablation/{tag}.html)\n\n"

@@ -312,3 +312,41 @@ def test_shallow_cascade_scores_fewer_pairs_and_shorter_passages(cranfield_index
         assert len(passages) == 5 and all(len(p) <= 50 for p in passages)
     with pytest.raises(ConfigError, match="ce_depth"):
         run_ablation(cranfield_index, queries[:1], qrels, cross_encoder=scorer, ce_depth=5)
+
+
+def test_latency_charges_cached_llm_replies_their_generation_time() -> None:
+    from intentrank.eval.ablation import latency_ms
+    from intentrank.types import Trace
+
+    trace = Trace()
+    dyn = trace.stage("dynamic")
+    dyn.seconds = 1.0  # wall: 0.6 s of fresh LLM calls + 0.4 s of fusion work
+    dyn.counters.update(llm_seconds=0.6, llm_cached_seconds=3.0)
+    listwise = trace.stage("listwise")
+    listwise.seconds = 0.5
+    listwise.counters.update(llm_cached_seconds=4.5)
+    out = latency_ms(trace, 2)
+    assert out["LLM weights"] == pytest.approx(1000 * 3.6 / 2)
+    assert out["fusion"] == pytest.approx(1000 * 0.4 / 2)
+    assert out["listwise LLM"] == pytest.approx(1000 * 5.0 / 2)
+
+
+def test_ce_rrf_fuses_first_stage_and_cross_encoder_ranks(cranfield_index, sample) -> None:
+    from intentrank.pipeline.fusion import rrf
+
+    queries, qrels = sample
+    report = run_ablation(cranfield_index, queries[:3], qrels, cross_encoder=OverlapScorer(),
+                          dynamic=False, ce_depth=20, ce_rrf=True, n_permutations=200,
+                          warm=False)
+    plain = run_ablation(cranfield_index, queries[:3], qrels, cross_encoder=OverlapScorer(),
+                         dynamic=False, ce_depth=20, n_permutations=200, warm=False)
+    assert "RRF(fusion, CE)" in report.result(TRI_CE).description
+    for tri, ce, fused in zip(report.result(TRIMODAL).rankings, plain.result(TRI_CE).rankings,
+                              report.result(TRI_CE).rankings, strict=True):
+        scored = OverlapScorer().predict(
+            [(tri.query.text, cranfield_index.doc_text(d)) for d in tri.doc_ids[:20]])
+        ce_order = [tri.doc_ids[i] for i in np.argsort(-scored, kind="stable")]
+        assert ce.doc_ids == ce_order[:10]
+        expected = rrf([tri.doc_ids[:20], ce_order], k=60)
+        best = sorted(expected.values(), reverse=True)[:10]  # ties may break either way
+        assert [expected[d] for d in fused.doc_ids] == pytest.approx(best)

@@ -377,6 +377,8 @@ def ablate(
     listwise_chars: Annotated[int, typer.Option(help="Characters of each passage the "
                                                 "listwise LLM sees (shorter is faster).")]
         = 600,
+    ce_rrf: Annotated[bool, typer.Option(help="The CE step outputs RRF(first-stage ranks, "
+                                         "CE ranks) instead of the CE order alone.")] = False,
     tune_weights: Annotated[bool, typer.Option(help="Tune the static modality weights (on "
                                                "the train split if any, else by k-fold CV "
                                                "over queries) instead of 0.50/0.35/0.15.")]
@@ -407,7 +409,7 @@ def ablate(
         report = ablate_dataset(ds, idx, split, sample, seed, llm=llm, cross_encoder=ce,
                                 dynamic=dynamic and use_llm, baseline=baseline,
                                 weights=weights, ce_depth=ce_depth,
-                                listwise_chars=listwise_chars,
+                                listwise_chars=listwise_chars, ce_rrf=ce_rrf,
                                 log=lambda m: console.print(f"  {m}"))
         paths = write_report(report, out_path or Path("runs") / "ablation" / ds.name)
     except (IntentrankError, ValueError) as exc:

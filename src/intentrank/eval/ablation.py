@@ -60,7 +60,7 @@ LATENCY_GROUPS: dict[str, tuple[str, ...]] = {
     "dense": ("dense",),
     "sparse": ("bm25", "tfidf", "sparse"),
     "graph": ("graph",),
-    "fusion": ("bimodal", "trimodal", "weighted", "dynamic"),
+    "fusion": ("bimodal", "trimodal", "weighted", "dynamic", "ce_rrf"),
     "LLM weights": (),
     "cross-encoder": ("cross_encoder",),
     "listwise LLM": ("listwise",),
@@ -145,6 +145,7 @@ def build_configs(
     index: Any, llm: Any = None, cross_encoder: Any = None, *, dynamic: bool = True,
     weights: WeightSpec = STATIC_WEIGHTS, k: int = 100, final_k: int = 10,
     listwise_depth: int = 5, ce_depth: int | None = None, listwise_chars: int = 600,
+    ce_rrf: bool = False,
 ) -> tuple[list[AblationConfig], list[str]]:
     """The configurations over ``index`` and notes on what was skipped and why.
 
@@ -153,13 +154,16 @@ def build_configs(
     (or a bare backend); None skips Full and every dynamic configuration. ``weights``: the
     static dense/sparse/graph weights, or ``{query_id: weights}`` (e.g. cross-validated).
     ``ce_depth``: fused candidates the cross-encoder scores (default ``k``, the paper's 100);
-    ``listwise_chars``: characters of each passage shown to the listwise LLM.
+    ``listwise_chars``: characters of each passage shown to the listwise LLM; ``ce_rrf``:
+    the CE step outputs RRF(first-stage ranks, CE ranks) over the candidates it scored
+    instead of the CE order alone (keeps the fusion's evidence when the CE is weaker).
     """
     ce_depth = ce_depth or k
     if not final_k <= ce_depth <= k:
         raise ConfigError(f"ce_depth must lie between final_k ({final_k}) and k ({k}), "
                           f"got {ce_depth}")
     from intentrank.pipeline.dynamic_weights import DynamicWeightedFusion
+    from intentrank.pipeline.fusion import RRFFusion
     from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
     from intentrank.rerank.listwise import ListwiseReranker
 
@@ -202,9 +206,15 @@ def build_configs(
                                       description=f"dense + sparse + graph, top-{k}"))
         if ce_c is None:
             continue
-        with_ce = fusion % ce_depth >> ce_c % final_k
+        head = fusion % ce_depth
+        if ce_rrf:
+            rrf = RRFFusion([head, head >> ce_c])
+            rrf.name = "ce_rrf"
+            with_ce, step = rrf % final_k, f"RRF(fusion, CE) -> top-{final_k}"
+        else:
+            with_ce, step = head >> ce_c % final_k, f"CE -> top-{final_k}"
         configs.append(AblationConfig(TRI_CE + suffix, with_ce, kind, TRIMODAL + suffix,
-                                      "cross-encoder", f"top-{ce_depth} -> CE -> top-{final_k}"))
+                                      "cross-encoder", f"top-{ce_depth} -> {step}"))
         if lw_c is not None:
             configs.append(AblationConfig(
                 FULL + suffix, with_ce >> lw_c, kind, TRI_CE + suffix, "listwise",
@@ -254,14 +264,17 @@ class Table:
 
 
 def latency_ms(trace: Trace, n_queries: int) -> dict[str, float]:
-    """Milliseconds per query in each :data:`LATENCY_GROUPS` column (others in "other")."""
+    """Cold-run milliseconds per query in each :data:`LATENCY_GROUPS` column (others in
+    "other"): LLM replies replayed from the on-disk cache are charged the seconds they took
+    when generated (``llm_cached_seconds``), so a rerun reports what a first run costs."""
     out = dict.fromkeys(LATENCY_GROUPS, 0.0)
     n = max(n_queries, 1)
     for name, st in trace.stages.items():
         group = next((g for g, names in LATENCY_GROUPS.items() if name in names), "other")
-        seconds = st.seconds
+        cached = st.counters.get("llm_cached_seconds", 0.0)
+        seconds = st.seconds + cached
         if name == "dynamic":
-            llm = min(st.counters.get("llm_seconds", 0.0), seconds)
+            llm = min(st.counters.get("llm_seconds", 0.0) + cached, seconds)
             out["LLM weights"] += 1000 * llm / n
             seconds -= llm
         out[group] = out.get(group, 0.0) + 1000 * seconds / n
@@ -452,7 +465,9 @@ class AblationReport:
         return Table("Table VI. Mean latency per stage (ms/query)",
                      ["configuration", *groups, "total", "LLM calls", "LLM cache hits"], rows,
                      "Each configuration is charged the full cost of every stage it runs, "
-                     "including stage outputs replayed from another configuration's run.")
+                     "including stage outputs replayed from another configuration's run, and "
+                     "LLM replies replayed from the on-disk cache at the time they took when "
+                     "generated (cold-run latency).")
 
     def _significance_table(self) -> Table | None:
         if not self.tests:
@@ -563,7 +578,7 @@ def run_ablation(
     metrics: Sequence[str] = DEFAULT_METRICS, test_metrics: Sequence[str] = TEST_METRICS,
     seed: int = 0, weights: WeightSpec = STATIC_WEIGHTS, k: int = 100, final_k: int = 10,
     listwise_depth: int = 5, ce_depth: int | None = None, listwise_chars: int = 600,
-    swap_depth: int = 10, error_metric: str = "nDCG@10",
+    ce_rrf: bool = False, swap_depth: int = 10, error_metric: str = "nDCG@10",
     worst: int = 5, alpha: float = 0.05, n_permutations: int = 10_000,
     configs: Sequence[AblationConfig] | None = None, warm: bool = True,
     log: Callable[[str], None] | None = None,
@@ -584,7 +599,8 @@ def run_ablation(
     if configs is None:
         configs, notes = build_configs(index, llm, ce, dynamic=dynamic, weights=weights, k=k,
                                        final_k=final_k, listwise_depth=listwise_depth,
-                                       ce_depth=ce_depth, listwise_chars=listwise_chars)
+                                       ce_depth=ce_depth, listwise_chars=listwise_chars,
+                                       ce_rrf=ce_rrf)
     if baseline not in [c.name for c in configs]:
         raise ConfigError(f"baseline {baseline!r} is not among the configurations run: "
                           f"{[c.name for c in configs]}")
