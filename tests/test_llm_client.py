@@ -197,3 +197,13 @@ def test_judge_scores_top_k_and_falls_back(cache):
     assert scores["a"]["bm25"] == 4  # earlier stage scores kept
     c = trace.stage("llm_judge").counters
     assert c["fallbacks"] == 1 and c["parsed_yes_no"] == 1 and c["llm_calls"] == 3
+
+
+def test_cache_hit_counts_the_seconds_the_reply_took_when_generated(cache):
+    llm, trace = FakeLLM(delay=0.05), Trace()
+    client = LLMClient(llm, cache=cache)
+    first = client.chat(user("slow"), trace=Trace(), stage="s")
+    client.chat(user("slow"), trace=trace, stage="s")
+    counters = trace.stage("s").counters
+    assert counters["llm_cache_hits"] == 1
+    assert counters["llm_cached_seconds"] == pytest.approx(first.seconds) and first.seconds >= 0.05

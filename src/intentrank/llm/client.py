@@ -107,7 +107,8 @@ class LLMClient:
         key = cache_key(self.name, self.model, messages, **params)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             # what the reply cost when it was generated: cold-run latency stays reportable
-            self._count(trace, stage, llm_cache_hits=1, llm_cached_seconds=hit.seconds)
+            self._count(trace, stage, llm_cache_hits=1,
+                        llm_cached_seconds=float(hit.raw.get("original_seconds") or 0.0))
             return hit
         last: Exception | None = None
         for attempt in range(self.retries + 1):
