@@ -87,3 +87,17 @@ def test_ranking_from_scores_keeps_previous_stage_scores():
     prev = Ranking(q, [ScoredDoc("a", 1.0, {"bm25": 1.0})])
     new = Ranking.from_scores(q, {"a": 0.3}, "ce", previous=prev)
     assert new.docs[0].stage_scores == {"bm25": 1.0, "ce": 0.3}
+
+
+def test_rrf_with_input_fuses_the_input_order_and_the_rerankers_order():
+    from intentrank.pipeline.fusion import RRFWithInput
+
+    first = Fixed("first", {"a": 3.0, "b": 2.0, "c": 1.0})
+    reverse = Fixed("ce", {"a": 0.1, "b": 0.5, "c": 0.9})  # ranks c, b, a
+    trace = Trace()
+    out = (first >> RRFWithInput(reverse, name="ce_rrf"))([Ranking(Query("q", "x"))], trace)[0]
+    # a: 1/61 + 1/63, b: 2/62, c: 1/63 + 1/61 -> a and c tie (broken by id), then b
+    assert out.doc_ids == ["a", "c", "b"]
+    assert out.docs[0].score == pytest.approx(1 / 61 + 1 / 63)
+    assert out.docs[0].stage_scores["ce"] == pytest.approx(0.1)  # the reranker's score kept
+    assert {"first", "ce", "ce_rrf"} <= set(trace.stages)

@@ -163,7 +163,7 @@ def build_configs(
         raise ConfigError(f"ce_depth must lie between final_k ({final_k}) and k ({k}), "
                           f"got {ce_depth}")
     from intentrank.pipeline.dynamic_weights import DynamicWeightedFusion
-    from intentrank.pipeline.fusion import RRFFusion
+    from intentrank.pipeline.fusion import RRFWithInput
     from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
     from intentrank.rerank.listwise import ListwiseReranker
 
@@ -208,9 +208,8 @@ def build_configs(
             continue
         head = fusion % ce_depth
         if ce_rrf:
-            rrf = RRFFusion([head, head >> ce_c])
-            rrf.name = "ce_rrf"
-            with_ce, step = rrf % final_k, f"RRF(fusion, CE) -> top-{final_k}"
+            with_ce = head >> RRFWithInput(ce_c, name="ce_rrf") % final_k
+            step = f"RRF(fusion, CE) -> top-{final_k}"
         else:
             with_ce, step = head >> ce_c % final_k, f"CE -> top-{final_k}"
         configs.append(AblationConfig(TRI_CE + suffix, with_ce, kind, TRIMODAL + suffix,
