@@ -148,6 +148,8 @@ def run_collection(name: str, n: int, seed: int, train_sample: int, only: list[s
         record(label, r.to_run(), time.perf_counter() - t, counters_of(r.trace))
 
     pq = out["per_query"]
+    if "dense" not in pq:  # a partial rerun without FUQ's first stage: nothing to test against
+        return out
     out["significance"] = {
         m: vars(paired_test(pq["dense"][m], pq["FUQ (F)"][m], m)) for m in ("MRR", "nDCG@3")}
     out["significance_nf"] = {
@@ -264,6 +266,8 @@ def main() -> None:
                 old["run"] = old.get("run", "") + "- partial rerun:\n  " + res["run"]
                 res = {**res, **{k: old[k] for k in ("systems", "sweep", "seconds",
                                                       "counters", "skipped", "run")}}
+                for key in ("significance", "significance_nf"):  # not retested: keep
+                    res.setdefault(key, old.get(key))
             path.write_text(json.dumps(res, indent=1))
     results = [json.loads(p.read_text()) for n in ("scifact", "cranfield", "vaswani")
                if (p := RUNS / f"bench_fuq_{n}.json").exists()]
