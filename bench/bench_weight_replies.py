@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
+import re
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from report import DATA, ROOT, header, write_section  # noqa: E402
 
-EXAMPLES = {(0.30, 0.55, 0.15), (0.60, 0.30, 0.10)}  # the few-shot answers in the prompt
+
+def prompt_examples(template: str) -> set[tuple[float, ...]]:
+    """The few-shot answers written in the prompt, as weight tuples."""
+    from intentrank.pipeline.dynamic_weights import validate_weights
+
+    return {validate_weights(json.loads(m)) for m in re.findall(r"\{[^{}]*:[^{}]*\}", template)}
 
 
 def main() -> None:
@@ -44,10 +50,9 @@ def main() -> None:
             "|---|---|---|---|---|---|---|"]
     for spec in args.llm or ["embedded", "llamacpp:qwen2.5-coder-1.5b"]:
         fusion = DynamicWeightedFusion(branches, load_llm(spec))
-        trace, start = Trace(), time.perf_counter()
+        examples, trace = prompt_examples(fusion.template), Trace()
         for q in queries:
             fusion.weights_for(q.text, q.id, trace)
-        wall = time.perf_counter() - start
         events = [e for e in trace.events if e["event"] == "weights"]
         llm_ws = collections.Counter(tuple(e["weights"]) for e in events if e["source"] == "llm")
         reasons = collections.Counter(e["reason"].removeprefix("invalid: ")
@@ -55,11 +60,11 @@ def main() -> None:
         why = "; ".join(f"{r}: {c}" for r, c in reasons.most_common(3)) or "-"
         counters = trace.stage(fusion.name).counters
         cold = (counters.get("llm_seconds", 0) + counters.get("llm_cached_seconds", 0)) / len(
-            queries) if counters else wall / len(queries)
+            queries)  # cached replies count the seconds they took when generated
         common = ", ".join(f"{w} x{c}" for w, c in llm_ws.most_common(2)) or "-"
         rows.append(f"| {spec} | {sum(llm_ws.values())}/{len(queries)} | "
                     f"{sum(reasons.values())} ({why}) | "
-                    f"{len(llm_ws)} | {sum(c for w, c in llm_ws.items() if w in EXAMPLES)} | "
+                    f"{len(llm_ws)} | {sum(c for w, c in llm_ws.items() if w in examples)} | "
                     f"{common} | {cold:.2f} |")
         print(rows[-1], file=sys.stderr, flush=True)
     write_section("weight-replies", "### LLM-assigned modality weights: what the models answer "
