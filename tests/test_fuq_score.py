@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from tolerances import F32_ABS, F32_REL
 
 from intentrank.rerank.fuq import FollowUpReranker, FUQWeights, fuq_components
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
@@ -25,9 +26,10 @@ def test_composite_score_matches_hand_computation() -> None:
     cos_f = (1 / math.sqrt(3) + 2 / math.sqrt(6)) / 2
     dist = math.sqrt((1 - 1 / math.sqrt(3)) ** 2 + 2 * (1 / 3))
     sig = 1 / (1 + math.exp(-dist))
-    assert comps == pytest.approx([cos_q, cos_f, sig])
+    assert comps == pytest.approx([cos_q, cos_f, sig], rel=F32_REL, abs=F32_ABS)
     w = FUQWeights(alpha=0.5, beta=0.3, gamma=0.2)
-    assert comps @ w.vector() == pytest.approx(0.5 * cos_q + 0.3 * cos_f - 0.2 * sig)
+    assert comps @ w.vector() == pytest.approx(0.5 * cos_q + 0.3 * cos_f - 0.2 * sig,
+                                             rel=F32_REL, abs=F32_ABS)
 
 
 def test_rerank_on_real_index_keeps_components_and_tail(cranfield_index) -> None:
@@ -57,4 +59,5 @@ def test_no_followups_uses_the_query(cranfield_index) -> None:
     r = Ranking(Query("1", "shock waves"), [ScoredDoc(d, 0.0) for d in idx.ids[:4]])
     out = FollowUpReranker(idx, k=4)([r], Trace())[0]
     for d in out.docs:
-        assert d.stage_scores["fuq.followups"] == pytest.approx(d.stage_scores["fuq.cos"])
+        assert d.stage_scores["fuq.followups"] == pytest.approx(d.stage_scores["fuq.cos"],
+                                                             rel=F32_REL, abs=F32_ABS)

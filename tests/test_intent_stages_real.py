@@ -8,6 +8,7 @@ import json
 import textwrap
 
 import pytest
+from tolerances import F32_ABS
 
 from intentrank.errors import ConfigError
 from intentrank.llm.base import LLMReply, Message
@@ -70,7 +71,7 @@ def test_fuq_config_predicts_followups_and_reranks(cranfield_index):
     assert len(r.docs) == 100 and {"dense", "fuq", "fuq.cos", "fuq.followups",
                                    "fuq.distance"} <= set(r.docs[0].stage_scores)
     scores = [d.score for d in r.docs]
-    assert scores == sorted(scores, reverse=True) and scores[0] == pytest.approx(1.0)
+    assert scores == sorted(scores, reverse=True) and scores[0] == pytest.approx(1.0, abs=F32_ABS)
     assert res.trace.stage("followups").counters["followups"] == 4
     assert fake.calls.count("followups") == 2
 
