@@ -32,7 +32,7 @@ def test_manifest_records_corpus_settings_and_versions(cranfield_index):
                                      "stemmer": "english", "stopwords": "en"}
     assert set(m["build_seconds"]) >= {"bm25", "dense", "tfidf", "graph"}
     assert "bm25s" in m["versions"] and "sentence-transformers" in m["versions"]
-    emb = np.load(cranfield_index.path / "dense" / "embeddings.npy")
+    emb = np.load(cranfield_index.gen_dir / "dense" / "embeddings.npy")
     assert emb.shape == (1400, 384)
     nonempty = np.linalg.norm(emb, axis=1)
     assert np.allclose(nonempty[nonempty > 0], 1.0, atol=1e-4)
@@ -122,6 +122,7 @@ def test_reopen_checks_settings_and_corpus(cranfield_index, tmp_path):
         build_index(docs[:1], path, IndexSettings(legs=("bm25", "tfidf")))
     rebuilt = build_index(docs[:1], path, IndexSettings(legs=("bm25", "tfidf")), overwrite=True)
     assert len(rebuilt) == 1 and not list(tmp_path.glob(".small.*"))
+    assert sorted(p.name for p in path.iterdir()) == [".lock", "CURRENT", rebuilt.generation]
 
 
 def test_malformed_corpus_leaves_no_index_behind(tmp_path):
@@ -147,10 +148,11 @@ def test_embedding_cache_is_reused(cranfield, tmp_path):
     first = build_index(docs, tmp_path / "a", settings)
     second = build_index(docs, tmp_path / "b", settings)
     assert second.manifest["stats"]["dense"] == {"cache_hits": 40, "encoded": 0}
-    assert np.array_equal(np.load(first.path / "dense/embeddings.npy"),
-                          np.load(second.path / "dense/embeddings.npy"))
+    assert np.array_equal(np.load(first.gen_dir / "dense/embeddings.npy"),
+                          np.load(second.gen_dir / "dense/embeddings.npy"))
     same = build_index(docs, tmp_path / "a", settings)  # up to date: reused, not rebuilt
-    assert json.loads((same.path / "manifest.json").read_text())["created"] == \
+    assert same.generation == first.generation
+    assert json.loads((same.gen_dir / "manifest.json").read_text())["created"] == \
         first.manifest["created"]
 
 

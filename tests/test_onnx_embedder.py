@@ -63,3 +63,18 @@ def test_model_file_and_errors(tmp_path) -> None:
         OnnxEmbedder(tokenizer_path=tmp_path)
     with pytest.raises(ModelError, match="unknown embedder backend"):
         load_embedder("minilm", "tensorrt")
+
+
+def test_clipping_long_texts_does_not_change_embeddings(onnx_embedder, data_dir) -> None:
+    """Texts are cut before tokenising (memory bounded by max_length, not the text); the
+    vectors of real SciFact abstracts, the longest ones included, stay bit-identical."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.models.onnx_embedder import length_batches
+
+    texts = sorted((d.full_text() for d in load_dataset(data_dir / "scifact").corpus()), key=len)
+    picked = texts[-16:] + texts[len(texts) // 2:len(texts) // 2 + 8]
+    encodings = onnx_embedder.tokenizer.encode_batch(picked)  # the whole texts, as before
+    raw = np.zeros((len(picked), onnx_embedder.dim), dtype=np.float32)
+    for idx in length_batches([len(e.ids) for e in encodings], 8):
+        raw[idx] = onnx_embedder._run([encodings[i] for i in idx])
+    assert np.array_equal(onnx_embedder.encode_passages(picked), raw)

@@ -1,4 +1,10 @@
-"""Build an index directory atomically: write to a temporary sibling, then rename into place."""
+"""Build an index generation atomically, one writer per directory.
+
+A build takes the directory's writer lock (a second concurrent build fails at once with
+:class:`IndexBusyError`), writes a new generation into ``DIR/.tmp-<id>``, renames it to
+``DIR/gen-<id>`` and then replaces ``DIR/CURRENT``: a crash at any point leaves the previous
+index readable, and the next build removes what the crashed one left behind.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ import json
 import os
 import pickle
 import shutil
+import signal
+import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -20,10 +28,17 @@ import numpy as np
 
 from intentrank.data.corpus import chunk_documents
 from intentrank.errors import IndexMismatchError
-from intentrank.index.embedding_cache import EmbeddingCache
+from intentrank.index import layout
+from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
 from intentrank.index.entities import build_entity_graph, extract_entities, pagerank
+from intentrank.index.errors import (
+    IndexBuildInterrupted,
+    IndexCorruptError,
+    IndexFormatError,
+)
+from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
-from intentrank.index.store import FORMAT_VERSION, MANIFEST, Index, bm25_tokenize
+from intentrank.index.store import FORMAT_VERSION, Index, bm25_tokenize
 from intentrank.types import Document
 
 Progress = Callable[[str], None]
@@ -38,21 +53,40 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _write_docs(docs: Iterable[Document], tmp: Path) -> tuple[list[Document], str]:
+def _doc_lines(docs: Iterable[Document], settings: IndexSettings
+               ) -> Iterator[tuple[Document, bytes]]:
+    """Each document (after the settings' chunking) with its docs.jsonl line; the corpus hash
+    is the sha256 of these lines. Duplicate ids raise ``ValueError``."""
+    if settings.chunk_size:
+        docs = chunk_documents(docs, settings.chunk_size, settings.chunk_overlap)
+    seen: set[str] = set()
+    for doc in docs:
+        if doc.id in seen:  # chunk ids can collide with real ids
+            raise ValueError(f"duplicate document id {doc.id!r}")
+        seen.add(doc.id)
+        rec = {"id": doc.id, "title": doc.title, "text": doc.text}
+        if doc.parent_id is not None:
+            rec["parent_id"] = doc.parent_id
+        yield doc, (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def corpus_sha256(docs: Iterable[Document], settings: IndexSettings | None = None) -> str:
+    """The corpus hash :func:`build_index` records for ``docs`` under ``settings`` (same
+    chunking), computed streaming without writing anything."""
+    digest = hashlib.sha256()
+    for _, line in _doc_lines(docs, settings or IndexSettings()):
+        digest.update(line)
+    return digest.hexdigest()
+
+
+def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
+                ) -> tuple[list[Document], str]:
     """Write docs.jsonl, doc_offsets.npy and ids.json; return the docs and the corpus hash."""
     digest = hashlib.sha256()
     kept: list[Document] = []
     offsets: list[int] = []
-    seen: set[str] = set()
     with open(tmp / "docs.jsonl", "wb") as fh:
-        for doc in docs:
-            if doc.id in seen:  # chunk ids can collide with real ids
-                raise ValueError(f"duplicate document id {doc.id!r}")
-            seen.add(doc.id)
-            rec = {"id": doc.id, "title": doc.title, "text": doc.text}
-            if doc.parent_id is not None:
-                rec["parent_id"] = doc.parent_id
-            line = (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+        for doc, line in _doc_lines(docs, settings):
             digest.update(line)
             offsets.append(fh.tell())
             fh.write(line)
@@ -144,77 +178,305 @@ def build_index(
     """Build (or reuse) the index at ``path`` from ``docs``.
 
     An existing index built from the same corpus with the same settings is reused as is;
-    one built differently raises :class:`IndexMismatchError` unless ``overwrite``. Any
-    error while reading the corpus or building leaves nothing at ``path``.
+    one built differently raises :class:`IndexMismatchError` unless ``overwrite``, which
+    always rebuilds (also over a damaged or older-format index). Only one build may run per
+    directory: another one fails at once with :class:`IndexBusyError`. Any error (or SIGTERM)
+    while reading the corpus or building leaves the previous index as it was, removes the
+    temporary generation and any directory this call created.
     """
     settings = settings or IndexSettings()
+    if not isinstance(settings, IndexSettings):
+        raise TypeError(f"settings must be IndexSettings, got {type(settings).__name__}")
     path = Path(path)
     say = log or (lambda msg: None)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    if path.exists() and not path.is_dir():
+        raise IndexMismatchError(f"{path} exists and is not a directory; choose an empty or "
+                                 f"new directory")
+    with _sigterm_raises(path) as guard:
+        return _build_locked(docs, path, settings, guard, overwrite=overwrite,
+                             progress=progress, embedding_cache=embedding_cache, say=say)
+
+
+def _build_locked(
+    docs: Iterable[Document], path: Path, settings: IndexSettings, guard: _Guard, *,
+    overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
+    say: Progress,
+) -> Index:
+    created = _make_dirs(path)
     try:
-        timings: dict[str, float] = {}
-        t0 = time.perf_counter()
-        if settings.chunk_size:
-            docs = chunk_documents(docs, settings.chunk_size, settings.chunk_overlap)
-        kept, corpus_hash = _write_docs(docs, tmp)
-        timings["docs"] = time.perf_counter() - t0
-        if not kept:
-            raise ValueError("the corpus holds no documents")
-        if (path / MANIFEST).exists():
-            existing = Index(path)
-            same = (existing.corpus_sha256 == corpus_hash
-                    and not existing.settings.differences(settings))
-            if same and not overwrite:
-                say(f"index at {path} is up to date ({len(existing)} documents); reusing it")
-                shutil.rmtree(tmp)
-                return existing
-            if not overwrite:
-                Index.open(path, settings=settings, corpus_sha256=corpus_hash)  # raises
-        elif path.exists() and any(path.iterdir()):
-            raise IndexMismatchError(f"{path} exists and is not an intentrank index; "
-                                     f"choose an empty or new directory")
-        texts = [d.full_text(settings.dense.title_sep) for d in kept]
-        stats: dict[str, Any] = {}
-        if isinstance(embedding_cache, bool):
-            embedding_cache = EmbeddingCache() if embedding_cache else None
-        for leg in settings.legs:
-            say(f"building {leg} over {len(texts)} documents")
-            t = time.perf_counter()
-            if leg == "bm25":
-                _build_bm25(texts, settings, tmp / "bm25", progress)
-            elif leg == "dense":
-                stats["dense"] = _build_dense(texts, settings, tmp / "dense", progress,
-                                              embedding_cache)
-            elif leg == "tfidf":
-                _build_tfidf(texts, settings, tmp / "tfidf")
-            elif leg == "graph":
-                stats["graph"] = _build_graph(texts, settings, tmp / "graph")
-            timings[leg] = time.perf_counter() - t
-        manifest = {
-            "format": FORMAT_VERSION,
-            "corpus_sha256": corpus_hash,
-            "n_docs": len(kept),
-            "settings": settings.to_dict(),
-            "versions": _versions(),
-            "build_seconds": timings,
-            "stats": stats,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        _swap_into_place(tmp, path)
+        lock = layout.WriterLock(path).acquire()
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_dirs(created)
         raise
-    return Index(path)
+    tmp: Path | None = None
+    gen_dir: Path | None = None
+    existing: Index | None = None
+    try:
+        _remove_leftovers(path, say)
+        existing, legacy = _existing_index(path, overwrite, say)
+        gen = layout.new_generation_name()
+        tmp = path / f"{layout.TMP_PREFIX}{gen[len(layout.GEN_PREFIX):]}"
+        tmp.mkdir()
+        (tmp / layout.READERS_LOCK).touch()
+        reused = _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
+                                   progress=progress, embedding_cache=embedding_cache,
+                                   say=say, path=path)
+        if reused is not None:
+            shutil.rmtree(tmp)
+            return reused
+        gen_dir = path / gen
+        os.replace(tmp, gen_dir)
+        tmp = None
+        layout.fsync_dir(path)
+        guard.committing = True  # SIGTERM from here on waits until the swap is done
+        layout.write_current(path, gen)
+        gen_dir = None  # live now: never remove it on failure
+        result = Index(path)
+        if existing is not None:
+            existing.close()
+        _remove_old(path, gen, legacy, say)
+        return result
+    except BaseException:
+        if existing is not None:
+            existing.close()
+        for leftover in (tmp, gen_dir):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+        if not (path / layout.CURRENT).exists():
+            lock.unlink()  # nothing to protect: leave the directory as we found it
+        _remove_dirs(created)
+        raise
+    finally:
+        lock.release()
 
 
-def _swap_into_place(tmp: Path, path: Path) -> None:
-    if path.exists():
-        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
+def _make_dirs(path: Path) -> list[Path]:
+    """mkdir -p ``path``; return the directories this call created, deepest last."""
+    missing: list[Path] = []
+    p = path.absolute()
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    created: list[Path] = []
+    try:
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+            except FileExistsError:
+                continue  # created concurrently by someone else: not ours to remove
+            created.append(d)
+    except BaseException:
+        _remove_dirs(created)
+        raise
+    return created
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for d in reversed(created):
+        try:
+            d.rmdir()  # only if empty: never removes what someone else put there
+        except OSError:
+            break
+
+
+class _Guard:
+    committing = False
+    pending = False
+
+
+@contextlib.contextmanager
+def _sigterm_raises(path: Path) -> Iterator[_Guard]:
+    """In the main thread, turn SIGTERM into :class:`IndexBuildInterrupted` so the build's
+    cleanup runs; the previous handler is restored afterwards. Once the guard is
+    ``committing`` (CURRENT is being replaced), SIGTERM is held until the block ends."""
+    guard = _Guard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    fired = False
+
+    def handler(signum: int, frame: object) -> None:
+        nonlocal fired
+        if fired:  # already unwinding: let the cleanup finish
+            return
+        fired = True
+        if guard.committing:
+            guard.pending = True
+            return
+        raise IndexBuildInterrupted(
+            f"building the index at {path} was interrupted by SIGTERM; its temporary files "
+            f"were removed and the previous index (if any) is unchanged", signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield guard
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    if guard.pending:
+        raise IndexBuildInterrupted(
+            f"SIGTERM arrived while the new index at {path} was being installed; it is "
+            f"complete and live", signal.SIGTERM)
+
+
+def _remove_leftovers(path: Path, say: Progress) -> None:
+    """Remove what killed builds left (safe: we hold the writer lock) and generations that
+    CURRENT no longer names and no reader holds."""
+    try:
+        live = layout.read_current(path)
+    except IndexCorruptError:
+        live = None
+    for entry in sorted(path.iterdir()):
+        name = entry.name
+        if name.startswith((layout.TMP_PREFIX, layout.TRASH_PREFIX)):
+            say(f"removing {entry} left by an interrupted build")
+            shutil.rmtree(entry, ignore_errors=True)
+        elif name.startswith(layout.CURRENT_TMP_PREFIX):
+            entry.unlink(missing_ok=True)
+        elif name.startswith(layout.GEN_PREFIX) and name != live and entry.is_dir():
+            if live is None and (path / layout.CURRENT).exists():
+                continue  # CURRENT is damaged: keep every generation until it is replaced
+            if layout.remove_generation(path, name, say):
+                say(f"removed unused generation {entry}")
+
+
+def _existing_index(path: Path, overwrite: bool, say: Progress) -> tuple[Index | None, bool]:
+    """The index now at ``path`` (None if there is none, or it is damaged and we overwrite),
+    and whether ``path`` holds a format-1 index that the new generation replaces."""
+    entries = [e.name for e in path.iterdir()]
+    if layout.CURRENT in entries:
+        try:
+            return Index(path), False
+        except (IndexCorruptError, IndexFormatError) as exc:
+            if not overwrite:
+                raise
+            say(f"replacing the damaged index at {path}: {exc}")
+            return None, False
+    if layout.is_legacy(path):  # format 1, before generations
+        if not overwrite:
+            Index(path)  # raises IndexFormatError with the rebuild hint
+        say(f"replacing the older-format index at {path}")
+        return None, True
+    foreign = [n for n in entries if not layout.is_own_entry(n)]
+    if foreign:
+        raise IndexMismatchError(f"{path} exists and is not an intentrank index (it holds "
+                                 f"{sorted(foreign)[:3]}); choose an empty or new directory")
+    return None, False
+
+
+def _build_generation(
+    docs: Iterable[Document], tmp: Path, settings: IndexSettings, existing: Index | None, *,
+    overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
+    say: Progress, path: Path,
+) -> Index | None:
+    """Write a complete generation into ``tmp``; return ``existing`` instead if it is up to
+    date (and we do not overwrite)."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    kept, corpus_hash = _write_docs(docs, settings, tmp)
+    timings["docs"] = time.perf_counter() - t0
+    if not kept:
+        raise ValueError("the corpus holds no documents")
+    if existing is not None and not overwrite:
+        if (existing.corpus_sha256 == corpus_hash
+                and not existing.settings.differences(settings)):
+            say(f"index at {path} is up to date ({len(existing)} documents); reusing it")
+            return existing
+        existing.check(settings, corpus_hash)  # raises IndexMismatchError
+    texts = [d.full_text(settings.dense.title_sep) for d in kept]
+    stats: dict[str, Any] = {}
+    cache = _embedding_cache(embedding_cache, say) if "dense" in settings.legs else None
+    for leg in settings.legs:
+        say(f"building {leg} over {len(texts)} documents")
+        t = time.perf_counter()
+        if leg == "bm25":
+            _build_bm25(texts, settings, tmp / "bm25", progress)
+        elif leg == "dense":
+            stats["dense"] = _build_dense(texts, settings, tmp / "dense", progress, cache)
+        elif leg == "tfidf":
+            _build_tfidf(texts, settings, tmp / "tfidf")
+        elif leg == "graph":
+            stats["graph"] = _build_graph(texts, settings, tmp / "graph")
+        timings[leg] = time.perf_counter() - t
+    manifest = {
+        "format": FORMAT_VERSION,
+        "corpus_sha256": corpus_hash,
+        "n_docs": len(kept),
+        "settings": settings.to_dict(),
+        "versions": _versions(),
+        "build_seconds": timings,
+        "stats": stats,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": layout.record_files(tmp),
+    }
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(manifest, indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
+    return None
+
+
+def _embedding_cache(option: EmbeddingCache | None | bool, say: Progress
+                     ) -> EmbeddingCache | None:
+    if not isinstance(option, bool):
+        return option
+    if not option:
+        return None
+
+    def warn(message: str) -> None:
+        say(message)
+        warnings.warn(message, EmbeddingCacheWarning, stacklevel=4)
+
+    return EmbeddingCache(warn=warn)
+
+
+def _remove_old(path: Path, live: str, legacy: bool, say: Progress) -> None:
+    for entry in sorted(path.iterdir()):
+        if entry.name.startswith(layout.GEN_PREFIX) and entry.name != live and entry.is_dir():
+            layout.remove_generation(path, entry.name, say)
+        elif legacy and entry.name in layout.LEGACY_NAMES:  # the format-1 index we replaced
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    layout.fsync_dir(path)
+
+
+def open_or_build(
+    docs: Iterable[Document] | Callable[[], Iterable[Document]],
+    path: str | Path,
+    settings: IndexSettings | None = None,
+    *,
+    progress: bool = False,
+    log: Progress | None = None,
+    source: str | None = None,
+) -> Index:
+    """Open the index at ``path`` after checking it was built from ``docs``; build it if
+    there is none.
+
+    An existing index is checked by hashing ``docs`` with the index's own settings (its
+    chunking); ``settings`` only apply to a new build. ``docs`` may be a callable returning
+    the documents, called once. ``source`` names the corpus in error messages.
+    Raises :class:`IndexMismatchError` if the index was built from another corpus.
+    """
+    path = Path(path)
+    say = log or (lambda msg: None)
+    if Index.exists(path):
+        index = Index(path)
+        try:
+            if settings is not None and index.settings.differences(settings):
+                say(f"{path} was built with other settings than requested; using its own: "
+                    + "; ".join(index.settings.differences(settings)))
+            corpus = docs() if callable(docs) else docs
+            digest = corpus_sha256(corpus, index.settings)
+            if digest != index.corpus_sha256:
+                what = source or "the given documents"
+                raise IndexMismatchError(
+                    f"{path} was built from another corpus than {what} (index sha256 "
+                    f"{index.corpus_sha256[:12]}..., corpus sha256 {digest[:12]}...): rebuild "
+                    f"with `intentrank index {source or 'SRC'} {path} --overwrite`")
+        except BaseException:
+            index.close()
+            raise
+        return index
+    corpus = docs() if callable(docs) else docs
+    return build_index(corpus, path, settings, progress=progress, log=log)

@@ -1,9 +1,19 @@
-"""A persistent embedding cache keyed by model and text content hash."""
+"""A persistent embedding cache keyed by model and text content hash.
+
+The cache only ever saves time: a damaged or unreadable cache file never stops a build. A
+file that is not a valid SQLite database is moved aside (``<name>.corrupt``) and a new cache
+is started; any other failure to open, read or write it disables the cache for the rest of
+the run. Either way a warning says so (:class:`EmbeddingCacheWarning`, or the ``warn``
+callback).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import sqlite3
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -12,23 +22,119 @@ import numpy as np
 from intentrank.paths import cache_dir
 
 
+class EmbeddingCacheWarning(UserWarning):
+    """The embedding cache could not be used as is (it was rebuilt or skipped)."""
+
+
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _default_warn(message: str) -> None:
+    warnings.warn(message, EmbeddingCacheWarning, stacklevel=3)
+
+
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    """A file that is not a database / a malformed one (not: locked, read-only, no space)."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+        exc, sqlite3.OperationalError)
 
 
 class EmbeddingCache:
     """Vectors stored in SQLite under (model key, sha256 of text); safe to share across runs."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path) if path else cache_dir() / "embeddings.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60)
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS vec (model TEXT, key TEXT, dim INT, data BLOB, "
-            "PRIMARY KEY (model, key))"
-        )
+        self.warn = warn or _default_warn
         self.hits = 0
         self.misses = 0
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._db = self._connect()
+        except (sqlite3.Error, OSError) as exc:
+            if isinstance(exc, sqlite3.Error) and _is_corruption(exc):
+                self._replace_corrupt(exc)
+            else:
+                self._disable(f"cannot open the embedding cache {self.path} ({exc})")
+
+    @property
+    def enabled(self) -> bool:
+        return self._db is not None
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=60)
+        try:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS vec (model TEXT, key TEXT, dim INT, data BLOB, "
+                "PRIMARY KEY (model, key))"
+            )
+            db.execute("SELECT count(*) FROM (SELECT 1 FROM vec LIMIT 1)").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _replace_corrupt(self, exc: sqlite3.Error) -> None:
+        aside = self.path.with_name(self.path.name + ".corrupt")
+        try:
+            os.replace(self.path, aside)
+            for suffix in ("-journal", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+            self._db = self._connect()
+        except (sqlite3.Error, OSError) as again:
+            self._disable(f"the embedding cache {self.path} is damaged ({exc}) and could not "
+                          f"be replaced ({again})")
+            return
+        self.warn(f"the embedding cache {self.path} was damaged ({exc}); moved it to {aside} "
+                  f"and started a new cache (embeddings will be recomputed)")
+
+    def _disable(self, message: str) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+        self._db = None
+        self.warn(message + "; going on without the embedding cache")
+
+    def _lookup(self, model_key: str, unique: list[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        if self._db is None:
+            return found
+        try:
+            for start in range(0, len(unique), 900):
+                chunk = unique[start:start + 900]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, dim, data FROM vec WHERE model = ? AND key IN ({marks})",
+                    [model_key, *chunk],
+                )
+                for key, dim, data in rows:
+                    if isinstance(data, bytes) and dim and len(data) == 4 * dim:
+                        found[key] = np.frombuffer(data, dtype=np.float32)
+                    # else: a damaged row: treat it as a miss (it is rewritten below)
+        except sqlite3.Error as exc:
+            self._disable(f"cannot read the embedding cache {self.path} ({exc})")
+            return {}
+        dims = {v.shape[0] for v in found.values()}
+        if len(dims) > 1:  # rows of one model must share a dimension
+            self._disable(f"the embedding cache {self.path} holds vectors of several sizes "
+                          f"{sorted(dims)} for {model_key}")
+            return {}
+        return found
+
+    def _store(self, model_key: str, keys: list[str], vecs: np.ndarray) -> None:
+        if self._db is None:
+            return
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO vec VALUES (?, ?, ?, ?)",
+                    [(model_key, k, v.shape[0], v.tobytes())
+                     for k, v in zip(keys, vecs, strict=True)],
+                )
+        except sqlite3.Error as exc:
+            self._disable(f"cannot write to the embedding cache {self.path} ({exc})")
 
     def encode(
         self,
@@ -38,35 +144,28 @@ class EmbeddingCache:
     ) -> np.ndarray:
         """Vectors for ``texts``; only texts not cached are passed to ``encode``."""
         keys = [text_key(t) for t in texts]
-        found: dict[str, np.ndarray] = {}
         unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), 900):
-            chunk = unique[start:start + 900]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT key, data FROM vec WHERE model = ? AND key IN ({marks})",
-                [model_key, *chunk],
-            )
-            for key, data in rows:
-                found[key] = np.frombuffer(data, dtype=np.float32)
+        found = self._lookup(model_key, unique)
         missing = [k for k in unique if k not in found]
-        self.hits += len(unique) - len(missing)
-        self.misses += len(missing)
         if missing:
             first_text = {}
             for k, t in zip(keys, texts, strict=True):
                 first_text.setdefault(k, t)
             vecs = np.asarray(encode([first_text[k] for k in missing]), dtype=np.float32)
-            with self._db:
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO vec VALUES (?, ?, ?, ?)",
-                    [(model_key, k, v.shape[0], v.tobytes()) for k, v in zip(missing, vecs,
-                                                                            strict=True)],
-                )
+            if found and vecs.shape[1] != next(iter(found.values())).shape[0]:
+                # cached vectors of another size under this key: trust only the fresh ones
+                self._disable(f"the embedding cache {self.path} holds vectors of another size "
+                              f"for {model_key}")
+                return np.asarray(encode(list(texts)), dtype=np.float32)
+            self._store(model_key, missing, vecs)
             found.update(zip(missing, vecs, strict=True))
+        self.hits += len(unique) - len(missing)
+        self.misses += len(missing)
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[k] for k in keys]).astype(np.float32)
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
+            self._db = None

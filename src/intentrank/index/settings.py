@@ -2,10 +2,51 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from intentrank.index.errors import IndexSettingsError
+
 LEGS = ("bm25", "dense", "tfidf", "graph")
+BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+DENSE_BACKENDS = ("sentence-transformers", "st", "onnx")
+# The stopword list names bm25s 0.2 knows (bm25s.tokenization._infer_stopwords); a name not
+# listed here is still accepted if the installed bm25s accepts it.
+BM25_STOPWORDS = ("english", "en", "english_plus", "en_plus", "german", "de", "dutch", "nl",
+                  "french", "fr", "spanish", "es", "portuguese", "pt", "italian", "it",
+                  "russian", "ru", "swedish", "sv", "norwegian", "no", "chinese", "zh",
+                  "turkish", "tr", "korean", "ko", "danish", "da")
+
+
+def _bad(message: str) -> IndexSettingsError:
+    return IndexSettingsError(f"invalid index settings: {message}")
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _bad(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _bad(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _stopwords_known(name: str) -> bool:
+    if name in BM25_STOPWORDS:
+        return True
+    try:
+        from bm25s.tokenization import _infer_stopwords
+    except ImportError:  # pragma: no cover - bm25s moved it: trust the name
+        return True
+    try:
+        _infer_stopwords(name)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -15,6 +56,24 @@ class BM25Settings:
     b: float = 0.75
     stemmer: str | None = "english"  # a PyStemmer language, or None
     stopwords: str | None = "en"  # a bm25s stopword list name, or None
+
+    def __post_init__(self) -> None:
+        if self.method not in BM25_METHODS:
+            raise _bad(f"bm25.method {self.method!r} is not one of {list(BM25_METHODS)}")
+        if _number("bm25.k1", self.k1) < 0:
+            raise _bad(f"bm25.k1 must be >= 0, got {self.k1!r}")
+        if not 0 <= _number("bm25.b", self.b) <= 1:
+            raise _bad(f"bm25.b must be between 0 and 1, got {self.b!r}")
+        if self.stemmer is not None:
+            import Stemmer
+
+            if self.stemmer not in Stemmer.algorithms():
+                raise _bad(f"unknown bm25.stemmer language {self.stemmer!r}; choose one of "
+                           f"{Stemmer.algorithms()} or None")
+        if self.stopwords is not None and (not isinstance(self.stopwords, str)
+                                           or not _stopwords_known(self.stopwords)):
+            raise _bad(f"unknown bm25.stopwords list {self.stopwords!r}; choose one of "
+                       f"{list(BM25_STOPWORDS)} or None")
 
 
 @dataclass(frozen=True)
@@ -26,6 +85,14 @@ class DenseSettings:
     passage_prefix: str = ""
     batch_size: int = 64
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise _bad(f"dense.model must be a model name or directory, got {self.model!r}")
+        if self.backend not in DENSE_BACKENDS:
+            raise _bad(f"unknown dense.backend {self.backend!r}; use 'sentence-transformers' "
+                       f"or 'onnx'")
+        _integer("dense.batch_size", self.batch_size, 1)
+
 
 @dataclass(frozen=True)
 class TfidfSettings:
@@ -34,12 +101,24 @@ class TfidfSettings:
     stop_words: str | None = "english"
     sublinear_tf: bool = False
 
+    def __post_init__(self) -> None:
+        _integer("tfidf.ngram_max", self.ngram_max, 1)
+        if self.max_features is not None:
+            _integer("tfidf.max_features", self.max_features, 1)
+
 
 @dataclass(frozen=True)
 class GraphSettings:
     window: int = 50  # each document is compared with the next `window` documents
     min_shared: int = 2  # entities two documents must share to be linked
     damping: float = 0.85
+
+    def __post_init__(self) -> None:
+        _integer("graph.window", self.window, 1)
+        _integer("graph.min_shared", self.min_shared, 1)
+        if not 0 < _number("graph.damping", self.damping) < 1:
+            raise _bad(f"graph.damping must be between 0 and 1 (exclusive), got "
+                       f"{self.damping!r}")
 
 
 @dataclass(frozen=True)
@@ -55,9 +134,27 @@ class IndexSettings:
     chunk_overlap: int = 50
 
     def __post_init__(self) -> None:
+        if isinstance(self.legs, str) or not isinstance(self.legs, tuple | list):
+            raise _bad(f"legs must be a tuple of leg names, got {self.legs!r}")
+        object.__setattr__(self, "legs", tuple(self.legs))
+        if not self.legs:
+            raise _bad(f"legs is empty; choose at least one of {LEGS}")
         unknown = set(self.legs) - set(LEGS)
         if unknown:
-            raise ValueError(f"unknown index legs {sorted(unknown)}; choose from {LEGS}")
+            raise _bad(f"unknown index legs {sorted(unknown)}; choose from {LEGS}")
+        duplicates = sorted({leg for leg in self.legs if list(self.legs).count(leg) > 1})
+        if duplicates:
+            raise _bad(f"duplicate index legs {duplicates} in {list(self.legs)}")
+        if self.chunk_size is not None:
+            _integer("chunk_size", self.chunk_size, 0)
+        _integer("chunk_overlap", self.chunk_overlap, 0)
+        if self.chunk_size and self.chunk_overlap >= self.chunk_size:
+            raise _bad(f"chunk_overlap must be smaller than chunk_size, got chunk_overlap="
+                       f"{self.chunk_overlap} with chunk_size={self.chunk_size}")
+        for name, cls in (("bm25", BM25Settings), ("dense", DenseSettings),
+                          ("tfidf", TfidfSettings), ("graph", GraphSettings)):
+            if not isinstance(getattr(self, name), cls):
+                raise _bad(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -1,10 +1,13 @@
 """An on-disk hybrid index: documents, BM25, dense vectors, TF-IDF and the entity graph.
 
-Layout of an index directory::
+An index directory holds generations (see :mod:`intentrank.index.layout`); ``CURRENT`` names
+the live one. Layout of a generation::
 
-    manifest.json        corpus hash, settings, versions, build times
+    manifest.json        corpus hash, settings, versions, build times, size + sha256 per file
+    .readers.lock        shared flock held by every open Index (keeps the generation alive)
     docs.jsonl           one document per line (id, title, text, parent_id)
     doc_offsets.npy      byte offset of each line in docs.jsonl
+    ids.json             document ids, row order
     bm25/                bm25s index
     dense/embeddings.npy L2-normalised float32 vectors, row i = document i
     tfidf/vectorizer.pkl, tfidf/matrix.npz
@@ -13,23 +16,36 @@ Layout of an index directory::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import pickle
 import threading
+import time
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
 from intentrank.errors import IndexMismatchError, IntentrankError
+from intentrank.index import layout
 from intentrank.index.entities import extract_entities
+from intentrank.index.errors import (
+    IndexCorruptError,
+    IndexFormatError,
+    IndexNotFoundError,
+    rebuild_hint,
+)
+from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
 from intentrank.types import Document
 
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_MANIFEST_KEYS = ("format", "corpus_sha256", "n_docs", "settings", "files")
+
+
 class Hits(NamedTuple):
     """One query's results from a leg: index rows and their scores, best first."""
 
@@ -47,6 +63,7 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
     """Indices and scores of the ``k`` largest scores, best first (ties by index).
 
     With ``positive_only`` (lexical legs) documents scoring 0 are not returned."""
+    check_k(k)
     k = min(k, scores.shape[0])
     if k <= 0:
         return NO_HITS
@@ -55,6 +72,12 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
     if positive_only:
         idx = idx[scores[idx] > 0]
     return Hits(idx.astype(np.int64), scores[idx].astype(np.float64))
+
+
+def check_k(k: Any) -> None:
+    """``k`` must be a positive integer (a search for k < 1 results would silently be empty)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k must be a positive integer (the number of results), got {k!r}")
 
 
 def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
@@ -77,24 +100,121 @@ def _stemmer(language: str | None, thread: int) -> Any:
 
 
 class Index:
-    """A built index; legs are loaded lazily on first use."""
+    """A built index, pinned to the generation that was live when it was opened.
+
+    Legs are loaded lazily on first use, always from that generation: a rebuild of the same
+    directory does not change what an open Index reads (the generation is kept on disk while
+    any Index has it open). Opening checks that every file the manifest records exists with
+    its recorded size; :meth:`verify` also checks their sha256.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        manifest_path = self.path / MANIFEST
-        if not manifest_path.exists():
-            raise IntentrankError(f"{self.path} is not an intentrank index (no {MANIFEST}); "
-                                  f"build one with `intentrank index`")
-        self.manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+        self._lock: IO[bytes] | None = None
+        self.generation, self.gen_dir, lock = self._pin_generation()
+        self._lock = lock or None
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def exists(path: str | Path) -> bool:
+        """Whether ``path`` holds an index (current or older format; it may still fail to
+        open, e.g. if it is damaged or of an older format: opening says why)."""
+        path = Path(path)
+        return (path / layout.CURRENT).is_file() or layout.is_legacy(path)
+
+    def _pin_generation(self) -> tuple[str, Path, IO[bytes] | bool]:
+        """Resolve CURRENT and take a shared lock on that generation (retrying if a writer
+        deleted it in between)."""
+        previous = None
+        for attempt in range(50):
+            name = layout.read_current(self.path)
+            if name is None:
+                self._no_index()
+            gen_dir = self.path / name
+            lock = layout.open_reader_lock(gen_dir)
+            if lock is not None:
+                return name, gen_dir, lock
+            if name == previous and not gen_dir.exists():
+                raise IndexCorruptError(f"{self.path / layout.CURRENT} names {name}, which does "
+                                        f"not exist; {self._hint}")
+            previous = name
+            time.sleep(0.001 * attempt)
+        raise IndexCorruptError(f"{self.path}: the live generation kept disappearing while "
+                                f"opening it")
+
+    def _no_index(self) -> None:
+        if layout.is_generation_name(self.path.name) and (self.path / MANIFEST).is_file():
+            raise IndexNotFoundError(f"{self.path} is one generation inside the index "
+                                     f"{self.path.parent}; open {self.path.parent} instead")
+        if layout.is_legacy(self.path):
+            raise IndexFormatError(
+                f"{self.path} was built by an older intentrank (index format 1, before "
+                f"generations) that this version cannot read; rebuild with `intentrank index "
+                f"SRC {self.path} --overwrite`")
+        if self.path.is_dir() and any(n.name.startswith(layout.GEN_PREFIX)
+                                      for n in self.path.iterdir()):
+            raise IndexCorruptError(f"{self.path / layout.CURRENT} is missing, so {self.path} "
+                                    f"holds no complete index (an interrupted first build, or "
+                                    f"damage); {self._hint}")
+        raise IndexNotFoundError(f"{self.path} is not an intentrank index (no "
+                                 f"{layout.CURRENT}); build one with `intentrank index`")
+
+    def _load(self) -> None:
+        self.manifest: dict[str, Any] = layout.load_manifest(self.gen_dir)
+        shown = self.gen_dir / MANIFEST
         if self.manifest.get("format") != FORMAT_VERSION:
-            raise IndexMismatchError(f"{self.path}: index format {self.manifest.get('format')} "
-                                     f"is not supported (expected {FORMAT_VERSION}); rebuild it")
-        self.settings = IndexSettings.from_dict(self.manifest["settings"])
-        self._offsets = np.load(self.path / "doc_offsets.npy")
-        self._docs_fh = open(self.path / "docs.jsonl", "rb")  # noqa: SIM115 (kept open)
-        self.ids: list[str] = json.loads((self.path / "ids.json").read_text())
+            raise IndexFormatError(f"{shown}: index format {self.manifest.get('format')!r} is "
+                                   f"not supported (expected {FORMAT_VERSION}); {self._hint}")
+        missing = [k for k in _MANIFEST_KEYS if k not in self.manifest]
+        if missing or not isinstance(self.manifest["files"], dict):
+            raise IndexCorruptError(f"{shown} lacks {missing or ['files']}; {self._hint}")
+        try:
+            self.settings = IndexSettings.from_dict(self.manifest["settings"])
+            files = {rel: {"size": int(r["size"]), "sha256": str(r["sha256"])}
+                     for rel, r in self.manifest["files"].items()}
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise IndexCorruptError(f"{shown} holds invalid settings or file records ({exc}); "
+                                    f"{self._hint}") from exc
+        self._files = files
+        layout.check_sizes(self.gen_dir, files)
+        n = self.manifest["n_docs"]
+        with self._reading("doc_offsets.npy"):
+            self._offsets = np.load(self.gen_dir / "doc_offsets.npy")
+        with self._reading("ids.json"):
+            self.ids: list[str] = json.loads((self.gen_dir / "ids.json").read_text())
+        if len(self.ids) != n or len(self._offsets) != n:
+            raise IndexCorruptError(f"{self.gen_dir}: the manifest records {n} documents, "
+                                    f"ids.json holds {len(self.ids)} and doc_offsets.npy "
+                                    f"{len(self._offsets)}; {self._hint}")
+        self._docs_fh = open(self.gen_dir / "docs.jsonl", "rb")  # noqa: SIM115 (kept open)
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
+
+    @property
+    def _hint(self) -> str:
+        return rebuild_hint(self.path)
+
+    @contextlib.contextmanager
+    def _reading(self, rel: str) -> Iterator[None]:
+        """Turn a failure to read/parse a file of the generation into a named error."""
+        try:
+            yield
+        except (IntentrankError, MemoryError):
+            raise
+        except Exception as exc:  # numpy, pickle, json, bm25s, scipy all raise their own
+            raise IndexCorruptError(f"{self.gen_dir / rel} cannot be read ({type(exc).__name__}:"
+                                    f" {exc}); {self._hint}") from exc
+
+    def verify(self) -> dict[str, int]:
+        """Check size and sha256 of every file the manifest records (reads the whole index).
+
+        Raises :class:`IndexCorruptError` naming every file that does not match."""
+        n_files, n_bytes = layout.verify_files(self.gen_dir, self._files)
+        return {"files": n_files, "bytes": n_bytes}
 
     @classmethod
     def open(
@@ -103,19 +223,34 @@ class Index:
     ) -> Index:
         """Open an index; if ``settings`` or a corpus hash are given they must match."""
         index = cls(path)
+        try:
+            index.check(settings, corpus_sha256)
+        except BaseException:
+            index.close()
+            raise
+        return index
+
+    def check(self, settings: IndexSettings | None = None,
+              corpus_sha256: str | None = None) -> None:
+        """Raise :class:`IndexMismatchError` unless built with ``settings`` / this corpus."""
         if settings is not None:
-            diff = index.settings.differences(settings)
+            diff = self.settings.differences(settings)
             if diff:
                 raise IndexMismatchError(
-                    f"{index.path} was built with other settings: " + "; ".join(diff)
+                    f"{self.path} was built with other settings: " + "; ".join(diff)
                     + ". Use another directory or rebuild with --overwrite."
                 )
-        if corpus_sha256 is not None and corpus_sha256 != index.corpus_sha256:
+        if corpus_sha256 is not None and corpus_sha256 != self.corpus_sha256:
             raise IndexMismatchError(
-                f"{index.path} was built from another corpus (sha256 {index.corpus_sha256[:12]}"
+                f"{self.path} was built from another corpus (sha256 {self.corpus_sha256[:12]}"
                 f"... != {corpus_sha256[:12]}...). Use another directory or --overwrite."
             )
-        return index
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -140,7 +275,15 @@ class Index:
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
         self._docs_fh.seek(int(self._offsets[row]))
-        rec = json.loads(self._docs_fh.readline())
+        line = self._docs_fh.readline()
+        try:
+            rec = json.loads(line)
+            if rec["id"] != doc_id:
+                raise ValueError(f"line at offset {int(self._offsets[row])} holds id "
+                                 f"{rec['id']!r}, not {doc_id!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IndexCorruptError(f"{self.gen_dir / 'docs.jsonl'} is damaged ({exc}); "
+                                    f"{self._hint}") from exc
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"))
 
@@ -166,12 +309,18 @@ class Index:
         import bm25s
 
         self._require("bm25")
-        return bm25s.BM25.load(str(self.path / "bm25"), mmap=False)
+        with self._reading("bm25"):
+            return bm25s.BM25.load(str(self.gen_dir / "bm25"), mmap=False)
 
     @cached_property
     def embeddings(self) -> np.ndarray:
         self._require("dense")
-        return np.load(self.path / "dense" / "embeddings.npy", mmap_mode="r")
+        with self._reading("dense/embeddings.npy"):
+            vecs = np.load(self.gen_dir / "dense" / "embeddings.npy", mmap_mode="r")
+        if vecs.ndim != 2 or vecs.shape[0] != len(self):
+            raise IndexCorruptError(f"{self.gen_dir / 'dense/embeddings.npy'} has shape "
+                                    f"{vecs.shape}, expected ({len(self)}, dim); {self._hint}")
+        return vecs
 
     @cached_property
     def embedder(self) -> Any:
@@ -186,24 +335,30 @@ class Index:
         import scipy.sparse
 
         self._require("tfidf")
-        with open(self.path / "tfidf" / "vectorizer.pkl", "rb") as fh:
+        with self._reading("tfidf/vectorizer.pkl"), \
+                open(self.gen_dir / "tfidf" / "vectorizer.pkl", "rb") as fh:
             vectorizer = pickle.load(fh)
-        matrix = scipy.sparse.load_npz(self.path / "tfidf" / "matrix.npz").tocsr()
+        with self._reading("tfidf/matrix.npz"):
+            matrix = scipy.sparse.load_npz(self.gen_dir / "tfidf" / "matrix.npz").tocsr()
         return vectorizer, matrix
 
     @cached_property
     def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
         """Inverted entity index (entity -> rows) and PageRank per row."""
         self._require("graph")
-        entities = json.loads((self.path / "graph" / "entities.json").read_text())
+        with self._reading("graph/entities.json"):
+            entities = json.loads((self.gen_dir / "graph" / "entities.json").read_text())
+        with self._reading("graph/pagerank.npy"):
+            pr = np.load(self.gen_dir / "graph" / "pagerank.npy")
         inverted: dict[str, list[int]] = {}
         for row, ents in enumerate(entities):
             for e in ents:
                 inverted.setdefault(e, []).append(row)
-        return inverted, np.load(self.path / "graph" / "pagerank.npy")
+        return inverted, pr
 
     # -- search (row indices and scores) -------------------------------------------------
     def search_bm25(self, texts: list[str], k: int) -> list[Hits]:
+        check_k(k)
         s = self.settings.bm25
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
         out: list[Hits] = [NO_HITS for _ in texts]
@@ -222,16 +377,22 @@ class Index:
 
     def search_dense(self, texts: list[str], k: int,
                      query_vectors: np.ndarray | None = None) -> list[Hits]:
+        check_k(k)
         q = self.encode_queries(texts) if query_vectors is None else query_vectors
+        if q.ndim != 2 or q.shape[1] != self.embeddings.shape[1]:
+            raise ValueError(f"query vectors of shape {q.shape} do not fit {self.path}'s "
+                             f"{self.embeddings.shape[1]}-dimensional embeddings")
         scores = np.asarray(self.embeddings @ q.T, dtype=np.float32)  # (n_docs, n_queries)
         return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
 
     def search_tfidf(self, texts: list[str], k: int) -> list[Hits]:
+        check_k(k)
         vectorizer, matrix = self.tfidf
         scores = (vectorizer.transform(texts) @ matrix.T).toarray()
         return [top_k(scores[j], k) for j in range(len(texts))]
 
     def search_graph(self, texts: list[str], k: int) -> list[Hits]:
+        check_k(k)
         inverted, pr = self.graph
         out: list[Hits] = []
         for text in texts:
@@ -248,5 +409,12 @@ class Index:
         return out
 
     def close(self) -> None:
-        self._docs_fh.close()
+        """Close the documents file and release the generation (a later build may delete it;
+        legs already loaded stay usable)."""
+        fh = getattr(self, "_docs_fh", None)
+        if fh is not None:
+            fh.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 

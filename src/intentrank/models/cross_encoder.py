@@ -64,6 +64,7 @@ class TorchCrossEncoder:
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.name = model
+        self.max_length = max_length
         try:
             self.model = CrossEncoder(model, device=device, max_length=max_length)
         except (OSError, ValueError) as exc:
@@ -74,9 +75,20 @@ class TorchCrossEncoder:
     def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
-        scores = self.model.predict([list(p) for p in pairs], batch_size=batch_size,
+        scores = self.model.predict(_clip_pairs(pairs, self.max_length), batch_size=batch_size,
                                     show_progress_bar=False, convert_to_numpy=True)
         return np.asarray(scores, dtype=np.float32).reshape(len(pairs))
+
+
+def _clip_pairs(pairs: Sequence[Pair], max_length: int) -> list[list[str]]:
+    """Each side cut before tokenising (see :func:`~intentrank.models.embedder.clip_text`):
+    a side keeping ``max_length`` words still gets truncated exactly as before, so scores
+    do not change, but a huge passage no longer takes memory in proportion to its length."""
+    from intentrank.models.embedder import clip_text
+
+    if not max_length or max_length < 1:
+        return [[q, p] for q, p in pairs]
+    return [[clip_text(q, max_length), clip_text(p, max_length)] for q, p in pairs]
 
 
 def find_onnx(model: str | Path) -> Path:
@@ -106,6 +118,7 @@ class OnnxCrossEncoder:
         self.tokenizer = load_tokenizer(self.onnx_path.parent, max_length)
         self.session = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.max_length = max_length
 
     def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
         from intentrank.models.onnx_embedder import length_batches, pad_encodings
@@ -113,7 +126,8 @@ class OnnxCrossEncoder:
         out = np.zeros(len(pairs), dtype=np.float32)
         if not pairs:
             return out
-        encodings = self.tokenizer.encode_batch([tuple(p) for p in pairs])
+        encodings = self.tokenizer.encode_batch(
+            [tuple(p) for p in _clip_pairs(pairs, self.max_length)])
         for idx in length_batches([len(e.ids) for e in encodings], batch_size):
             feeds = pad_encodings([encodings[i] for i in idx])
             logits = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]

@@ -8,6 +8,7 @@ directory.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -16,6 +17,37 @@ import numpy as np
 from intentrank.errors import ModelError
 
 DEFAULT_EMBEDDER = "minilm"
+# A text is never handed to a tokenizer longer than this many characters per model token:
+# tokenizers tokenise the whole text before truncating (a 10 MB line took 2 GB).
+MAX_CHARS_PER_TOKEN = 64
+_WORD = re.compile(r"\S+")
+
+
+def clip_text(text: str, max_tokens: int) -> str:
+    """``text`` cut so a tokenizer truncating to ``max_tokens`` sees the same tokens, with
+    memory bounded by ``max_tokens`` rather than by the text.
+
+    The cut falls after the ``max_tokens``-th whitespace-separated word: every word gives at
+    least one token (WordPiece, BPE and SentencePiece alike) and tokens never span
+    whitespace, so the first ``max_tokens`` tokens of the cut text are those of the whole
+    text and truncation keeps the same ones. Texts are never longer than
+    ``max_tokens * MAX_CHARS_PER_TOKEN`` characters after the cut (only text whose words
+    average more than that many characters, e.g. one huge word, can differ from the
+    untruncated result). Texts too short to hold ``max_tokens`` words come back unchanged.
+    """
+    if len(text) < 2 * max_tokens:  # fewer than max_tokens words fit: nothing to cut
+        return text
+    hard = max_tokens * MAX_CHARS_PER_TOKEN
+    for words, m in enumerate(_WORD.finditer(text, 0, hard), start=1):
+        if words >= max_tokens:
+            return text[:m.end()]
+    return text[:hard]
+
+
+def clip_texts(texts: Sequence[str], max_tokens: int | None) -> list[str]:
+    if not max_tokens or max_tokens < 1:
+        return list(texts)
+    return [clip_text(t, max_tokens) for t in texts]
 
 
 class Embedder(Protocol):
@@ -73,8 +105,8 @@ class SentenceTransformerEmbedder:
 
     def _encode(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
         vecs = self.model.encode(
-            list(texts), batch_size=batch_size, normalize_embeddings=True,
-            show_progress_bar=progress, convert_to_numpy=True,
+            clip_texts(texts, self.model.max_seq_length), batch_size=batch_size,
+            normalize_embeddings=True, show_progress_bar=progress, convert_to_numpy=True,
         )
         return np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
 

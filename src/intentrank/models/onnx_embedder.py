@@ -103,6 +103,8 @@ class OnnxEmbedder:
     ) -> None:
         from intentrank.models.embedder import minilm_path
 
+        if max_length < 1:
+            raise ModelError(f"max_length must be >= 1, got {max_length}")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.onnx_path = Path(onnx_path) if onnx_path else minilm_int8_onnx_path()
         self.name = "minilm-int8-onnx" if onnx_path is None else self.onnx_path.stem
@@ -130,7 +132,9 @@ class OnnxEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch(list(texts))
+        from intentrank.models.embedder import clip_texts
+
+        encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
         run_size = min(batch_size, MAX_RUN_BATCH)
         batches = list(length_batches([len(e.ids) for e in encodings], run_size))
         if progress:
