@@ -44,7 +44,7 @@ def open_index(name: str, chunked: bool = False) -> Any:
     from intentrank.index.settings import IndexSettings
 
     path = ROOT / "indexes" / (f"{name}-chunks" if chunked else name)
-    if (path / "manifest.json").exists():
+    if Index.exists(path):
         return Index.open(path)
     settings = IndexSettings(legs=("dense",), chunk_size=128, chunk_overlap=32) if chunked \
         else IndexSettings()

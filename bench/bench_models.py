@@ -57,7 +57,7 @@ def open_index(name: str, tmp: Path) -> Any:
     from intentrank.index import Index, IndexSettings, build_index
 
     path = ROOT / "indexes" / name
-    if (path / "manifest.json").exists():
+    if Index.exists(path):
         return Index.open(path)
     ds = load_dataset(DATA / name)
     return build_index(ds.corpus(), tmp / name, IndexSettings(legs=("bm25",)))
@@ -98,7 +98,7 @@ def phase_train(model_dir: Path, budget_min: float, max_length: int, reuse: bool
         return {"reused": True, **json.loads((model_dir / TRAINING_JSON).read_text())}
     ds = load_dataset(DATA / "scifact")
     index_path = ROOT / "indexes" / "scifact"
-    idx = Index.open(index_path) if (index_path / "manifest.json").exists() else index_path
+    idx = Index.open(index_path) if Index.exists(index_path) else index_path
     res = train_reranker(ds, model_dir, idx, time_budget_s=budget_min * 60,
                          max_length=max_length, onnx=True, progress=True, log=log)
     return {"reused": False, "load_after": load_avg(), **res.info}

@@ -56,13 +56,12 @@ def _versions() -> dict[str, str]:
 def _open_index(index: Index | str | Path | None, ds: Dataset, log: Log) -> Index:
     if isinstance(index, Index):
         return index
-    from intentrank.index import build_index
+    from intentrank.index import open_or_build
 
     path = Path(index) if index is not None else Path("indexes") / ds.name
-    if (path / "manifest.json").exists():
-        return Index.open(path)
-    log(f"building index {path} from {ds.root}")
-    return build_index(ds.corpus(), path, progress=True, log=log)
+    if not Index.exists(path):
+        log(f"building index {path} from {ds.root}")
+    return open_or_build(ds.corpus, path, progress=True, log=log, source=str(ds.root))
 
 
 def training_queries(ds: Dataset, split: str, max_queries: int | None, seed: int
