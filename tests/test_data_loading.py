@@ -21,6 +21,33 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+# The counts each collection's SOURCE.md states (/work/shared/data/<name>/SOURCE.md):
+# {name: (documents, queries, {split: (judged queries, judgment lines)})}
+SOURCE_COUNTS = {
+    "scifact": (5183, 1109, {"test": (300, 339), "train": (809, 919)}),
+    "cranfield": (1400, 225, {"test": (225, 1837)}),
+    "vaswani": (11429, 93, {"test": (93, 2083)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCE_COUNTS))
+def test_real_collections_load_without_warnings_and_match_source_md(data_dir, name):
+    docs, n_queries, splits = SOURCE_COUNTS[name]
+    source = (data_dir / name / "SOURCE.md").read_text(encoding="utf-8")
+    for count in (docs, n_queries, *(c for s in splits.values() for c in s)):
+        assert f"{count:,}" in source or str(count) in source, (name, count)
+    ds = load_dataset(data_dir / name, strict=True)
+    assert ds.warnings == []
+    assert len(ds.queries) == n_queries
+    assert {s: (len(q), sum(len(j) for j in q.values())) for s, q in ds.qrels.items()} == splits
+    ids = {d.id for d in ds.corpus()}
+    assert len(ids) == docs
+    assert ds.check_qrels(ids, strict=True) == [] and ds.warnings == []
+    for split in splits:
+        queries, qrels = ds.split(split)
+        assert len(queries) == splits[split][0] and set(qrels) == {q.id for q in queries}
+
+
 def test_real_beir_datasets_load(data_dir):
     scifact = load_dataset(data_dir / "scifact")
     assert sum(1 for _ in scifact.corpus()) == 5183
@@ -81,17 +108,33 @@ def test_empty_query_is_rejected(tmp_path):
 
 
 def test_qrels_with_unknown_ids(tmp_path, data_dir):
+    """Unknown ids warn and the rest is evaluated; an error only with strict=True."""
     root = tmp_path / "ds"
     (root / "qrels").mkdir(parents=True)
     write_jsonl(root / "corpus.jsonl", [{"_id": "d1", "text": "x"}])
     write_jsonl(root / "queries.jsonl", [{"_id": "q1", "text": "x"}])
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n")
     ds = load_dataset(root)
-    with pytest.raises(DataError, match=r"test.tsv: qrels name 1 unknown document ids "
-                                        r"\(e.g. \['d9'\]\)"):
-        ds.check_qrels({d.id for d in ds.corpus()})
+    assert ds.warnings == []
+    warnings = ds.check_qrels({d.id for d in ds.corpus()})
+    assert len(warnings) == 1 and ds.warnings == warnings
+    assert "test.tsv: 1 of 2 judged document ids are not in the index (e.g. ['d9'])" in warnings[0]
+    assert "kept" in warnings[0]
+    assert ds.qrels["test"]["q1"] == {"d1": 1, "d9": 1}  # still counts against recall
+    with pytest.raises(DataError, match=r"test.tsv: 1 of 2 judged document ids are not in the "
+                                        r"index \(e.g. \['d9'\]\)"):
+        ds.check_qrels({"d1"}, strict=True)
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq7\td1\t1\nq1\td1\t1\n")
+    ds = load_dataset(root)
+    assert ds.split("test")[1] == {"q1": {"d1": 1}}
+    assert len(ds.warnings) == 1 and ds.warnings[0].endswith(
+        "test.tsv: 1 judged query ids are not in queries.jsonl (e.g. ['q7']); they are not "
+        "evaluated")
+    with pytest.raises(DataError, match=r"test.tsv: 1 judged query ids are not in queries.jsonl"):
+        load_dataset(root, strict=True)
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq7\td1\t1\n")
-    with pytest.raises(DataError, match="1 query ids missing from the queries file"):
+    with pytest.raises(DataError, match="none of the 1 judged query ids is in queries.jsonl "
+                                        r"\(e.g. \['q7'\]\); nothing to evaluate"):
         load_dataset(root)
 
 

@@ -28,30 +28,62 @@ def _records(path: Path, encoding: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _pick(record: dict[str, Any], fields: tuple[str, ...], path: Path, line: int,
-          what: str) -> str:
+          what: str) -> tuple[str, Any]:
     for f in fields:
         if f in record and record[f] is not None:
-            return str(record[f])
-    raise DataError(f"no {what} field (looked for {', '.join(fields)})", path, line)
+            return f, record[f]
+    raise DataError(f"no {what} field (looked for {', '.join(fields)}; the record has "
+                    f"{sorted(record)[:10]})", path, line)
+
+
+def _id(record: dict[str, Any], fields: tuple[str, ...], path: Path, line: int,
+        what: str, label: str) -> str:
+    """An id: a string or an integer, non-empty, without whitespace (TREC runs and qrels are
+    whitespace-separated, so such an id could never be judged or written)."""
+    name, value = _pick(record, fields, path, line, what)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise DataError(f"{label} must be a string or an integer, got {type(value).__name__} "
+                        f"{value!r:.40}", path, line, name)
+    text = str(value).strip()
+    if not text:
+        raise DataError(f"empty {label}", path, line, name)
+    if text.split() != [text]:
+        raise DataError(f"{label} {text!r} contains whitespace, which TREC qrels and runs "
+                        f"cannot hold", path, line, name)
+    return text
+
+
+def _text(value: Any, path: Path, line: int, name: str) -> str:
+    """A text field: a string, or a list of strings (sentences), joined by spaces."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return " ".join(value)
+    raise DataError(f"expected a string (or a list of strings), got {type(value).__name__} "
+                    f"{value!r:.40}", path, line, name)
 
 
 def iter_corpus(path: str | Path, encoding: str = "utf-8") -> Iterator[Document]:
     """Stream documents; duplicate ids and records without an id or a text field raise with
-    file and line. Documents whose text is empty are kept (real collections have them)."""
+    file and line. Documents whose text is empty are kept (real collections have them); a file
+    with no documents at all is an error. A text that is a list of strings (sentences) is
+    joined by spaces; any other non-string text, title or id raises."""
     path = Path(path)
     seen: dict[str, int] = {}
     for line, rec in _records(path, encoding):
-        doc_id = _pick(rec, ID_FIELDS, path, line, "id").strip()
-        if not doc_id:
-            raise DataError("empty document id", path, line, "_id")
+        doc_id = _id(rec, ID_FIELDS, path, line, "id", "document id")
         if doc_id in seen:
             raise DataError(f"duplicate document id {doc_id!r} (first seen on line "
                             f"{seen[doc_id]})", path, line, "_id")
         seen[doc_id] = line
-        text = _pick(rec, TEXT_FIELDS, path, line, "text")
-        title = str(rec.get("title") or "")
+        name, value = _pick(rec, TEXT_FIELDS, path, line, "text")
+        text = _text(value, path, line, name)
+        title = rec.get("title")
+        title = "" if title is None else _text(title, path, line, "title")
         meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
         yield Document(id=doc_id, text=text, title=title, metadata=meta)
+    if not seen:
+        raise DataError("no documents found", path)
 
 
 def load_queries(path: str | Path, encoding: str = "utf-8") -> dict[str, Query]:
@@ -59,13 +91,16 @@ def load_queries(path: str | Path, encoding: str = "utf-8") -> dict[str, Query]:
     path = Path(path)
     out: dict[str, Query] = {}
     for line, rec in _records(path, encoding):
-        qid = _pick(rec, QUERY_ID_FIELDS, path, line, "query id").strip()
-        text = _pick(rec, QUERY_TEXT_FIELDS, path, line, "query text")
+        qid = _id(rec, QUERY_ID_FIELDS, path, line, "query id", "query id")
+        name, value = _pick(rec, QUERY_TEXT_FIELDS, path, line, "query text")
+        text = _text(value, path, line, name)
         if qid in out:
             raise DataError(f"duplicate query id {qid!r}", path, line, "_id")
         if not text.strip():
             raise DataError(f"query {qid!r} is empty", path, line, "text")
         out[qid] = Query(id=qid, text=text)
+    if not out:
+        raise DataError("no queries found", path)
     return out
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from intentrank.data.corpus import iter_corpus, load_queries
+from intentrank.data.readers import check_file
 from intentrank.data.trec import Qrels, load_qrels
 from intentrank.errors import DataError
 from intentrank.types import Document, Query
@@ -29,14 +30,27 @@ def _first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
     raise DataError(f"no {what} file (looked for {', '.join(names)})", root)
 
 
+QRELS_SUFFIXES = (".tsv", ".tsv.gz", ".txt", ".txt.gz", ".qrels", ".qrels.gz")
+
+
+def _few(ids: list[str], n: int = 5) -> list[str]:
+    return sorted(ids)[:n]
+
+
 @dataclass
 class Dataset:
-    """A BEIR-layout collection on disk; the corpus is streamed, queries and qrels are small."""
+    """A BEIR-layout collection on disk; the corpus is streamed, queries and qrels are small.
+
+    ``warnings`` collects what was loaded with a caveat (judgments dropped or kept for ids the
+    collection lacks, grades rounded); callers print them.
+    """
 
     root: Path
     corpus_path: Path
     queries: dict[str, Query]
     qrels: dict[str, Qrels] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    qrels_paths: dict[str, Path] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -49,11 +63,32 @@ class Dataset:
     def corpus(self) -> Iterator[Document]:
         return iter_corpus(self.corpus_path)
 
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def _qrels_path(self, split: str) -> Path:
+        return self.qrels_paths.get(split, self.root / "qrels" / f"{split}.tsv")
+
     def split(self, split: str) -> tuple[list[Query], Qrels]:
-        """Queries that have judgments in ``split`` (in qrels order) and those judgments."""
+        """Queries that have judgments in ``split`` (in qrels order) and those judgments.
+
+        Judged query ids missing from the queries (only possible for a Dataset built by hand;
+        :func:`load_dataset` drops them) are skipped with a warning; if none is left, a
+        :class:`DataError`.
+        """
         if split not in self.qrels:
             raise DataError(f"no qrels for split {split!r}; available: {self.splits}", self.root)
         qrels = self.qrels[split]
+        missing = [q for q in qrels if q not in self.queries]
+        if missing:
+            if len(missing) == len(qrels):
+                raise DataError(f"none of the {len(qrels)} judged query ids of split {split!r} "
+                                f"is in the queries (e.g. {_few(missing)}); nothing to "
+                                f"evaluate", self._qrels_path(split))
+            self._warn(f"{self._qrels_path(split)}: {len(missing)} judged query ids are not in "
+                       f"the queries (e.g. {_few(missing)}); they are not evaluated")
+            qrels = {q: j for q, j in qrels.items() if q in self.queries}
         return [self.queries[q] for q in qrels], qrels
 
     def sample(self, split: str, n: int, seed: int = 0) -> tuple[list[Query], Qrels]:
@@ -64,44 +99,95 @@ class Dataset:
             queries = sorted(random.Random(seed).sample(queries, n), key=lambda q: q.id)
         return queries, {q.id: qrels[q.id] for q in queries}
 
-    def check_qrels(self, doc_ids: set[str]) -> None:
-        """Raise if any split's qrels name queries or documents this collection lacks."""
-        for split, qrels in self.qrels.items():
-            bad_q = [q for q in qrels if q not in self.queries]
-            bad_d = sorted({d for judged in qrels.values() for d in judged} - doc_ids)
-            if bad_q or bad_d:
-                parts = []
-                if bad_q:
-                    parts.append(f"{len(bad_q)} unknown query ids (e.g. {bad_q[:3]})")
-                if bad_d:
-                    parts.append(f"{len(bad_d)} unknown document ids (e.g. {bad_d[:3]})")
-                raise DataError("qrels name " + " and ".join(parts),
-                                self.root / "qrels" / f"{split}.tsv")
+    def check_qrels(self, doc_ids: set[str], strict: bool = False) -> list[str]:
+        """Warnings for judgments naming documents that are not in ``doc_ids`` (the index).
+
+        Those judgments stay in the qrels: a relevant document the system cannot retrieve
+        still counts against recall and nDCG, as in trec_eval. Each message is also appended
+        to :attr:`warnings`. With ``strict=True`` a :class:`DataError` is raised instead.
+        """
+        messages = []
+        for split in self.splits:
+            qrels = self.qrels[split]
+            unknown = {d for judged in qrels.values() for d in judged} - doc_ids
+            if not unknown:
+                continue
+            relevant = sum(1 for judged in qrels.values() for d, g in judged.items()
+                           if d in unknown and g > 0)
+            judged_ids = {d for judged in qrels.values() for d in judged}
+            text = (f"{len(unknown)} of {len(judged_ids)} judged document ids are not in the "
+                    f"index (e.g. {_few(list(unknown))})")
+            if strict:
+                raise DataError(f"{text}; strict mode refuses to evaluate against documents "
+                                f"the index lacks", self._qrels_path(split))
+            text += (f"; their {relevant} relevant judgment(s) are kept, so they count as "
+                     f"relevant documents the system cannot retrieve (as in trec_eval)")
+            message = f"{self._qrels_path(split)}: {text}"
+            messages.append(message)
+            self._warn(message)
+        return messages
 
 
-def load_dataset(root: str | Path) -> Dataset:
+def load_dataset(root: str | Path, *, strict: bool = False, round_grades: bool = False
+                 ) -> Dataset:
     """Open a BEIR-layout directory (corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv).
 
-    Qrels naming query ids that are not in queries.jsonl raise a :class:`DataError`
-    (document ids are checked against the corpus by :meth:`Dataset.check_qrels`).
+    Judgments naming query ids that are not in the queries file are dropped from their split,
+    with a message in :attr:`Dataset.warnings` (``strict=True``: a :class:`DataError`); a
+    split none of whose judged queries is known is a DataError either way (nothing to
+    evaluate). Non-integer grades are an error unless ``round_grades=True`` (see
+    :func:`~intentrank.data.trec.load_qrels`). Document ids are checked against an index by
+    :meth:`Dataset.check_qrels`.
     """
     root = Path(root)
-    if not root.is_dir():
+    if not root.exists():
         raise DataError("dataset directory not found", root)
+    if not root.is_dir():
+        raise DataError("is a file, expected a dataset directory (corpus.jsonl, "
+                        "queries.jsonl, qrels/)", root)
     corpus_path = _first_existing(root, CORPUS_NAMES, "corpus")
-    queries = load_queries(_first_existing(root, QUERY_NAMES, "queries"))
-    qrels: dict[str, Qrels] = {}
+    check_file(corpus_path)
+    queries_path = _first_existing(root, QUERY_NAMES, "queries")
+    queries = load_queries(queries_path)
+    ds = Dataset(root, corpus_path, queries)
     qdir = root / "qrels"
-    if qdir.is_dir():
-        for f in sorted(qdir.iterdir()):
-            if f.name.endswith((".tsv", ".tsv.gz", ".txt", ".qrels")):
-                split = f.name.split(".")[0]
-                qrels[split] = load_qrels(f)
-                unknown = [q for q in qrels[split] if q not in queries]
-                if unknown:
-                    raise DataError(f"qrels name {len(unknown)} query ids missing from the "
-                                    f"queries file (e.g. {unknown[:3]})", f)
-    return Dataset(root, corpus_path, queries, qrels)
+    if qdir.exists() and not qdir.is_dir():
+        raise DataError("is a file, expected a directory of qrels files", qdir)
+    if not qdir.is_dir():
+        return ds
+    ignored = []
+    for f in sorted(qdir.iterdir()):
+        if f.name.startswith("."):
+            continue  # hidden files (.DS_Store, editor swap files)
+        if not f.name.endswith(QRELS_SUFFIXES):
+            ignored.append(f.name)
+            continue
+        split = f.name.split(".")[0]
+        if split in ds.qrels:
+            raise DataError(f"two qrels files for split {split!r} "
+                            f"({ds.qrels_paths[split].name} and {f.name}); keep one", f)
+        notes: list[str] = []
+        qrels = load_qrels(f, round_grades=round_grades, warnings=notes)
+        for note in notes:
+            ds._warn(note)
+        unknown = [q for q in qrels if q not in queries]
+        if unknown and len(unknown) == len(qrels):
+            raise DataError(f"none of the {len(qrels)} judged query ids is in "
+                            f"{queries_path.name} (e.g. {_few(unknown)}); nothing to "
+                            f"evaluate", f)
+        if unknown:
+            text = (f"{len(unknown)} judged query ids are not in {queries_path.name} "
+                    f"(e.g. {_few(unknown)})")
+            if strict:
+                raise DataError(f"{text}; strict mode refuses to drop their judgments", f)
+            ds._warn(f"{f}: {text}; they are not evaluated")
+            qrels = {q: j for q, j in qrels.items() if q in queries}
+        ds.qrels[split] = qrels
+        ds.qrels_paths[split] = f
+    if ignored:
+        ds._warn(f"{qdir}: ignored file(s) {ignored[:5]} (qrels files end in "
+                 f"{', '.join(QRELS_SUFFIXES)})")
+    return ds
 
 
 def download_beir(name: str, dest: str | Path, url: str | None = None) -> Path:
