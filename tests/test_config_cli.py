@@ -58,7 +58,10 @@ def test_cli_index_search_eval(data_dir, tmp_path, cranfield_index):
     res = runner.invoke(app, ["index", str(data_dir / "cranfield"), str(idx),
                               "--legs", "bm25,tfidf"])
     assert res.exit_code == 0, res.output
-    assert json.loads((idx / "manifest.json").read_text())["n_docs"] == 1400
+    from intentrank.index import Index
+
+    with Index.open(idx) as opened:
+        assert opened.manifest["n_docs"] == 1400
     res = runner.invoke(app, ["search", str(idx), "shock wave boundary layer interaction",
                               "-p", "bm25", "-k", "3", "--json"])
     assert res.exit_code == 0, res.output

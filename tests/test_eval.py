@@ -65,3 +65,24 @@ def test_experiment_on_real_index(cranfield, cranfield_index):
     with pytest.raises(ValueError, match="baseline"):
         run_experiment({"bm25": BM25Retriever(cranfield_index)}, queries, qrels,
                        baseline="nope")
+
+
+def test_bad_metrics_are_refused_before_any_system_runs():
+    from intentrank.errors import ConfigError
+    from intentrank.eval.metrics import validate_metrics
+    from intentrank.pipeline.stage import Stage
+
+    class Exploding(Stage):
+        name = "exploding"
+
+        def transform(self, rankings, trace):
+            raise AssertionError("must not run")
+
+    for bad in (["nDCG@0"], ["nDCG@10", "Bogus"], [], ["P@0", "MRR@10"]):
+        with pytest.raises(ConfigError):
+            run_experiment({"x": Exploding()}, [], QRELS, bad)
+    with pytest.raises(ConfigError, match="no systems"):
+        run_experiment({}, [], QRELS)
+    assert validate_metrics(["MRR@10", " MRR@10 ", "HitRate@5"]) == ["MRR@10", "HitRate@5"]
+    with pytest.raises(ValueError, match="cut-off must be >= 1"):
+        to_measure("nDCG@0")  # trec_eval would abort the whole process

@@ -101,3 +101,29 @@ def test_rrf_with_input_fuses_the_input_order_and_the_rerankers_order():
     assert out.docs[0].score == pytest.approx(1 / 61 + 1 / 63)
     assert out.docs[0].stage_scores["ce"] == pytest.approx(0.1)  # the reranker's score kept
     assert {"first", "ce", "ce_rrf"} <= set(trace.stages)
+
+
+def test_fusion_parameters_are_checked():
+    import math
+
+    from intentrank.pipeline.params import ParameterError
+
+    a = Fixed("a", {"d1": 1.0})
+    for bad_k in (0, -1, -60, math.nan, math.inf, "60", True):
+        with pytest.raises(ParameterError, match="rrf k"):
+            RRFFusion([a, a], k=bad_k)
+        with pytest.raises(ValueError, match="rrf k"):
+            rrf([["x"]], k=bad_k)
+    for bad in ([math.nan, 1], [math.inf, 1], [-0.5, 1], ["1", 1], [True, 1]):
+        with pytest.raises(ValueError, match="weights"):
+            WeightedFusion([a, a], weights=bad)
+        with pytest.raises(ValueError, match="weights"):
+            weighted_minmax([{"x": 1.0}, {"y": 1.0}], weights=bad)
+    with pytest.raises(ValueError, match="all zero"):
+        WeightedFusion([a, a], weights=[0, 0])
+    for cls in (RRFFusion, WeightedFusion, InterleaveFusion):
+        with pytest.raises(ValueError, match="at least one branch"):
+            cls([])
+    with pytest.raises(ValueError, match="cut-off must be >= 1, got 0"):
+        a % 0
+    assert RRFFusion([a, a], k=0.5).k == 0.5  # any k > 0 is fine

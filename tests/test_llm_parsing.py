@@ -60,3 +60,13 @@ def test_yes_no():
     unsure = parse_yes_no("Maybe, it depends")
     assert not unsure.ok and unsure.value is None
     assert parse_yes_no("yesterday").ok is False
+
+
+def test_runaway_bracket_replies_are_bounded():
+    """A model looping on brackets once built every bracket pair's substring (quadratic
+    memory); now each opening bracket costs one linear parse, and deep nesting is no crash."""
+    assert not parse_json_array("[" * 20_000 + "]" * 20_000).ok  # RecursionError inside json
+    assert not parse_json_array("[ " * 5_000 + "]" * 5_000).ok
+    got = parse_json_array("Passage 2 is best. " + "[x] " * 2_000 + "[2, 1, 3]")
+    assert got.ok and got.value == [2, 1, 3]
+    assert parse_json_array("x [1, [2, 3]] y [4]").value == [1, [2, 3]]

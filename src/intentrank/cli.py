@@ -1,23 +1,62 @@
-"""The ``intentrank`` command line: index, search, eval and quickstart."""
+"""The ``intentrank`` command line: index, search, eval and quickstart.
+
+Every bad input (an option out of range, a file that cannot be read or written, a metric
+that cannot be computed, data that does not parse) is reported as one ``error: ...`` line
+on stderr with exit status 2, checked before any expensive work where possible. Commands
+that ran LLM steps print one health line per LLM stage on stderr (see
+:mod:`intentrank.llm.health`); ``--strict`` turns LLM failures and fallbacks (and, for
+``eval``, qrels naming unknown ids) into errors.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
-from intentrank.errors import IntentrankError
+from intentrank.errors import ConfigError, IntentrankError
+
+
+class _Group(TyperGroup):
+    """Usage errors (unknown options, values that do not parse) as one ``error: ...`` line
+    with exit status 2, like every other bad input."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except TyperException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # plain `intentrank`: the help
+                from typer import rich_utils
+
+                rich_utils.rich_format_error(exc)  # type: ignore[arg-type]
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            console.print(f"[bold red]error:[/] {escape(exc.format_message())}{hint}",
+                          soft_wrap=True, highlight=False)
+            sys.exit(exc.exit_code if exc.exit_code else 2)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
 
 app = typer.Typer(
     help="intentrank: intent-aware retrieval and reranking for RAG.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=_Group,
 )
 console = Console(stderr=True)
 out = Console()
@@ -28,6 +67,8 @@ DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
 
 # LLM settings every command hands to the pipelines it builds (set by the global options).
 LLM_SETTINGS: dict = {"llm": "embedded", "llm_options": {}}
+# Global run options (set by the global options): --strict.
+RUN_OPTIONS: dict = {"strict": False}
 
 
 @app.callback()
@@ -41,15 +82,114 @@ def main(
     llm_timeout: Annotated[float, typer.Option(help="Seconds per LLM call (HTTP backends).")]
         = 60.0,
     llm_retries: Annotated[int, typer.Option(help="Retries of a failed LLM call.")] = 2,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail (exit status 2) when an LLM "
+                                         "request failed or an LLM stage fell back, and (eval) "
+                                         "when qrels name unknown query or document ids.")]
+        = False,
 ) -> None:
     """intentrank: intent-aware retrieval and reranking for RAG."""
+    from intentrank.llm.client import check_spec
+    from intentrank.pipeline.params import check_int, check_number
+
+    try:
+        llm = check_spec(llm)
+        check_number("--llm-timeout", llm_timeout, above=0)
+        check_int("--llm-retries", llm_retries, minimum=0)
+    except (IntentrankError, ValueError) as exc:
+        _fail(exc)
     LLM_SETTINGS.update(llm=llm, llm_options={"cache": llm_cache, "timeout": llm_timeout,
                                               "retries": llm_retries})
+    RUN_OPTIONS.update(strict=strict)
 
 
-def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}", soft_wrap=True, highlight=False)
+def _fail(exc: Exception | str) -> None:
+    console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True, highlight=False)
     raise typer.Exit(2)
+
+
+def _warn(message: str) -> None:
+    console.print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True,
+                  highlight=False)
+
+
+def _check_int(option: str, value: int, minimum: int = 1) -> None:
+    from intentrank.pipeline.params import check_int
+
+    check_int(option, value, minimum=minimum)
+
+
+def _output_file(path: Path | None, option: str) -> None:
+    """Check, before any work, that ``path`` can be written as a file (its missing parent
+    directories are created)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ConfigError(f"{option} {path} is a directory; give a file path")
+    _make_dir(path.parent, f"{option} {path}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{option} {path} is not writable")
+
+
+def _output_dir(path: Path | None, option: str) -> None:
+    """Check, before any work, that ``path`` is or can be made a writable directory."""
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path} is a file; give a directory")
+    _make_dir(path, f"{option} {path}")
+
+
+def _make_dir(directory: Path, what: str) -> None:
+    directory = directory if str(directory) else Path(".")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{what}: {directory} exists and is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot create directory {directory} "
+                          f"({exc.strerror or exc})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: directory {directory} is not writable")
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise IntentrankError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+class _DatasetWarnings:
+    """Print each of a dataset's warnings once, as they appear."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds, self.shown = ds, 0
+
+    def flush(self) -> None:
+        notes = getattr(self.ds, "warnings", [])
+        for note in notes[self.shown:]:
+            _warn(note)
+        self.shown = len(notes)
+
+
+def _load_dataset(path: Path, round_grades: bool = False) -> Any:
+    from intentrank.data.dataset import load_dataset
+
+    return load_dataset(path, strict=RUN_OPTIONS["strict"], round_grades=round_grades)
+
+
+def _llm_health(traces: Any, separate: bool = False) -> None:
+    """Print one health line per LLM stage and a warning per degraded stage; under
+    ``--strict`` exit with status 2 if any LLM request failed or any stage fell back."""
+    from intentrank.llm.health import check_strict, format_health, health_report, warnings_for
+
+    healths = health_report(traces, separate=separate)
+    for h in healths:
+        console.print(escape(format_health(h)), soft_wrap=True, highlight=False, style="dim")
+    for w in warnings_for(healths):
+        _warn(w)
+    if RUN_OPTIONS["strict"] and (message := check_strict(healths)):
+        _fail(message)
 
 
 def _corpus(source: Path, encoding: str):  # noqa: ANN202 (iterator of Document)
@@ -63,15 +203,17 @@ def _corpus(source: Path, encoding: str):  # noqa: ANN202 (iterator of Document)
 
 
 def _open_or_build(dataset_dir: Path, index_dir: Path | None, legs: str | None = None):  # noqa: ANN202
-    from intentrank.index import Index, IndexSettings, build_index
+    """The index of ``dataset_dir`` (default ``indexes/<dataset>``): opened after checking
+    it was built from this dataset's corpus (sha256), or built if there is none."""
+    from intentrank.index import Index, IndexSettings, open_or_build
 
     index_dir = index_dir or Path("indexes") / dataset_dir.name
-    if (index_dir / "manifest.json").exists():
-        return Index.open(index_dir)
-    settings = IndexSettings(legs=tuple(legs.split(","))) if legs else IndexSettings()
-    console.print(f"[cyan]building index[/] {index_dir} from {dataset_dir}")
-    return build_index(_corpus(dataset_dir, "utf-8"), index_dir, settings, progress=True,
-                       log=lambda m: console.print(f"  {m}"))
+    settings = IndexSettings(legs=tuple(legs.split(","))) if legs else None
+    if not Index.exists(index_dir):
+        console.print(f"[cyan]building index[/] {index_dir} from {dataset_dir}")
+    return open_or_build(lambda: _corpus(dataset_dir, "utf-8"), index_dir, settings,
+                         progress=True, log=lambda m: console.print(f"  {escape(m)}"),
+                         source=str(dataset_dir))
 
 
 @app.command()
@@ -116,7 +258,7 @@ def index(
         )
         start = time.perf_counter()
         idx = build_index(_corpus(source, encoding), out_dir, settings, overwrite=overwrite,
-                          progress=True, log=lambda m: console.print(f"  {m}"))
+                          progress=True, log=lambda m: console.print(f"  {escape(m)}"))
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
     secs = time.perf_counter() - start
@@ -141,8 +283,10 @@ def search(
     from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
 
     try:
+        _check_int("-k", k)
+        config = resolve_pipeline(pipeline)
         idx = Index.open(index_dir)
-        pipe = pipeline_from_config(resolve_pipeline(pipeline), index=idx, **LLM_SETTINGS)
+        pipe = pipeline_from_config(config, index=idx, **LLM_SETTINGS)
         result = pipe.run(query)
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
@@ -152,16 +296,18 @@ def search(
                 {"id": d.doc_id, "score": d.score, "stage_scores": d.stage_scores,
                  "title": idx.doc(d.doc_id).title} for d in r.docs[:k]]}
             for r in result.rankings]))
+        _llm_health(result.trace)
         return
     for r in result.rankings:
-        table = Table(title=f"{r.query.text}  [dim]({pipe.describe()})[/]")
+        table = Table(title=f"{escape(r.query.text)}  [dim]({escape(pipe.describe())})[/]")
         for col in ("rank", "id", "score", "title / text"):
             table.add_column(col)
         for rank, d in enumerate(r.docs[:k], 1):
             doc = idx.doc(d.doc_id)
             snippet = (doc.title or doc.text)[:90]
-            table.add_row(str(rank), d.doc_id, f"{d.score:.4f}", snippet)
+            table.add_row(str(rank), escape(d.doc_id), f"{d.score:.4f}", escape(snippet))
         out.print(table)
+    _llm_health(result.trace)
 
 
 @app.command("eval")
@@ -183,36 +329,63 @@ def evaluate_cmd(
     per_query: Annotated[Path, typer.Option(help="Write per-query scores (JSON) here.")] =
         None,  # type: ignore[assignment]
     report: Annotated[Path, typer.Option(help="Write the Markdown table here.")] = None,  # type: ignore[assignment]
+    round_grades: Annotated[bool, typer.Option("--round-grades", help="Round fractional "
+                                               "relevance grades in the qrels to integers "
+                                               "(by default they are an error).")] = False,
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.data.trec import write_run
     from intentrank.eval.experiment import run_experiment
+    from intentrank.eval.metrics import validate_metrics
     from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
 
     names = pipeline or ["bm25", "dense", "rrf"]
-    try:
-        ds = load_dataset(dataset)
-        idx = _open_or_build(dataset, index_dir)
-        ds.check_qrels(idx.doc_and_parent_ids)
+    try:  # everything that can be checked before loading data, building or running
+        metric_names = validate_metrics(metrics)
+        configs = {n: resolve_pipeline(n) for n in names}
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"pipeline(s) {twice} given more than once")
+        if baseline and baseline not in names:
+            raise ConfigError(f"--baseline {baseline!r} is not one of the pipelines {names}")
+        run_files = {n: f"{Path(n).stem}.trec" for n in names}
+        clash = sorted(n for n in names
+                       if list(run_files.values()).count(run_files[n]) > 1)
+        if runs_dir and clash:
+            raise ConfigError(f"--runs-dir: pipelines {clash} would write the same run file "
+                              f"name; copy one config under another name")
+        _output_dir(runs_dir, "--runs-dir")
+        _output_file(per_query, "--per-query")
+        _output_file(report, "--report")
+        ds = _load_dataset(dataset, round_grades)
+        notes = _DatasetWarnings(ds)
+        notes.flush()
         queries, qrels = ds.split(split)
-        systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx, **LLM_SETTINGS)
+        notes.flush()
+        idx = _open_or_build(dataset, index_dir)
+        ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
+        notes.flush()
+        systems = {n: pipeline_from_config(configs[n], index=idx, **LLM_SETTINGS)
                    for n in names}
         with console.status(f"running {len(systems)} pipeline(s) on {len(queries)} queries"):
-            exp = run_experiment(systems, queries, qrels, metrics.split(","),
+            exp = run_experiment(systems, queries, qrels, metric_names,
                                  baseline=baseline or names[0] if len(names) > 1 else None)
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
-    out.print(f"\n{ds.name} / {split}: {len(queries)} queries\n")
+    out.print(f"\n{escape(ds.name)} / {escape(split)}: {len(queries)} queries\n")
     print(exp.to_markdown())
-    if runs_dir:
-        for s in exp.systems:
-            write_run(s.run.to_run(), runs_dir / f"{Path(s.name).stem}.trec", tag=s.name)
-    if per_query:
-        per_query.write_text(json.dumps({s.name: s.scores.per_query for s in exp.systems},
-                                        indent=1))
-    if report:
-        report.write_text(exp.to_markdown() + "\n")
+    try:
+        if runs_dir:
+            for s in exp.systems:
+                write_run(s.run.to_run(), runs_dir / run_files[s.name], tag=s.name)
+        if per_query:
+            _write(per_query, json.dumps({s.name: s.scores.per_query for s in exp.systems},
+                                         indent=1))
+        if report:
+            _write(report, exp.to_markdown() + "\n")
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    _llm_health({s.name: s.run.trace for s in exp.systems}, separate=len(exp.systems) > 1)
 
 
 @app.command()
@@ -223,22 +396,27 @@ def quickstart(
         Path("indexes/scifact"),
 ) -> None:
     """The main job on the embedded default: index SciFact, answer a few queries, evaluate."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.eval.experiment import run_experiment
     from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        ds = load_dataset(dataset)
-        idx = _open_or_build(dataset, index_dir)
+        ds = _load_dataset(dataset)
+        notes = _DatasetWarnings(ds)
+        notes.flush()
         queries, qrels = ds.split("test")
+        notes.flush()
+        idx = _open_or_build(dataset, index_dir)
+        ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
+        notes.flush()
         rrf = pipeline_from_config(resolve_pipeline("rrf"), index=idx)
         for q in queries[:3]:
             top = rrf.search(q.text, k=3)
-            out.print(f"\n[bold]{q.text}[/]")
+            out.print(f"\n[bold]{escape(q.text)}[/]")
             for rank, d in enumerate(top.docs, 1):
                 mark = "[green]relevant[/]" if qrels[q.id].get(d.doc_id, 0) > 0 else ""
-                out.print(f"  {rank}. [{d.doc_id}] {idx.doc(d.doc_id).title[:80]} {mark}")
+                out.print(f"  {rank}. {escape(f'[{d.doc_id}]')} "
+                          f"{escape(idx.doc(d.doc_id).title[:80])} {mark}")
         systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx)
                    for n in ("bm25", "dense", "rrf", "weighted")}
         with console.status(f"evaluating 4 pipelines on {len(queries)} test queries"):
@@ -246,8 +424,9 @@ def quickstart(
                                  baseline="bm25")
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
-    out.print(f"\n{ds.name} test ({len(queries)} queries)\n")
+    out.print(f"\n{escape(ds.name)} test ({len(queries)} queries)\n")
     print(exp.to_markdown())
+    _llm_health({s.name: s.run.trace for s in exp.systems}, separate=True)
 
 
 @app.command("train-reranker")
@@ -290,12 +469,23 @@ def train_reranker_cmd(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target = out_dir or default_reranker_dir(dataset.name)
     try:
+        from intentrank.pipeline.params import check_number
+
+        for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 1),
+                                       ("--max-length", max_length, 8),
+                                       ("--batch-size", batch_size, 1),
+                                       ("--max-queries", max_queries, 0)):
+            _check_int(option, value, minimum)
+        check_number("--lr", lr, above=0)
+        check_number("--budget-minutes", budget_minutes, minimum=0)
+        if target.exists() and not target.is_dir():
+            raise ConfigError(f"--out {target} is a file; give a directory")
         result = train_reranker(  # refuses the test split before opening or building
             dataset, target, index_dir or Path("indexes") / dataset.name, split=split, loss=loss,
             negatives_per_query=negatives, epochs=epochs, batch_size=batch_size,
             max_length=max_length, lr=lr, time_budget_s=budget_minutes * 60 or None, seed=seed,
             max_queries=max_queries or None, onnx=onnx, progress=True,
-            log=lambda m: console.print(f"  {m}"),
+            log=lambda m: console.print(f"  {escape(m)}"),
         )
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
@@ -324,26 +514,38 @@ def tune_fuq_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the query sample.")] = 0,
 ) -> None:
     """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
-    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.metrics import validate_metrics
     from intentrank.llm.client import load_llm
     from intentrank.rerank.fuq_tuning import tune_fuq_on_split
     from intentrank.tuning import save_params
+    from intentrank.types import Trace
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    trace = Trace()
     try:
         if split == "test":
             raise IntentrankError("tuning on the test split is refused; use --split train")
-        ds = load_dataset(dataset)
+        metric = validate_metrics([metric])[0]
+        _check_int("--sample", sample, 0)
+        ds = _load_dataset(dataset)
+        notes = _DatasetWarnings(ds)
+        notes.flush()
+        ds.split(split)  # an unknown split fails here, before the index is built
+        notes.flush()
         idx = _open_or_build(dataset, index_dir)
         llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
         with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
-            res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed)
-        path = save_params(name or f"fuq-{ds.name}", res, dataset=ds.name, split=split,
-                           sample=sample, seed=seed)
+            res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed, trace=trace)
     except (IntentrankError, ValueError) as exc:
         _fail(exc)
+    _llm_health(trace)  # under --strict, weights tuned on fallback follow-ups are not saved
+    try:
+        path = save_params(name or f"fuq-{ds.name}", res, dataset=ds.name, split=split,
+                           sample=sample, seed=seed)
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
     w = res.best
-    console.print(f"[green]saved[/] {path}: alpha={w['alpha']} beta={w['beta']} "
+    console.print(f"[green]saved[/] {escape(str(path))}: alpha={w['alpha']} beta={w['beta']} "
                   f"gamma={w['gamma']} ({metric} {res.score:.4f} on {res.n_queries} {split} "
                   f"queries)")
 
@@ -387,16 +589,31 @@ def ablate(
     """Ablate the cascaded tri-modal pipeline: Dense only, Bi-modal, Tri-modal, Tri-modal +
     CE, Full pipeline (static and dynamic weights) with metrics, swaps, error analysis,
     latency and significance; Markdown + HTML + JSON report."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.eval.ablation import STATIC_WEIGHTS, ablate_dataset, write_report
     from intentrank.llm.client import load_llm
     from intentrank.models.cross_encoder import CrossEncoderReranker, default_reranker_dir
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        ds = load_dataset(dataset)
+        _check_int("--sample", sample, 0)
+        _check_int("--ce-depth", ce_depth)
+        _check_int("--listwise-chars", listwise_chars)
+        target = out_path or Path("runs") / "ablation" / dataset.name
+        base = target.with_suffix("") if target.suffix in (".md", ".html", ".json") else target
+        for ext in (".md", ".html", ".json"):
+            _output_file(base.with_name(base.name + ext), "--out")
+        if use_ce and not cross_encoder and not default_reranker_dir().exists():
+            raise ConfigError(f"no cross-encoder model at {default_reranker_dir()}: train one "
+                              f"with `intentrank train-reranker`, pass --cross-encoder, or "
+                              f"run without the CE configurations (--no-ce)")
+        ds = _load_dataset(dataset)
+        notes = _DatasetWarnings(ds)
+        notes.flush()
+        ds.split(split)  # an unknown split fails here, before the index is built
+        notes.flush()
         idx = _open_or_build(dataset, index_dir)
-        ds.check_qrels(idx.doc_and_parent_ids)
+        ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
+        notes.flush()
         llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"]) if use_llm else None
         ce = CrossEncoderReranker(idx, cross_encoder or str(default_reranker_dir()), k=100,
                                   backend="onnx", max_length=128) if use_ce else None
@@ -405,17 +622,19 @@ def ablate(
             from intentrank.pipeline.modality_tuning import modality_weights_for
 
             weights, source = modality_weights_for(ds, idx, split, seed=seed, sample=sample)
-            console.print(f"modality weights: {source}")
+            console.print(f"modality weights: {escape(source)}")
         report = ablate_dataset(ds, idx, split, sample, seed, llm=llm, cross_encoder=ce,
                                 dynamic=dynamic and use_llm, baseline=baseline,
                                 weights=weights, ce_depth=ce_depth,
                                 listwise_chars=listwise_chars, ce_rrf=ce_rrf,
-                                log=lambda m: console.print(f"  {m}"))
-        paths = write_report(report, out_path or Path("runs") / "ablation" / ds.name)
-    except (IntentrankError, ValueError) as exc:
+                                log=lambda m: console.print(f"  {escape(m)}"))
+        paths = write_report(report, target)
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     print(report.to_markdown())
-    console.print("[green]wrote[/] " + ", ".join(str(p) for p in paths))
+    console.print("[green]wrote[/] " + escape(", ".join(str(p) for p in paths)))
+    # the configurations share stage outputs (Cached): each LLM step is counted once
+    _llm_health([r.trace for r in report.results])
 
 
 if __name__ == "__main__":

@@ -155,6 +155,12 @@ class Trace:
 
     stages: dict[str, StageTrace] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # The part of each stage's queries, seconds and counters that was replayed from a
+    # cache of another run's stage output (``pipeline.cache.Cached``) rather than computed:
+    # ``{stage: {"queries": n, "seconds": s, counter: amount}}``. Counters and seconds above
+    # include it (each run's trace reads "as if run alone"); subtracting it gives the work
+    # actually done, which is what sums correctly over runs that share stages.
+    replayed: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def stage(self, name: str) -> StageTrace:
         if name not in self.stages:
@@ -176,6 +182,12 @@ class Trace:
         st = self.stage(stage)
         st.counters[counter] = st.counters.get(counter, 0) + amount
 
+    def add_replayed(self, stage: str, amounts: Mapping[str, float]) -> None:
+        """Record ``amounts`` (queries, seconds, counters) of ``stage`` as replayed."""
+        mine = self.replayed.setdefault(stage, {})
+        for key, value in amounts.items():
+            mine[key] = mine.get(key, 0) + value
+
     def log(self, stage: str, event: str, **details: Any) -> None:
         """Record a notable event (e.g. a fallback) with its details."""
         self.events.append({"stage": stage, "event": event, **details})
@@ -188,6 +200,8 @@ class Trace:
             mine.queries += st.queries
             for key, value in st.counters.items():
                 mine.counters[key] = mine.counters.get(key, 0) + value
+        for name, amounts in other.replayed.items():
+            self.add_replayed(name, amounts)
         self.events.extend(other.events)
 
     def summary(self) -> list[dict[str, Any]]:

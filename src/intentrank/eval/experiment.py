@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from intentrank.data.trec import Qrels
-from intentrank.eval.metrics import DEFAULT_METRICS, EvalResult, evaluate
+from intentrank.errors import ConfigError
+from intentrank.eval.metrics import DEFAULT_METRICS, EvalResult, evaluate, validate_metrics
 from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.pipeline.stage import RunResult, Stage
 from intentrank.types import Query
@@ -65,9 +66,14 @@ def run_experiment(
     metrics: Sequence[str] = DEFAULT_METRICS,
     baseline: str | None = None,
 ) -> Experiment:
-    """Run every system on ``queries`` and score it; test each against ``baseline``."""
+    """Run every system on ``queries`` and score it; test each against ``baseline``.
+
+    Metric names and the baseline are checked before any system runs."""
+    if not systems:
+        raise ConfigError("no systems to evaluate")
     if baseline is not None and baseline not in systems:
         raise ValueError(f"baseline {baseline!r} is not one of {list(systems)}")
+    metrics = validate_metrics(list(metrics))
     results = []
     for name, pipeline in systems.items():
         run = pipeline.run(queries)

@@ -15,22 +15,83 @@ from dataclasses import dataclass, field
 import ir_measures
 
 from intentrank.data.trec import Qrels, Run
+from intentrank.errors import ConfigError
 
 DEFAULT_METRICS = ("nDCG@10", "MRR@10", "MAP@100", "Recall@100", "P@10", "HitRate@10")
 _ALIASES = {"MRR": "RR", "MAP": "AP", "Recall": "R", "HitRate": "Success", "Hit": "Success",
             "NDCG": "nDCG", "ndcg": "nDCG"}
 
 
+class MetricError(ConfigError, ValueError):
+    """A metric name that cannot be parsed or computed (a ConfigError and a ValueError)."""
+
+
 def to_measure(name: str) -> ir_measures.Measure:
-    """Parse a metric name (aliases allowed) into an ir-measures measure."""
-    m = re.fullmatch(r"([A-Za-z_]+)(@\d+)?", name.strip())
+    """Parse a metric name (aliases allowed) into an ir-measures measure.
+
+    Cut-offs must be >= 1: trec_eval aborts the whole process on ``@0``."""
+    if not isinstance(name, str):
+        raise MetricError(f"a metric name must be a string, got {name!r}")
+    m = re.fullmatch(r"([A-Za-z_]+)(?:@(\d+))?", name.strip())
     if not m:
-        raise ValueError(f"cannot parse metric {name!r}")
+        raise MetricError(f"cannot parse metric {name!r} (expected a name with an optional "
+                          f"@cutoff, e.g. {', '.join(DEFAULT_METRICS)})")
+    if m.group(2) is not None and int(m.group(2)) < 1:
+        raise MetricError(f"metric {name.strip()!r}: the cut-off must be >= 1, got "
+                          f"{int(m.group(2))}")
     base = _ALIASES.get(m.group(1), m.group(1))
     try:
-        return ir_measures.parse_measure(base + (m.group(2) or ""))
-    except (ValueError, NameError, SyntaxError) as exc:
-        raise ValueError(f"unknown metric {name!r} (e.g. {', '.join(DEFAULT_METRICS)})") from exc
+        return ir_measures.parse_measure(base + (f"@{int(m.group(2))}" if m.group(2) else ""))
+    except (ValueError, NameError, SyntaxError, TypeError, AttributeError) as exc:
+        raise MetricError(f"unknown metric {name!r} (e.g. {', '.join(DEFAULT_METRICS)})") \
+            from exc
+
+
+_PROBE_QRELS = {"1": {"d1": 1, "d2": 0}, "2": {"d3": 2}}
+_PROBE_RUN = {"1": {"d1": 2.0, "d4": 1.0}, "2": {"d4": 1.0, "d3": 0.5}}
+_COMPUTABLE: dict[str, str] = {}  # measure -> "" (fine) or why it cannot be computed
+
+
+def validate_metrics(names: str | Sequence[str]) -> list[str]:
+    """Check metric names before any work: each parses, has a cut-off >= 1 and can be
+    computed here (some measures need an extra ir-measures provider or a Perl script).
+
+    ``names``: a list, or a comma-separated string (blank items are ignored). Returns the
+    names stripped and de-duplicated in order; raises :class:`MetricError` naming every bad
+    one.
+    """
+    if isinstance(names, str):
+        names = names.split(",")
+    elif not isinstance(names, Sequence):
+        raise MetricError(f"metrics must be a list of names, got {names!r}")
+    cleaned: list[str] = []
+    for raw in names:
+        if not isinstance(raw, str):
+            raise MetricError(f"a metric name must be a string, got {raw!r}")
+        if raw.strip() and raw.strip() not in cleaned:
+            cleaned.append(raw.strip())
+    if not cleaned:
+        raise MetricError(f"no metrics given (e.g. {','.join(DEFAULT_METRICS)})")
+    problems = []
+    for name in cleaned:
+        try:
+            measure = to_measure(name)
+        except MetricError as exc:
+            problems.append(str(exc))
+            continue
+        key = str(measure)
+        if key not in _COMPUTABLE:
+            try:
+                list(ir_measures.iter_calc([measure], _PROBE_QRELS, _PROBE_RUN))
+                _COMPUTABLE[key] = ""
+            except Exception as exc:  # noqa: BLE001 (providers raise anything)
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                _COMPUTABLE[key] = f"{type(exc).__name__}: {first}"[:300]
+        if _COMPUTABLE[key]:
+            problems.append(f"metric {name!r} cannot be computed here ({_COMPUTABLE[key]})")
+    if problems:
+        raise MetricError("; ".join(problems))
+    return cleaned
 
 
 @dataclass
@@ -49,7 +110,11 @@ def evaluate(
     run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str] = DEFAULT_METRICS
 ) -> EvalResult:
     """Score ``run`` against ``qrels``; averaged over every query in ``qrels``."""
+    if isinstance(metrics, str):
+        raise MetricError(f"metrics must be a list of names, got the string {metrics!r}")
     metrics = list(dict.fromkeys(metrics))
+    if not metrics:
+        raise MetricError("no metrics given")
     measures = {name: to_measure(name) for name in metrics}
     by_measure: dict[str, list[str]] = {}  # aliases (R@3, Recall@3) share one measure
     for name, m in measures.items():
@@ -59,9 +124,14 @@ def evaluate(
     clean_run: Run = {q: dict(docs) for q, docs in run.items() if q in judged and docs}
     if clean_run:
         unique = list({str(m): m for m in measures.values()}.values())
-        for metric in ir_measures.iter_calc(unique, judged, clean_run):
-            for name in by_measure[str(metric.measure)]:
-                per_query[metric.query_id][name] = float(metric.value)
+        try:
+            for metric in ir_measures.iter_calc(unique, judged, clean_run):
+                for name in by_measure[str(metric.measure)]:
+                    per_query[metric.query_id][name] = float(metric.value)
+        except Exception as exc:  # noqa: BLE001 (providers raise anything, e.g. a Perl exit)
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise MetricError(f"cannot compute {', '.join(metrics)}: {type(exc).__name__}: "
+                              f"{first}") from exc
     n = max(len(per_query), 1)
     aggregate = {name: sum(s[name] for s in per_query.values()) / n for name in metrics}
     return EvalResult(list(metrics), aggregate, per_query)

@@ -6,6 +6,10 @@ Counters (under the caller's ``stage``): ``llm_calls`` backend calls made (retri
 ``prompt_tokens``, ``completion_tokens``, ``llm_seconds`` (backend wall
 time), ``llm_errors`` failed backend calls, ``llm_retries`` calls after the first of a request
 and ``llm_failed`` requests that failed for good.
+
+A retryable error may carry ``retry_after`` (seconds, from an HTTP ``Retry-After`` header):
+the next attempt waits at least that long, and a server that asks for more than
+``max_retry_after`` seconds is not retried (the request fails at once, with that reason).
 """
 
 from __future__ import annotations
@@ -21,13 +25,33 @@ from typing import Any
 from intentrank.errors import ModelError
 from intentrank.llm.base import LLM, LLMReply, Message
 from intentrank.llm.cache import ReplyCache, cache_key
+from intentrank.pipeline.params import ParameterError, check_int, check_number
 from intentrank.types import Trace
 
 DEFAULT_SPEC = "embedded"
+MAX_RETRY_AFTER = 30.0
 
 
 class TransientError(ModelError):
-    """A failure worth retrying: a timeout, an overloaded (429) or failing (5xx) server."""
+    """A failure worth retrying: a timeout, an overloaded (429) or failing (5xx) server.
+
+    ``retry_after``: seconds the server asked to wait (``Retry-After``), if it said."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMParameterError(ParameterError, ModelError):
+    """A client or backend setting out of range (a ConfigError, ModelError and ValueError)."""
+
+
+def check_timeout(timeout: Any) -> float:
+    """Seconds per LLM call: a finite number > 0."""
+    try:
+        return check_number("LLM timeout (seconds)", timeout, above=0)
+    except ParameterError as exc:
+        raise LLMParameterError(str(exc)) from None
 
 
 _RETRYABLE = (TransientError, TimeoutError, ConnectionResetError)
@@ -39,7 +63,8 @@ class LLMClient:
     ``cache``: a :class:`ReplyCache`, a path to its SQLite file, True for the default one in
     ``cache_dir()/llm_cache.sqlite``, or None/False for none. ``timeout`` (seconds per call) is
     handed to backends that have a ``timeout`` attribute (the HTTP backend); the in-process
-    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds.
+    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds (or what the
+    server asked for with ``Retry-After``, up to ``max_retry_after``).
     """
 
     def __init__(
@@ -51,10 +76,18 @@ class LLMClient:
         timeout: float | None = None,
         max_concurrency: int = 4,
         sleep: Callable[[float], None] = time.sleep,
+        max_retry_after: float = MAX_RETRY_AFTER,
     ) -> None:
-        if retries < 0 or max_concurrency < 1:
-            raise ModelError(f"retries must be >= 0 and max_concurrency >= 1, "
-                             f"got {retries} and {max_concurrency}")
+        try:
+            retries = check_int("LLM retries", retries, minimum=0)
+            max_concurrency = check_int("LLM max_concurrency", max_concurrency)
+            backoff = check_number("LLM backoff (seconds)", backoff, minimum=0)
+            max_retry_after = check_number("LLM max_retry_after (seconds)", max_retry_after,
+                                           minimum=0)
+        except ParameterError as exc:
+            raise LLMParameterError(str(exc)) from None
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         self.llm = llm
         if cache is True:
             cache = ReplyCache()
@@ -63,6 +96,7 @@ class LLMClient:
         self.cache: ReplyCache | None = cache if isinstance(cache, ReplyCache) else None
         self.retries = retries
         self.backoff = backoff
+        self.max_retry_after = max_retry_after
         self.max_concurrency = max_concurrency
         self._sleep = sleep
         self._slots = threading.BoundedSemaphore(max_concurrency)
@@ -111,9 +145,10 @@ class LLMClient:
                         llm_cached_seconds=float(hit.raw.get("original_seconds") or 0.0))
             return hit
         last: Exception | None = None
+        wait_at_least = 0.0
         for attempt in range(self.retries + 1):
             if attempt:
-                self._sleep(self.backoff * 2 ** (attempt - 1))
+                self._sleep(max(self.backoff * 2 ** (attempt - 1), wait_at_least))
                 self._count(trace, stage, llm_retries=1)
             start = time.perf_counter()
             try:
@@ -124,6 +159,12 @@ class LLMClient:
                 self._count(trace, stage, llm_calls=1, llm_errors=1,
                             llm_seconds=time.perf_counter() - start)
                 self._log(trace, stage, "llm_retryable_error", attempt=attempt, reason=str(exc))
+                wait_at_least = _retry_after(exc)
+                if wait_at_least > self.max_retry_after and attempt < self.retries:
+                    raise ModelError(
+                        f"{self.name}: the server asked to retry after {wait_at_least:g} s, "
+                        f"more than max_retry_after={self.max_retry_after:g} s; giving up: "
+                        f"{exc}") from exc
                 continue
             except ModelError:
                 self._count(trace, stage, llm_calls=1, llm_errors=1,
@@ -181,18 +222,41 @@ class LLMClient:
             return [f.result() for f in futures]
 
 
+def _retry_after(exc: Exception) -> float:
+    """Seconds a retryable error asks to wait (0 when it does not say)."""
+    value = getattr(exc, "retry_after", None)
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if seconds == seconds and seconds > 0 else 0.0  # NaN and <= 0: no hint
+
+
 _OPENAI = re.compile(r"^openai:(?P<model>[^@]+?)(?:@(?P<url>https?://\S+))?$")
+
+
+def check_spec(spec: Any) -> str:
+    """The spec, stripped, if its syntax is right (nothing is loaded or contacted)."""
+    if not isinstance(spec, str):
+        raise LLMParameterError(f"an LLM spec must be a string, got {spec!r}")
+    spec = spec.strip()
+    if spec.startswith("openai:") and not _OPENAI.match(spec):
+        raise LLMParameterError(f"bad LLM spec {spec!r}: expected openai:<model>@<base_url> "
+                                f"with an http(s) URL, e.g. "
+                                f"openai:qwen2.5@http://127.0.0.1:8000/v1")
+    if spec.startswith("llamacpp:") and not spec.removeprefix("llamacpp:").strip():
+        raise LLMParameterError(f"bad LLM spec {spec!r}: expected llamacpp:<name or .gguf>")
+    return spec
 
 
 def make_backend(spec: str = DEFAULT_SPEC, **backend_kwargs: Any) -> LLM:
     """The raw backend named by ``spec`` (see :func:`load_llm`)."""
-    spec = spec.strip()
+    spec = check_spec(spec)
     if spec.startswith("openai:"):
         from intentrank.llm.openai_http import DEFAULT_BASE_URL, OpenAICompatibleLLM
 
         m = _OPENAI.match(spec)
-        if not m:
-            raise ModelError(f"bad LLM spec {spec!r}: expected openai:<model>@<base_url>")
+        assert m is not None  # checked above
         return OpenAICompatibleLLM(m["url"] or DEFAULT_BASE_URL, m["model"], **backend_kwargs)
     from intentrank.llm.embedded import LlamaCppLLM
     from intentrank.llm.model_files import DEFAULT_MODEL

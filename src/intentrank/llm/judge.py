@@ -8,6 +8,7 @@ from typing import Any
 from intentrank.llm.base import LLM, LLMReply, Message
 from intentrank.llm.client import LLMClient, load_llm
 from intentrank.llm.parsing import parse_yes_no
+from intentrank.pipeline.params import check_int
 from intentrank.pipeline.stage import Stage
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
@@ -51,8 +52,8 @@ class LLMJudge(Stage):
         max_passage_chars: int = 1000,
         name: str = "llm_judge",
     ) -> None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        k = check_int("k", k)
+        max_passage_chars = check_int("max_passage_chars", max_passage_chars)
         self.index = index
         if isinstance(llm, str):
             llm = load_llm(llm)

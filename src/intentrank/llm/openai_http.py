@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
 from intentrank.errors import ModelError
 from intentrank.llm.base import LLMReply, Message
-from intentrank.llm.client import TransientError
+from intentrank.llm.client import TransientError, check_timeout
 from intentrank.llm.embedded import first_top_logprobs
 
 DEFAULT_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
@@ -43,7 +44,7 @@ class OpenAICompatibleLLM:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
-        self.timeout = timeout
+        self._timeout = check_timeout(timeout)
         self.name = f"openai:{model}@{self.base_url}"
         key = os.environ.get(api_key_env)
         if not key:
@@ -53,6 +54,15 @@ class OpenAICompatibleLLM:
         self._openai = openai
         self._client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0,
                                      timeout=timeout)
+
+    @property
+    def timeout(self) -> float:
+        """Seconds per call (a finite number > 0; checked when set)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._timeout = check_timeout(value)
 
     def _error(self, exc: Exception) -> ModelError:
         """Map an openai exception to a retryable or a final error."""
@@ -71,7 +81,9 @@ class OpenAICompatibleLLM:
         if isinstance(exc, o.APIStatusError):
             detail = str(getattr(exc, "message", exc))[:300]
             if exc.status_code in _RETRY_STATUS or exc.status_code >= 500:
-                return TransientError(f"{where}: HTTP {exc.status_code}: {detail}")
+                wait = _retry_after_seconds(getattr(exc, "response", None))
+                said = f" (Retry-After: {wait:g} s)" if wait is not None else ""
+                return TransientError(f"{where}: HTTP {exc.status_code}{said}: {detail}", wait)
             hint = " (unknown model or wrong base_url?)" if exc.status_code == 404 else ""
             return ModelError(f"{where}: HTTP {exc.status_code}{hint}: {detail}")
         if isinstance(exc, o.APIResponseValidationError):
@@ -105,16 +117,21 @@ class OpenAICompatibleLLM:
         seconds = time.perf_counter() - start
         data = _as_dict(resp)
         choices = data.get("choices") if isinstance(data, dict) else None
-        if not choices or not isinstance(choices[0], dict):
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             body = str(resp)[:200]
             raise ModelError(f"{self.name}: malformed reply (no choices; is base_url right? "
                              f"it usually ends in /v1): {body!r}")
         choice = choices[0]
-        usage = data.get("usage") or {}
+        message = choice.get("message") or {}
+        text = message.get("content") if isinstance(message, dict) else None
+        if text is not None and not isinstance(text, str):
+            raise ModelError(f"{self.name}: malformed reply (the message content is "
+                             f"{type(text).__name__}, not text): {str(text)[:200]!r}")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return LLMReply(
-            text=(choice.get("message") or {}).get("content") or "",
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            text=text or "",
+            prompt_tokens=_count(usage.get("prompt_tokens")),
+            completion_tokens=_count(usage.get("completion_tokens")),
             seconds=seconds,
             top_logprobs=first_top_logprobs(choice) if logprobs > 0 else {},
             raw={"usage": usage, "finish_reason": choice.get("finish_reason"),
@@ -137,7 +154,46 @@ def _connect_failed(exc: Exception) -> bool:
     return False
 
 
+def _count(value: Any) -> int:
+    """A token count from a reply's usage block; anything that is not a count is 0."""
+    try:
+        n = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return max(n, 0)
+
+
+def _retry_after_seconds(response: Any) -> float | None:
+    """Seconds from a ``Retry-After`` header (a number or an HTTP date), if there is one."""
+    headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return max(seconds, 0.0)
+
+
 def _as_dict(resp: Any) -> Any:
     """The response as plain data (pydantic model, dict, or a string for non-JSON bodies)."""
     dump = getattr(resp, "model_dump", None)
-    return dump() if callable(dump) else resp
+    if not callable(dump):
+        return resp
+    try:  # a malformed field is reported by chat(), not as a pydantic warning
+        return dump(warnings=False)
+    except TypeError:
+        return dump()

@@ -56,26 +56,39 @@ def parse_numbered_list(
     return Parsed(out, True, reason)
 
 
-def _json_candidates(text: str, open_ch: str, close_ch: str) -> list[str]:
-    """Fenced blocks first, then every balanced-looking span from an opening bracket."""
-    found = [m.group(1) for m in _FENCE.finditer(text)]
-    for start in (i for i, ch in enumerate(text) if ch == open_ch):
-        end = text.rfind(close_ch, start)
-        while end > start:
-            found.append(text[start : end + 1])
-            end = text.rfind(close_ch, start, end)
-    return found
+MAX_PARSE_CHARS = 50_000  # a runaway reply is read this far
+MAX_SCAN_CHARS = 2_000_000  # characters the JSON decoder may scan over all failed attempts
+
+_DECODER = json.JSONDecoder()
 
 
 def _first_json(text: str, kind: type) -> tuple[Any, str]:
-    open_ch, close_ch = ("[", "]") if kind is list else ("{", "}")
-    for cand in _json_candidates(text, open_ch, close_ch):
+    """The first JSON value of ``kind`` in ``text``: a fenced block that is one, else the
+    value starting at the first opening bracket where one parses (what follows it is
+    ignored). Bounded: a reply of thousands of brackets (a model stuck in a loop) is scanned
+    for at most :data:`MAX_SCAN_CHARS` characters in all, and deep nesting is no error."""
+    if not isinstance(text, str):
+        return None, f"not text: {type(text).__name__}"
+    text = text[:MAX_PARSE_CHARS]
+    open_ch = "[" if kind is list else "{"
+    for m in _FENCE.finditer(text):
         try:
-            value = json.loads(cand.strip())
-        except (json.JSONDecodeError, ValueError):
+            value = json.loads(m.group(1).strip())
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, kind):
             return value, ""
+    start, budget = text.find(open_ch), MAX_SCAN_CHARS
+    while start != -1 and budget > 0:
+        try:
+            value, _ = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            value, budget = None, budget - max(exc.pos - start, 1)
+        except (ValueError, RecursionError):
+            value, budget = None, budget - (len(text) - start)
+        if isinstance(value, kind):
+            return value, ""
+        start = text.find(open_ch, start + 1)
     return None, f"no JSON {kind.__name__} found"
 
 

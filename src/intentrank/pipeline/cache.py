@@ -4,6 +4,8 @@
 texts, same candidate ids) and replays stored outputs otherwise. A replay also adds the
 stored per-query share of the original wall time and counters to the trace, so every
 pipeline's trace shows what it would cost on its own; ``<name>.replayed`` counts replays.
+The replayed amounts are also recorded in ``Trace.replayed``, so the work actually done can
+be told apart (LLM health summed over an ablation's configurations counts each call once).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class Cached(Stage):
                 st.queries += 1
                 for c, v in entry.counters[name].items():
                     st.counters[c] = st.counters.get(c, 0) + v
+                trace.add_replayed(name, {"queries": 1, "seconds": secs,
+                                          **entry.counters[name]})
         if replayed:
             trace.count(self.stage.name, "replayed", len(replayed))
         return [self._store[k].ranking for k in keys]

@@ -94,29 +94,37 @@ def build_pipeline(node: Any, ctx: BuildContext, where: str = "pipeline") -> Sta
                           f"got {node!r}")
     (name, params), = node.items()
     if name == "cutoff":
-        if not isinstance(params, int):
+        if isinstance(params, bool) or not isinstance(params, int):
             raise ConfigError(f"{where}: cutoff takes an integer, got {params!r}")
+        if params < 1:
+            raise ConfigError(f"{where}: cutoff must be >= 1, got {params}")
         return Cutoff(params)
     if name == "fuse":
         return _build_fuse(params, ctx, where)
-    params = params or {}
-    if not isinstance(params, dict):
-        raise ConfigError(f"{where}.{name}: parameters must be a mapping, got {params!r}")
-    if name not in STAGES:
+    if not isinstance(name, str) or name not in STAGES:
         raise ConfigError(f"{where}: unknown stage {name!r}; known: "
                           f"{', '.join(sorted([*STAGES, 'cutoff', 'fuse']))}")
+    params = {} if params is None else params
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where}.{name}: parameters must be a mapping, got {params!r}")
+    bad_keys = [key for key in params if not isinstance(key, str)]
+    if bad_keys:
+        raise ConfigError(f"{where}.{name}: parameter names must be strings, got {bad_keys!r}")
     try:
         return STAGES[name](ctx, dict(params))
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # ParameterError: a value out of range
         raise ConfigError(f"{where}.{name}: {exc}") from exc
 
 
 def _build_fuse(params: Any, ctx: BuildContext, where: str) -> Stage:
     if not isinstance(params, dict) or "inputs" not in params:
         raise ConfigError(f"{where}.fuse: needs 'inputs' (a list of branches)")
+    bad_keys = [key for key in params if not isinstance(key, str)]
+    if bad_keys:
+        raise ConfigError(f"{where}.fuse: parameter names must be strings, got {bad_keys!r}")
     params = dict(params)
     method = params.pop("method", "rrf")
-    if method not in (*FUSERS, "dynamic"):
+    if not isinstance(method, str) or method not in (*FUSERS, "dynamic"):
         raise ConfigError(f"{where}.fuse: unknown method {method!r}; use "
                           f"{', '.join(FUSERS)}, dynamic")
     inputs = params.pop("inputs")
@@ -141,11 +149,26 @@ def load_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"{path}: cannot read pipeline config: {exc}") from exc
     if not isinstance(data, dict) or "pipeline" not in data:
         raise ConfigError(f"{path}: a pipeline config needs a top-level 'pipeline' key")
+    check_config_keys(data, str(path))
     return data
+
+
+CONFIG_KEYS = ("pipeline", "index", "description")
+
+
+def check_config_keys(data: dict[str, Any], where: str) -> None:
+    """Refuse unknown top-level keys (a typo such as ``indx:`` would otherwise be ignored)
+    and an ``index`` that is not a path."""
+    unknown = [k for k in data if k not in CONFIG_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level key(s) {unknown!r}; a pipeline config "
+                          f"has {', '.join(CONFIG_KEYS)}")
+    if data.get("index") is not None and not isinstance(data["index"], str):
+        raise ConfigError(f"{where}: 'index' must be a path, got {data['index']!r}")
 
 
 def pipeline_from_config(
@@ -221,6 +244,9 @@ def _fuq(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     from intentrank.tuning import load_params
 
     saved = params.pop("params", None)
+    if saved is not None and (not isinstance(saved, str) or not saved.strip()):
+        raise ConfigError(f"fuq: 'params' must name a saved parameter set (see `intentrank "
+                          f"tune-fuq`), got {saved!r}")
     weights = {**(load_params(saved) if saved else {}),
                **{w: params.pop(w) for w in ("alpha", "beta", "gamma") if w in params}}
     return FollowUpReranker(ctx.require_index("fuq"), FUQWeights(**weights), **params)

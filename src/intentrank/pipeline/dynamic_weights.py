@@ -16,6 +16,7 @@ from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_json_object
 from intentrank.llm.prompts import load_prompt, render
 from intentrank.pipeline.fusion import WeightedFusion, weighted_minmax
+from intentrank.pipeline.params import check_int, check_number
 from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
@@ -61,6 +62,8 @@ class DynamicWeightedFusion(WeightedFusion):
         if len(self.branches) != len(MODALITIES):
             raise ValueError(f"dynamic weights need {len(MODALITIES)} branches "
                              f"({', '.join(MODALITIES)}), got {len(self.branches)}")
+        tolerance = check_number("tolerance", tolerance, minimum=0, maximum=1)
+        max_tokens = check_int("max_tokens", max_tokens)
         self.llm, self.tolerance, self.max_tokens = llm, tolerance, max_tokens
         self.template = load_prompt("modality_weights")
 

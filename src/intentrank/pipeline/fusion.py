@@ -17,24 +17,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from intentrank.pipeline.params import ParameterError, check_number, check_weights
 from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
 
 def _check_weights(weights: Sequence[float] | None, n: int) -> list[float]:
+    """``n`` finite non-negative weights (all 1 when None); :class:`ParameterError` (a
+    ValueError) otherwise."""
     if weights is None:
         return [1.0] * n
-    if len(weights) != n:
-        raise ValueError(f"got {len(weights)} weights for {n} rankings")
-    if any(w < 0 for w in weights):
-        raise ValueError(f"weights must be non-negative, got {list(weights)}")
-    return [float(w) for w in weights]
+    return check_weights(weights, n)
+
+
+def _check_rrf_k(k: float) -> float:
+    """RRF's k must be a finite number > 0: ``k <= -1`` divides by zero at some rank and any
+    k <= 0 gives the top ranks scores out of proportion (silently wrong fusions)."""
+    return check_number("rrf k", k, above=0)
 
 
 def rrf(
     rankings: Sequence[Sequence[str]], k: float = 60, weights: Sequence[float] | None = None
 ) -> dict[str, float]:
     """Reciprocal rank fusion of ordered doc-id lists (ranks 1-based, weights per list)."""
+    k = _check_rrf_k(k)
     ws = _check_weights(weights, len(rankings))
     fused: dict[str, float] = {}
     for w, ranking in zip(ws, rankings, strict=True):
@@ -84,12 +90,22 @@ class FusionStage(Stage):
     method = "fusion"
 
     def __init__(self, branches: Sequence[Stage], weights: Sequence[float] | None = None) -> None:
+        if isinstance(branches, Stage | str) or not hasattr(branches, "__iter__"):
+            raise ParameterError(f"{self.method} fusion takes a list of stages, got "
+                                 f"{branches!r}")
+        branches = list(branches)
+        if not all(isinstance(b, Stage) for b in branches):
+            raise ParameterError(f"{self.method} fusion takes a list of stages, got "
+                                 f"{branches!r}")
         flat: list[Stage] = []
         for b in branches:  # (a | b) | c fuses all three at once, with one weight each
             same = type(b) is type(self) and b.weights is None and weights is None
             flat.extend(b.branches if same else [b])
+        if not flat:  # zip(*[]) would silently answer no query at all
+            raise ParameterError(f"{self.method} fusion needs at least one branch, got none")
         self.branches = flat
-        self.weights = None if weights is None else _check_weights(weights, len(flat))
+        self.weights = None if weights is None else check_weights(
+            weights, len(flat), allow_all_zero=False)
         self.name = self.method
 
     def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
@@ -135,7 +151,7 @@ class RRFFusion(FusionStage):
         self, branches: Sequence[Stage], weights: Sequence[float] | None = None, k: float = 60
     ) -> None:
         super().__init__(branches, weights)
-        self.k = k
+        self.k = _check_rrf_k(k)
 
     def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         return rrf([r.doc_ids for r in rankings], k=self.k, weights=self.weights)
@@ -167,7 +183,7 @@ class RRFWithInput(Stage):
     evidence when the reranker alone is weaker (the input is not retrieved again)."""
 
     def __init__(self, stage: Stage, k: float = 60, name: str = "") -> None:
-        self.stage, self.k = stage, k
+        self.stage, self.k = stage, _check_rrf_k(k)
         self.name = name or f"rrf_with_input:{stage.name}"
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:

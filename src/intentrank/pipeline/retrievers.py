@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from intentrank.index.store import Hits, Index
 from intentrank.pipeline.fusion import WeightedFusion
+from intentrank.pipeline.params import check_int, check_optional_int
 from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
@@ -30,10 +31,8 @@ class Retriever(Stage):
     leg = ""
 
     def __init__(self, index: Index, k: int = 100) -> None:
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
         self.index = index
-        self.k = k
+        self.k = check_int("k", k)
         self.name = self.leg
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
@@ -83,7 +82,8 @@ class GraphRetriever(Retriever):
 def sparse_retriever(index: Index, k: int = 100, depth: int | None = None) -> Stage:
     """0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF), each leg searched to ``depth`` (default k),
     normalised over the candidates it returned; the fused list is cut at ``k``."""
-    depth = depth or k
+    k = check_int("k", k)
+    depth = check_optional_int("depth", depth) or k
     fused = WeightedFusion([BM25Retriever(index, depth), TfidfRetriever(index, depth)],
                            weights=[0.5, 0.5])
     fused.name = "sparse"

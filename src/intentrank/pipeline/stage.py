@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from intentrank.pipeline.params import ParameterError, check_int
 from intentrank.types import Query, Ranking, Trace
 
 
@@ -60,6 +61,8 @@ class Stage:
 
     def search(self, text: str, k: int | None = None) -> Ranking:
         """Answer one query string; keep the top ``k`` when given."""
+        if k is not None:
+            check_int("k", k)
         ranking = self.run([Query(id="q", text=text)]).rankings[0]
         return ranking.top(k) if k is not None else ranking
 
@@ -90,6 +93,8 @@ class Chain(Stage):
     def __init__(self, stages: Sequence[Stage]) -> None:
         flat: list[Stage] = []
         for s in stages:
+            if not isinstance(s, Stage):
+                raise ParameterError(f"a pipeline step must be a Stage, got {s!r}")
             flat.extend(s.stages if isinstance(s, Chain) else [s])
         self.stages = flat
 
@@ -107,9 +112,7 @@ class Cutoff(Stage):
     """Keep the top ``k`` candidates of each ranking."""
 
     def __init__(self, k: int) -> None:
-        if k < 1:
-            raise ValueError(f"cut-off must be >= 1, got {k}")
-        self.k = k
+        self.k = check_int("cut-off", k)
         self.name = f"cutoff@{k}"
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:

@@ -9,6 +9,7 @@ from typing import Any
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_numbered_list
 from intentrank.llm.prompts import load_prompt, render
+from intentrank.pipeline.params import check_int
 from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
@@ -40,8 +41,8 @@ class FollowUpPredictor(Stage):
 
     def __init__(self, llm: Any, m: int = 2, max_tokens: int = 160,
                  prompt: str = "followups", name: str = "followups") -> None:
-        if m < 1:
-            raise ValueError(f"m (follow-ups per query) must be >= 1, got {m}")
+        m = check_int("m (follow-ups per query)", m)
+        max_tokens = check_int("max_tokens", max_tokens)
         self.llm, self.m, self.max_tokens, self.name = llm, m, max_tokens, name
         self.template = load_prompt(prompt)
 

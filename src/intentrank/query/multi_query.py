@@ -9,7 +9,8 @@ from typing import Any
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_numbered_list
 from intentrank.llm.prompts import load_prompt, render
-from intentrank.pipeline.fusion import rrf
+from intentrank.pipeline.fusion import _check_rrf_k, rrf
+from intentrank.pipeline.params import ParameterError, check_int
 from intentrank.pipeline.stage import Stage
 from intentrank.types import Query, Ranking, Trace
 
@@ -19,6 +20,10 @@ class MultiQueryRetriever(Stage):
 
     def __init__(self, llm: Any, retriever: Stage, n: int = 3, k: float = 60,
                  max_tokens: int = 120, name: str = "multi_query") -> None:
+        if not isinstance(retriever, Stage):
+            raise ParameterError(f"retriever must be a stage, got {retriever!r}")
+        n, k = check_int("n (variants per query)", n), _check_rrf_k(k)
+        max_tokens = check_int("max_tokens", max_tokens)
         self.llm, self.retriever, self.n, self.k, self.name = llm, retriever, n, k, name
         self.max_tokens = max_tokens
         self.template = load_prompt("multi_query")
@@ -42,7 +47,7 @@ class MultiQueryRetriever(Stage):
                     for i, t in enumerate([q.text, *q.derived_of("variant")])]
         lists: dict[str, list[list[str]]] = {}
         for r in self.retriever(expanded, trace):
-            lists.setdefault(r.query.id.split("\x1f")[0], []).append(r.doc_ids)
+            lists.setdefault(r.query.id.rsplit("\x1f", 1)[0], []).append(r.doc_ids)
         return [Ranking.from_scores(q, rrf(lists[q.id], k=self.k), self.name) for q in queries]
 
     def describe(self) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from intentrank.index.store import Index
 from intentrank.llm.base import user
 from intentrank.llm.prompts import load_prompt, render
+from intentrank.pipeline.params import check_int
 from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
@@ -21,6 +22,9 @@ class ContextualCompression(Stage):
 
     def __init__(self, index: Index, llm: Any, k: int = 5, max_passage_chars: int = 800,
                  max_tokens: int = 96, name: str = "compression") -> None:
+        k = check_int("k", k)
+        max_passage_chars = check_int("max_passage_chars", max_passage_chars)
+        max_tokens = check_int("max_tokens", max_tokens)
         self.index, self.llm, self.k, self.name = index, llm, k, name
         self.max_passage_chars, self.max_tokens = max_passage_chars, max_tokens
         self.template = load_prompt("compress")

@@ -20,6 +20,7 @@ import numpy as np
 
 from intentrank.index.store import Index
 from intentrank.pipeline.fusion import minmax
+from intentrank.pipeline.params import ParameterError, check_int, check_number
 from intentrank.pipeline.stage import Stage
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
@@ -34,6 +35,10 @@ class FUQWeights:
     alpha: float = 0.6
     beta: float = 0.3
     gamma: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("alpha", "beta", "gamma"):  # a negative gamma is allowed (see above)
+            check_number(f"fuq {name}", getattr(self, name))
 
     def vector(self) -> np.ndarray:
         """Weights to dot with the component columns ``COMPONENTS`` (penalty negated)."""
@@ -53,6 +58,9 @@ class FollowUpReranker(Stage):
 
     def __init__(self, index: Index, weights: FUQWeights | None = None, k: int = 100,
                  name: str = "fuq") -> None:
+        if weights is not None and not isinstance(weights, FUQWeights):
+            raise ParameterError(f"weights must be FUQWeights, got {weights!r}")
+        k = check_int("k", k)
         self.index, self.weights, self.k, self.name = index, weights or FUQWeights(), k, name
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:

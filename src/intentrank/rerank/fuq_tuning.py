@@ -15,7 +15,7 @@ from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
 from intentrank.rerank.fuq import COMPONENTS, FollowUpReranker, FUQWeights
 from intentrank.tuning import Grid, TuneResult, cross_validated_run, grid_search
-from intentrank.types import Ranking
+from intentrank.types import Ranking, Trace
 
 FEATURES = tuple(f"fuq.{c}" for c in COMPONENTS)
 DEFAULT_GRID: Grid = {
@@ -67,12 +67,13 @@ def _check_scored(rankings: Sequence[Ranking]) -> None:
 
 def tune_fuq_on_split(dataset: Any, index: Any, llm: Any, split: str = "train",
                       metric: str = "nDCG@3", sample: int = 0, seed: int = 0,
-                      grid: Grid | None = None) -> TuneResult:
+                      grid: Grid | None = None, trace: Trace | None = None) -> TuneResult:
     """Run the FUQ pipeline on ``split`` (optionally a fixed-seed sample) and grid-search the
-    weights there. The test split is refused: tuning must never see test judgments."""
+    weights there. The test split is refused: tuning must never see test judgments.
+    ``trace`` receives the pipeline's trace (LLM calls, fallbacks: see llm.health)."""
     if split == "test":
         raise ConfigError("tuning on the test split is refused; tune on 'train' (or use "
                           "cross_validated_fuq for collections without one)")
     queries, qrels = dataset.sample(split, sample, seed)
-    rankings = fuq_pipeline(index, llm).run(queries).rankings
+    rankings = fuq_pipeline(index, llm).run(queries, trace).rankings
     return tune_fuq(rankings, qrels, metric, grid)

@@ -16,6 +16,7 @@ from intentrank.index.store import Index
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_json_array
 from intentrank.llm.prompts import load_prompt, render
+from intentrank.pipeline.params import check_int, check_optional_int
 from intentrank.pipeline.stage import Stage
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
@@ -27,9 +28,10 @@ def repair_order(answer: list[Any], n: int) -> tuple[list[int], bool]:
     for item in answer:
         try:
             i = int(item) - 1
-        except (TypeError, ValueError):
+            exact = 0 <= i < n and float(item) == i + 1
+        except (TypeError, ValueError, OverflowError):  # inf, nan, "two", [1], {...}
             continue
-        if 0 <= i < n and i not in seen and float(item) == i + 1:
+        if exact and i not in seen:
             seen.append(i)
     missing = [i for i in range(n) if i not in seen]
     return seen + missing, bool(missing) or len(answer) != n
@@ -41,8 +43,11 @@ class ListwiseReranker(Stage):
     def __init__(self, index: Index, llm: Any, depth: int = 5, window: int | None = None,
                  step: int | None = None, max_passage_chars: int = 600, max_tokens: int = 96,
                  name: str = "listwise") -> None:
-        if depth < 2:
-            raise ValueError(f"depth must be >= 2, got {depth}")
+        depth = check_int("depth", depth, minimum=2)
+        window = check_optional_int("window", window, minimum=2)
+        step = check_optional_int("step", step)
+        max_passage_chars = check_int("max_passage_chars", max_passage_chars)
+        max_tokens = check_int("max_tokens", max_tokens)
         self.index, self.llm, self.depth, self.name = index, llm, depth, name
         self.window = min(window or depth, depth)
         self.step = step or max(1, self.window // 2)
