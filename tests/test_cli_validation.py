@@ -401,3 +401,11 @@ def test_eval_dataset_warnings_strict_and_round_grades(data_dir, bm25_index, tmp
                               "-p", "bm25", "--metrics", "nDCG@10", "--round-grades"])
     _clean_error(res, "not-a-doc")
     assert "| system |" not in res.stdout
+
+
+def test_os_errors_are_error_lines(data_dir, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    res = runner.invoke(app, ["index", str(data_dir / "cranfield"), str(afile / "idx"),
+                              "--legs", "bm25"])
+    _clean_error(res, "Not a directory")

@@ -95,7 +95,7 @@ def main(
         llm = check_spec(llm)
         check_number("--llm-timeout", llm_timeout, above=0)
         check_int("--llm-retries", llm_retries, minimum=0)
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     LLM_SETTINGS.update(llm=llm, llm_options={"cache": llm_cache, "timeout": llm_timeout,
                                               "retries": llm_retries})
@@ -259,7 +259,7 @@ def index(
         start = time.perf_counter()
         idx = build_index(_corpus(source, encoding), out_dir, settings, overwrite=overwrite,
                           progress=True, log=lambda m: console.print(f"  {escape(m)}"))
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     secs = time.perf_counter() - start
     times = ", ".join(f"{k} {v:.1f}s" for k, v in idx.manifest["build_seconds"].items())
@@ -288,7 +288,7 @@ def search(
         idx = Index.open(index_dir)
         pipe = pipeline_from_config(config, index=idx, **LLM_SETTINGS)
         result = pipe.run(query)
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     if as_json:
         out.print_json(json.dumps([
@@ -370,7 +370,7 @@ def evaluate_cmd(
         with console.status(f"running {len(systems)} pipeline(s) on {len(queries)} queries"):
             exp = run_experiment(systems, queries, qrels, metric_names,
                                  baseline=baseline or names[0] if len(names) > 1 else None)
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     out.print(f"\n{escape(ds.name)} / {escape(split)}: {len(queries)} queries\n")
     print(exp.to_markdown())
@@ -422,7 +422,7 @@ def quickstart(
         with console.status(f"evaluating 4 pipelines on {len(queries)} test queries"):
             exp = run_experiment(systems, queries, qrels, ["nDCG@10", "MRR@10", "Recall@100"],
                                  baseline="bm25")
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     out.print(f"\n{escape(ds.name)} test ({len(queries)} queries)\n")
     print(exp.to_markdown())
@@ -487,7 +487,7 @@ def train_reranker_cmd(
             max_queries=max_queries or None, onnx=onnx, progress=True,
             log=lambda m: console.print(f"  {escape(m)}"),
         )
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     info = result.info
     console.print(f"[green]reranker saved[/] {result.out_dir}: {info['n_queries']} {split} "
@@ -536,7 +536,7 @@ def tune_fuq_cmd(
         llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
         with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
             res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed, trace=trace)
-    except (IntentrankError, ValueError) as exc:
+    except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     _llm_health(trace)  # under --strict, weights tuned on fallback follow-ups are not saved
     try:

@@ -164,7 +164,7 @@ class LLMClient:
                     raise ModelError(
                         f"{self.name}: the server asked to retry after {wait_at_least:g} s, "
                         f"more than max_retry_after={self.max_retry_after:g} s; giving up: "
-                        f"{exc}") from exc
+                        f"{str(exc).removeprefix(f'{self.name}: ')}") from exc
                 continue
             except ModelError:
                 self._count(trace, stage, llm_calls=1, llm_errors=1,
@@ -182,8 +182,9 @@ class LLMClient:
             if self.cache is not None:
                 self.cache.put(key, reply, self.name, self.model)
             return reply
+        reason = str(last).removeprefix(f"{self.name}: ")  # the backend names itself too
         raise ModelError(
-            f"{self.name}: failed after {self.retries + 1} attempt(s): {last}"
+            f"{self.name}: failed after {self.retries + 1} attempt(s): {reason}"
         ) from last
 
     def complete_or_none(
