@@ -86,3 +86,11 @@ def test_bad_metrics_are_refused_before_any_system_runs():
     assert validate_metrics(["MRR@10", " MRR@10 ", "HitRate@5"]) == ["MRR@10", "HitRate@5"]
     with pytest.raises(ValueError, match="cut-off must be >= 1"):
         to_measure("nDCG@0")  # trec_eval would abort the whole process
+
+
+def test_queries_without_a_relevant_document_are_skipped_like_trec_eval() -> None:
+    qrels = {"1": {"a": 1, "b": 0}, "2": {"c": 0}}
+    run = {"1": {"a": 2.0, "b": 1.0}, "2": {"c": 1.0}}
+    res = evaluate(run, qrels, ["nDCG@10", "P@1"])
+    assert res.skipped == ["2"] and set(res.per_query) == {"1"}
+    assert res.aggregate["P@1"] == 1.0  # not halved by the query with nothing to find

@@ -740,3 +740,12 @@ def test_open_or_build(cranfield, tmp_path):
                                                  rf"index cranfield {shown} --overwrite`"):
         open_or_build(changed, path, source="cranfield")
     assert Index(path).generation == built.generation  # nothing was rebuilt
+
+
+def test_a_corpus_without_any_bm25_term_is_a_clear_error(tmp_path) -> None:
+    from intentrank.errors import DataError
+
+    docs = [Document("a", "the and of"), Document("b", "")]
+    with pytest.raises(DataError, match="no document has a BM25 term"):
+        build_index(docs, tmp_path / "idx", IndexSettings(legs=("bm25",)))
+    assert not (tmp_path / "idx").exists()

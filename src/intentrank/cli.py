@@ -374,6 +374,10 @@ def evaluate_cmd(
         _fail(exc)
     out.print(f"\n{escape(ds.name)} / {escape(split)}: {len(queries)} queries\n")
     print(exp.to_markdown())
+    skipped = exp.systems[0].scores.skipped if exp.systems else []
+    if skipped:
+        _warn(f"{len(skipped)} of {len(queries)} judged queries have no relevant document "
+              f"(e.g. {skipped[:3]}); like trec_eval, they are not evaluated")
     try:
         if runs_dir:
             for s in exp.systems:

@@ -96,11 +96,16 @@ def validate_metrics(names: str | Sequence[str]) -> list[str]:
 
 @dataclass
 class EvalResult:
-    """Mean scores over all judged queries, and the score of every query."""
+    """Mean scores over all judged queries, and the score of every query.
+
+    ``skipped``: queries in the qrels with no relevant (grade > 0) document; like trec_eval,
+    they are not evaluated and not averaged.
+    """
 
     metrics: list[str]
     aggregate: dict[str, float]
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
 
     def column(self, metric: str) -> dict[str, float]:
         return {qid: scores[metric] for qid, scores in self.per_query.items()}
@@ -109,7 +114,8 @@ class EvalResult:
 def evaluate(
     run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str] = DEFAULT_METRICS
 ) -> EvalResult:
-    """Score ``run`` against ``qrels``; averaged over every query in ``qrels``."""
+    """Score ``run`` against ``qrels``; averaged over every query in ``qrels`` that has a
+    relevant document (trec_eval skips the others; they are listed in ``skipped``)."""
     if isinstance(metrics, str):
         raise MetricError(f"metrics must be a list of names, got the string {metrics!r}")
     metrics = list(dict.fromkeys(metrics))
@@ -119,7 +125,8 @@ def evaluate(
     by_measure: dict[str, list[str]] = {}  # aliases (R@3, Recall@3) share one measure
     for name, m in measures.items():
         by_measure.setdefault(str(m), []).append(name)
-    judged = {q: j for q, j in qrels.items() if j}
+    judged = {q: j for q, j in qrels.items() if any(g > 0 for g in j.values())}
+    skipped = [q for q in qrels if q not in judged]
     per_query = {qid: {name: 0.0 for name in metrics} for qid in judged}
     clean_run: Run = {q: dict(docs) for q, docs in run.items() if q in judged and docs}
     if clean_run:
@@ -134,4 +141,4 @@ def evaluate(
                               f"{first}") from exc
     n = max(len(per_query), 1)
     aggregate = {name: sum(s[name] for s in per_query.values()) / n for name in metrics}
-    return EvalResult(list(metrics), aggregate, per_query)
+    return EvalResult(list(metrics), aggregate, per_query, skipped)

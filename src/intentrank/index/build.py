@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from intentrank.data.corpus import chunk_documents
-from intentrank.errors import IndexMismatchError
+from intentrank.errors import DataError, IndexMismatchError
 from intentrank.index import layout
 from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
 from intentrank.index.entities import build_entity_graph, extract_entities, pagerank
@@ -101,6 +101,10 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
 
     s = settings.bm25
     tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
+    if not any(tokens):
+        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
+                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
+                        f"only stopwords")
     retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
     retriever.index(bm25s.tokenization.Tokenized(*_to_ids(tokens)), show_progress=progress)
     retriever.save(str(out))
