@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from intentrank.data.dataset import load_dataset
     from intentrank.eval.ablation import STATIC_WEIGHTS, ablate_dataset, write_report
     from intentrank.llm.client import load_llm
-    from intentrank.models.cross_encoder import CrossEncoderReranker
+    from intentrank.rerank.cross_encoder import CrossEncoderReranker
 
     ds = load_dataset(DATA / args.collection)
     index = _open_or_build(ds.root, args.index or ROOT / "indexes" / args.collection)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         index, args.cross_encoder, k=100, backend="onnx", max_length=128)
     weights, source = STATIC_WEIGHTS, "the paper's static weights"
     if args.tune_weights:
-        from intentrank.pipeline.modality_tuning import modality_weights_for
+        from intentrank.tune.modality import modality_weights_for
 
         log("tuning the static weights")
         weights, source = modality_weights_for(ds, index, args.split, seed=args.seed,

@@ -53,13 +53,14 @@ def open_index(name: str, chunked: bool = False) -> Any:
 
 
 def systems(idx: Any, chunks: Any, llm: Any) -> dict[str, Any]:
-    from intentrank.models.cross_encoder import CrossEncoderReranker, default_reranker_dir
-    from intentrank.pipeline.fusion import RRFFusion
-    from intentrank.pipeline.parents import ParentDocuments
-    from intentrank.pipeline.retrievers import BM25Retriever, DenseRetriever
+    from intentrank.fuse.rrf import RRFFusion
+    from intentrank.models.cross_encoder import default_reranker_dir
     from intentrank.query.multi_query import MultiQueryRetriever
     from intentrank.rerank.compression import ContextualCompression
+    from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.rerank.listwise import ListwiseReranker
+    from intentrank.retrieve.parents import ParentDocuments
+    from intentrank.retrieve.retrievers import BM25Retriever, DenseRetriever
 
     dense = DenseRetriever(idx, 100)
     return {
@@ -78,18 +79,19 @@ def systems(idx: Any, chunks: Any, llm: Any) -> dict[str, Any]:
 
 def run_collection(name: str, n: int, seed: int, train_sample: int, only: list[str],
                    skip: list[str]) -> dict:
+    from intentrank.core.saved_params import save_params
     from intentrank.data.dataset import load_dataset
     from intentrank.eval.metrics import evaluate
     from intentrank.eval.significance import paired_test
     from intentrank.llm.client import load_llm
-    from intentrank.rerank.fuq_tuning import (
+    from intentrank.tune.fuq import (
         FEATURES,
         cross_validated_fuq,
         fuq_pipeline,
         to_weights,
         tune_fuq,
     )
-    from intentrank.tuning import feature_matrix, save_params, weighted_run
+    from intentrank.tune.grid import feature_matrix, weighted_run
 
     ds = load_dataset(DATA / name)
     queries, qrels = ds.sample("test", n, seed)

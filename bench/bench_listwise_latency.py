@@ -26,8 +26,8 @@ def main() -> None:
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.llm.embedded import LlamaCppLLM
-    from intentrank.pipeline.retrievers import BM25Retriever
     from intentrank.rerank.listwise import ListwiseReranker
+    from intentrank.retrieve.retrievers import BM25Retriever
 
     queries, _ = load_dataset(DATA / "scifact").split("test")
     queries = queries[: args.calls + 1]

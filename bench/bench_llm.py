@@ -59,7 +59,7 @@ def _compute_s(raw: dict) -> float:
 
 def run_one(n_threads: int) -> dict:
     from intentrank.llm import LlamaCppLLM, LLMClient, OpenAICompatibleLLM, gguf_path, user
-    from intentrank.llm.judge import judge_messages
+    from intentrank.rerank.judge import judge_messages
 
     gguf_path()  # assembled (or trusted) before timing the load
     llm = LlamaCppLLM(n_threads=n_threads)

@@ -143,8 +143,8 @@ def phase_speed(model_dir: Path, n_pairs: int, repeats: int, tmp: Path) -> dict[
 
 def rerank_eval(idx: Any, queries: list, qrels: dict, scorer: Any, k: int) -> dict[str, Any]:
     from intentrank.eval.metrics import evaluate
-    from intentrank.models.cross_encoder import CrossEncoderReranker
-    from intentrank.pipeline.retrievers import BM25Retriever
+    from intentrank.rerank.cross_encoder import CrossEncoderReranker
+    from intentrank.retrieve.retrievers import BM25Retriever
 
     bm25 = BM25Retriever(idx, k=k)
     first = bm25.run(queries)

@@ -38,7 +38,7 @@ def bm25_qps(idx, queries, repeats: int = 15) -> dict[str, float]:
     import bm25s
     import Stemmer
 
-    from intentrank.pipeline.retrievers import BM25Retriever
+    from intentrank.retrieve.retrievers import BM25Retriever
 
     s = idx.settings.bm25
     stem = Stemmer.Stemmer(s.stemmer)
@@ -63,10 +63,11 @@ def bm25_qps(idx, queries, repeats: int = 15) -> dict[str, float]:
 
 
 def run_one(name: str, split: str) -> dict:
+    from intentrank.core.config import resolve_pipeline
     from intentrank.data.dataset import load_dataset
     from intentrank.eval.metrics import evaluate
     from intentrank.index import build_index
-    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+    from intentrank.pipelines import pipeline_from_config
 
     ds = load_dataset(DATA / name)
     queries, qrels = ds.split(split)

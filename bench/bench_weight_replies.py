@@ -23,7 +23,7 @@ from report import DATA, ROOT, header, write_section  # noqa: E402
 
 def prompt_examples(template: str) -> set[tuple[float, ...]]:
     """The few-shot answers written in the prompt, as weight tuples."""
-    from intentrank.pipeline.dynamic_weights import validate_weights
+    from intentrank.fuse.dynamic import validate_weights
 
     return {validate_weights(json.loads(m)) for m in re.findall(r"\{[^{}]*:[^{}]*\}", template)}
 
@@ -36,10 +36,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     from intentrank.data.dataset import load_dataset
+    from intentrank.fuse.dynamic import DynamicWeightedFusion
     from intentrank.index import Index
     from intentrank.llm.client import load_llm
-    from intentrank.pipeline.dynamic_weights import DynamicWeightedFusion
-    from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
+    from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
     from intentrank.types import Trace
 
     queries, _ = load_dataset(DATA / "scifact").sample("test", args.queries, seed=args.seed)

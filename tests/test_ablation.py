@@ -24,11 +24,13 @@ from intentrank.eval.ablation import (
     run_ablation,
     write_report,
 )
-from intentrank.eval.html_report import render_html
+from intentrank.fuse.weighted import WeightedFusion
 from intentrank.llm.base import LLMReply, Message
 from intentrank.llm.client import LLMClient
-from intentrank.pipeline.fusion import WeightedFusion
-from intentrank.pipeline.modality_tuning import (
+from intentrank.report.html import render_html
+from intentrank.retrieve.retrievers import DenseRetriever
+from intentrank.tune.grid import feature_matrix
+from intentrank.tune.modality import (
     FEATURES,
     cross_validated_modality_weights,
     modality_rankings,
@@ -37,8 +39,6 @@ from intentrank.pipeline.modality_tuning import (
     tune_modality_on_split,
     tune_modality_weights,
 )
-from intentrank.pipeline.retrievers import DenseRetriever
-from intentrank.tuning import feature_matrix
 
 N_QUERIES = 10
 # the weight replies cycle per query: valid, malformed, out of range, not normalised
@@ -333,7 +333,7 @@ def test_latency_charges_cached_llm_replies_their_generation_time() -> None:
 
 
 def test_ce_rrf_fuses_first_stage_and_cross_encoder_ranks(cranfield_index, sample) -> None:
-    from intentrank.pipeline.fusion import rrf
+    from intentrank.fuse.rrf import rrf
 
     queries, qrels = sample
     report = run_ablation(cranfield_index, queries[:3], qrels, cross_encoder=OverlapScorer(),

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from intentrank.cli import app
+from intentrank.core.params import ParameterError
 from intentrank.errors import ConfigError
-from intentrank.pipeline.params import ParameterError
 
 runner = CliRunner()
 
@@ -175,11 +175,13 @@ def test_llm_settings_in_python():
 
 # -- Python constructors ---------------------------------------------------------------------
 def test_python_constructors_name_the_parameter(bm25_index):
-    from intentrank.pipeline.fusion import InterleaveFusion, RRFFusion, WeightedFusion, rrf
-    from intentrank.pipeline.retrievers import BM25Retriever, sparse_retriever
-    from intentrank.pipeline.stage import Chain, Cutoff
+    from intentrank.core.stage import Chain, Cutoff
+    from intentrank.fuse.interleave import InterleaveFusion
+    from intentrank.fuse.rrf import RRFFusion, rrf
+    from intentrank.fuse.weighted import WeightedFusion
     from intentrank.rerank.fuq import FUQWeights
     from intentrank.rerank.listwise import ListwiseReranker
+    from intentrank.retrieve.retrievers import BM25Retriever, sparse_retriever
 
     bm25 = BM25Retriever(bm25_index, 10)
     cases = [

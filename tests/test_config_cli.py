@@ -8,20 +8,16 @@ import pytest
 from typer.testing import CliRunner
 
 from intentrank.cli import app
+from intentrank.core.config import build_pipeline, builtin_pipelines, resolve_pipeline
+from intentrank.core.registry import BuildContext
 from intentrank.errors import ConfigError
-from intentrank.pipeline.config import (
-    BuildContext,
-    build_pipeline,
-    builtin_pipelines,
-    pipeline_from_config,
-    resolve_pipeline,
-)
+from intentrank.pipelines import pipeline_from_config
 
 runner = CliRunner()
 
 
 def test_config_builds_the_same_pipeline_as_operators(cranfield_index, tmp_path):
-    from intentrank.pipeline.retrievers import BM25Retriever, TfidfRetriever
+    from intentrank.retrieve.retrievers import BM25Retriever, TfidfRetriever
 
     cfg = tmp_path / "p.yaml"
     cfg.write_text("pipeline:\n  - fuse: {method: rrf, k: 60, inputs: [{bm25: {k: 50}}, "

@@ -13,7 +13,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from intentrank.core.config import build_pipeline
+from intentrank.core.registry import BuildContext
+from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError, DataError, IntentrankError
+from intentrank.fuse.dynamic import validate_weights
 from intentrank.llm.base import LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import (
@@ -23,9 +27,7 @@ from intentrank.llm.parsing import (
     parse_numbered_list,
     parse_yes_no,
 )
-from intentrank.pipeline.config import BuildContext, build_pipeline, pipeline_from_config
-from intentrank.pipeline.dynamic_weights import validate_weights
-from intentrank.pipeline.stage import Stage
+from intentrank.pipelines import pipeline_from_config
 from intentrank.query.followups import parse_followups
 from intentrank.rerank.listwise import repair_order
 from intentrank.types import Query

@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 from tolerances import F32_ABS, F32_REL
 
+from intentrank.core.config import build_pipeline
+from intentrank.core.registry import BuildContext
 from intentrank.errors import ModelError
-from intentrank.models.cross_encoder import (
-    CrossEncoderReranker,
-    default_reranker_dir,
-    load_cross_encoder,
-)
-from intentrank.pipeline.config import BuildContext, build_pipeline
-from intentrank.pipeline.retrievers import BM25Retriever
+from intentrank.models.cross_encoder import default_reranker_dir, load_cross_encoder
+from intentrank.rerank.cross_encoder import CrossEncoderReranker
+from intentrank.retrieve.retrievers import BM25Retriever
 from intentrank.types import Trace
 
 
@@ -24,7 +22,7 @@ def make_tiny_cross_encoder(path: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from intentrank.models.embedder import minilm_path
+    from intentrank.models.inputs import minilm_path
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(minilm_path())

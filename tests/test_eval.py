@@ -8,7 +8,7 @@ import pytest
 from intentrank.eval.experiment import run_experiment
 from intentrank.eval.metrics import evaluate, to_measure
 from intentrank.eval.significance import paired_test
-from intentrank.pipeline.retrievers import BM25Retriever, TfidfRetriever
+from intentrank.retrieve.retrievers import BM25Retriever, TfidfRetriever
 
 QRELS = {"1": {"a": 2, "b": 1, "z": 0}, "2": {"c": 1}, "3": {"d": 1}}
 RUN = {"1": {"b": 3.0, "x": 2.0, "a": 1.0}, "2": {"y": 1.0, "c": 0.5}}
@@ -68,9 +68,9 @@ def test_experiment_on_real_index(cranfield, cranfield_index):
 
 
 def test_bad_metrics_are_refused_before_any_system_runs():
+    from intentrank.core.stage import Stage
     from intentrank.errors import ConfigError
     from intentrank.eval.metrics import validate_metrics
-    from intentrank.pipeline.stage import Stage
 
     class Exploding(Stage):
         name = "exploding"

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from intentrank.pipeline.fusion import (
-    InterleaveFusion,
-    RRFFusion,
-    WeightedFusion,
-    interleave,
-    minmax,
-    rrf,
-    weighted_minmax,
-)
-from intentrank.pipeline.stage import Chain, Cutoff, Stage
+from intentrank.core.stage import Chain, Cutoff, Stage
+from intentrank.fuse.base import minmax
+from intentrank.fuse.interleave import InterleaveFusion, interleave
+from intentrank.fuse.rrf import RRFFusion, rrf
+from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
 
 
@@ -90,7 +85,7 @@ def test_ranking_from_scores_keeps_previous_stage_scores():
 
 
 def test_rrf_with_input_fuses_the_input_order_and_the_rerankers_order():
-    from intentrank.pipeline.fusion import RRFWithInput
+    from intentrank.fuse.rrf_with_input import RRFWithInput
 
     first = Fixed("first", {"a": 3.0, "b": 2.0, "c": 1.0})
     reverse = Fixed("ce", {"a": 0.1, "b": 0.5, "c": 0.9})  # ranks c, b, a
@@ -106,7 +101,7 @@ def test_rrf_with_input_fuses_the_input_order_and_the_rerankers_order():
 def test_fusion_parameters_are_checked():
     import math
 
-    from intentrank.pipeline.params import ParameterError
+    from intentrank.core.params import ParameterError
 
     a = Fixed("a", {"d1": 1.0})
     for bad_k in (0, -1, -60, math.nan, math.inf, "60", True):

@@ -9,6 +9,8 @@ import threading
 import numpy as np
 import pytest
 
+from intentrank.core.cache import Cached
+from intentrank.core.stage import Stage
 from intentrank.errors import ModelError
 from intentrank.index.store import Hits
 from intentrank.llm.base import LLMReply, Message
@@ -20,8 +22,6 @@ from intentrank.llm.health import (
     health_report,
     warnings_for,
 )
-from intentrank.pipeline.cache import Cached
-from intentrank.pipeline.stage import Stage
 from intentrank.query.followups import FollowUpPredictor
 from intentrank.types import Query, Ranking, Trace
 

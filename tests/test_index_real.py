@@ -14,7 +14,7 @@ from intentrank.errors import DataError, IndexMismatchError
 from intentrank.eval.metrics import evaluate
 from intentrank.index import Index, IndexSettings, build_index
 from intentrank.index.entities import build_entity_graph, extract_entities
-from intentrank.pipeline.retrievers import (
+from intentrank.retrieve.retrievers import (
     BM25Retriever,
     DenseRetriever,
     GraphRetriever,
@@ -157,7 +157,7 @@ def test_embedding_cache_is_reused(cranfield, tmp_path):
 
 
 def test_chunked_index_maps_back_to_parents(cranfield, tmp_path):
-    from intentrank.pipeline.parents import ParentDocuments
+    from intentrank.retrieve.parents import ParentDocuments
 
     docs = list(cranfield.corpus())[:50]
     idx = build_index(docs, tmp_path / "chunks", IndexSettings(legs=("bm25",), chunk_size=60,

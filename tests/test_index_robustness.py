@@ -556,7 +556,7 @@ def test_build_goes_on_over_a_garbage_embedding_cache(cranfield, tmp_path, monke
 
 # -- huge texts: memory bounded by the model's input length ----------------------------------
 def test_clip_text_keeps_what_the_tokenizer_keeps():
-    from intentrank.models.embedder import MAX_CHARS_PER_TOKEN, clip_text
+    from intentrank.models.inputs import MAX_CHARS_PER_TOKEN, clip_text
 
     assert clip_text("short text", 256) == "short text"
     words = " ".join(f"w{i}" for i in range(1000))
@@ -593,7 +593,7 @@ def test_clipped_pairs_tokenize_like_the_whole_pairs(long_scifact_texts):
     """The cross-encoder cuts both sides of a pair; with longest_first truncation the
     model still sees exactly the same tokens."""
     from intentrank.models.cross_encoder import _clip_pairs
-    from intentrank.models.embedder import minilm_path
+    from intentrank.models.inputs import minilm_path
     from intentrank.models.onnx_embedder import load_tokenizer
 
     for max_length in (64, 256):
@@ -612,7 +612,7 @@ def test_torch_cross_encoder_clips_before_tokenizing(tmp_path, long_scifact_text
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     from intentrank.models.cross_encoder import TorchCrossEncoder
-    from intentrank.models.embedder import minilm_path
+    from intentrank.models.inputs import minilm_path
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(minilm_path())

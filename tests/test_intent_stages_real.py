@@ -10,10 +10,11 @@ import textwrap
 import pytest
 from tolerances import F32_ABS
 
+from intentrank.core.config import resolve_pipeline
 from intentrank.errors import ConfigError
 from intentrank.llm.base import LLMReply, Message
 from intentrank.llm.client import LLMClient
-from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+from intentrank.pipelines import pipeline_from_config
 from intentrank.types import Query
 
 
@@ -86,7 +87,8 @@ def test_fuq_followup_fallback_is_counted(cranfield_index):
 
 
 def test_saved_fuq_params_are_used(cranfield_index, tmp_path, monkeypatch):
-    from intentrank.tuning import TuneResult, save_params
+    from intentrank.core.saved_params import save_params
+    from intentrank.tune.grid import TuneResult
 
     monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))
     save_params("fuq-test", TuneResult("nDCG@3", {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
@@ -170,7 +172,7 @@ def _run_dynamic(index, tmp_path, llm):
 
 
 def test_tuner_refuses_test_and_reads_only_train(cranfield_index, monkeypatch):
-    from intentrank.rerank.fuq_tuning import tune_fuq_on_split
+    from intentrank.tune.fuq import tune_fuq_on_split
 
     class Spy:
         def __init__(self) -> None:

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from intentrank.errors import ModelError
-from intentrank.llm.base import LLMReply, Message, user
+from intentrank.llm.base import LLMReply, Message, TransientError, user
 from intentrank.llm.cache import ReplyCache, cache_key
-from intentrank.llm.client import LLMClient, TransientError, load_llm, make_backend
-from intentrank.llm.judge import LLMJudge, p_yes
+from intentrank.llm.client import LLMClient, load_llm, make_backend
+from intentrank.rerank.judge import LLMJudge, p_yes
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
 
 

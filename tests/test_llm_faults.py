@@ -21,9 +21,9 @@ from intentrank.cli import app
 from intentrank.llm.client import LLMClient
 from intentrank.llm.health import check_strict, format_health, health_report, warnings_for
 from intentrank.llm.openai_http import OpenAICompatibleLLM
-from intentrank.pipeline.retrievers import BM25Retriever
 from intentrank.query.followups import FollowUpPredictor
 from intentrank.rerank.listwise import ListwiseReranker
+from intentrank.retrieve.retrievers import BM25Retriever
 
 runner = CliRunner()
 MAX_REQUESTS = 1000  # per server: a runaway retry loop fails the test instead of hanging it

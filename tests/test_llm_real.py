@@ -10,8 +10,8 @@ import pytest
 from intentrank.llm.base import user
 from intentrank.llm.client import LLMClient
 from intentrank.llm.embedded import LlamaCppLLM
-from intentrank.llm.judge import LLMJudge
 from intentrank.llm.parsing import parse_json_array, parse_numbered_list
+from intentrank.rerank.judge import LLMJudge
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
 
 pytestmark = pytest.mark.slow

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from intentrank.core.cache import Cached
 from intentrank.eval.error_analysis import degraded_queries
 from intentrank.eval.swaps import position_swaps, swap_stats
-from intentrank.pipeline.cache import Cached
-from intentrank.pipeline.retrievers import BM25Retriever
+from intentrank.retrieve.retrievers import BM25Retriever
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
 
 

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from intentrank.core.saved_params import load_params, save_params
 from intentrank.errors import ConfigError
-from intentrank.tuning import (
-    cross_validated_run,
-    feature_matrix,
-    grid_search,
-    kfold,
-    load_params,
-    save_params,
-)
+from intentrank.tune.grid import cross_validated_run, feature_matrix, grid_search, kfold
 from intentrank.types import Query, Ranking, ScoredDoc
 
 

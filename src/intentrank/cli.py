@@ -88,8 +88,8 @@ def main(
         = False,
 ) -> None:
     """intentrank: intent-aware retrieval and reranking for RAG."""
+    from intentrank.core.params import check_int, check_number
     from intentrank.llm.client import check_spec
-    from intentrank.pipeline.params import check_int, check_number
 
     try:
         llm = check_spec(llm)
@@ -113,7 +113,7 @@ def _warn(message: str) -> None:
 
 
 def _check_int(option: str, value: int, minimum: int = 1) -> None:
-    from intentrank.pipeline.params import check_int
+    from intentrank.core.params import check_int
 
     check_int(option, value, minimum=minimum)
 
@@ -279,8 +279,9 @@ def search(
         False,
 ) -> None:
     """Answer queries from an index with a pipeline."""
+    from intentrank.core.config import resolve_pipeline
     from intentrank.index import Index
-    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+    from intentrank.pipelines import pipeline_from_config
 
     try:
         _check_int("-k", k)
@@ -334,10 +335,11 @@ def evaluate_cmd(
                                                "(by default they are an error).")] = False,
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
+    from intentrank.core.config import resolve_pipeline
     from intentrank.data.trec import write_run
     from intentrank.eval.experiment import run_experiment
     from intentrank.eval.metrics import validate_metrics
-    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+    from intentrank.pipelines import pipeline_from_config
 
     names = pipeline or ["bm25", "dense", "rrf"]
     try:  # everything that can be checked before loading data, building or running
@@ -400,8 +402,9 @@ def quickstart(
         Path("indexes/scifact"),
 ) -> None:
     """The main job on the embedded default: index SciFact, answer a few queries, evaluate."""
+    from intentrank.core.config import resolve_pipeline
     from intentrank.eval.experiment import run_experiment
-    from intentrank.pipeline.config import pipeline_from_config, resolve_pipeline
+    from intentrank.pipelines import pipeline_from_config
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -473,7 +476,7 @@ def train_reranker_cmd(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target = out_dir or default_reranker_dir(dataset.name)
     try:
-        from intentrank.pipeline.params import check_number
+        from intentrank.core.params import check_number
 
         for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 1),
                                        ("--max-length", max_length, 8),
@@ -518,10 +521,10 @@ def tune_fuq_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the query sample.")] = 0,
 ) -> None:
     """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
+    from intentrank.core.saved_params import save_params
     from intentrank.eval.metrics import validate_metrics
     from intentrank.llm.client import load_llm
-    from intentrank.rerank.fuq_tuning import tune_fuq_on_split
-    from intentrank.tuning import save_params
+    from intentrank.tune.fuq import tune_fuq_on_split
     from intentrank.types import Trace
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -595,7 +598,8 @@ def ablate(
     latency and significance; Markdown + HTML + JSON report."""
     from intentrank.eval.ablation import STATIC_WEIGHTS, ablate_dataset, write_report
     from intentrank.llm.client import load_llm
-    from intentrank.models.cross_encoder import CrossEncoderReranker, default_reranker_dir
+    from intentrank.models.cross_encoder import default_reranker_dir
+    from intentrank.rerank.cross_encoder import CrossEncoderReranker
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -623,7 +627,7 @@ def ablate(
                                   backend="onnx", max_length=128) if use_ce else None
         weights: object = STATIC_WEIGHTS
         if tune_weights:
-            from intentrank.pipeline.modality_tuning import modality_weights_for
+            from intentrank.tune.modality import modality_weights_for
 
             weights, source = modality_weights_for(ds, idx, split, seed=seed, sample=sample)
             console.print(f"modality weights: {escape(source)}")

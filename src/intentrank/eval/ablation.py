@@ -11,8 +11,8 @@ Five configurations run on the same queries, each a pipeline of existing stages:
 * **Full pipeline**: Tri-modal + CE -> LLM listwise over the top-5 (top-10 kept).
 
 With ``dynamic=True`` the last three also run with per-query LLM weights
-(:class:`~intentrank.pipeline.dynamic_weights.DynamicWeightedFusion`). Every leg, fusion,
-cross-encoder and listwise stage is wrapped in :class:`~intentrank.pipeline.cache.Cached`,
+(:class:`~intentrank.fuse.dynamic.DynamicWeightedFusion`). Every leg, fusion,
+cross-encoder and listwise stage is wrapped in :class:`~intentrank.core.cache.Cached`,
 so configurations share stage outputs: each is computed once per distinct input, and the
 replayed time and counters still show in each configuration's trace (latency "as if run
 alone"). LLM replies are reused through the client's reply cache when it has one.
@@ -20,7 +20,7 @@ alone"). LLM replies are reused through the client's reply cache when it has one
 The report mirrors the paper's tables: main metrics, static vs dynamic weights, swap metrics
 and error analysis per reranking stage, per-stage latency and paired significance against a
 baseline (``Tri-modal`` by default). Markdown and JSON come from :class:`AblationReport`; the
-HTML page from :mod:`intentrank.eval.html_report`.
+HTML page from :mod:`intentrank.report.html`.
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from intentrank.core.cache import Cached
+from intentrank.core.stage import Stage
 from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError, DataError
 from intentrank.eval.error_analysis import Degradation, degraded_queries
 from intentrank.eval.metrics import EvalResult, evaluate
 from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.eval.swaps import SwapStats, swap_stats
-from intentrank.pipeline.cache import Cached
-from intentrank.pipeline.fusion import WeightedFusion
-from intentrank.pipeline.stage import Stage
+from intentrank.fuse.weighted import WeightedFusion
 from intentrank.types import Query, Ranking, Trace
 
 STATIC_WEIGHTS = (0.50, 0.35, 0.15)
@@ -101,7 +101,7 @@ def _check_weights(weights: Weights) -> tuple[float, float, float]:
 def _fusion(branches: list[Stage], weights: WeightSpec, name: str, bimodal: bool) -> Stage:
     """Weighted min-max fusion with fixed weights, or per-query weights from a mapping."""
     if isinstance(weights, Mapping):
-        from intentrank.pipeline.modality_tuning import PerQueryWeightedFusion
+        from intentrank.tune.modality import PerQueryWeightedFusion
 
         table = {q: bimodal_weights(w) if bimodal else _check_weights(w)
                  for q, w in weights.items()}
@@ -119,7 +119,7 @@ def _cross_encoder_stage(index: Any, cross_encoder: Any, k: int) -> Stage | None
     tokens: the paper's setting)."""
     if cross_encoder is None or isinstance(cross_encoder, Stage):
         return cross_encoder
-    from intentrank.models.cross_encoder import CrossEncoderReranker
+    from intentrank.rerank.cross_encoder import CrossEncoderReranker
 
     if hasattr(cross_encoder, "predict"):
         return CrossEncoderReranker(index, cross_encoder, k=k)
@@ -162,10 +162,10 @@ def build_configs(
     if not final_k <= ce_depth <= k:
         raise ConfigError(f"ce_depth must lie between final_k ({final_k}) and k ({k}), "
                           f"got {ce_depth}")
-    from intentrank.pipeline.dynamic_weights import DynamicWeightedFusion
-    from intentrank.pipeline.fusion import RRFWithInput
-    from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
+    from intentrank.fuse.dynamic import DynamicWeightedFusion
+    from intentrank.fuse.rrf_with_input import RRFWithInput
     from intentrank.rerank.listwise import ListwiseReranker
+    from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
 
     missing = [leg for leg in LEGS if hasattr(index, "has") and not index.has(leg)]
     if missing:
@@ -672,7 +672,7 @@ def ablate_dataset(
 
 def write_report(report: AblationReport, out: str | Path) -> list[Path]:
     """Write ``<out>.md``, ``<out>.html`` and ``<out>.json`` (``out`` without suffix)."""
-    from intentrank.eval.html_report import render_html
+    from intentrank.report.html import render_html
 
     out = Path(out)
     base = out.with_suffix("") if out.suffix in (".md", ".html", ".json") else out

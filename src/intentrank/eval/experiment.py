@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from intentrank.core.stage import RunResult, Stage
 from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError
 from intentrank.eval.metrics import DEFAULT_METRICS, EvalResult, evaluate, validate_metrics
 from intentrank.eval.significance import PairedTest, paired_test
-from intentrank.pipeline.stage import RunResult, Stage
 from intentrank.types import Query
 
 

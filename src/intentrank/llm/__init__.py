@@ -1,12 +1,13 @@
 """The LLM runtime: one chat interface, an embedded llama.cpp backend and an OpenAI-compatible
-HTTP backend, a cached and retrying client, output parsers and an LLM relevance judge.
+HTTP backend, a cached and retrying client and output parsers (the stages that use an LLM
+live in ``query/``, ``rerank/`` and ``fuse/``).
 
 Backends load lazily: importing this package imports neither xllamacpp nor openai.
 """
 
-from intentrank.llm.base import LLM, LLMReply, Message, user
+from intentrank.llm.base import LLM, LLMReply, Message, TransientError, user
 from intentrank.llm.cache import ReplyCache, cache_key
-from intentrank.llm.client import DEFAULT_SPEC, LLMClient, TransientError, load_llm, make_backend
+from intentrank.llm.client import DEFAULT_SPEC, LLMClient, load_llm, make_backend
 from intentrank.llm.model_files import DEFAULT_MODEL, REGISTRY, GGUFModel, gguf_path
 from intentrank.llm.parsing import (
     Parsed,
@@ -17,7 +18,7 @@ from intentrank.llm.parsing import (
 )
 
 __all__ = [
-    "DEFAULT_MODEL", "DEFAULT_SPEC", "LLM", "REGISTRY", "GGUFModel", "LLMClient", "LLMJudge",
+    "DEFAULT_MODEL", "DEFAULT_SPEC", "LLM", "REGISTRY", "GGUFModel", "LLMClient",
     "LLMReply", "LlamaCppLLM", "Message", "OpenAICompatibleLLM", "Parsed", "ReplyCache",
     "TransientError", "cache_key", "gguf_path", "load_llm", "make_backend", "parse_json_array",
     "parse_json_object", "parse_numbered_list", "parse_yes_no", "user",
@@ -25,7 +26,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """Backends and the judge are imported on first access."""
+    """Backends are imported on first access."""
     if name == "LlamaCppLLM":
         from intentrank.llm.embedded import LlamaCppLLM
 
@@ -34,8 +35,4 @@ def __getattr__(name: str) -> object:
         from intentrank.llm.openai_http import OpenAICompatibleLLM
 
         return OpenAICompatibleLLM
-    if name == "LLMJudge":
-        from intentrank.llm.judge import LLMJudge
-
-        return LLMJudge
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from intentrank.core.params import ParameterError, check_number
+from intentrank.errors import ModelError
+
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
 
 
@@ -24,7 +27,12 @@ class LLMReply:
 
 @runtime_checkable
 class LLM(Protocol):
-    """Anything that answers chat messages; ``name`` identifies backend and model in caches."""
+    """Anything that answers chat messages; ``name`` identifies backend and model in caches.
+
+    ``json_schema``: constrain the reply to JSON matching this schema (structured output);
+    the schema's ``title``, if any, names it where the API wants a name. Callers pass it only
+    when set, so backends without structured output keep working for everything else.
+    """
 
     name: str
 
@@ -36,6 +44,7 @@ class LLM(Protocol):
         temperature: float = 0.0,
         stop: list[str] | None = None,
         logprobs: int = 0,
+        json_schema: dict[str, Any] | None = None,
     ) -> LLMReply: ...
 
 
@@ -43,3 +52,25 @@ def user(content: str, system: str | None = None) -> list[Message]:
     """Messages for a single-turn prompt."""
     msgs = [{"role": "system", "content": system}] if system else []
     return [*msgs, {"role": "user", "content": content}]
+
+
+class TransientError(ModelError):
+    """A failure worth retrying: a timeout, an overloaded (429) or failing (5xx) server.
+
+    ``retry_after``: seconds the server asked to wait (``Retry-After``), if it said."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMParameterError(ParameterError, ModelError):
+    """A client or backend setting out of range (a ConfigError, ModelError and ValueError)."""
+
+
+def check_timeout(timeout: Any) -> float:
+    """Seconds per LLM call: a finite number > 0."""
+    try:
+        return check_number("LLM timeout (seconds)", timeout, above=0)
+    except ParameterError as exc:
+        raise LLMParameterError(str(exc)) from None

@@ -37,13 +37,19 @@ def cache_key(
     temperature: float,
     stop: list[str] | None,
     logprobs: int,
+    json_schema: dict[str, Any] | None = None,
 ) -> str:
-    """sha256 of the canonical JSON of everything that determines a reply."""
-    payload = {
+    """sha256 of the canonical JSON of everything that determines a reply.
+
+    ``json_schema`` enters the key only when set: keys (and cached replies) of calls without
+    structured output are the same as before it existed."""
+    payload: dict[str, Any] = {
         "backend": backend, "model": model, "messages": messages, "max_tokens": max_tokens,
         "temperature": float(temperature), "stop": list(stop) if stop else None,
         "logprobs": int(logprobs),
     }
+    if json_schema is not None:
+        payload["json_schema"] = json_schema
     blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

@@ -22,36 +22,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from intentrank.core.params import ParameterError, check_int, check_number
 from intentrank.errors import ModelError
-from intentrank.llm.base import LLM, LLMReply, Message
+from intentrank.llm.base import (
+    LLM,
+    LLMParameterError,
+    LLMReply,
+    Message,
+    TransientError,
+    check_timeout,
+)
 from intentrank.llm.cache import ReplyCache, cache_key
-from intentrank.pipeline.params import ParameterError, check_int, check_number
 from intentrank.types import Trace
 
 DEFAULT_SPEC = "embedded"
 MAX_RETRY_AFTER = 30.0
-
-
-class TransientError(ModelError):
-    """A failure worth retrying: a timeout, an overloaded (429) or failing (5xx) server.
-
-    ``retry_after``: seconds the server asked to wait (``Retry-After``), if it said."""
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class LLMParameterError(ParameterError, ModelError):
-    """A client or backend setting out of range (a ConfigError, ModelError and ValueError)."""
-
-
-def check_timeout(timeout: Any) -> float:
-    """Seconds per LLM call: a finite number > 0."""
-    try:
-        return check_number("LLM timeout (seconds)", timeout, above=0)
-    except ParameterError as exc:
-        raise LLMParameterError(str(exc)) from None
 
 
 _RETRYABLE = (TransientError, TimeoutError, ConnectionResetError)
@@ -132,12 +117,18 @@ class LLMClient:
         temperature: float = 0.0,
         stop: list[str] | None = None,
         logprobs: int = 0,
+        json_schema: dict[str, Any] | None = None,
         trace: Trace | None = None,
         stage: str = "llm",
     ) -> LLMReply:
-        """A reply from the cache or the backend; raises ModelError when every attempt fails."""
+        """A reply from the cache or the backend; raises ModelError when every attempt fails.
+
+        ``json_schema`` asks for structured output (constrained decoding); it is handed to
+        the backend, and enters the cache key, only when set."""
         params: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature,
                                   "stop": stop, "logprobs": logprobs}
+        if json_schema is not None:
+            params["json_schema"] = json_schema
         key = cache_key(self.name, self.model, messages, **params)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             # what the reply cost when it was generated: cold-run latency stays reportable

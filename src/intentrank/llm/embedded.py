@@ -122,6 +122,7 @@ class LlamaCppLLM:
         temperature: float = 0.0,
         stop: list[str] | None = None,
         logprobs: int = 0,
+        json_schema: dict[str, Any] | None = None,
     ) -> LLMReply:
         server = _server(self.path, self.n_ctx, self.n_threads, self.seed, self.poll)
         request: dict[str, Any] = {
@@ -132,6 +133,8 @@ class LlamaCppLLM:
             request["stop"] = list(stop)
         if logprobs > 0:
             request.update(logprobs=True, top_logprobs=int(logprobs))
+        if json_schema is not None:  # llama.cpp turns it into a grammar: constrained decoding
+            request["json_schema"] = dict(json_schema)
         start = time.perf_counter()
         try:
             with self._lock:

@@ -11,7 +11,7 @@ rule weights, keep the candidate). :func:`health_report` turns those counters in
 
 Several traces (the pipelines of ``intentrank eval``, the configurations of an ablation)
 are summed over the work each actually did: what a run replayed from another run's stage
-output (``Trace.replayed``, see :class:`~intentrank.pipeline.cache.Cached`) is left out, so
+output (``Trace.replayed``, see :class:`~intentrank.core.cache.Cached`) is left out, so
 shared LLM steps are not counted twice.
 """
 

@@ -9,14 +9,14 @@ at once with one message.
 from __future__ import annotations
 
 import os
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlparse
 
 from intentrank.errors import ModelError
-from intentrank.llm.base import LLMReply, Message
-from intentrank.llm.client import TransientError, check_timeout
+from intentrank.llm.base import LLMReply, Message, TransientError, check_timeout
 from intentrank.llm.embedded import first_top_logprobs
 
 DEFAULT_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
@@ -98,6 +98,7 @@ class OpenAICompatibleLLM:
         temperature: float = 0.0,
         stop: list[str] | None = None,
         logprobs: int = 0,
+        json_schema: dict[str, Any] | None = None,
     ) -> LLMReply:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
                                   "max_tokens": max_tokens, "temperature": temperature,
@@ -106,6 +107,8 @@ class OpenAICompatibleLLM:
             kwargs["stop"] = list(stop)
         if logprobs > 0:
             kwargs.update(logprobs=True, top_logprobs=int(logprobs))
+        if json_schema is not None:
+            kwargs["response_format"] = response_format(json_schema)
         start = time.perf_counter()
         try:
             resp = self._client.chat.completions.create(**kwargs)
@@ -137,6 +140,14 @@ class OpenAICompatibleLLM:
             raw={"usage": usage, "finish_reason": choice.get("finish_reason"),
                  "model": data.get("model"), "timings": data.get("timings") or {}},
         )
+
+
+def response_format(json_schema: dict[str, Any]) -> dict[str, Any]:
+    """The ``response_format`` of a structured-output request: the schema under a name (its
+    ``title``, reduced to the characters the API allows, else ``reply``)."""
+    title = re.sub(r"[^A-Za-z0-9_-]+", "_", str(json_schema.get("title") or ""))[:64]
+    return {"type": "json_schema",
+            "json_schema": {"name": title.strip("_") or "reply", "schema": dict(json_schema)}}
 
 
 def _connect_failed(exc: Exception) -> bool:

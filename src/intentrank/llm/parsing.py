@@ -127,3 +127,118 @@ def parse_yes_no(text: str) -> Parsed[bool | None]:
     if not m:
         return Parsed(None, False, "neither yes nor no")
     return Parsed(m.group(1) == "yes", True)
+
+
+# --- named parsers for prompt contracts ------------------------------------------------------
+# A contract names its parser (``parser: numbered_list``); :func:`intentrank.llm.step.run_step`
+# calls it on the reply text. A named parser returns the value, a :class:`Repaired` value
+# (usable, but only after a counted repair), or raises :class:`ParseError` saying why not.
+
+
+class ParseError(ValueError):
+    """A reply a parser cannot read (the step falls back, counted as ``unparseable``)."""
+
+
+@dataclass(frozen=True)
+class Repaired(Generic[T]):
+    """A value that needed a repair to be usable (counted as ``repairs``, logged with
+    ``detail``): e.g. a partial ranking completed, weights renormalised to sum to 1."""
+
+    value: T
+    detail: str
+
+
+def repair_order(answer: list[Any], n: int) -> tuple[list[int], bool]:
+    """A permutation of ``range(n)`` from a 1-based answer; ``True`` if it needed repair.
+
+    Valid, unique numbers keep the answer's order; missing ones follow in their old order.
+    """
+    seen: list[int] = []
+    for item in answer:
+        try:
+            i = int(item) - 1
+            exact = 0 <= i < n and float(item) == i + 1
+        except (TypeError, ValueError, OverflowError):  # inf, nan, "two", [1], {...}
+            continue
+        if exact and i not in seen:
+            seen.append(i)
+    missing = [i for i in range(n) if i not in seen]
+    return seen + missing, bool(missing) or len(answer) != n
+
+
+def read_text(text: str) -> str:
+    """The reply, stripped (never fails; an empty reply is the empty string)."""
+    return text.strip()
+
+
+def read_numbered_list(text: str, *, limit: int | None = None,
+                       exclude: tuple[str, ...] = ()) -> list[str]:
+    """The items of :func:`parse_numbered_list`, or ParseError when there are none."""
+    parsed = parse_numbered_list(text, limit=limit, exclude=exclude)
+    if not parsed.ok:
+        raise ParseError(parsed.reason)
+    return parsed.value
+
+
+def read_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in the reply (fenced or inline), or ParseError."""
+    value, reason = _first_json(text, dict)
+    if value is None:
+        raise ParseError(reason)
+    return value
+
+
+def read_json_array(text: str) -> list[Any]:
+    """The first JSON array in the reply (fenced or inline), or ParseError."""
+    value, reason = _first_json(text, list)
+    if value is None:
+        raise ParseError(reason)
+    return value
+
+
+def read_permutation(text: str, *, n: int | None = None) -> list[int] | Repaired[list[int]]:
+    """A 0-based order of ``n`` items from a 1-based JSON array of item numbers, bare
+    (``[2, 1, 3]``) or under ``"ranking"`` (``{"ranking": [2, 1, 3]}``, structured output).
+
+    Without ``n`` the numbers come back as read (0-based). With ``n`` an answer that is not a
+    permutation of 1..n is repaired by :func:`repair_order` and returned as
+    :class:`Repaired`; an array with no usable number is a ParseError.
+    """
+    obj, _ = _first_json(text, dict)
+    if isinstance(obj, dict) and isinstance(obj.get("ranking"), list):
+        answer = obj["ranking"]
+    else:
+        answer = read_json_array(text)
+    if n is None:
+        return [int(i) - 1 for i in answer if isinstance(i, int) and not isinstance(i, bool)]
+    order, repaired = repair_order(answer, n)
+    if order == list(range(n)) and not any(
+            isinstance(i, int | float) and not isinstance(i, bool) and 1 <= i <= n
+            for i in answer):
+        raise ParseError(f"no passage number in {answer[:20]!r}")
+    return Repaired(order, f"answer {answer[:20]!r} is not a permutation of 1..{n}") \
+        if repaired else order
+
+
+def read_yes_no(text: str) -> bool:
+    """True for yes, False for no (the first of the two words), or ParseError."""
+    parsed = parse_yes_no(text)
+    if parsed.value is None:
+        raise ParseError(parsed.reason)
+    return parsed.value
+
+
+PARSERS: dict[str, Callable[..., Any]] = {
+    "text": read_text,
+    "numbered_list": read_numbered_list,
+    "json_object": read_json_object,
+    "json_array": read_json_array,
+    "permutation": read_permutation,
+    "yes_no": read_yes_no,
+}
+
+
+def register_parser(name: str, parser: Callable[..., Any]) -> Callable[..., Any]:
+    """Make ``parser`` (reply text, keyword options -> value or ParseError) usable by name."""
+    PARSERS[name] = parser
+    return parser

@@ -21,11 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from intentrank.errors import ModelError
-from intentrank.index.store import Index
 from intentrank.paths import cache_dir
-from intentrank.pipeline.stage import Stage
-from intentrank.rerank.base import rerank_head
-from intentrank.types import Ranking, Trace
 
 ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/model.onnx")
 Pair = tuple[str, str]
@@ -84,7 +80,7 @@ def _clip_pairs(pairs: Sequence[Pair], max_length: int) -> list[list[str]]:
     """Each side cut before tokenising (see :func:`~intentrank.models.embedder.clip_text`):
     a side keeping ``max_length`` words still gets truncated exactly as before, so scores
     do not change, but a huge passage no longer takes memory in proportion to its length."""
-    from intentrank.models.embedder import clip_text
+    from intentrank.models.inputs import clip_text
 
     if not max_length or max_length < 1:
         return [[q, p] for q, p in pairs]
@@ -163,52 +159,3 @@ def load_cross_encoder(
     if backend == "onnx":
         return OnnxCrossEncoder(model, max_length, threads)
     raise ModelError(f"unknown cross-encoder backend {backend!r}; use 'torch' or 'onnx'")
-
-
-class CrossEncoderReranker(Stage):
-    """Rescore the top ``k`` candidates of each ranking with a cross-encoder.
-
-    Candidates below ``k`` keep their order beneath the rescored ones (with scores below the
-    lowest cross-encoder score); every candidate keeps its earlier stage scores. Batches of 8
-    were fastest on 2 CPU cores (longer batches pad more and spill caches).
-    """
-
-    def __init__(
-        self,
-        index: Index,
-        model: str | Path | PairScorer | None = None,
-        k: int = 100,
-        batch_size: int = 8,
-        max_length: int | None = None,
-        backend: str = "torch",
-        name: str = "cross_encoder",
-        threads: int | None = None,
-    ) -> None:
-        if k < 1 or batch_size < 1:
-            raise ModelError(f"cross-encoder k and batch_size must be >= 1 (got k={k}, "
-                             f"batch_size={batch_size})")
-        self.index = index
-        self.scorer = model if hasattr(model, "predict") else \
-            load_cross_encoder(model, backend, max_length, threads)  # type: ignore[arg-type]
-        self.k = k
-        self.batch_size = batch_size
-        self.name = name
-
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        pairs: list[Pair] = []
-        spans: list[tuple[int, int]] = []
-        for r in rankings:
-            start = len(pairs)
-            pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.k])
-            spans.append((start, len(pairs)))
-        scores = self.scorer.predict(pairs, self.batch_size)
-        trace.count(self.name, "pairs", len(pairs))
-        return [self._rerank(r, scores[a:b]) for r, (a, b) in zip(rankings, spans, strict=True)]
-
-    def _rerank(self, ranking: Ranking, scores: np.ndarray) -> Ranking:
-        head = ranking.docs[:self.k]
-        return rerank_head(ranking, {d.doc_id: float(s) for d, s in zip(head, scores, strict=True)},
-                           self.name)
-
-    def describe(self) -> str:
-        return f"{self.name}(k={self.k})"

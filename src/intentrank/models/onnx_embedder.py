@@ -101,7 +101,7 @@ class OnnxEmbedder:
         onnx_path: str | Path | None = None,
         tokenizer_path: str | Path | None = None,
     ) -> None:
-        from intentrank.models.embedder import minilm_path
+        from intentrank.models.inputs import minilm_path
 
         if max_length < 1:
             raise ModelError(f"max_length must be >= 1, got {max_length}")
@@ -132,7 +132,7 @@ class OnnxEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        from intentrank.models.embedder import clip_texts
+        from intentrank.models.inputs import clip_texts
 
         encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
         run_size = min(batch_size, MAX_RUN_BATCH)

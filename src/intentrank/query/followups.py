@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from intentrank.core.params import check_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_numbered_list
 from intentrank.llm.prompts import load_prompt, render
-from intentrank.pipeline.params import check_int
-from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
 _ANSWER = re.compile(r"follow[- ]?up questions?\s*:?", re.I)
@@ -66,3 +67,9 @@ class FollowUpPredictor(Stage):
 
     def describe(self) -> str:
         return f"{self.name}(m={self.m})"
+
+
+@register_stage("followups")
+def _followups(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``followups: {m: 2, max_tokens: 160}``: LLM-predicted follow-up questions."""
+    return FollowUpPredictor(ctx.llm(), **params)

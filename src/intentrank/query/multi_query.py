@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from intentrank.core.params import ParameterError, check_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
+from intentrank.fuse.rrf import check_rrf_k, rrf
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_numbered_list
 from intentrank.llm.prompts import load_prompt, render
-from intentrank.pipeline.fusion import _check_rrf_k, rrf
-from intentrank.pipeline.params import ParameterError, check_int
-from intentrank.pipeline.stage import Stage
 from intentrank.types import Query, Ranking, Trace
 
 
@@ -22,7 +23,7 @@ class MultiQueryRetriever(Stage):
                  max_tokens: int = 120, name: str = "multi_query") -> None:
         if not isinstance(retriever, Stage):
             raise ParameterError(f"retriever must be a stage, got {retriever!r}")
-        n, k = check_int("n (variants per query)", n), _check_rrf_k(k)
+        n, k = check_int("n (variants per query)", n), check_rrf_k(k)
         max_tokens = check_int("max_tokens", max_tokens)
         self.llm, self.retriever, self.n, self.k, self.name = llm, retriever, n, k, name
         self.max_tokens = max_tokens
@@ -52,3 +53,12 @@ class MultiQueryRetriever(Stage):
 
     def describe(self) -> str:
         return f"{self.name}(n={self.n}, {self.retriever.describe()})"
+
+
+@register_stage("multi_query")
+def _multi_query(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``multi_query: {retriever: <node>, n: 3, k: 60}``: LLM query variants, RRF-fused."""
+    from intentrank.core.config import build_pipeline
+
+    retriever = build_pipeline(params.pop("retriever", "dense"), ctx, "multi_query.retriever")
+    return MultiQueryRetriever(ctx.llm(), retriever, **params)

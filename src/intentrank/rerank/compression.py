@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from intentrank.core.params import check_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
 from intentrank.index.store import Index
 from intentrank.llm.base import user
 from intentrank.llm.prompts import load_prompt, render
-from intentrank.pipeline.params import check_int
-from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
 NO_OUTPUT = "NO_OUTPUT"
@@ -50,3 +51,9 @@ class ContextualCompression(Stage):
 
     def describe(self) -> str:
         return f"{self.name}(k={self.k})"
+
+
+@register_stage("compression")
+def _compression(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``compression``: ContextualCompression over the index with the shared LLM."""
+    return ContextualCompression(ctx.require_index("compression"), ctx.llm(), **params)

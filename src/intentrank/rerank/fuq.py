@@ -15,13 +15,16 @@ before ranking; the three raw components are kept in the stage scores (``fuq.cos
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from intentrank.core.params import ParameterError, check_int, check_number
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
+from intentrank.errors import ConfigError
+from intentrank.fuse.base import minmax
 from intentrank.index.store import Index
-from intentrank.pipeline.fusion import minmax
-from intentrank.pipeline.params import ParameterError, check_int, check_number
-from intentrank.pipeline.stage import Stage
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
@@ -91,3 +94,17 @@ class FollowUpReranker(Stage):
     def describe(self) -> str:
         w = self.weights
         return f"{self.name}(alpha={w.alpha}, beta={w.beta}, gamma={w.gamma}, k={self.k})"
+
+
+@register_stage("fuq")
+def _fuq(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``fuq: {alpha, beta, gamma, k}`` or ``fuq: {params: <saved name>, k}``."""
+    from intentrank.core.saved_params import load_params
+
+    saved = params.pop("params", None)
+    if saved is not None and (not isinstance(saved, str) or not saved.strip()):
+        raise ConfigError(f"fuq: 'params' must name a saved parameter set (see `intentrank "
+                          f"tune-fuq`), got {saved!r}")
+    weights = {**(load_params(saved) if saved else {}),
+               **{w: params.pop(w) for w in ("alpha", "beta", "gamma") if w in params}}
+    return FollowUpReranker(ctx.require_index("fuq"), FUQWeights(**weights), **params)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from intentrank.core.params import check_int, check_optional_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
 from intentrank.index.store import Index
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_json_array
 from intentrank.llm.prompts import load_prompt, render
-from intentrank.pipeline.params import check_int, check_optional_int
-from intentrank.pipeline.stage import Stage
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
@@ -97,3 +98,9 @@ class ListwiseReranker(Stage):
 
     def describe(self) -> str:
         return f"{self.name}(depth={self.depth}, window={self.window})"
+
+
+@register_stage("listwise")
+def _listwise(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``listwise``: ListwiseReranker over the index with the shared LLM."""
+    return ListwiseReranker(ctx.require_index("listwise"), ctx.llm(), **params)

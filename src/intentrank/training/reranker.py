@@ -205,7 +205,7 @@ def train_reranker(
     from tqdm.auto import tqdm
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from intentrank.models.embedder import minilm_path
+    from intentrank.models.inputs import minilm_path
 
     if loss not in LOSSES:
         raise ConfigError(f"unknown reranker loss {loss!r}; use {' or '.join(LOSSES)}")

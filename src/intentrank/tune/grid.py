@@ -4,17 +4,15 @@ Stages that combine several signals (FUQ's three components, the tri-modal weigh
 each signal in the per-stage scores of their output; tuning re-weights those columns, so one
 pass of the expensive stages serves the whole grid. Without a train split, weights are tuned
 by k-fold cross-validation over queries: each fold is ranked with weights tuned on the others.
-Tuned weights are saved as named parameter sets (JSON under the cache directory) and reused.
+Tuned weights are saved as named parameter sets (``core/saved_params.py``) and reused.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +20,6 @@ import numpy as np
 from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
 from intentrank.eval.metrics import evaluate
-from intentrank.paths import cache_dir
 from intentrank.types import Ranking
 
 Grid = Mapping[str, Sequence[float]]
@@ -135,35 +132,5 @@ def cross_validated_run(
     return run, results
 
 
-# -- named parameter sets ---------------------------------------------------------------
-def params_path(name: str) -> Path:
-    """Where a named parameter set lives (a path ending in .json is used as is)."""
-    if name.endswith(".json"):
-        return Path(name)
-    if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ConfigError(f"parameter set names use letters, digits, '-', '_' and '.': {name!r}")
-    return cache_dir() / "params" / f"{name}.json"
-
-
-def save_params(name: str, result: TuneResult, **meta: Any) -> Path:
-    """Save tuned weights with how they were obtained (dataset, split, metric, ...)."""
-    path = params_path(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"params": result.best, "metric": result.metric, "score": result.score,
-              "n_queries": result.n_queries, **meta,
-              "top": [{"params": p, "score": s} for p, s in result.table[:10]]}
-    path.write_text(json.dumps(record, indent=1))
-    return path
-
-
-def load_params(name: str) -> dict[str, float]:
-    """The weights of a saved parameter set."""
-    path = params_path(name)
-    if not path.is_file():
-        raise ConfigError(f"no saved parameter set {name!r} (looked for {path}); tune one "
-                          f"first, e.g. `intentrank tune-fuq`")
-    return dict(json.loads(path.read_text())["params"])
-
-
 __all__ = ["TuneResult", "cross_validated_run", "feature_matrix", "grid_points",
-           "grid_search", "kfold", "load_params", "save_params", "weighted_run"]
+           "grid_search", "kfold", "weighted_run"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
 from intentrank.index.store import Index
-from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
 
@@ -25,3 +28,8 @@ class ParentDocuments(Stage):
                     best[parent] = d.score
             out.append(Ranking.from_scores(r.query, best, self.name))
         return out
+
+
+@register_stage("parents")
+def _parents(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    return ParentDocuments(ctx.require_index("parents"), **params)

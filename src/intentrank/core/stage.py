@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from intentrank.pipeline.params import ParameterError, check_int
+from intentrank.core.params import ParameterError, check_int
 from intentrank.types import Query, Ranking, Trace
 
 
@@ -74,9 +74,9 @@ class Stage:
         return Chain([self, Cutoff(k)])
 
     def __or__(self, other: Stage) -> Stage:
-        from intentrank.pipeline.fusion import RRFFusion
+        from intentrank.core.registry import fuser
 
-        return RRFFusion([self, other])
+        return fuser("rrf")([self, other])
 
     def describe(self) -> str:
         return self.name

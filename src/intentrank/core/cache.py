@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from intentrank.pipeline.stage import Stage
+from intentrank.core.stage import Stage
 from intentrank.types import Ranking, Trace
 
 

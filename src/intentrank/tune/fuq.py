@@ -14,7 +14,7 @@ from typing import Any
 from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
 from intentrank.rerank.fuq import COMPONENTS, FollowUpReranker, FUQWeights
-from intentrank.tuning import Grid, TuneResult, cross_validated_run, grid_search
+from intentrank.tune.grid import Grid, TuneResult, cross_validated_run, grid_search
 from intentrank.types import Ranking, Trace
 
 FEATURES = tuple(f"fuq.{c}" for c in COMPONENTS)
@@ -33,8 +33,8 @@ def to_weights(point: dict[str, float]) -> list[float]:
 def fuq_pipeline(index: Any, llm: Any, weights: FUQWeights | None = None, depth: int = 100,
                  m: int = 2) -> Any:
     """dense(top ``depth``) >> M follow-ups >> FUQ rerank: the pipeline the paper evaluates."""
-    from intentrank.pipeline.retrievers import DenseRetriever
     from intentrank.query.followups import FollowUpPredictor
+    from intentrank.retrieve.retrievers import DenseRetriever
 
     return (DenseRetriever(index, depth) >> FollowUpPredictor(llm, m=m)
             >> FollowUpReranker(index, weights, k=depth))

@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from intentrank.core.stage import Stage
 from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
-from intentrank.pipeline.fusion import WeightedFusion, weighted_minmax
-from intentrank.pipeline.stage import Stage
-from intentrank.tuning import TuneResult, cross_validated_run, grid_search, kfold
+from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
+from intentrank.tune.grid import TuneResult, cross_validated_run, grid_search, kfold
 from intentrank.types import Query, Ranking, Trace
 
 FEATURES = ("dense", "sparse", "graph")
@@ -61,7 +61,7 @@ class _Simplex:
 def modality_rankings(index: Any, queries: Sequence[Query], k: int = 100) -> list[Ranking]:
     """Each leg's top ``k`` fused without a cut-off, so every grid point ranks the same
     candidates with the legs' scores in the stage scores."""
-    from intentrank.pipeline.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
+    from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
 
     sparse = sparse_retriever(index, k)
     fusion = WeightedFusion([DenseRetriever(index, k), sparse, GraphRetriever(index, k)])

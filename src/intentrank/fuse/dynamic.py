@@ -12,12 +12,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from intentrank.core.params import check_int, check_number
+from intentrank.core.registry import BuildContext, register_fuser
+from intentrank.core.stage import Stage
+from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
 from intentrank.llm.base import user
 from intentrank.llm.parsing import parse_json_object
 from intentrank.llm.prompts import load_prompt, render
-from intentrank.pipeline.fusion import WeightedFusion, weighted_minmax
-from intentrank.pipeline.params import check_int, check_number
-from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
 MODALITIES = ("dense", "sparse", "graph")
@@ -51,6 +52,7 @@ def validate_weights(obj: dict[str, Any], tolerance: float = 0.01) -> tuple[floa
     return tuple(ws)
 
 
+@register_fuser
 class DynamicWeightedFusion(WeightedFusion):
     """Weighted min-max fusion of the dense, sparse and graph branches with LLM weights."""
 
@@ -66,6 +68,11 @@ class DynamicWeightedFusion(WeightedFusion):
         max_tokens = check_int("max_tokens", max_tokens)
         self.llm, self.tolerance, self.max_tokens = llm, tolerance, max_tokens
         self.template = load_prompt("modality_weights")
+
+    @classmethod
+    def from_config(cls, branches: Sequence[Stage], ctx: BuildContext,
+                    **params: Any) -> DynamicWeightedFusion:
+        return cls(branches, ctx.llm(), **params)
 
     def weights_for(self, query: str, query_id: str, trace: Trace) -> tuple[float, ...]:
         reply = self.llm.complete_or_none(user(render(self.template, query=query.strip())),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from intentrank.core.params import check_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
 from intentrank.llm.base import LLM, LLMReply, Message
 from intentrank.llm.client import LLMClient, load_llm
 from intentrank.llm.parsing import parse_yes_no
-from intentrank.pipeline.params import check_int
-from intentrank.pipeline.stage import Stage
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
@@ -94,3 +95,9 @@ class LLMJudge(Stage):
                 scores[doc.doc_id] = self.score(reply, trace) - i * 1e-9  # ties: keep order
             out.append(rerank_head(ranking, scores, self.name))
         return out
+
+
+@register_stage("llm_judge")
+def _llm_judge(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``llm_judge``: LLMJudge over the index with the shared LLM."""
+    return LLMJudge(ctx.require_index("llm_judge"), ctx.llm(), **params)

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from intentrank.core.params import check_int, check_optional_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
+from intentrank.fuse.weighted import WeightedFusion
 from intentrank.index.store import Hits, Index
-from intentrank.pipeline.fusion import WeightedFusion
-from intentrank.pipeline.params import check_int, check_optional_int
-from intentrank.pipeline.stage import Stage
 from intentrank.types import Ranking, Trace
 
 MAX_QUERY_CHARS = 20_000
@@ -96,3 +99,13 @@ RETRIEVERS = {
     "tfidf": TfidfRetriever,
     "graph": GraphRetriever,
 }
+
+
+for _leg, _cls in RETRIEVERS.items():
+    register_stage(_leg)(
+        lambda ctx, p, _leg=_leg, _cls=_cls: _cls(ctx.require_index(_leg), **p))
+
+
+@register_stage("sparse")
+def _sparse(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    return sparse_retriever(ctx.require_index("sparse"), **params)

@@ -1,0 +1,136 @@
+"""Pipelines described as data (YAML or JSON), so the CLI and Python run the same thing.
+
+Grammar of a node::
+
+    - a list of nodes              -> run them in order (``>>``)
+    - "bm25"                       -> a registered stage with default parameters
+    - {bm25: {k: 100}}             -> a registered stage with parameters
+    - {cutoff: 10}                 -> keep the top 10 (``% 10``)
+    - {fuse: {method: rrf, k: 60, weights: [1, 1], inputs: [node, node, ...]}}
+                                   -> fuse branches: rrf | weighted | interleave | dynamic
+
+A config file holds ``pipeline: <node>`` and optionally ``index: <path>``. Example::
+
+    index: indexes/scifact
+    pipeline:
+      - fuse: {method: rrf, inputs: [{bm25: {k: 100}}, {dense: {k: 100}}]}
+      - cutoff: 10
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from intentrank.core.registry import BuildContext, fuser, known_names, stage_factory
+from intentrank.core.stage import Chain, Cutoff, Stage
+from intentrank.errors import ConfigError
+
+
+def build_pipeline(node: Any, ctx: BuildContext, where: str = "pipeline") -> Stage:
+    """Turn a config node into a stage; errors name the offending place."""
+    if isinstance(node, list):
+        if not node:
+            raise ConfigError(f"{where}: an empty list is not a pipeline")
+        return Chain([build_pipeline(n, ctx, f"{where}[{i}]") for i, n in enumerate(node)])
+    if isinstance(node, str):
+        node = {node: {}}
+    if not isinstance(node, dict) or len(node) != 1:
+        raise ConfigError(f"{where}: expected a stage name, a one-key mapping or a list, "
+                          f"got {node!r}")
+    (name, params), = node.items()
+    if name == "cutoff":
+        if isinstance(params, bool) or not isinstance(params, int):
+            raise ConfigError(f"{where}: cutoff takes an integer, got {params!r}")
+        if params < 1:
+            raise ConfigError(f"{where}: cutoff must be >= 1, got {params}")
+        return Cutoff(params)
+    if name == "fuse":
+        return _build_fuse(params, ctx, where)
+    factory = stage_factory(name) if isinstance(name, str) else None
+    if factory is None:
+        raise ConfigError(f"{where}: unknown stage {name!r}; known: "
+                          f"{', '.join(sorted([*known_names(), 'cutoff', 'fuse']))}")
+    params = {} if params is None else params
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where}.{name}: parameters must be a mapping, got {params!r}")
+    bad_keys = [key for key in params if not isinstance(key, str)]
+    if bad_keys:
+        raise ConfigError(f"{where}.{name}: parameter names must be strings, got {bad_keys!r}")
+    try:
+        return factory(ctx, dict(params))
+    except (TypeError, ValueError) as exc:  # ParameterError: a value out of range
+        raise ConfigError(f"{where}.{name}: {exc}") from exc
+
+
+def _build_fuse(params: Any, ctx: BuildContext, where: str) -> Stage:
+    if not isinstance(params, dict) or "inputs" not in params:
+        raise ConfigError(f"{where}.fuse: needs 'inputs' (a list of branches)")
+    bad_keys = [key for key in params if not isinstance(key, str)]
+    if bad_keys:
+        raise ConfigError(f"{where}.fuse: parameter names must be strings, got {bad_keys!r}")
+    params = dict(params)
+    method = params.pop("method", "rrf")
+    try:
+        cls = fuser(method if isinstance(method, str) else repr(method))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.fuse: {exc}") from None
+    inputs = params.pop("inputs")
+    if not isinstance(inputs, list) or len(inputs) < 2:
+        raise ConfigError(f"{where}.fuse: 'inputs' must list at least two branches")
+    branches = [build_pipeline(b, ctx, f"{where}.fuse.inputs[{i}]") for i, b in enumerate(inputs)]
+    try:
+        if hasattr(cls, "from_config"):  # a fusion that needs shared resources (an LLM)
+            return cls.from_config(branches, ctx, **params)
+        return cls(branches, **params)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}.fuse: {exc}") from exc
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a YAML/JSON pipeline config; it must have a ``pipeline`` key."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise ConfigError(f"{path}: cannot read pipeline config: {exc}") from exc
+    if not isinstance(data, dict) or "pipeline" not in data:
+        raise ConfigError(f"{path}: a pipeline config needs a top-level 'pipeline' key")
+    check_config_keys(data, str(path))
+    return data
+
+
+CONFIG_KEYS = ("pipeline", "index", "description")
+
+
+def check_config_keys(data: dict[str, Any], where: str) -> None:
+    """Refuse unknown top-level keys (a typo such as ``indx:`` would otherwise be ignored)
+    and an ``index`` that is not a path."""
+    unknown = [k for k in data if k not in CONFIG_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown top-level key(s) {unknown!r}; a pipeline config "
+                          f"has {', '.join(CONFIG_KEYS)}")
+    if data.get("index") is not None and not isinstance(data["index"], str):
+        raise ConfigError(f"{where}: 'index' must be a path, got {data['index']!r}")
+
+
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def builtin_pipelines() -> list[str]:
+    """Names of the pipeline configs shipped with intentrank."""
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def resolve_pipeline(name_or_path: str | Path) -> Path:
+    """A config file path, or the shipped config of that name (``bm25``, ``rrf``, ...)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = BUILTIN_DIR / f"{name_or_path}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ConfigError(f"no pipeline config {str(name_or_path)!r}: give a YAML file or one of "
+                      f"{', '.join(builtin_pipelines())}")

@@ -1,0 +1,40 @@
+"""What stages need from an index and from an LLM client, as protocols (no imports upward)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from intentrank.types import Document, Trace
+
+
+@runtime_checkable
+class IndexLike(Protocol):
+    """The parts of :class:`intentrank.index.Index` that stages use."""
+
+    ids: list[str]
+    row_of: dict[str, int]
+
+    def __len__(self) -> int: ...
+
+    def doc(self, doc_id: str) -> Document: ...
+
+    def doc_text(self, doc_id: str) -> str: ...
+
+    def encode_queries(self, texts: list[str]) -> Any: ...
+
+
+@runtime_checkable
+class LLMLike(Protocol):
+    """The parts of :class:`intentrank.llm.client.LLMClient` that stages use."""
+
+    name: str
+
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int = 256,
+             temperature: float = 0.0, stop: list[str] | None = None, logprobs: int = 0,
+             trace: Trace | None = None, stage: str = "llm") -> Any: ...
+
+    def complete_or_none(self, messages: list[dict[str, str]], *, trace: Trace | None = None,
+                         stage: str = "llm", **params: Any) -> Any: ...
+
+    def chat_many(self, batch: Any, *, on_error: str = "raise", trace: Trace | None = None,
+                  stage: str = "llm", **params: Any) -> list[Any]: ...

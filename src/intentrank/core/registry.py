@@ -1,0 +1,111 @@
+"""Where stages and fusion methods register themselves, and what their factories get.
+
+A stage module registers its config name next to its class::
+
+    @register_stage("bm25")
+    def _bm25(ctx: BuildContext, params: dict) -> Stage:
+        return BM25Retriever(ctx.require_index("bm25"), **params)
+
+and a fusion class registers its ``method`` with ``@register_fuser``. The built-in stage
+packages are imported on first lookup (:func:`load_builtins`), so the registry itself depends
+on nothing above it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from intentrank.errors import ConfigError
+
+if TYPE_CHECKING:
+    from intentrank.core.protocols import IndexLike, LLMLike
+    from intentrank.core.stage import Stage
+
+BUILTIN_PACKAGES = ("intentrank.retrieve", "intentrank.fuse", "intentrank.query",
+                    "intentrank.rerank")
+
+
+@dataclass
+class BuildContext:
+    """What stage factories may need: the index, the shared LLM and other shared resources
+    (loaded models), created once per pipeline config.
+
+    ``make_llm`` builds the LLM client on first use (``intentrank.pipelines`` supplies one
+    from the ``--llm`` spec); a client can also be handed in as ``resources['llm']``.
+    """
+
+    index: IndexLike | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+    make_llm: Callable[[], LLMLike] | None = None
+
+    def llm(self) -> LLMLike:
+        """The LLM client the stages of this config share."""
+        llm = self.resources.get("llm")
+        if llm is None or isinstance(llm, str):
+            if self.make_llm is None:
+                raise ConfigError("this pipeline has LLM stages but no LLM was configured")
+            llm = self.make_llm()
+            self.resources["llm"] = llm
+        return llm
+
+    def require_index(self, stage: str) -> IndexLike:
+        if self.index is None:
+            raise ConfigError(f"stage {stage!r} needs an index: pass --index or set 'index:' "
+                              f"in the config")
+        return self.index
+
+
+StageFactory = Callable[[BuildContext, dict[str, Any]], "Stage"]
+STAGES: dict[str, StageFactory] = {}
+FUSERS: dict[str, Callable[..., Stage]] = {}
+
+
+def register_stage(name: str) -> Callable[[StageFactory], StageFactory]:
+    """Make a stage buildable from configs under ``name`` (decorates its factory)."""
+
+    def deco(factory: StageFactory) -> StageFactory:
+        if name in STAGES and STAGES[name] is not factory:
+            raise ConfigError(f"two stages register the config name {name!r}")
+        STAGES[name] = factory
+        return factory
+
+    return deco
+
+
+def register_fuser(cls: type) -> type:
+    """Make a fusion class usable as ``fuse: {method: <cls.method>}``."""
+    FUSERS[cls.method] = cls  # type: ignore[attr-defined]
+    return cls
+
+
+_LOADED = False
+
+
+def load_builtins() -> None:
+    """Import the built-in stage packages so their registrations run (once)."""
+    global _LOADED
+    if not _LOADED:
+        for package in BUILTIN_PACKAGES:
+            importlib.import_module(package)
+        _LOADED = True
+
+
+def stage_factory(name: str) -> StageFactory | None:
+    load_builtins()
+    return STAGES.get(name)
+
+
+def fuser(method: str) -> Callable[..., Stage]:
+    """The fusion class registered for ``method`` (``rrf``, ``weighted``, ...)."""
+    load_builtins()
+    if method not in FUSERS:
+        raise ConfigError(f"unknown method {method!r}; use {', '.join(sorted(FUSERS))}")
+    return FUSERS[method]
+
+
+def known_names() -> list[str]:
+    load_builtins()
+    return sorted(STAGES)

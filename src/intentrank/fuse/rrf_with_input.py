@@ -1,0 +1,29 @@
+"""RRF of a reranker's output with its own input ranking."""
+
+from __future__ import annotations
+
+from intentrank.core.stage import Stage
+from intentrank.fuse.rrf import check_rrf_k, rrf
+from intentrank.types import Ranking, Trace
+
+
+class RRFWithInput(Stage):
+    """RRF of each input ranking and ``stage``'s reranking of it: keeps the first stage's
+    evidence when the reranker alone is weaker (the input is not retrieved again)."""
+
+    def __init__(self, stage: Stage, k: float = 60, name: str = "") -> None:
+        self.stage, self.k = stage, check_rrf_k(k)
+        self.name = name or f"rrf_with_input:{stage.name}"
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
+        trace = trace if trace is not None else Trace()
+        reranked = self.stage(list(rankings), trace)
+        with trace.timed(self.name, n_queries=len(rankings)):
+            out = []
+            for before, after in zip(rankings, reranked, strict=True):
+                fused = rrf([before.doc_ids, after.doc_ids], k=self.k)
+                out.append(Ranking.from_scores(after.query, fused, self.name, previous=after))
+        return out
+
+    def describe(self) -> str:
+        return f"rrf(input, {self.stage.describe()}, k={self.k:g})"

@@ -1,0 +1,1 @@
+"""Reports of experiments: Markdown tables, a self-contained HTML page with plots, JSON."""
