@@ -107,8 +107,12 @@ def judge_reply(
 
 
 def _message(exc: BaseException) -> str:
-    # KeyError("missing 'dense'") prints with quotes; show the message itself
-    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    """The reason in words: KeyError("missing 'dense'") without the quotes str() adds, and
+    a bare KeyError('dense') (a lookup that failed) as "missing 'dense'"."""
+    if isinstance(exc, KeyError) and exc.args:
+        arg = exc.args[0]
+        return arg if isinstance(arg, str) and " " in arg else f"missing {arg!r}"
+    return str(exc)
 
 
 def run_step(
