@@ -3,9 +3,10 @@ Trace counts.
 
 Counters (under the caller's ``stage``): ``llm_calls`` backend calls made (retries included),
 ``llm_cache_hits`` (and ``llm_cached_seconds``, what those replies took when generated),
-``prompt_tokens``, ``completion_tokens``, ``llm_seconds`` (backend wall
-time), ``llm_errors`` failed backend calls, ``llm_retries`` calls after the first of a request
-and ``llm_failed`` requests that failed for good.
+``prompt_tokens``, ``completion_tokens``, ``llm_seconds`` (backend wall time, not counting
+time queued for a concurrency slot or for a serial backend), ``llm_errors`` failed backend
+calls, ``llm_retries`` calls after the first of a request and ``llm_failed`` requests that
+failed for good.
 
 A retryable error may carry ``retry_after`` (seconds, from an HTTP ``Retry-After`` header):
 the next attempt waits at least that long, and a server that asks for more than
@@ -144,6 +145,7 @@ class LLMClient:
             start = time.perf_counter()
             try:
                 with self._slots:
+                    start = time.perf_counter()  # waiting for a slot is not backend time
                     reply = self.llm.chat(messages, **params)
             except _RETRYABLE as exc:
                 last = exc
@@ -165,8 +167,9 @@ class LLMClient:
                 self._count(trace, stage, llm_calls=1, llm_errors=1,
                             llm_seconds=time.perf_counter() - start)
                 raise ModelError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
-            seconds = time.perf_counter() - start
-            reply.seconds = reply.seconds or seconds
+            # the backend's own measure when it has one: a serial backend (the embedded one)
+            # leaves out the time a call of a concurrent batch queued for it
+            seconds = reply.seconds = reply.seconds or time.perf_counter() - start
             self._count(trace, stage, llm_calls=1, llm_seconds=seconds,
                         prompt_tokens=reply.prompt_tokens,
                         completion_tokens=reply.completion_tokens)

@@ -135,13 +135,13 @@ class LlamaCppLLM:
             request.update(logprobs=True, top_logprobs=int(logprobs))
         if json_schema is not None:  # llama.cpp turns it into a grammar: constrained decoding
             request["json_schema"] = dict(json_schema)
-        start = time.perf_counter()
         try:
-            with self._lock:
+            with self._lock:  # time spent waiting for the one slot is not this call's
+                start = time.perf_counter()
                 out = server.handle_chat_completions(request)
+                seconds = time.perf_counter() - start
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"{self.name}: bad request: {exc}") from exc
-        seconds = time.perf_counter() - start
         if not isinstance(out, dict) or "error" in out or not out.get("choices"):
             err = out.get("error", out) if isinstance(out, dict) else out
             message = err.get("message", err) if isinstance(err, dict) else err
