@@ -14,7 +14,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Longest prefix wins. A module may import from its own layer or lower ones.
 LAYERS = {
-    "intentrank": 0, "intentrank.errors": 0, "intentrank.paths": 0, "intentrank.types": 0,
+    "intentrank": 0, "intentrank.errors": 0, "intentrank.extras": 0, "intentrank.paths": 0,
+    "intentrank.types": 0,
     "intentrank.core": 1, "intentrank.data": 1,
     "intentrank.models": 2, "intentrank.llm": 2,
     "intentrank.eval.metrics": 2, "intentrank.eval.significance": 2,
@@ -110,3 +111,11 @@ def test_no_import_cycles() -> None:
     for module in sorted(graph):
         if module not in state:
             dfs(module)
+
+
+def test_a_missing_extra_names_it() -> None:
+    from intentrank.extras import MissingExtraError, require
+
+    assert require("json", "llm", "x").dumps([]) == "[]"
+    with pytest.raises(MissingExtraError, match=r"pip install 'intentrank\[report\]'"):
+        require("no_such_module_xyz", "report", "plots in HTML reports")

