@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tolerances import F32_ABS, F32_REL
 
-from intentrank.errors import ConfigError
+from intentrank.errors import ConfigError, DataError
 from intentrank.eval.ablation import (
     BIMODAL,
     DEFAULT_METRICS,
@@ -242,7 +242,7 @@ def test_simplex_grid() -> None:
 def test_modality_tuner_refuses_test_and_weights_sum_to_one(cranfield_index, sample) -> None:
     queries, qrels = sample
     spy = SplitSpy(queries[:6], qrels)
-    with pytest.raises(ConfigError, match="test split is refused"):
+    with pytest.raises(DataError, match="on the test split"):
         tune_modality_on_split(spy, cranfield_index, split="test")
     res = tune_modality_on_split(spy, cranfield_index, split="train", step=0.1, k=30)
     assert spy.read == ["train"]

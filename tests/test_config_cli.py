@@ -101,4 +101,4 @@ def test_cli_ablate_without_models_writes_reports(data_dir, cranfield_index, tmp
 
 def test_cli_tune_fuq_refuses_test(data_dir, tmp_path):
     res = runner.invoke(app, ["tune-fuq", str(data_dir / "cranfield"), "--split", "test"])
-    assert res.exit_code == 2 and "refused" in res.output
+    assert res.exit_code == 2 and "on the test split" in res.output

@@ -11,7 +11,7 @@ import pytest
 from tolerances import F32_ABS
 
 from intentrank.core.config import resolve_pipeline
-from intentrank.errors import ConfigError
+from intentrank.errors import ConfigError, DataError
 from intentrank.llm.base import LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.pipelines import pipeline_from_config
@@ -184,7 +184,7 @@ def test_tuner_refuses_test_and_reads_only_train(cranfield_index, monkeypatch):
 
     spy = Spy()
     _, llm = _client(followups="Follow-up questions:\n1. What is aeroelastic divergence?")
-    with pytest.raises(ConfigError, match="test split is refused"):
+    with pytest.raises(DataError, match="on the test split"):
         tune_fuq_on_split(spy, cranfield_index, llm, split="test")
     res = tune_fuq_on_split(spy, cranfield_index, llm, split="train",
                             grid={"alpha": (0.5, 1.0), "beta": (0.0, 0.5), "gamma": (0.0,)})

@@ -522,6 +522,7 @@ def tune_fuq_cmd(
 ) -> None:
     """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
     from intentrank.core.saved_params import save_params
+    from intentrank.data.dataset import refuse_test_split
     from intentrank.eval.metrics import validate_metrics
     from intentrank.llm.client import load_llm
     from intentrank.tune.fuq import tune_fuq_on_split
@@ -530,8 +531,7 @@ def tune_fuq_cmd(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     trace = Trace()
     try:
-        if split == "test":
-            raise IntentrankError("tuning on the test split is refused; use --split train")
+        refuse_test_split(split, "tune FUQ weights")
         metric = validate_metrics([metric])[0]
         _check_int("--sample", sample, 0)
         ds = _load_dataset(dataset)

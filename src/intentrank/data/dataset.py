@@ -128,6 +128,16 @@ class Dataset:
         return messages
 
 
+def refuse_test_split(split: str, purpose: str) -> str:
+    """``split``, unless it is the test split: training and tuning must never see test
+    judgments (``purpose``: e.g. "tune FUQ weights")."""
+    if str(split).strip().lower() == "test":
+        raise DataError(f"refusing to {purpose} on the test split: use 'train' (or 'dev' / "
+                        f"'validation', or cross-validation over queries) and keep test for "
+                        f"evaluation")
+    return split
+
+
 def load_dataset(root: str | Path, *, strict: bool = False, round_grades: bool = False
                  ) -> Dataset:
     """Open a BEIR-layout directory (corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from intentrank.data.dataset import refuse_test_split
 from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
 from intentrank.rerank.fuq import COMPONENTS, FollowUpReranker, FUQWeights
@@ -71,9 +72,7 @@ def tune_fuq_on_split(dataset: Any, index: Any, llm: Any, split: str = "train",
     """Run the FUQ pipeline on ``split`` (optionally a fixed-seed sample) and grid-search the
     weights there. The test split is refused: tuning must never see test judgments.
     ``trace`` receives the pipeline's trace (LLM calls, fallbacks: see llm.health)."""
-    if split == "test":
-        raise ConfigError("tuning on the test split is refused; tune on 'train' (or use "
-                          "cross_validated_fuq for collections without one)")
+    refuse_test_split(split, "tune FUQ weights")
     queries, qrels = dataset.sample(split, sample, seed)
     rankings = fuq_pipeline(index, llm).run(queries, trace).rankings
     return tune_fuq(rankings, qrels, metric, grid)

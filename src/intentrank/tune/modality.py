@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from intentrank.core.stage import Stage
+from intentrank.data.dataset import refuse_test_split
 from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
 from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
@@ -115,17 +116,11 @@ def cross_validated_modality_weights(
     return CrossValidatedWeights(run, [simplex.translate(r) for r in results], by_query)
 
 
-def _refuse_test(split: str) -> None:
-    if split.strip().lower() == "test":
-        raise ConfigError("tuning on the test split is refused; tune on 'train' or "
-                          "'validation', or cross-validate over queries")
-
-
 def tune_modality_on_split(dataset: Any, index: Any, split: str = "train",
                            metric: str = "nDCG@10", step: float = 0.1, sample: int = 0,
                            seed: int = 0, k: int = 100) -> TuneResult:
     """Grid-search the static weights on ``split`` (optionally a fixed-seed sample)."""
-    _refuse_test(split)
+    refuse_test_split(split, "tune modality weights")
     queries, qrels = dataset.sample(split, sample, seed)
     return tune_modality_weights(modality_rankings(index, queries, k), qrels, metric, step)
 
