@@ -163,15 +163,14 @@ def rerank_eval(idx: Any, queries: list, qrels: dict, scorer: Any, k: int) -> di
 
 def rrf_run(rankings: list) -> dict[str, dict[str, float]]:
     """RRF (k=60) of the BM25 and cross-encoder ranks kept in each doc's stage scores."""
+    from intentrank.fuse.rrf import rrf
+
     run = {}
     for r in rankings:
-        fused: dict[str, float] = {}
-        for stage in ("bm25", "cross_encoder"):
-            ordered = sorted((d for d in r.docs if stage in d.stage_scores),
-                             key=lambda d, s=stage: -d.stage_scores[s])
-            for rank, d in enumerate(ordered, 1):
-                fused[d.doc_id] = fused.get(d.doc_id, 0.0) + 1 / (60 + rank)
-        run[r.query.id] = fused
+        orders = [[d.doc_id for d in sorted((d for d in r.docs if stage in d.stage_scores),
+                                            key=lambda d, s=stage: -d.stage_scores[s])]
+                  for stage in ("bm25", "cross_encoder")]
+        run[r.query.id] = rrf(orders, k=60)
     return run
 
 
