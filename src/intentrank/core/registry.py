@@ -14,6 +14,7 @@ on nothing above it.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,13 @@ def load_builtins() -> None:
         for package in BUILTIN_PACKAGES:
             importlib.import_module(package)
         _LOADED = True
+
+
+def import_submodules(package: str, path: list[str]) -> None:
+    """Import every module of a stage package, so a new stage file registers itself without
+    editing any other file (each stage package's ``__init__`` calls this)."""
+    for module in pkgutil.iter_modules(path):
+        importlib.import_module(f"{package}.{module.name}")
 
 
 def stage_factory(name: str) -> StageFactory | None:

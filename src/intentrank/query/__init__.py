@@ -1,3 +1,8 @@
-"""Query transformers: stages that push derived texts (follow-ups, variants) onto queries."""
+"""Query transformers: stages that push derived texts (follow-ups, variants) onto queries.
 
-from intentrank.query import followups, multi_query  # noqa: F401 (registers the stages)
+Every module here is imported when the stage registry is first used, so a new stage is one
+new file with ``@register_stage``."""
+
+from intentrank.core.registry import import_submodules
+
+import_submodules(__name__, __path__)

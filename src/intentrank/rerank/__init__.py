@@ -1,10 +1,9 @@
 """Rerankers: stages that reorder the candidates of each ranking (cross-encoder, LLM listwise,
-follow-up-aware, LLM judge, contextual compression)."""
+follow-up-aware, LLM judge, contextual compression).
 
-from intentrank.rerank import (  # noqa: F401 (registers the stages)
-    compression,
-    cross_encoder,
-    fuq,
-    judge,
-    listwise,
-)
+Every module here is imported when the stage registry is first used, so a new stage is one
+new file with ``@register_stage``."""
+
+from intentrank.core.registry import import_submodules
+
+import_submodules(__name__, __path__)

@@ -1,0 +1,74 @@
+"""A new stage or fusion is one new file: a module in a stage package registers itself and is
+buildable from YAML with no other file edited (the worked example in docs/architecture.md)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from intentrank.core.config import build_pipeline
+from intentrank.core.registry import FUSERS, STAGES, BuildContext, fuser
+from intentrank.types import Query, Ranking, ScoredDoc
+
+RERANKER = '''
+from intentrank.core.registry import register_stage
+from intentrank.core.stage import Stage
+from intentrank.types import Ranking, Trace
+
+
+class ShortestFirst(Stage):
+    """Reorder the top ``k`` by text length (a toy reranker)."""
+
+    def __init__(self, lengths, k=10):
+        self.lengths, self.k, self.name = lengths, k, "shortest_first"
+
+    def transform(self, rankings, trace):
+        return [Ranking.from_scores(r.query, {d.doc_id: -self.lengths[d.doc_id]
+                                              for d in r.docs[:self.k]}, self.name)
+                for r in rankings]
+
+
+@register_stage("shortest_first")
+def _factory(ctx, params):
+    return ShortestFirst(ctx.resources["lengths"], **params)
+'''
+
+FUSION = '''
+from intentrank.core.registry import register_fuser
+from intentrank.fuse.base import FusionStage
+
+
+@register_fuser
+class CombSum(FusionStage):
+    method = "combsum"
+
+    def fuse(self, rankings, trace):
+        out = {}
+        for r in rankings:
+            for d in r.docs:
+                out[d.doc_id] = out.get(d.doc_id, 0.0) + d.score
+        return out
+'''
+
+
+def test_a_new_stage_file_registers_itself(tmp_path, monkeypatch) -> None:
+    pkg = tmp_path / "myplugins"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from intentrank.core.registry import import_submodules\n"
+        "import_submodules(__name__, __path__)\n")
+    (pkg / "shortest_first.py").write_text(textwrap.dedent(RERANKER))
+    (pkg / "combsum.py").write_text(textwrap.dedent(FUSION))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        __import__("myplugins")
+        ctx = BuildContext(resources={"lengths": {"a": 3, "b": 1, "c": 2}})
+        stage = build_pipeline({"shortest_first": {"k": 3}}, ctx)
+        ranking = Ranking(Query("q", "x"), [ScoredDoc(d, 1.0) for d in "abc"])
+        assert stage([ranking])[0].doc_ids == ["b", "c", "a"]
+        fused = fuser("combsum")([stage, stage])([ranking])[0]
+        assert fused.doc_ids == ["b", "c", "a"]
+    finally:
+        STAGES.pop("shortest_first", None)
+        FUSERS.pop("combsum", None)
+        sys.modules.pop("myplugins", None)
