@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -21,11 +20,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from report import DATA, ROOT, header, write_section  # noqa: E402
 
 
-def prompt_examples(template: str) -> set[tuple[float, ...]]:
-    """The few-shot answers written in the prompt, as weight tuples."""
+def prompt_examples(contract) -> set[tuple[float, ...]]:
+    """The few-shot answers of the prompt contract, as weight tuples."""
     from intentrank.fuse.dynamic import validate_weights
 
-    return {validate_weights(json.loads(m)) for m in re.findall(r"\{[^{}]*:[^{}]*\}", template)}
+    return {validate_weights(json.loads(ex.reply)) for ex in contract.examples}
 
 
 def main() -> None:
@@ -50,12 +49,12 @@ def main() -> None:
             "|---|---|---|---|---|---|---|"]
     for spec in args.llm or ["embedded", "llamacpp:qwen2.5-coder-1.5b"]:
         fusion = DynamicWeightedFusion(branches, load_llm(spec))
-        examples, trace = prompt_examples(fusion.template), Trace()
+        examples, trace = prompt_examples(fusion.contract), Trace()
         for q in queries:
             fusion.weights_for(q.text, q.id, trace)
         events = [e for e in trace.events if e["event"] == "weights"]
         llm_ws = collections.Counter(tuple(e["weights"]) for e in events if e["source"] == "llm")
-        reasons = collections.Counter(e["reason"].removeprefix("invalid: ")
+        reasons = collections.Counter(e["detail"] or e["reason"]
                                       for e in trace.events if e["event"] == "fallback")
         why = "; ".join(f"{r}: {c}" for r, c in reasons.most_common(3)) or "-"
         counters = trace.stage(fusion.name).counters

@@ -104,3 +104,27 @@ def test_followup_predictor_with_the_paper_prompt(client):
     reply = client.chat(stage.messages(query.text), max_tokens=stage.max_tokens)
     assert parse_followups(reply.text, query.text, 2)[0] == followups
     assert not any(f.lower().startswith(("breakdown", "missing perspectives")) for f in followups)
+
+
+def test_json_schema_constrains_the_embedded_model(client):
+    """With the contract's schema, llama.cpp's grammar forces the shape: one JSON object with
+    exactly the three numeric weights (their sum is not part of a JSON schema)."""
+    from intentrank.llm.parsing import read_json_object
+    from intentrank.llm.step import run_step
+
+    trace = Trace()
+    items = [{"query": "ALDH1 expression is associated with poorer prognosis in breast cancer."}]
+    [free] = run_step(client, "modality_weights", items, fallback=lambda v: None, trace=trace,
+                      stage="free")
+    [constrained] = run_step(client, "modality_weights", items, fallback=lambda v: None,
+                             trace=trace, stage="schema", structured=True)
+    assert constrained.ok, constrained.reply.text
+    obj = constrained.value
+    assert set(obj) == {"dense", "sparse", "graph"}, constrained.reply.text
+    assert all(isinstance(w, int | float) and 0 <= w <= 1 for w in obj.values())
+    text = constrained.reply.text.strip()
+    assert text.startswith("{") and text.endswith("}")  # no fence, no prose
+    assert read_json_object(text) == obj
+    # the same messages, another request: the schema is part of the reply-cache key
+    assert trace.stage("free").counters["llm_calls"] == 1
+    assert trace.stage("schema").counters["llm_calls"] == 1

@@ -294,12 +294,18 @@ def _signed(x: float) -> str:
     return f"{round(x, 4) + 0.0:+.4f}"
 
 
-def fallback_kind(reason: str) -> str:
-    """A short class of a dynamic-weight fallback reason."""
+def fallback_kind(reason: str, detail: str = "") -> str:
+    """A short class of a dynamic-weight fallback: its ``reason`` (a ``FallbackReason``
+    value) and ``detail`` (what the validator refused)."""
+    by_reason = {"llm_failed": "LLM call failed", "unparseable": "malformed JSON",
+                 "empty_reply": "malformed JSON", "truncated": "malformed JSON"}
+    if reason in by_reason:
+        return by_reason[reason]
+    text = f"{reason}: {detail}"
     checks = (("llm call failed", "LLM call failed"), ("no JSON", "malformed JSON"),
               ("outside", "out of range"), ("sum to", "not normalised"),
               ("missing", "missing modality"), ("not a number", "not a number"))
-    return next((label for key, label in checks if key in reason), "other")
+    return next((label for key, label in checks if key in text), "other")
 
 
 def dynamic_summary(results: Sequence[ConfigResult]) -> dict[str, Any]:
@@ -314,7 +320,8 @@ def dynamic_summary(results: Sequence[ConfigResult]) -> dict[str, Any]:
             if ev.get("event") == "weights":
                 weights[ev["query_id"]] = ev
             elif ev.get("event") == "fallback":
-                kinds[ev["query_id"]] = fallback_kind(str(ev.get("reason", "")))
+                kinds[ev["query_id"]] = fallback_kind(str(ev.get("reason", "")),
+                                                      str(ev.get("detail", "")))
     if not weights:
         return {}
     n = len(weights)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from intentrank.core.params import ParameterError, check_weights
 from intentrank.core.stage import Stage
-from intentrank.types import Ranking, Trace
+from intentrank.types import Query, Ranking, Trace
 
 
 def check_fusion_weights(weights: Sequence[float] | None, n: int) -> list[float]:
@@ -55,10 +55,15 @@ class FusionStage(Stage):
     def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         raise NotImplementedError
 
+    def prepare(self, queries: Sequence[Query], trace: Trace) -> None:
+        """Called once per batch, before :meth:`fuse` runs per query (e.g. one batched LLM
+        step for all queries); nothing by default."""
+
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
         trace = trace if trace is not None else Trace()
         outputs = [branch(list(rankings), trace) for branch in self.branches]
         with trace.timed(self.name, n_queries=len(rankings)):
+            self.prepare([r.query for r in rankings], trace)
             fused = []
             for per_query in zip(*outputs, strict=True):
                 merged = _merge_stage_scores(per_query)

@@ -337,23 +337,3 @@ def load_contract(name: str | Path) -> PromptContract:
         raise ConfigError(f"bad prompt name {text!r}: a shipped prompt name "
                           f"({', '.join(shipped_contracts())}) or a path to a .yaml file")
     return _load_shipped(text)
-
-
-# --- the text templates of before (kept until every stage reads contracts) -------------------
-
-
-@cache
-def load_prompt(name: str) -> str:
-    """The text of a shipped ``.txt`` prompt template (superseded by :func:`load_contract`)."""
-    try:
-        return resources.files("intentrank").joinpath("prompts", f"{name}.txt").read_text("utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError(f"no prompt template named {name!r} in intentrank/prompts") from exc
-
-
-def render(template: str, **fields: object) -> str:
-    """Fill ``{field}`` slots; literal braces elsewhere (JSON examples) are left alone."""
-    out = template
-    for key, value in fields.items():
-        out = out.replace("{" + key + "}", str(value))
-    return out

@@ -9,9 +9,10 @@ from typing import Any
 from intentrank.core.params import check_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.base import user
-from intentrank.llm.parsing import parse_numbered_list
-from intentrank.llm.prompts import load_prompt, render
+from intentrank.llm.base import Message
+from intentrank.llm.parsing import ParseError, parse_numbered_list
+from intentrank.llm.prompts import load_contract
+from intentrank.llm.step import run_step
 from intentrank.types import Ranking, Trace
 
 _ANSWER = re.compile(r"follow[- ]?up questions?\s*:?", re.I)
@@ -37,32 +38,40 @@ class FollowUpPredictor(Stage):
     """Predict ``m`` follow-up questions per query with the paper's CoT + few-shot prompt.
 
     A reply with no usable question leaves the query alone (the reranker then uses the
-    query in place of follow-ups); it is counted as ``fallbacks`` and logged with the reason.
+    query in place of follow-ups); it is counted as ``fallbacks`` (by kind) and logged with
+    the reason. ``prompt``: a shipped contract name or a .yaml contract file with the slots
+    ``{m}`` and ``{query}``; ``max_tokens`` defaults to the contract's.
     """
 
-    def __init__(self, llm: Any, m: int = 2, max_tokens: int = 160,
+    def __init__(self, llm: Any, m: int = 2, max_tokens: int | None = None,
                  prompt: str = "followups", name: str = "followups") -> None:
         m = check_int("m (follow-ups per query)", m)
-        max_tokens = check_int("max_tokens", max_tokens)
+        self.contract = load_contract(prompt)
+        max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
+                               else max_tokens)
         self.llm, self.m, self.max_tokens, self.name = llm, m, max_tokens, name
-        self.template = load_prompt(prompt)
 
-    def messages(self, query: str) -> list[dict[str, str]]:
-        return user(render(self.template, m=self.m, query=query.strip()))
+    def messages(self, query: str) -> list[Message]:
+        return self.contract.messages(m=self.m, query=query.strip())
+
+    def _parse(self, text: str, query: str) -> list[str]:
+        items, reason = parse_followups(text, query, self.m)
+        if not items:
+            raise ParseError(reason)
+        return items
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        queries = [r.query for r in rankings]
+        results = run_step(
+            self.llm, self.contract, [{"m": self.m, "query": q.text.strip()} for q in queries],
+            parse=lambda reply, item: self._parse(reply.text, item["query"]),
+            fallback=lambda item: [], trace=trace, stage=self.name,
+            query_ids=[q.id for q in queries], max_tokens=self.max_tokens)
         out = []
-        for ranking in rankings:
-            q = ranking.query
-            reply = self.llm.complete_or_none(self.messages(q.text), max_tokens=self.max_tokens,
-                                              trace=trace, stage=self.name)
-            items, reason = (parse_followups(reply.text, q.text, self.m) if reply is not None
-                             else ([], "llm call failed"))
-            if not items:
-                trace.count(self.name, "fallbacks")
-                trace.log(self.name, "fallback", query_id=q.id, reason=reason)
-            trace.count(self.name, "followups", len(items))
-            out.append(Ranking(q.with_derived("followup", items, self.name), ranking.docs))
+        for ranking, result in zip(rankings, results, strict=True):
+            trace.count(self.name, "followups", len(result.value))
+            out.append(Ranking(ranking.query.with_derived("followup", result.value, self.name),
+                               ranking.docs))
         return out
 
     def describe(self) -> str:

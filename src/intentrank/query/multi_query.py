@@ -10,40 +10,41 @@ from intentrank.core.params import ParameterError, check_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.fuse.rrf import check_rrf_k, rrf
-from intentrank.llm.base import user
-from intentrank.llm.parsing import parse_numbered_list
-from intentrank.llm.prompts import load_prompt, render
+from intentrank.llm.prompts import load_contract
+from intentrank.llm.step import run_step
 from intentrank.types import Query, Ranking, Trace
 
 
 class MultiQueryRetriever(Stage):
-    """Retrieve with the query and ``n`` LLM-written variants, fused by RRF."""
+    """Retrieve with the query and ``n`` LLM-written variants, fused by RRF.
+
+    A reply with no usable variant retrieves with the query alone (a counted fallback)."""
 
     def __init__(self, llm: Any, retriever: Stage, n: int = 3, k: float = 60,
-                 max_tokens: int = 120, name: str = "multi_query") -> None:
+                 max_tokens: int | None = None, name: str = "multi_query") -> None:
         if not isinstance(retriever, Stage):
             raise ParameterError(f"retriever must be a stage, got {retriever!r}")
         n, k = check_int("n (variants per query)", n), check_rrf_k(k)
-        max_tokens = check_int("max_tokens", max_tokens)
+        self.contract = load_contract("multi_query")
+        max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
+                               else max_tokens)
         self.llm, self.retriever, self.n, self.k, self.name = llm, retriever, n, k, name
         self.max_tokens = max_tokens
-        self.template = load_prompt("multi_query")
 
-    def variants(self, query: Query, trace: Trace) -> list[str]:
-        reply = self.llm.complete_or_none(
-            user(render(self.template, n=self.n, query=query.text.strip())),
-            max_tokens=self.max_tokens, trace=trace, stage=self.name)
-        parsed = parse_numbered_list(reply.text if reply else "", limit=self.n,
-                                     exclude=(query.text,))
-        if not parsed.ok:
-            trace.count(self.name, "fallbacks")
-            trace.log(self.name, "fallback", query_id=query.id,
-                      reason=parsed.reason if reply else "llm call failed")
-        return parsed.value
+    def variants(self, queries: list[Query], trace: Trace) -> list[list[str]]:
+        """The LLM's variants of each query (one batched step; [] is the fallback)."""
+        results = run_step(
+            self.llm, self.contract, [{"n": self.n, "query": q.text.strip()} for q in queries],
+            parse=lambda reply, item: self.contract.parse(reply.text, limit=self.n,
+                                                          exclude=(item["query"],)),
+            fallback=lambda item: [], trace=trace, stage=self.name,
+            query_ids=[q.id for q in queries], max_tokens=self.max_tokens)
+        return [r.value for r in results]
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        queries = [r.query.with_derived("variant", self.variants(r.query, trace), self.name)
-                   for r in rankings]
+        found = self.variants([r.query for r in rankings], trace)
+        queries = [r.query.with_derived("variant", v, self.name)
+                   for r, v in zip(rankings, found, strict=True)]
         expanded = [Ranking(Query(f"{q.id}\x1f{i}", t)) for q in queries
                     for i, t in enumerate([q.text, *q.derived_of("variant")])]
         lists: dict[str, list[list[str]]] = {}

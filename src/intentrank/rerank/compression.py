@@ -1,7 +1,10 @@
 """Contextual Compression (the LangChain LLMChainExtractor baseline): for each of the top
 ``k`` candidates the LLM copies out the relevant sentences or answers NO_OUTPUT; candidates
 with nothing relevant are dropped, the others keep their order. Candidates below ``k`` are
-cut, as the baseline hands only the compressed top ``k`` on."""
+cut, as the baseline hands only the compressed top ``k`` on.
+
+The ``compress`` prompt contract runs as one batched LLM step for all candidates of a run;
+a failed call keeps its candidate (a counted fallback)."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ from intentrank.core.params import check_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.index.store import Index
-from intentrank.llm.base import user
-from intentrank.llm.prompts import load_prompt, render
+from intentrank.llm.prompts import load_contract
+from intentrank.llm.step import run_step
 from intentrank.types import Ranking, Trace
 
 NO_OUTPUT = "NO_OUTPUT"
@@ -22,29 +25,36 @@ class ContextualCompression(Stage):
     """Keep the top ``k`` candidates the LLM finds a relevant part in; drop the rest."""
 
     def __init__(self, index: Index, llm: Any, k: int = 5, max_passage_chars: int = 800,
-                 max_tokens: int = 96, name: str = "compression") -> None:
+                 max_tokens: int | None = None, name: str = "compression") -> None:
         k = check_int("k", k)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)
-        max_tokens = check_int("max_tokens", max_tokens)
+        self.contract = load_contract("compress")
+        max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
+                               else max_tokens)
         self.index, self.llm, self.k, self.name = index, llm, k, name
         self.max_passage_chars, self.max_tokens = max_passage_chars, max_tokens
-        self.template = load_prompt("compress")
 
-    def keep(self, query: str, doc_id: str, trace: Trace) -> bool:
-        passage = self.index.doc_text(doc_id)[: self.max_passage_chars]
-        reply = self.llm.complete_or_none(
-            user(render(self.template, query=query.strip(), passage=passage)),
-            max_tokens=self.max_tokens, trace=trace, stage=self.name)
-        if reply is None:  # no answer: keep the candidate rather than lose it
-            trace.count(self.name, "fallbacks")
-            return True
-        text = reply.text.strip()
+    @staticmethod
+    def relevant(reply_text: str) -> bool:
+        """Whether a reply keeps its candidate: some text, and not NO_OUTPUT."""
+        text = reply_text.strip()
         return bool(text) and NO_OUTPUT not in text.upper().replace(" ", "_")
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        pairs = [(r.query, d.doc_id) for r in rankings for d in r.docs[: self.k]]
+        results = run_step(
+            self.llm, self.contract,
+            [{"query": q.text.strip(),
+              "passage": self.index.doc_text(doc_id)[: self.max_passage_chars]}
+             for q, doc_id in pairs],
+            parse=lambda reply, item: self.relevant(reply.text),
+            fallback=lambda item: True,  # no answer: keep the candidate rather than lose it
+            trace=trace, stage=self.name, query_ids=[q.id for q, _ in pairs],
+            max_tokens=self.max_tokens)
+        keep = iter(r.value for r in results)
         out = []
         for r in rankings:
-            kept = [d for d in r.docs[: self.k] if self.keep(r.query.text, d.doc_id, trace)]
+            kept = [d for d in r.docs[: self.k] if next(keep)]
             trace.count(self.name, "dropped", min(len(r.docs), self.k) - len(kept))
             out.append(Ranking(r.query, kept))
         return out

@@ -1,4 +1,8 @@
-"""An LLM relevance judge used as a pointwise reranker: score = P(yes | query, passage)."""
+"""An LLM relevance judge used as a pointwise reranker: score = P(yes | query, passage).
+
+The prompt is the ``judge`` contract (system message, query first so prompts for one query
+share a prefix llama.cpp can reuse, 2 tokens, top-10 logprobs); all candidates of a run go
+through one batched LLM step (:func:`intentrank.llm.step.run_step`)."""
 
 from __future__ import annotations
 
@@ -10,14 +14,13 @@ from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.llm.base import LLM, LLMReply, Message
 from intentrank.llm.client import LLMClient, load_llm
-from intentrank.llm.parsing import parse_yes_no
+from intentrank.llm.parsing import read_yes_no
+from intentrank.llm.prompts import load_contract
+from intentrank.llm.step import run_step
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
-SYSTEM = "You judge search results. Answer with one word: yes or no."
-PROMPT = ("Query: {query}\n\nPassage: {passage}\n\n"
-          "Is this passage relevant to the query? Answer yes or no.")
-TOP_LOGPROBS = 10
+FALLBACK_SCORE = 0.5
 
 
 def p_yes(top_logprobs: dict[str, float]) -> float | None:
@@ -32,17 +35,17 @@ def p_yes(top_logprobs: dict[str, float]) -> float | None:
 
 
 def judge_messages(query: str, passage: str) -> list[Message]:
-    """Query first, so prompts for one query share a prefix llama.cpp can reuse."""
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": PROMPT.format(query=query, passage=passage)}]
+    """The ``judge`` contract's messages for one (query, passage) pair."""
+    return load_contract("judge").messages(query=query, passage=passage)
 
 
 class LLMJudge(Stage):
     """Rescore the top ``k`` candidates by P(yes); the rest keep their order below them.
 
     P(yes) comes from the first generated token's top logprobs when the backend gives them,
-    else 1.0/0.0 from the parsed yes/no, else 0.5 (counted as ``fallbacks``). Ties keep the
-    incoming order. Candidates below ``k`` get scores -1, -2, ... in their incoming order.
+    else 1.0/0.0 from the parsed yes/no (counted as ``parsed_yes_no``), else 0.5 (a counted
+    fallback, by kind). Ties keep the incoming order. Candidates below ``k`` get scores -1,
+    -2, ... in their incoming order.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class LLMJudge(Stage):
         self.k = k
         self.max_passage_chars = max_passage_chars
         self.name = name
+        self.contract = load_contract("judge")
 
     def describe(self) -> str:
         return f"{self.name}({self.llm.name}, k={self.k})"
@@ -70,30 +74,31 @@ class LLMJudge(Stage):
         text = " ".join(self.index.doc_text(doc_id).split())
         return text[: self.max_passage_chars]
 
-    def score(self, reply: LLMReply | None, trace: Trace) -> float:
-        """P(yes) of one reply, with the fallbacks counted."""
-        if reply is not None:
-            if reply.top_logprobs and (p := p_yes(reply.top_logprobs)) is not None:
-                return p
-            parsed = parse_yes_no(reply.text)
-            if parsed.ok:
-                trace.count(self.name, "parsed_yes_no")
-                return 1.0 if parsed.value else 0.0
-            trace.log(self.name, "fallback", reason=parsed.reason, text=reply.text[:80])
-        trace.count(self.name, "fallbacks")
-        return 0.5
+    def score(self, reply: LLMReply, trace: Trace) -> float:
+        """P(yes) of one reply; ValueError (the step's fallback) when it has neither."""
+        if reply.top_logprobs and (p := p_yes(reply.top_logprobs)) is not None:
+            return p
+        answer = read_yes_no(reply.text)  # ParseError: neither yes nor no
+        trace.count(self.name, "parsed_yes_no")
+        return 1.0 if answer else 0.0
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        heads = [ranking.docs[: self.k] for ranking in rankings]
+        pairs = [(ranking.query, doc.doc_id) for ranking, head in zip(rankings, heads,
+                                                                      strict=True)
+                 for doc in head]
+        results = run_step(
+            self.llm, self.contract,
+            [{"query": q.text, "passage": self.passage(doc_id)} for q, doc_id in pairs],
+            parse=lambda reply, item: self.score(reply, trace),
+            fallback=lambda item: FALLBACK_SCORE, trace=trace, stage=self.name,
+            query_ids=[q.id for q, _ in pairs])
+        scores = iter(r.value for r in results)
         out = []
-        for ranking in rankings:
-            head = ranking.docs[: self.k]
-            batch = [judge_messages(ranking.query.text, self.passage(d.doc_id)) for d in head]
-            replies = self.llm.chat_many(batch, on_error="none", trace=trace, stage=self.name,
-                                         max_tokens=2, logprobs=TOP_LOGPROBS)
-            scores: dict[str, float] = {}
-            for i, (doc, reply) in enumerate(zip(head, replies, strict=True)):
-                scores[doc.doc_id] = self.score(reply, trace) - i * 1e-9  # ties: keep order
-            out.append(rerank_head(ranking, scores, self.name))
+        for ranking, head in zip(rankings, heads, strict=True):
+            # ties keep the incoming order
+            by_doc = {doc.doc_id: next(scores) - i * 1e-9 for i, doc in enumerate(head)}
+            out.append(rerank_head(ranking, by_doc, self.name))
         return out
 
 

@@ -5,99 +5,103 @@ By default only the top ``depth`` = 5 candidates are shown, in one window (the c
 paper's setting). With ``window`` < ``depth`` the list is reranked by a sliding window from the
 bottom up (RankGPT: each window moves its best passages up into the next one). An invalid or
 partial ordering is repaired: valid, unique numbers keep the LLM's order, missing passages
-follow in their previous order; each repair and each unusable reply is counted.
+follow in their previous order; each repair and each unusable reply is counted (the
+``listwise`` prompt contract, :func:`intentrank.llm.step.run_step`). The windows of all
+queries at the same position go to the LLM as one batch.
+
+``structured`` asks for JSON-schema constrained output, ``{"ranking": [3, 1, 2]}`` (off by
+default: not measured against the free-text answer yet).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from intentrank.core.params import check_int, check_optional_int
+from intentrank.core.params import ParameterError, check_int, check_optional_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.index.store import Index
-from intentrank.llm.base import user
-from intentrank.llm.parsing import parse_json_array
-from intentrank.llm.prompts import load_prompt, render
+from intentrank.llm.base import Message
+from intentrank.llm.parsing import repair_order
+from intentrank.llm.prompts import load_contract
+from intentrank.llm.step import run_step
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
-
-def repair_order(answer: list[Any], n: int) -> tuple[list[int], bool]:
-    """A permutation of ``range(n)`` from a 1-based answer; ``True`` if it needed repair."""
-    seen: list[int] = []
-    for item in answer:
-        try:
-            i = int(item) - 1
-            exact = 0 <= i < n and float(item) == i + 1
-        except (TypeError, ValueError, OverflowError):  # inf, nan, "two", [1], {...}
-            continue
-        if exact and i not in seen:
-            seen.append(i)
-    missing = [i for i in range(n) if i not in seen]
-    return seen + missing, bool(missing) or len(answer) != n
+__all__ = ["ListwiseReranker", "repair_order"]  # repair_order lives in llm.parsing now
 
 
 class ListwiseReranker(Stage):
     """Reorder the top ``depth`` candidates with an LLM (single or sliding window)."""
 
     def __init__(self, index: Index, llm: Any, depth: int = 5, window: int | None = None,
-                 step: int | None = None, max_passage_chars: int = 600, max_tokens: int = 96,
+                 step: int | None = None, max_passage_chars: int = 600,
+                 max_tokens: int | None = None, structured: bool = False,
                  name: str = "listwise") -> None:
         depth = check_int("depth", depth, minimum=2)
         window = check_optional_int("window", window, minimum=2)
         step = check_optional_int("step", step)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)
-        max_tokens = check_int("max_tokens", max_tokens)
+        self.contract = load_contract("listwise")
+        max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
+                               else max_tokens)
+        if not isinstance(structured, bool):
+            raise ParameterError(f"structured must be true or false, got {structured!r}")
         self.index, self.llm, self.depth, self.name = index, llm, depth, name
         self.window = min(window or depth, depth)
         self.step = step or max(1, self.window // 2)
         self.max_passage_chars, self.max_tokens = max_passage_chars, max_tokens
-        self.template = load_prompt("listwise")
+        self.structured = structured
 
-    def messages(self, query: str, passages: list[str]) -> list[dict[str, str]]:
+    def _vars(self, query: str, passages: list[str]) -> dict[str, Any]:
         numbered = "\n".join(f"[{i}] {p[: self.max_passage_chars].strip()}"
                              for i, p in enumerate(passages, 1))
-        return user(render(self.template, n=len(passages), query=query.strip(),
-                           passages=numbered))
+        return {"n": len(passages), "query": query.strip(), "passages": numbered}
 
-    def _rank_window(self, query: str, ids: list[str], trace: Trace) -> list[str]:
-        texts = [self.index.doc_text(d) for d in ids]
-        reply = self.llm.complete_or_none(self.messages(query, texts),
-                                          max_tokens=self.max_tokens, trace=trace,
-                                          stage=self.name)
-        parsed = parse_json_array(reply.text) if reply is not None else None
-        if parsed is None or not parsed.ok:
-            trace.count(self.name, "fallbacks")
-            trace.log(self.name, "fallback", query=query,
-                      reason=parsed.reason if parsed else "llm call failed")
-            return ids
-        order, repaired = repair_order(parsed.value, len(ids))
-        if repaired:
-            trace.count(self.name, "repairs")
-            trace.log(self.name, "repair", query=query, answer=parsed.value[:20])
-        return [ids[i] for i in order]
+    def messages(self, query: str, passages: list[str]) -> list[Message]:
+        return self.contract.messages(**self._vars(query, passages))
+
+    def _rank_windows(self, windows: list[tuple[str, str, list[str]]],
+                      trace: Trace) -> list[list[str]]:
+        """Each (query id, query, ids) window reordered; one batched LLM step."""
+        results = run_step(
+            self.llm, self.contract,
+            [self._vars(query, [self.index.doc_text(d) for d in ids])
+             for _, query, ids in windows],
+            parse=lambda reply, item: self.contract.parse(reply.text, n=item["n"]),
+            fallback=lambda item: list(range(item["n"])), trace=trace, stage=self.name,
+            query_ids=[qid for qid, _, _ in windows], structured=self.structured,
+            max_tokens=self.max_tokens)
+        return [[ids[i] for i in r.value] for (_, _, ids), r in zip(windows, results,
+                                                                     strict=True)]
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        heads = {i: r.doc_ids[: self.depth] for i, r in enumerate(rankings)
+                 if len(r.doc_ids[: self.depth]) >= 2}
+        starts = {i: max(0, len(ids) - self.window) for i, ids in heads.items()}
+        while starts:  # every query's next window in one batch, bottom up
+            order = list(starts)
+            windows = [(rankings[i].query.id, rankings[i].query.text,
+                        heads[i][starts[i]: starts[i] + self.window]) for i in order]
+            for i, ranked in zip(order, self._rank_windows(windows, trace), strict=True):
+                heads[i][starts[i]: starts[i] + self.window] = ranked
+                if starts[i] == 0:
+                    del starts[i]
+                else:
+                    starts[i] = max(0, starts[i] - self.step)
         out = []
-        for r in rankings:
-            ids = r.doc_ids[: self.depth]
-            if len(ids) < 2:
+        for i, r in enumerate(rankings):
+            if i not in heads:
                 out.append(r)
                 continue
-            start = max(0, len(ids) - self.window)
-            while True:
-                ids[start: start + self.window] = self._rank_window(
-                    r.query.text, ids[start: start + self.window], trace)
-                if start == 0:
-                    break
-                start = max(0, start - self.step)
-            scores = {d: float(len(ids) - i) for i, d in enumerate(ids)}
+            ids = heads[i]
+            scores = {d: float(len(ids) - rank) for rank, d in enumerate(ids)}
             out.append(rerank_head(r, scores, self.name))
         return out
 
     def describe(self) -> str:
-        return f"{self.name}(depth={self.depth}, window={self.window})"
+        extra = ", structured" if self.structured else ""
+        return f"{self.name}(depth={self.depth}, window={self.window}{extra})"
 
 
 @register_stage("listwise")

@@ -1,0 +1,218 @@
+"""The LLM stages on run_step with fake LLMs: one batched step per run, typed fallbacks
+counted by kind, structured output and the counted weight repair."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from intentrank.core.params import ParameterError
+from intentrank.core.stage import Stage
+from intentrank.fuse.dynamic import (
+    DEFAULT_WEIGHTS,
+    NUMERIC_WEIGHTS,
+    DynamicWeightedFusion,
+    validate_weights,
+)
+from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.client import LLMClient
+from intentrank.llm.parsing import Repaired
+from intentrank.query.followups import FollowUpPredictor
+from intentrank.query.multi_query import MultiQueryRetriever
+from intentrank.rerank.compression import ContextualCompression
+from intentrank.rerank.judge import LLMJudge
+from intentrank.rerank.listwise import ListwiseReranker
+from intentrank.types import Query, Ranking, ScoredDoc, Trace
+
+
+class ByQuery:
+    """Answers with ``reply(messages, params)``; records every request and the peak number
+    of requests in flight (so a test sees the batch run concurrently)."""
+
+    name, model = "fake:stages", "fake"
+
+    def __init__(self, reply) -> None:
+        self.reply, self.requests = reply, []
+        self.active = self.peak = 0
+        self._lock = threading.Lock()
+
+    def chat(self, messages: list[Message], **params: Any) -> LLMReply:
+        import time
+
+        with self._lock:
+            self.requests.append({"messages": messages, **params})
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        try:
+            time.sleep(0.02)
+            return LLMReply(self.reply(messages[-1]["content"], params))
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+class Fixed(Stage):
+    def __init__(self, name: str, scores: dict[str, float]) -> None:
+        self.name, self.scores = name, scores
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        return [Ranking.from_scores(r.query, self.scores, self.name) for r in rankings]
+
+
+class Texts:
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+
+    def doc_text(self, doc_id: str) -> str:
+        return self.texts[doc_id]
+
+
+def queries(*texts: str) -> list[Ranking]:
+    return [Ranking(Query(f"q{i}", t)) for i, t in enumerate(texts)]
+
+
+BRANCHES = [Fixed("dense", {"a": 1.0, "b": 0.0}), Fixed("sparse", {"a": 0.0, "b": 1.0}),
+            Fixed("graph", {"a": 0.5, "b": 0.5})]
+
+
+def weights_reply(text: str, params: dict[str, Any]) -> str:
+    query = text.rsplit("Query: ", 1)[-1].strip()
+    return {"sums to one": '{"dense": 0.2, "sparse": 0.7, "graph": 0.1}',
+            "sums to 0.9": '{"dense": 0.5, "sparse": 0.3, "graph": 0.1}',
+            "prose": "dense, mostly"}[query]
+
+
+def test_dynamic_weights_one_batched_step_typed_fallbacks():
+    llm = ByQuery(weights_reply)
+    fusion = DynamicWeightedFusion(BRANCHES, LLMClient(llm, cache=False, max_concurrency=3))
+    trace = Trace()
+    out = fusion(queries("sums to one", "sums to 0.9", "prose"), trace)
+    assert len(out) == 3 and llm.peak >= 2  # the three requests ran as one concurrent batch
+    assert all("json_schema" not in r and r["max_tokens"] == 48 for r in llm.requests)
+    c = trace.stage("dynamic").counters
+    assert c["fallbacks"] == 2 and c["fallback.invalid"] == 1 and c["fallback.unparseable"] == 1
+    assert "repairs" not in c
+    weights = {e["query_id"]: e for e in trace.events if e["event"] == "weights"}
+    assert weights["q0"]["weights"] == [0.2, 0.7, 0.1] and weights["q0"]["source"] == "llm"
+    assert weights["q1"]["weights"] == list(NUMERIC_WEIGHTS)  # "0.9": a numeric query
+    assert weights["q2"]["weights"] == list(DEFAULT_WEIGHTS) and weights["q2"]["source"] == "rule"
+    # min-max per list (graph's constant list normalises to 1): b = 0.7 + 0.1, a = 0.2 + 0.1
+    assert out[0].docs[0].doc_id == "b" and out[0].docs[0].score == pytest.approx(0.8)
+    assert out[0].docs[1].score == pytest.approx(0.3)
+
+
+def test_dynamic_weights_structured_and_counted_sum_repair():
+    llm = ByQuery(weights_reply)
+    fusion = DynamicWeightedFusion(BRANCHES, LLMClient(llm, cache=False), structured=True,
+                                   repair_range=[0.8, 1.2])
+    trace = Trace()
+    fusion(queries("sums to one", "sums to 0.9", "prose"), trace)
+    assert all(r["json_schema"]["title"] == "modality_weights" for r in llm.requests)
+    c = trace.stage("dynamic").counters
+    assert c["fallbacks"] == 1 and c["repairs"] == 1
+    weights = {e["query_id"]: e for e in trace.events if e["event"] == "weights"}
+    assert weights["q1"]["weights"] == pytest.approx([0.5 / 0.9, 0.3 / 0.9, 0.1 / 0.9])
+    assert weights["q1"]["repaired"] is True and weights["q1"]["source"] == "llm"
+    assert "structured" in fusion.describe() and "repair_range=[0.8, 1.2]" in fusion.describe()
+
+
+def test_weight_validation_and_options():
+    assert validate_weights({"dense": 0.5, "sparse": 0.3, "graph": 0.2}) == (0.5, 0.3, 0.2)
+    with pytest.raises(ValueError, match="sum to 0.900"):
+        validate_weights({"dense": 0.5, "sparse": 0.3, "graph": 0.1})
+    fixed = validate_weights({"dense": 0.5, "sparse": 0.3, "graph": 0.1}, 0.01, (0.8, 1.2))
+    assert isinstance(fixed, Repaired) and sum(fixed.value) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="sum to 0.600"):
+        validate_weights({"dense": 0.2, "sparse": 0.2, "graph": 0.2}, 0.01, (0.8, 1.2))
+    for bad in ([1.2, 1.5], [0.5], "0.8,1.2", [0, 1]):
+        with pytest.raises(ParameterError, match="repair_range"):
+            DynamicWeightedFusion(BRANCHES, None, repair_range=bad)
+    with pytest.raises(ParameterError, match="structured"):
+        DynamicWeightedFusion(BRANCHES, None, structured="yes")
+
+
+def test_followups_and_multi_query_fall_back_by_kind():
+    def reply(text: str, params: dict[str, Any]) -> str:
+        query = text.rsplit("Query: ", 1)[-1].strip()
+        if "follow-up" in text:
+            return {"tides": "Follow-up questions:\n1. Why are there two tides a day?",
+                    "waves": "I cannot help."}[query]
+        return {"tides": "1. ocean tide causes\n2. moon gravity and tides",
+                "waves": ""}[query]
+
+    llm = LLMClient(ByQuery(reply), cache=False)
+    trace = Trace()
+    out = FollowUpPredictor(llm, m=2)(queries("tides", "waves"), trace)
+    assert out[0].query.derived_of("followup") == ["Why are there two tides a day?"]
+    assert out[1].query.derived_of("followup") == []
+    c = trace.stage("followups").counters
+    assert c["fallbacks"] == 1 and c["fallback.unparseable"] == 1 and c["followups"] == 1
+    mq = MultiQueryRetriever(llm, Fixed("dense", {"a": 1.0}), n=2)
+    out = mq(queries("tides", "waves"), trace)
+    assert out[0].query.derived_of("variant") == ["ocean tide causes", "moon gravity and tides"]
+    assert out[1].query.derived_of("variant") == [] and out[1].doc_ids == ["a"]
+    assert trace.stage("multi_query").counters["fallback.empty_reply"] == 1
+
+
+def test_listwise_windows_batched_across_queries_with_repairs():
+    texts = Texts({d: f"passage {d}" for d in "abcde"})
+
+    def reply(text: str, params: dict[str, Any]) -> str:
+        if "Query: reverse" in text:
+            return "Passage 3 is best. [3, 2, 1]" if "[3]" in text else "[2, 1]"
+        if "Query: partial" in text:
+            return '{"ranking": [2]}' if params.get("json_schema") else "[2]"
+        return "no idea"
+
+    fake = ByQuery(reply)
+    lw = ListwiseReranker(texts, LLMClient(fake, cache=False), depth=3)
+    ranked = [Ranking(Query(f"q{i}", t), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])
+              for i, t in enumerate(["reverse", "partial", "unknown"])]
+    trace = Trace()
+    out = lw(ranked, trace)
+    assert [r.doc_ids for r in out] == [["c", "b", "a"], ["b", "a", "c"], ["a", "b", "c"]]
+    c = trace.stage("listwise").counters
+    assert c["repairs"] == 1 and c["fallbacks"] == 1 and c["fallback.unparseable"] == 1
+    assert len(fake.requests) == 3
+    structured = ListwiseReranker(texts, LLMClient(fake, cache=False), depth=3, structured=True)
+    out = structured(ranked[1:2], Trace())
+    assert out[0].doc_ids == ["b", "a", "c"]
+    assert fake.requests[-1]["json_schema"]["properties"]["ranking"]["type"] == "array"
+
+
+def test_compression_keeps_on_failure_and_drops_no_output():
+    texts = Texts({"a": "relevant text", "b": "nothing here", "c": "broken"})
+
+    def reply(text: str, params: dict[str, Any]) -> str:
+        if "broken" in text:
+            raise RuntimeError("backend bug")
+        return "NO_OUTPUT" if "nothing here" in text else "relevant text"
+
+    comp = ContextualCompression(texts, LLMClient(ByQuery(reply), cache=False, retries=0), k=3)
+    ranked = [Ranking(Query("q0", "what?"), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])]
+    trace = Trace()
+    out = comp(ranked, trace)
+    assert out[0].doc_ids == ["a", "c"]
+    c = trace.stage("compression").counters
+    assert c["dropped"] == 1 and c["fallbacks"] == 1 and c["fallback.llm_failed"] == 1
+
+
+def test_judge_batches_all_queries_with_its_contract():
+    texts = Texts({"a": "alpha", "b": "beta"})
+
+    def reply(text: str, params: dict[str, Any]) -> str:
+        assert params["max_tokens"] == 2 and params["logprobs"] == 10
+        return "Yes" if "alpha" in text else "hmm"
+
+    fake = ByQuery(reply)
+    judge = LLMJudge(texts, LLMClient(fake, cache=False, max_concurrency=4), k=2)
+    ranked = [Ranking(Query(f"q{i}", "greek"), [ScoredDoc("b", 2.0), ScoredDoc("a", 1.0)])
+              for i in range(3)]
+    trace = Trace()
+    out = judge(ranked, trace)
+    assert all(r.doc_ids == ["a", "b"] for r in out) and fake.peak >= 2
+    assert fake.requests[0]["messages"][0]["role"] == "system"
+    c = trace.stage("llm_judge").counters
+    assert c["parsed_yes_no"] == 3 and c["fallbacks"] == 3 and c["fallback.unparseable"] == 3
