@@ -4,6 +4,8 @@ a bad contract file raises a ConfigError naming the file and the field."""
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
 
 from intentrank.errors import ConfigError
@@ -122,6 +124,8 @@ def test_judge_contract_is_the_old_in_python_prompt():
 
 def test_every_shipped_contract_is_complete():
     names = shipped_contracts()
+    folder = resources.files("intentrank").joinpath("prompts")
+    assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".txt")) == []
     assert {"followups", "multi_query", "listwise", "compress", "modality_weights",
             "judge"} <= set(names)
     for name in names:
