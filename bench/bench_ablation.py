@@ -1,12 +1,13 @@
-"""The ablation of the cascaded tri-modal pipeline (issue 5) on one collection.
+"""The ablation of the cascaded tri-modal pipeline (issue 5) on one collection: the shipped
+experiment file ``cascade-ablation`` (or ``--experiment FILE``) run by the harness.
 
-    .venv/bin/python bench/bench_ablation.py --collection scifact             # full test split
+    .venv/bin/python bench/bench_ablation.py --collection scifact --sample 100  # docs' fast run
     .venv/bin/python bench/bench_ablation.py --collection cranfield --sample 3  # smoke test
+    .venv/bin/python bench/bench_ablation.py --no-llm --no-cross-encoder       # LLM-free rows
 
-Runs the five configurations (and the dynamic-weight variants) with the int8 ONNX
-cross-encoder trained on SciFact (128 tokens) and the embedded LLM (replies cached on disk),
-writes ``<out>.md``, ``<out>.html`` and ``<out>.json`` and prints the paper's SciFact numbers
-beside ours. The index is opened from ``indexes/<collection>`` (built there if missing).
+Writes ``<out>.md``, ``<out>.html`` and ``<out>.json`` and the report's section of
+docs/benchmarks.md (the paper's SciFact numbers are in its references table). The index is
+opened from ``indexes/<collection>`` (built there if missing).
 """
 
 from __future__ import annotations
@@ -21,23 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
 
 from report import DATA, header, write_section  # noqa: E402
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
-CROSS_ENCODER = ROOT / ".cache" / "intentrank" / "models" / "cross-encoder-scifact"
-# The cascaded tri-modal paper, SciFact: nDCG@10 per configuration, latency of the full cascade.
-PAPER_SCIFACT = {
-    "Tri-modal": {"nDCG@10": 0.7603},
-    "Tri-modal + CE": {"nDCG@10": 0.7210},
-    "Full pipeline": {"nDCG@10": 0.7556, "s/query": 13.2},
-}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collection", choices=COLLECTIONS, default="scifact")
+    p.add_argument("--experiment", default="cascade-ablation",
+                   help="experiment file or shipped name (its pipelines and analyses)")
     p.add_argument("--split", default="test", help="qrels split to evaluate on")
     p.add_argument("--sample", type=int, default=0,
                    help="fixed-seed sample of this many queries (0 = the full split)")
@@ -49,20 +44,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--llm", default="embedded", help="LLM spec ('embedded', 'openai:...')")
     p.add_argument("--no-llm", action="store_true", help="skip the LLM configurations")
     p.add_argument("--no-llm-cache", action="store_true", help="do not replay cached replies")
-    p.add_argument("--cross-encoder", type=Path, default=CROSS_ENCODER,
-                   help="int8 ONNX cross-encoder directory")
+    p.add_argument("--cross-encoder", type=Path, default=None,
+                   help="int8 ONNX cross-encoder directory (default: the trained SciFact one)")
     p.add_argument("--no-cross-encoder", action="store_true", help="skip the CE configurations")
     p.add_argument("--no-dynamic", action="store_true", help="static weights only")
-    p.add_argument("--ce-depth", type=int, default=100,
-                   help="fused candidates the cross-encoder scores (the paper: 100)")
-    p.add_argument("--listwise-chars", type=int, default=600,
-                   help="characters of each passage shown to the listwise LLM")
-    p.add_argument("--ce-rrf", action="store_true",
-                   help="the CE step outputs RRF(first-stage ranks, CE ranks)")
+    p.add_argument("--listwise-chars", type=int, default=0,
+                   help="characters of each passage shown to the listwise LLM (default: "
+                        "the experiment file's)")
     p.add_argument("--tag", default="", help="suffix of the report name and section")
-    p.add_argument("--tune-weights", action="store_true",
-                   help="tune the static weights (train split if any, else k-fold CV) instead "
-                        "of the paper's 0.50/0.35/0.15")
     return p.parse_args(argv)
 
 
@@ -70,66 +59,43 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def comparison(report, collection: str) -> str:
-    """Ours beside the paper's numbers (the paper reports SciFact only)."""
-    lines = [f"{'configuration':<26} {'nDCG@10':>8} {'paper':>8} {'s/query':>8} {'paper':>8}"]
-    for r in report.results:
-        ref = PAPER_SCIFACT.get(r.name, {}) if collection == "scifact" else {}
-        paper = f"{ref['nDCG@10']:.4f}" if "nDCG@10" in ref else "-"
-        paper_s = f"{ref['s/query']:.1f}" if "s/query" in ref else "-"
-        lines.append(f"{r.name:<26} {r.scores.aggregate['nDCG@10']:>8.4f} {paper:>8} "
-                     f"{r.total_ms / 1000:>8.2f} {paper_s:>8}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from intentrank.cli import _open_or_build
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.ablation import STATIC_WEIGHTS, ablate_dataset, write_report
-    from intentrank.llm.client import load_llm
-    from intentrank.rerank.cross_encoder import CrossEncoderReranker
+    from intentrank.eval.harness import run_experiment
+    from intentrank.eval.spec import load_experiment
+    from intentrank.index import open_or_build
+    from intentrank.report import write_report
+    from intentrank.report.markdown import render
 
+    spec = load_experiment(args.experiment).replace(
+        dataset=args.collection, split=args.split, sample=args.sample, seed=args.seed)
+    if args.listwise_chars and not args.no_llm:
+        spec = spec.with_params("listwise", max_passage_chars=args.listwise_chars)
+    if args.cross_encoder and not args.no_cross_encoder:
+        spec = spec.with_params("cross_encoder", model=str(args.cross_encoder))
+    without = (["llm"] if args.no_llm else []) + (["dynamic"] if args.no_dynamic else []) + (
+        ["cross_encoder"] if args.no_cross_encoder else [])
     ds = load_dataset(DATA / args.collection)
-    index = _open_or_build(ds.root, args.index or ROOT / "indexes" / args.collection)
+    index = open_or_build(ds.corpus, args.index or ROOT / "indexes" / args.collection,
+                          log=log, source=args.collection)
     ds.check_qrels(index.doc_and_parent_ids)
-    llm = None if args.no_llm else load_llm(args.llm, cache=not args.no_llm_cache)
-    ce = None if args.no_cross_encoder else CrossEncoderReranker(
-        index, args.cross_encoder, k=100, backend="onnx", max_length=128)
-    weights, source = STATIC_WEIGHTS, "the paper's static weights"
-    if args.tune_weights:
-        from intentrank.tune.modality import modality_weights_for
-
-        log("tuning the static weights")
-        weights, source = modality_weights_for(ds, index, args.split, seed=args.seed,
-                                               sample=args.sample)
-    report = ablate_dataset(ds, index, args.split, args.sample, args.seed, llm=llm,
-                            cross_encoder=ce, dynamic=not args.no_dynamic, weights=weights,
-                            ce_depth=args.ce_depth, listwise_chars=args.listwise_chars,
-                            ce_rrf=args.ce_rrf, log=log)
-    report.notes.append(f"Static weights: {source}.")
-    report.notes.append("Run: " + header().replace("\n- ", "; ").strip("- \n"))
-    if args.collection == "scifact":
-        report.references = PAPER_SCIFACT
-        report.reference_source = ("Paper (cascaded tri-modal retrieval, SciFact): nDCG@10 "
-                                   "per configuration and the full cascade's latency.")
+    result = run_experiment(spec, index=index, dataset=ds, llm=args.llm, without=without,
+                            resources={"llm_options": {"cache": not args.no_llm_cache}},
+                            log=log)
+    result.notes.append("Run: " + header().replace("\n- ", "; ").strip("- \n"))
     tag = f"{args.collection}-{f'sample{args.sample}' if args.sample else 'full'}"
     tag += f"-{args.tag}" if args.tag else ""
-    out = args.out or ROOT / "docs" / "ablation" / tag
-    for path in write_report(report, out):
+    for path in write_report(result, args.out or ROOT / "docs" / "ablation" / tag):
         log(f"wrote {path}")
     which = f"a seed-{args.seed} sample of {args.sample}" if args.sample else "all"
     write_section(f"ablation-{tag}", f"## Cascade ablation: {args.collection}, {which} "
-                  f"{args.split} queries, CE over top-{args.ce_depth}"
-                  f"{' fused with the first stage by RRF' if args.ce_rrf else ''}, listwise sees "
-                  f"{args.listwise_chars} chars/passage"
+                  f"{args.split} queries, experiment `{args.experiment}`"
                   f"{', reply cache off (cold)' if args.no_llm_cache else ''} (issue 5)\n\n"
-                  f"{header()}\n"
-                  f"Full report with plots: "
+                  f"{header()}\nFull report with plots: "
                   f"[docs/ablation/{tag}.html](ablation/{tag}.html)\n\n"
-                  f"```\n{comparison(report, args.collection)}\n```\n\n"
-                  + report.to_markdown().split("\n", 1)[1])
-    print(comparison(report, args.collection))
+                  + render(result).split("\n", 1)[1])
+    print(render(result))
     return 0
 
 

@@ -291,10 +291,10 @@ def test_eval_pipeline_names(small_cranfield, bm25_index, tmp_path):
 def test_ablate_and_tune_options_refused_before_work(small_cranfield, tmp_path):
     never = str(tmp_path / "never-built")
     for args, message in [(["--sample", "-1"], "--sample must be >= 0, got -1"),
-                          (["--ce-depth", "0"], "--ce-depth must be >= 1, got 0"),
-                          (["--listwise-chars", "0"], "--listwise-chars must be >= 1, got 0"),
+                          (["--listwise-chars", "-1"], "--listwise-chars must be >= 1, got -1"),
                           (["--split", "dev"], "no qrels for split 'dev'"),
-                          (["--ce-depth", "-1"], "--ce-depth must be >= 1")]:
+                          (["--experiment", "nonesuch"], "no experiment file 'nonesuch'"),
+                          (["--baseline", "Nope"], "baseline: 'Nope' is not one of")]:
         res = runner.invoke(app, ["ablate", str(small_cranfield), "--index", never, "--out",
                                   str(tmp_path / "abl" / "r"), "--no-ce", *args])
         _clean_error(res, message)

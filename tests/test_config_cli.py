@@ -93,7 +93,8 @@ def test_cli_ablate_without_models_writes_reports(data_dir, cranfield_index, tmp
                               "--no-llm-stages", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "Dense only" in res.stdout and "Bi-modal" in res.stdout
-    assert "Tri-modal + CE and Full pipeline skipped: no cross-encoder given." in res.stdout
+    assert "Tri-modal + CE skipped: it uses cross_encoder (switched off)." in res.stdout
+    assert "Full pipeline skipped: it uses cross_encoder (switched off)." in res.stdout
     html = (tmp_path / "abl" / "cranfield.html").read_text()
     assert "data:image/png;base64" in html
     assert json.loads((tmp_path / "abl" / "cranfield.json").read_text())

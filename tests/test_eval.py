@@ -5,7 +5,7 @@ from __future__ import annotations
 import ir_measures
 import pytest
 
-from intentrank.eval.experiment import run_experiment
+from intentrank.eval.harness import run_experiment
 from intentrank.eval.metrics import evaluate, to_measure
 from intentrank.eval.significance import paired_test
 from intentrank.retrieve.retrievers import BM25Retriever, TfidfRetriever
@@ -51,20 +51,31 @@ def test_paired_test_behaviour():
         paired_test(a, {"x": 1.0})
 
 
+def _spec(stages, metrics, baseline=None):
+    from intentrank.eval.spec import ExperimentSpec, PipelineSpec, TableSpec
+
+    return ExperimentSpec([PipelineSpec(n, stage=s) for n, s in stages.items()], metrics,
+                          baseline=baseline, report=[TableSpec("quality")]).check()
+
+
 def test_experiment_on_real_index(cranfield, cranfield_index):
+    from intentrank.report.markdown import render
+
     queries, qrels = cranfield.split("test")
-    exp = run_experiment({"bm25": BM25Retriever(cranfield_index),
-                          "tfidf": TfidfRetriever(cranfield_index)},
-                         queries, qrels, ["nDCG@10", "Recall@100"], baseline="bm25")
-    table = exp.to_markdown()
+    exp = run_experiment(_spec({"bm25": BM25Retriever(cranfield_index),
+                                "tfidf": TfidfRetriever(cranfield_index)},
+                               ["nDCG@10", "Recall@100"], "bm25"),
+                         index=cranfield_index, queries=queries, qrels=qrels)
+    table = render(exp).split("### Table I. Retrieval quality\n\n")[1]
     assert table.splitlines()[0] == "| system | nDCG@10 | Recall@100 | ms/query |"
     assert "bm25 (baseline)" in table and "n = 225 queries" in table
     test = exp.tests["tfidf"]["nDCG@10"]
-    assert test.mean_a == pytest.approx(exp.systems[0].scores.aggregate["nDCG@10"])
+    assert test.mean_a == pytest.approx(exp.pipelines[0].scores.aggregate["nDCG@10"])
     assert test.delta < 0  # TF-IDF is weaker than BM25 on Cranfield (0.334 vs 0.373)
-    with pytest.raises(ValueError, match="baseline"):
-        run_experiment({"bm25": BM25Retriever(cranfield_index)}, queries, qrels,
-                       baseline="nope")
+    from intentrank.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="baseline"):
+        _spec({"bm25": BM25Retriever(cranfield_index)}, ["nDCG@10"], baseline="nope")
 
 
 def test_bad_metrics_are_refused_before_any_system_runs():
@@ -80,9 +91,9 @@ def test_bad_metrics_are_refused_before_any_system_runs():
 
     for bad in (["nDCG@0"], ["nDCG@10", "Bogus"], [], ["P@0", "MRR@10"]):
         with pytest.raises(ConfigError):
-            run_experiment({"x": Exploding()}, [], QRELS, bad)
-    with pytest.raises(ConfigError, match="no systems"):
-        run_experiment({}, [], QRELS)
+            _spec({"x": Exploding()}, bad)
+    with pytest.raises(ConfigError, match="pipelines: none given"):
+        _spec({}, ["nDCG@10"])
     assert validate_metrics(["MRR@10", " MRR@10 ", "HitRate@5"]) == ["MRR@10", "HitRate@5"]
     with pytest.raises(ValueError, match="cut-off must be >= 1"):
         to_measure("nDCG@0")  # trec_eval would abort the whole process

@@ -58,7 +58,7 @@ def test_operators_compose_and_keep_stage_scores():
     assert top.doc_ids == ["d3", "d1"]  # d3: 1/63 + 1/61 beats d1: 1/61
     assert top.docs[0].stage_scores["a"] == 1.0 and top.docs[0].stage_scores["b"] == 9.0
     assert set(result.trace.stages) >= {"a", "b", "rrf"}
-    assert pipe.describe() == "rrf(a | b) >> % 2"
+    assert pipe.describe() == "rrf(a | b, k=60) >> % 2"
 
 
 def test_fusers_flatten_and_interleave_scores():

@@ -167,11 +167,13 @@ class FakeIndex:
         return self._search(texts, k, "graph")
 
 
-class FakeCE(Stage):
-    name = "cross_encoder"
+class ReversingScorer:
+    """A cross-encoder stand-in that reverses each query's candidates."""
 
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        return [Ranking(r.query, list(reversed(r.docs))) for r in rankings]
+    name = "fake:reversing"
+
+    def predict(self, pairs, batch_size: int = 8) -> np.ndarray:
+        return np.arange(len(pairs), dtype=np.float32)
 
 
 class AblationLLM:
@@ -196,16 +198,19 @@ class AblationLLM:
         return LLMReply('{"dense": 0.5, "sparse": 0.3, "graph": 0.2}')
 
 
-def test_ablation_health_counts_each_llm_request_once():
-    from intentrank.eval.ablation import run_ablation
+def test_ablation_health_counts_each_llm_request_once(monkeypatch):
+    from intentrank.eval.harness import run_experiment
+    from intentrank.eval.spec import load_experiment
 
+    monkeypatch.setattr("intentrank.rerank.cross_encoder.load_cross_encoder",
+                        lambda *args, **kwargs: ReversingScorer())
     index = FakeIndex()
     qrels = {q.id: {"d1": 1, "d2": 2} for q in QUERIES}
     backend = AblationLLM()
-    report = run_ablation(index, QUERIES, qrels, llm=LLMClient(backend, cache=None, retries=0),
-                          cross_encoder=FakeCE(), k=20, final_k=10, warm=False,
-                          n_permutations=50)
-    by_stage = {h.stage: h for h in health_report([r.trace for r in report.results])}
+    report = run_experiment(load_experiment("cascade-ablation").replace(permutations=50),
+                            index=index, queries=QUERIES, qrels=qrels,
+                            llm=LLMClient(backend, cache=None, retries=0))
+    by_stage = {h.stage: h for h in health_report([r.trace for r in report.pipelines])}
     assert set(by_stage) == {"dynamic", "listwise"}
     # three configurations run the dynamic fusion, but it is computed once per query
     dyn = by_stage["dynamic"]
@@ -215,7 +220,7 @@ def test_ablation_health_counts_each_llm_request_once():
     assert lw.requests == lw.calls == backend.calls["listwise"]
     assert lw.failed == lw.fallbacks == backend.calls["listwise"] // 4
     # each configuration's own trace still reads as if run alone
-    full_dynamic = next(r for r in report.results if r.name == "Full pipeline (dynamic)")
+    full_dynamic = report.result("Full pipeline (dynamic)")
     alone = {h.stage: h for h in health_report(full_dynamic.trace, fresh=False)}
     assert alone["dynamic"].requests == 4 and alone["listwise"].requests == 4
 

@@ -335,11 +335,9 @@ def evaluate_cmd(
                                                "(by default they are an error).")] = False,
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
-    from intentrank.core.config import resolve_pipeline
+    from intentrank.core.config import load_config, resolve_pipeline
     from intentrank.data.trec import write_run
-    from intentrank.eval.experiment import run_experiment
     from intentrank.eval.metrics import validate_metrics
-    from intentrank.pipelines import pipeline_from_config
 
     names = pipeline or ["bm25", "dense", "rrf"]
     try:  # everything that can be checked before loading data, building or running
@@ -359,6 +357,7 @@ def evaluate_cmd(
         _output_dir(runs_dir, "--runs-dir")
         _output_file(per_query, "--per-query")
         _output_file(report, "--report")
+        nodes = {n: load_config(configs[n])["pipeline"] for n in names}
         ds = _load_dataset(dataset, round_grades)
         notes = _DatasetWarnings(ds)
         notes.flush()
@@ -367,31 +366,53 @@ def evaluate_cmd(
         idx = _open_or_build(dataset, index_dir)
         ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
         notes.flush()
-        systems = {n: pipeline_from_config(configs[n], index=idx, **LLM_SETTINGS)
-                   for n in names}
-        with console.status(f"running {len(systems)} pipeline(s) on {len(queries)} queries"):
-            exp = run_experiment(systems, queries, qrels, metric_names,
-                                 baseline=baseline or names[0] if len(names) > 1 else None)
+        with console.status(f"running {len(names)} pipeline(s) on {len(queries)} queries"):
+            res, table = _compare_pipelines(
+                nodes, idx, ds, queries, qrels, metric_names,
+                baseline or names[0] if len(names) > 1 else None)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     out.print(f"\n{escape(ds.name)} / {escape(split)}: {len(queries)} queries\n")
-    print(exp.to_markdown())
-    skipped = exp.systems[0].scores.skipped if exp.systems else []
+    print(table)
+    skipped = res.pipelines[0].scores.skipped if res.pipelines else []
     if skipped:
         _warn(f"{len(skipped)} of {len(queries)} judged queries have no relevant document "
               f"(e.g. {skipped[:3]}); like trec_eval, they are not evaluated")
     try:
         if runs_dir:
-            for s in exp.systems:
-                write_run(s.run.to_run(), runs_dir / run_files[s.name], tag=s.name)
+            for r in res.pipelines:
+                write_run(r.to_run(), runs_dir / run_files[r.name], tag=r.name)
         if per_query:
-            _write(per_query, json.dumps({s.name: s.scores.per_query for s in exp.systems},
+            _write(per_query, json.dumps({r.name: r.scores.per_query for r in res.pipelines},
                                          indent=1))
         if report:
-            _write(report, exp.to_markdown() + "\n")
+            _write(report, table + "\n")
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
-    _llm_health({s.name: s.run.trace for s in exp.systems}, separate=len(exp.systems) > 1)
+    _llm_health({r.name: r.trace for r in res.pipelines}, separate=len(res.pipelines) > 1)
+
+
+def _compare_pipelines(nodes: dict[str, Any], idx: Any, ds: Any, queries: Any, qrels: Any,
+                       metrics: list[str], baseline: str | None) -> tuple[Any, str]:
+    """Run config nodes through the experiment harness on ``queries``; the result and its
+    quality table (Markdown, no title)."""
+    from intentrank.eval.harness import run_experiment
+    from intentrank.eval.spec import ExperimentSpec, PipelineSpec, TableSpec
+    from intentrank.report.markdown import quality
+
+    spec = ExperimentSpec([PipelineSpec(n, node) for n, node in nodes.items()], metrics,
+                          dataset=ds.name, baseline=baseline, source="eval").check()
+    res = run_experiment(spec, index=idx, dataset=ds, queries=queries, qrels=qrels,
+                         **_llm_resources())
+    table = quality(res, TableSpec("quality"))
+    table.title = ""
+    return res, table.to_markdown()
+
+
+def _llm_resources() -> dict[str, Any]:
+    """The global LLM options as ``run_experiment`` arguments."""
+    return {"llm": LLM_SETTINGS["llm"],
+            "resources": {"llm_options": LLM_SETTINGS["llm_options"]}}
 
 
 @app.command()
@@ -402,8 +423,7 @@ def quickstart(
         Path("indexes/scifact"),
 ) -> None:
     """The main job on the embedded default: index SciFact, answer a few queries, evaluate."""
-    from intentrank.core.config import resolve_pipeline
-    from intentrank.eval.experiment import run_experiment
+    from intentrank.core.config import load_config, resolve_pipeline
     from intentrank.pipelines import pipeline_from_config
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -424,16 +444,16 @@ def quickstart(
                 mark = "[green]relevant[/]" if qrels[q.id].get(d.doc_id, 0) > 0 else ""
                 out.print(f"  {rank}. {escape(f'[{d.doc_id}]')} "
                           f"{escape(idx.doc(d.doc_id).title[:80])} {mark}")
-        systems = {n: pipeline_from_config(resolve_pipeline(n), index=idx)
-                   for n in ("bm25", "dense", "rrf", "weighted")}
+        nodes = {n: load_config(resolve_pipeline(n))["pipeline"]
+                 for n in ("bm25", "dense", "rrf", "weighted")}
         with console.status(f"evaluating 4 pipelines on {len(queries)} test queries"):
-            exp = run_experiment(systems, queries, qrels, ["nDCG@10", "MRR@10", "Recall@100"],
-                                 baseline="bm25")
+            res, table = _compare_pipelines(nodes, idx, ds, queries, qrels,
+                                            ["nDCG@10", "MRR@10", "Recall@100"], "bm25")
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     out.print(f"\n{escape(ds.name)} test ({len(queries)} queries)\n")
-    print(exp.to_markdown())
-    _llm_health({s.name: s.run.trace for s in exp.systems}, separate=True)
+    print(table)
+    _llm_health({r.name: r.trace for r in res.pipelines}, separate=True)
 
 
 @app.command("train-reranker")
@@ -581,68 +601,133 @@ def ablate(
                                           "configurations with LLM-assigned weights.")] = True,
     baseline: Annotated[str, typer.Option(help="Configuration the others are tested "
                                           "against.")] = "Tri-modal",
-    ce_depth: Annotated[int, typer.Option(help="Fused candidates the cross-encoder scores "
-                                          "(the paper: 100; fewer is faster).")] = 100,
     listwise_chars: Annotated[int, typer.Option(help="Characters of each passage the "
-                                                "listwise LLM sees (shorter is faster).")]
-        = 600,
-    ce_rrf: Annotated[bool, typer.Option(help="The CE step outputs RRF(first-stage ranks, "
-                                         "CE ranks) instead of the CE order alone.")] = False,
-    tune_weights: Annotated[bool, typer.Option(help="Tune the static modality weights (on "
-                                               "the train split if any, else by k-fold CV "
-                                               "over queries) instead of 0.50/0.35/0.15.")]
-        = False,
+                                                "listwise LLM sees (default: the experiment "
+                                                "file's).")] = 0,
+    experiment: Annotated[str, typer.Option(help="The ablation's experiment file or shipped "
+                                            "name (its pipelines; dataset, split and sample "
+                                            "come from the options).")] = "cascade-ablation",
 ) -> None:
     """Ablate the cascaded tri-modal pipeline: Dense only, Bi-modal, Tri-modal, Tri-modal +
     CE, Full pipeline (static and dynamic weights) with metrics, swaps, error analysis,
-    latency and significance; Markdown + HTML + JSON report."""
-    from intentrank.eval.ablation import STATIC_WEIGHTS, ablate_dataset, write_report
-    from intentrank.llm.client import load_llm
+    latency and significance; Markdown + HTML + JSON report. The configurations are the
+    experiment file's (default: the shipped cascade-ablation, CE over the fused top-30 fused
+    with the first stage by RRF); edit a copy of it for other cut-offs."""
+    from intentrank.eval.spec import load_experiment
     from intentrank.models.cross_encoder import default_reranker_dir
-    from intentrank.rerank.cross_encoder import CrossEncoderReranker
+    from intentrank.report import report_paths
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    target = out_path or Path("runs") / "ablation" / dataset.name
     try:
+        for path in report_paths(target):
+            _output_file(path, "--out")
         _check_int("--sample", sample, 0)
-        _check_int("--ce-depth", ce_depth)
-        _check_int("--listwise-chars", listwise_chars)
-        target = out_path or Path("runs") / "ablation" / dataset.name
-        base = target.with_suffix("") if target.suffix in (".md", ".html", ".json") else target
-        for ext in (".md", ".html", ".json"):
-            _output_file(base.with_name(base.name + ext), "--out")
+        if listwise_chars:
+            _check_int("--listwise-chars", listwise_chars)
+        spec = load_experiment(experiment).replace(dataset=str(dataset), split=split,
+                                                   sample=sample, seed=seed, baseline=baseline)
+        if listwise_chars and use_llm:
+            spec = spec.with_params("listwise", max_passage_chars=listwise_chars)
+        if cross_encoder and use_ce:
+            spec = spec.with_params("cross_encoder", model=cross_encoder)
         if use_ce and not cross_encoder and not default_reranker_dir().exists():
             raise ConfigError(f"no cross-encoder model at {default_reranker_dir()}: train one "
                               f"with `intentrank train-reranker`, pass --cross-encoder, or "
                               f"run without the CE configurations (--no-ce)")
-        ds = _load_dataset(dataset)
-        notes = _DatasetWarnings(ds)
-        notes.flush()
-        ds.split(split)  # an unknown split fails here, before the index is built
-        notes.flush()
-        idx = _open_or_build(dataset, index_dir)
-        ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
-        notes.flush()
-        llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"]) if use_llm else None
-        ce = CrossEncoderReranker(idx, cross_encoder or str(default_reranker_dir()), k=100,
-                                  backend="onnx", max_length=128) if use_ce else None
-        weights: object = STATIC_WEIGHTS
-        if tune_weights:
-            from intentrank.tune.modality import modality_weights_for
-
-            weights, source = modality_weights_for(ds, idx, split, seed=seed, sample=sample)
-            console.print(f"modality weights: {escape(source)}")
-        report = ablate_dataset(ds, idx, split, sample, seed, llm=llm, cross_encoder=ce,
-                                dynamic=dynamic and use_llm, baseline=baseline,
-                                weights=weights, ce_depth=ce_depth,
-                                listwise_chars=listwise_chars, ce_rrf=ce_rrf,
-                                log=lambda m: console.print(f"  {escape(m)}"))
-        paths = write_report(report, target)
+        without = ([] if use_ce else ["cross_encoder"]) + ([] if use_llm else ["llm"]) + (
+            [] if dynamic else ["dynamic"])
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
-    print(report.to_markdown())
+    _run_experiment_file(spec, target, dataset, index_dir, without)
+
+
+def _run_experiment_file(spec: Any, target: Path, dataset: Path | None, index_dir: Path | None,
+                         without: list[str]) -> None:
+    """Run an experiment, print its Markdown report, write .md/.html/.json at ``target``
+    and the LLM health lines (each LLM request counted once across pipelines)."""
+    from intentrank.eval.harness import load_experiment_dataset, run_experiment
+    from intentrank.report import report_paths, write_report
+    from intentrank.report.markdown import render
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        for path in report_paths(target):
+            _output_file(path, "--out")
+        ds = _load_dataset(dataset) if dataset else load_experiment_dataset(spec, DEFAULT_DATA)
+        notes = _DatasetWarnings(ds)
+        notes.flush()
+        ds.split(spec.split)  # an unknown split fails here, before the index is built
+        notes.flush()
+        idx = _open_or_build(ds.root, index_dir or (Path(spec.index) if spec.index else None))
+        ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
+        notes.flush()
+        result = run_experiment(spec, index=idx, dataset=ds, without=without,
+                                log=lambda m: console.print(f"  {escape(m)}"),
+                                **_llm_resources())
+        paths = write_report(result, target)
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    print(render(result))
     console.print("[green]wrote[/] " + escape(", ".join(str(p) for p in paths)))
-    # the configurations share stage outputs (Cached): each LLM step is counted once
-    _llm_health([r.trace for r in report.results])
+    _llm_health([r.trace for r in result.pipelines])
+
+
+@app.command("experiment")
+def experiment_cmd(
+    file: Annotated[str, typer.Argument(help="Experiment file (YAML) or shipped name "
+                                        "(cascade-ablation, fuq).")],
+    sample: Annotated[int, typer.Option(help="Sample this many queries instead of the file's "
+                                        "sample (0 = the whole split).")] = None,  # type: ignore[assignment]
+    seed: Annotated[int, typer.Option(help="Seed of the sample (default: the file's).")] =
+        None,  # type: ignore[assignment]
+    out_path: Annotated[Path, typer.Option("--out", help="Report path without suffix; writes "
+                                           ".md, .html and .json (default "
+                                           "runs/experiments/<file name>).")] = None,  # type: ignore[assignment]
+    dataset: Annotated[Path, typer.Option(help="Dataset directory (default: the file's "
+                                          "dataset under $INTENTRANK_DATA).")] = None,  # type: ignore[assignment]
+    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default: the "
+                                            "file's, else indexes/<dataset>).")] = None,  # type: ignore[assignment]
+    without: Annotated[list[str], typer.Option(help="Skip the pipelines that use this stage "
+                                               "or fusion method ('llm': every LLM stage); "
+                                               "repeatable.")] = None,  # type: ignore[assignment]
+    set_params: Annotated[list[str], typer.Option("--set", help="STAGE.PARAM=VALUE: set a "
+                                                  "parameter of every such stage (VALUE is "
+                                                  "YAML); repeatable.")] = None,  # type: ignore[assignment]
+) -> None:
+    """Run an experiment file: every pipeline on the same queries, shared prefixes computed
+    once; metrics, significance, swaps, degradations and cold latency in Markdown, HTML and
+    JSON."""
+    import yaml
+
+    from intentrank.core.registry import FUSERS, known_names
+    from intentrank.eval.spec import load_experiment
+
+    try:
+        spec = load_experiment(file)
+        if sample is not None:
+            _check_int("--sample", sample, 0)
+            spec = spec.replace(sample=sample)
+        if seed is not None:
+            _check_int("--seed", seed, 0)
+            spec = spec.replace(seed=seed)
+        if dataset is not None:
+            spec = spec.replace(dataset=str(dataset))
+        for item in set_params or []:
+            target, eq, value = item.partition("=")
+            stage, dot, param = target.partition(".")
+            if not (eq and dot and stage and param):
+                raise ConfigError(f"--set {item!r}: expected STAGE.PARAM=VALUE")
+            spec = spec.with_params(stage, **{param: yaml.safe_load(value)})
+        names = {*known_names(), *FUSERS, "llm"}
+        unknown = sorted(set(without or []) - names)
+        if unknown:
+            raise ConfigError(f"--without {unknown}: not a stage name, fusion method or "
+                              f"'llm'; known: {', '.join(sorted(names))}")
+    except (IntentrankError, ValueError, OSError, yaml.YAMLError) as exc:
+        _fail(exc)
+    target = out_path or Path("runs") / "experiments" / (
+        spec.path.stem if spec.path else "experiment")
+    _run_experiment_file(spec, target, dataset, index_dir, list(without or []))
 
 
 if __name__ == "__main__":

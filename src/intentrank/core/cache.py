@@ -29,12 +29,14 @@ def _key(r: Ranking) -> tuple:
 
 
 class Cached(Stage):
-    """Memoise ``stage`` per input ranking."""
+    """Memoise ``stage`` per input ranking. ``store``: the dict that holds the outputs, to
+    share them with other ``Cached`` wrappers of the same computation (the experiment harness
+    keeps one per canonical pipeline prefix)."""
 
-    def __init__(self, stage: Stage) -> None:
+    def __init__(self, stage: Stage, store: dict | None = None) -> None:
         self.stage = stage
         self.name = f"cached:{stage.name}"
-        self._store: dict[tuple, _Entry] = {}
+        self._store: dict[tuple, _Entry] = {} if store is None else store
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
         trace = trace if trace is not None else Trace()

@@ -49,3 +49,6 @@ class RRFFusion(FusionStage):
 
     def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         return rrf([r.doc_ids for r in rankings], k=self.k, weights=self.weights)
+
+    def describe(self) -> str:
+        return super().describe()[:-1] + f", k={self.k:g})"

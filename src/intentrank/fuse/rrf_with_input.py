@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
+from intentrank.errors import ConfigError
 from intentrank.fuse.rrf import check_rrf_k, rrf
 from intentrank.types import Ranking, Trace
 
@@ -27,3 +31,16 @@ class RRFWithInput(Stage):
 
     def describe(self) -> str:
         return f"rrf(input, {self.stage.describe()}, k={self.k:g})"
+
+
+@register_stage("rrf_with_input")
+def _rrf_with_input(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``rrf_with_input: {stage: <node>, k: 60, name: ce_rrf}``: RRF of the input ranking
+    and ``stage``'s reranking of it."""
+    from intentrank.core.config import build_pipeline
+
+    if "stage" not in params:
+        raise ConfigError("rrf_with_input: needs 'stage' (the reranker whose ranks are fused "
+                          "with its input's)")
+    inner = build_pipeline(params.pop("stage"), ctx, "rrf_with_input.stage")
+    return RRFWithInput(inner, **params)

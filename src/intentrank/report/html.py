@@ -1,5 +1,5 @@
-"""One self-contained HTML page for an experiment result: its tables and three plots (the
-primary metric per pipeline, latency breakdown per stage, swap rates per added step).
+"""One self-contained HTML page for an experiment result: its tables and up to three plots
+(the primary metric per pipeline, latency breakdown per stage, swap rates per added step).
 
 Figures are drawn with matplotlib's Agg canvas (no pyplot state, no display) and embedded as
 base64 PNG data URIs; the styles are inline, so the page needs no other file or network.
@@ -105,8 +105,6 @@ def swap_figure(res: ExperimentResult) -> Figure:
         ax.bar_label(bars, fmt="%.1f", fontsize=8)
         ax.set_xticks(range(len(names)), labels, fontsize=7)
         ax.set_title(title)
-    if not names:
-        left.text(0.5, 0.5, "no pipeline declares a parent", ha="center")
     return fig
 
 
@@ -126,7 +124,9 @@ def table_html(table: Table) -> str:
 def render(res: ExperimentResult) -> str:
     """The whole page: facts, three plots and every table of the Markdown report."""
     figures = [("per-configuration quality", metric_figure(res)),
-               ("latency breakdown", latency_figure(res)), ("swap rates", swap_figure(res))]
+               ("latency breakdown", latency_figure(res))]
+    if res.swaps:
+        figures.append(("swap rates", swap_figure(res)))
     imgs = "\n".join(f'<img alt="{html.escape(alt)}" src="{figure_png(fig)}">'
                      for alt, fig in figures)
     items = "\n".join(f"<li>{html.escape(f)}</li>" for f in header_lines(res))

@@ -1,0 +1,104 @@
+"""Tuning the static tri-modal weights on the real Cranfield index: never on test; the
+re-weighted stage scores reproduce weighted fusion; cross-validated per-query weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tolerances import F32_ABS, F32_REL
+
+from intentrank.errors import ConfigError, DataError
+from intentrank.fuse.weighted import WeightedFusion
+from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
+from intentrank.tune.grid import feature_matrix
+from intentrank.tune.modality import (
+    FEATURES,
+    PerQueryWeightedFusion,
+    cross_validated_modality_weights,
+    modality_rankings,
+    modality_weights_for,
+    simplex_grid,
+    tune_modality_on_split,
+    tune_modality_weights,
+)
+
+
+@pytest.fixture(scope="module")
+def sample(cranfield):
+    return cranfield.sample("test", 10, seed=0)
+
+
+def _legs(index, k=100):
+    return [DenseRetriever(index, k), sparse_retriever(index, k), GraphRetriever(index, k)]
+
+
+class SplitSpy:
+    """A dataset stand-in that records which split was read."""
+
+    name = "spy"
+
+    def __init__(self, queries, qrels, splits=("train", "test")) -> None:
+        self.queries, self.qrels, self.splits, self.read = queries, qrels, list(splits), []
+
+    def sample(self, split, n, seed):
+        self.read.append(split)
+        return self.queries, self.qrels
+
+
+def test_simplex_grid() -> None:
+    for step, n in ((0.1, 66), (0.05, 231)):
+        grid = simplex_grid(step)
+        assert len(grid) == n and all(sum(p) == pytest.approx(1) for p in grid)
+    with pytest.raises(ConfigError):
+        simplex_grid(0.3)
+
+
+def test_modality_tuner_refuses_test_and_weights_sum_to_one(cranfield_index, sample) -> None:
+    queries, qrels = sample
+    spy = SplitSpy(queries[:6], qrels)
+    with pytest.raises(DataError, match="on the test split"):
+        tune_modality_on_split(spy, cranfield_index, split="test")
+    res = tune_modality_on_split(spy, cranfield_index, split="train", step=0.1, k=30)
+    assert spy.read == ["train"]
+    assert set(res.best) == set(FEATURES) and sum(res.best.values()) == pytest.approx(1)
+    assert len(res.table) == 66 and res.score == max(s for _, s in res.table)
+
+
+def test_reweighting_stage_scores_reproduces_weighted_fusion(cranfield_index, sample) -> None:
+    queries = sample[0][:3]
+    rankings = modality_rankings(cranfield_index, queries, k=100)
+    fused = (WeightedFusion(_legs(cranfield_index), (0.5, 0.35, 0.15)) % 100).run(queries)
+    tri = {r.query.id: r for r in fused.rankings}
+    for r in rankings:
+        ids, mat = feature_matrix(r, FEATURES, normalise=True)
+        score = dict(zip(ids, mat @ np.array([0.5, 0.35, 0.15]), strict=True))
+        for d in tri[r.query.id].docs[:10]:
+            assert score[d.doc_id] == pytest.approx(d.score, rel=F32_REL, abs=F32_ABS)
+
+
+def test_cross_validated_weights_apply_per_query(cranfield_index, sample) -> None:
+    queries, qrels = sample
+    rankings = modality_rankings(cranfield_index, queries, k=30)
+    cv = cross_validated_modality_weights(rankings, qrels, step=0.1, folds=3, seed=1)
+    assert len(cv.folds) == 3 and set(cv.by_query) == {q.id for q in queries}
+    assert all(sum(w) == pytest.approx(1) for w in cv.by_query.values())
+    assert set(cv.run) == {q.id for q in queries}
+    best = tune_modality_weights(rankings, qrels, step=0.1)
+    assert sum(best.best.values()) == pytest.approx(1)
+    fusion = PerQueryWeightedFusion(_legs(cranfield_index, 30), cv.by_query, (0.5, 0.35, 0.15))
+    for r in fusion.run(queries[:3]).rankings:
+        ids, mat = feature_matrix(r, FEATURES, normalise=True)
+        score = dict(zip(ids, mat @ np.array(cv.by_query[r.query.id]), strict=True))
+        top = r.docs[0]
+        assert score[top.doc_id] == pytest.approx(top.score, rel=F32_REL, abs=F32_ABS)
+
+
+def test_weights_come_from_train_when_there_is_one_else_from_cv(cranfield_index, sample):
+    queries, qrels = sample
+    with_train = SplitSpy(queries[:6], qrels, splits=("train", "test"))
+    weights, how = modality_weights_for(with_train, cranfield_index, "test", k=30)
+    assert with_train.read == ["train"] and "tuned on spy/train" in how
+    assert len(weights) == 3 and sum(weights) == pytest.approx(1)
+    test_only = SplitSpy(queries[:6], qrels, splits=("test",))
+    per_query, how = modality_weights_for(test_only, cranfield_index, "test", folds=3, k=30)
+    assert "3-fold cross-validated" in how and set(per_query) == {q.id for q in queries[:6]}
