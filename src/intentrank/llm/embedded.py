@@ -82,6 +82,7 @@ class LlamaCppLLM:
         seed: int = 0,
         poll: int = 0,
     ) -> None:
+        require("xllamacpp", "llm", "the embedded LLM")  # fail when the pipeline is built
         self.n_ctx, self.n_threads, self.seed, self.poll = n_ctx, n_threads, seed, poll
         if model in REGISTRY:
             self.model, self._path = model, None
