@@ -318,3 +318,29 @@ def test_unknown_stage_is_reported_with_its_place(cranfield_index, sample) -> No
     spec = parse_experiment({**GOOD, "pipelines": {"a": [{"bm52": {"k": 10}}]}}, "exp.yaml")
     with pytest.raises(ConfigError, match=r"exp.yaml: pipelines.a\[0\]: unknown stage 'bm52'"):
         run_experiment(spec, index=cranfield_index, queries=queries, qrels=qrels)
+
+
+def test_cli_experiment_runs_a_file_and_refuses_bad_options(data_dir, cranfield_index,
+                                                            tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("dataset: cranfield\nsample: {size: 50, seed: 1}\nmetrics: [nDCG@10]\n"
+                    "baseline: bm25\npipelines:\n  bm25: [{bm25: {k: 20}}]\n"
+                    "  bm25 top-5: {parent: bm25, then: [{cutoff: 5}], adds: cut-off}\n")
+    runner, out = CliRunner(), tmp_path / "reports" / "exp"
+    res = runner.invoke(app, ["experiment", str(path), "--sample", "4", "--dataset",
+                              str(data_dir / "cranfield"), "--index",
+                              str(cranfield_index.path), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "a seed-1 sample of 4 queries" in res.stdout and "| bm25 (baseline) |" in res.stdout
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert data["n_queries"] == 4 and data["swaps"]["bm25 top-5"]["queries"] == 4
+    for args, message in [(["--without", "bm52"], "--without ['bm52']: not a stage name"),
+                          (["--set", "bm25=3"], "expected STAGE.PARAM=VALUE"),
+                          (["--set", "dense.k=3"], "no pipeline has a 'dense' stage"),
+                          (["--sample", "-1"], "--sample must be >= 0")]:
+        res = runner.invoke(app, ["experiment", str(path), *args])
+        assert res.exit_code == 2 and message in res.output, (args, res.output)

@@ -305,12 +305,42 @@ def _report(raw: Any, where: str) -> list[TableSpec]:
         here = f"{where}[{i}]"
         item = {"table": item} if isinstance(item, str) else _mapping(
             item, here, ("table", "title", "metrics", "pipelines"))
-        kind = item.get("table")
-        if kind not in TABLES:
-            raise ConfigError(f"{here}: unknown table {kind!r}; one of {', '.join(TABLES)}")
-        out.append(TableSpec(kind, str(item.get("title") or ""),
+        if item.get("table") not in TABLES:
+            raise ConfigError(f"{here}: unknown table {item.get('table')!r}; one of "
+                              f"{', '.join(TABLES)}")
+        out.append(TableSpec(item["table"], str(item.get("title") or ""),
                              _strings(item.get("metrics", []), f"{here}.metrics"),
                              _strings(item.get("pipelines", []), f"{here}.pipelines")))
+    return out
+
+
+# sections of an experiment file: key -> {sub-key: default}; the default's type is checked
+_SECTIONS: dict[str, dict[str, Any]] = {
+    "sample": {"size": 0, "seed": 0}, "swaps": {"depth": 10}, "degradations": {"worst": 5},
+    "significance": {"metrics": [], "alpha": 0.05, "permutations": 10_000, "seed": None},
+    "variants": {"metrics": []}, "references": {"source": "", "values": {}},
+    "latency": {"cold": True, "warm_up": True, "columns": {}, "llm_columns": {}},
+}
+
+
+def _section(top: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    raw, defaults = top.get(key), _SECTIONS[key]
+    if key == "sample" and isinstance(raw, int) and not isinstance(raw, bool):
+        raw = {"size": raw}
+    given = _mapping(raw, f"{where}: {key}", tuple(defaults))
+    out = {}
+    for sub, default in defaults.items():
+        value, here = given.get(sub, default), f"{where}: {key}.{sub}"
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ConfigError(f"{here}: expected true or false, got {value!r}")
+        if isinstance(default, float) and (isinstance(value, bool) or not isinstance(
+                value, int | float) or not 0 < value < 1):
+            raise ConfigError(f"{here}: expected a number in (0, 1), got {value!r}")
+        if (default is None and value is not None) or type(default) is int:
+            value = _int(value, here, 1 if sub in ("depth", "permutations") else 0)
+        out[sub] = (_strings(value, here) if isinstance(default, list) else
+                    _mapping(value, here) if isinstance(default, dict) else
+                    str(value) if isinstance(default, str) else value)
     return out
 
 
@@ -319,68 +349,38 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     """An :class:`ExperimentSpec` from a parsed YAML/JSON document; ``where`` names it in
     errors, ``base`` is the directory config paths are relative to, ``path`` its file."""
     top = _mapping(data, where, _TOP)
-    if not top:
-        raise ConfigError(f"{where}: an experiment file is a mapping with pipelines, "
-                          f"metrics and a dataset")
     if "metrics" not in top or "pipelines" not in top:
-        raise ConfigError(f"{where}: needs 'metrics' and 'pipelines'")
-    raw_pipes = _mapping(top["pipelines"], f"{where}: pipelines")
+        raise ConfigError(f"{where}: an experiment file needs 'metrics' and 'pipelines'")
     specs, thens = [], {}
-    for name, raw in raw_pipes.items():
+    for name, raw in _mapping(top["pipelines"], f"{where}: pipelines").items():
         spec, then = _entry(name, raw, base, f"{where}: pipelines.{name}")
         specs.append(spec)
         if then is not None:
             thens[name] = then
     _resolve_then(specs, thens, where)
-    sample = top.get("sample", 0)
-    sample = {"size": sample} if isinstance(sample, int) else _mapping(
-        sample, f"{where}: sample", ("size", "seed"))
-    sig = _mapping(top.get("significance"), f"{where}: significance",
-                   ("metrics", "alpha", "permutations", "seed"))
-    alpha = sig.get("alpha", 0.05)
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
-        raise ConfigError(f"{where}: significance.alpha: expected a number in (0, 1), got "
-                          f"{alpha!r}")
-    lat = _mapping(top.get("latency"), f"{where}: latency",
-                   ("cold", "warm_up", "columns", "llm_columns"))
-    for key in ("cold", "warm_up"):
-        if not isinstance(lat.get(key, True), bool):
-            raise ConfigError(f"{where}: latency.{key}: expected true or false")
-    columns = {c: _strings(v, f"{where}: latency.columns.{c}") for c, v in
-               _mapping(lat.get("columns"), f"{where}: latency.columns").items()}
-    llm_columns = {s: _str(c, f"{where}: latency.llm_columns.{s}") for s, c in
-                   _mapping(lat.get("llm_columns"), f"{where}: latency.llm_columns").items()}
-    refs = _mapping(top.get("references"), f"{where}: references", ("source", "values"))
+    sec = {key: _section(top, key, where) for key in _SECTIONS}
+    lat, refs = sec["latency"], sec["references"]
     values = {n: {m: float(v) for m, v in _mapping(ref, f"{where}: references.values.{n}")
-                  .items()}
-              for n, ref in _mapping(refs.get("values"), f"{where}: references.values").items()}
-    indexes = {n: _mapping(v, f"{where}: indexes.{n}")
-               for n, v in _mapping(top.get("indexes"), f"{where}: indexes").items()}
+                  .items()} for n, ref in refs["values"].items()}
     opt = {k: _str(top[k], f"{where}: {k}") for k in
            ("title", "description", "dataset", "split", "index", "primary_metric", "baseline")
            if top.get(k) is not None}
     return ExperimentSpec(
         specs, _strings(top["metrics"], f"{where}: metrics"), **opt,
-        sample=_int(sample.get("size", 0), f"{where}: sample.size"),
-        seed=_int(sample.get("seed", 0), f"{where}: sample.seed"), indexes=indexes,
-        test_metrics=_strings(sig.get("metrics", []), f"{where}: significance.metrics"),
-        alpha=float(alpha),
-        permutations=_int(sig.get("permutations", 10_000), f"{where}: significance.permutations",
-                          1),
-        test_seed=(_int(sig["seed"], f"{where}: significance.seed") if "seed" in sig
-                   else None),
-        swap_depth=_int(_mapping(top.get("swaps"), f"{where}: swaps", ("depth",))
-                        .get("depth", 10), f"{where}: swaps.depth", 1),
-        worst=_int(_mapping(top.get("degradations"), f"{where}: degradations", ("worst",))
-                   .get("worst", 5), f"{where}: degradations.worst"),
-        variant_metrics=_strings(_mapping(top.get("variants"), f"{where}: variants",
-                                          ("metrics",)).get("metrics", []),
-                                 f"{where}: variants.metrics"),
-        latency=LatencySpec(lat.get("cold", True), lat.get("warm_up", True), columns,
-                            llm_columns),
+        sample=sec["sample"]["size"], seed=sec["sample"]["seed"],
+        indexes={n: _mapping(v, f"{where}: indexes.{n}")
+                 for n, v in _mapping(top.get("indexes"), f"{where}: indexes").items()},
+        test_metrics=sec["significance"]["metrics"], alpha=float(sec["significance"]["alpha"]),
+        permutations=sec["significance"]["permutations"], test_seed=sec["significance"]["seed"],
+        swap_depth=sec["swaps"]["depth"], worst=sec["degradations"]["worst"],
+        variant_metrics=sec["variants"]["metrics"],
+        latency=LatencySpec(lat["cold"], lat["warm_up"], {
+            c: _strings(v, f"{where}: latency.columns.{c}") for c, v in lat["columns"].items()},
+            {s: _str(c, f"{where}: latency.llm_columns.{s}")
+             for s, c in lat["llm_columns"].items()}),
         report=(_report(top["report"], f"{where}: report") if "report" in top
                 else [TableSpec(k) for k in DEFAULT_REPORT]),
-        references=values, reference_source=str(refs.get("source", "")),
+        references=values, reference_source=refs["source"],
         notes=_strings(top.get("notes", []), f"{where}: notes"), path=path, source=where,
     ).check()
 
