@@ -17,7 +17,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import header, write_section  # noqa: E402
+from report import header, run_each_in_subprocess, write_section  # noqa: E402
 
 PROMPTS = [
     "A user searched for: boundary layer transition on a flat plate. Write 3 short follow-up "
@@ -144,14 +143,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.one)))
         return
-    results = []
-    for n in (int(x) for x in args.threads.split(",")):
-        print(f"[bench] {n} thread(s) ...", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, __file__, "--one", str(n)], capture_output=True,
-                              text=True, check=False)
-        if proc.returncode != 0:
-            sys.exit(f"{n} threads failed:\n{proc.stderr[-3000:]}")
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = run_each_in_subprocess(__file__, args.threads.split(","), " thread(s)")
     md = to_markdown(results)
     print(md)
     if args.json:

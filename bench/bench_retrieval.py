@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, run_each_in_subprocess, write_section  # noqa: E402
 
 COLLECTIONS = {"scifact": "test", "cranfield": "test", "vaswani": "test"}
 SYSTEMS = ["bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted"]
@@ -160,14 +159,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.one, COLLECTIONS[args.one])))
         return
-    results = []
-    for name in args.only or COLLECTIONS:
-        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, __file__, "--one", name], capture_output=True,
-                              text=True, check=False)
-        if proc.returncode != 0:
-            sys.exit(f"{name} failed:\n{proc.stderr[-3000:]}")
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = run_each_in_subprocess(__file__, list(args.only or COLLECTIONS))
     md = to_markdown(results)
     print(md)
     if args.json:

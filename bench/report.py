@@ -47,3 +47,20 @@ def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
         text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def run_each_in_subprocess(script: str, keys: list[str], label: str = "") -> list[dict]:
+    """Run ``script --one KEY`` for each key in a fresh process (no state shared between
+    measurements) and collect the JSON each prints on its last line; exit on a failure."""
+    import json
+    import subprocess
+
+    results = []
+    for key in keys:
+        print(f"[bench] {key}{label} ...", file=sys.stderr, flush=True)
+        proc = subprocess.run([sys.executable, script, "--one", key], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            sys.exit(f"{key}{label} failed:\n{proc.stderr[-3000:]}")
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return results

@@ -124,13 +124,19 @@ def builtin_pipelines() -> list[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
 
 
-def resolve_pipeline(name_or_path: str | Path) -> Path:
-    """A config file path, or the shipped config of that name (``bm25``, ``rrf``, ...)."""
+def resolve_shipped(name_or_path: str | Path, directory: Path, what: str) -> Path:
+    """A YAML file path, or the file of that name shipped in ``directory``; ``what`` names
+    the kind of file in the error ("pipeline config", "experiment file")."""
     path = Path(name_or_path)
     if path.is_file():
         return path
-    shipped = BUILTIN_DIR / f"{name_or_path}.yaml"
+    shipped = directory / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
-    raise ConfigError(f"no pipeline config {str(name_or_path)!r}: give a YAML file or one of "
-                      f"{', '.join(builtin_pipelines())}")
+    names = ", ".join(sorted(p.stem for p in directory.glob("*.yaml")))
+    raise ConfigError(f"no {what} {str(name_or_path)!r}: give a YAML file or one of {names}")
+
+
+def resolve_pipeline(name_or_path: str | Path) -> Path:
+    """A config file path, or the shipped config of that name (``bm25``, ``rrf``, ...)."""
+    return resolve_shipped(name_or_path, BUILTIN_DIR, "pipeline config")

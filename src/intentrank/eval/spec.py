@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from intentrank.core.config import resolve_shipped
 from intentrank.errors import ConfigError
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent.parent / "experiments"
@@ -392,14 +393,7 @@ def shipped_experiments() -> list[str]:
 
 def resolve_experiment(name_or_path: str | Path) -> Path:
     """An experiment file path, or the shipped experiment of that name."""
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    shipped = EXPERIMENTS_DIR / f"{name_or_path}.yaml"
-    if shipped.is_file():
-        return shipped
-    raise ConfigError(f"no experiment file {str(name_or_path)!r}: give a YAML file or one of "
-                      f"{', '.join(shipped_experiments())}")
+    return resolve_shipped(name_or_path, EXPERIMENTS_DIR, "experiment file")
 
 
 def load_experiment(name_or_path: str | Path) -> ExperimentSpec:

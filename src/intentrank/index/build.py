@@ -20,7 +20,6 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from intentrank.data.corpus import chunk_documents
 from intentrank.errors import DataError, IndexMismatchError
+from intentrank.extras import package_versions
 from intentrank.index import layout
 from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
 from intentrank.index.entities import build_entity_graph, extract_entities, pagerank
@@ -45,12 +45,8 @@ Progress = Callable[[str], None]
 
 
 def _versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("intentrank", "bm25s", "sentence-transformers", "scikit-learn", "networkx",
-                "numpy", "torch"):
-        with contextlib.suppress(PackageNotFoundError):
-            out[pkg] = version(pkg)
-    return out
+    return package_versions(("intentrank", "bm25s", "sentence-transformers", "scikit-learn",
+                             "networkx", "numpy", "torch"))
 
 
 def _doc_lines(docs: Iterable[Document], settings: IndexSettings

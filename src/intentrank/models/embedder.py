@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from intentrank.errors import ModelError
-from intentrank.models.inputs import clip_texts, minilm_path
+from intentrank.models.inputs import PrefixedEncoder, clip_texts, minilm_path
 
 DEFAULT_EMBEDDER = "minilm"
 class Embedder(Protocol):
@@ -30,7 +30,7 @@ class Embedder(Protocol):
     ) -> np.ndarray: ...
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(PrefixedEncoder):
     """sentence-transformers backend (torch, CPU by default)."""
 
     def __init__(
@@ -65,13 +65,6 @@ class SentenceTransformerEmbedder:
         )
         return np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.query_prefix + t for t in texts], 64, False)
-
-    def encode_passages(
-        self, texts: Sequence[str], batch_size: int = 64, progress: bool = False
-    ) -> np.ndarray:
-        return self._encode([self.passage_prefix + t for t in texts], batch_size, progress)
 
 
 def load_embedder(

