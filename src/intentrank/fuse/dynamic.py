@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_int, check_number
+from intentrank.core.protocols import LLMLike
 from intentrank.core.registry import BuildContext, register_fuser
 from intentrank.core.stage import Stage
 from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
@@ -87,7 +88,7 @@ class DynamicWeightedFusion(WeightedFusion):
 
     method = "dynamic"
 
-    def __init__(self, branches: Sequence[Stage], llm: Any, tolerance: float = 0.01,
+    def __init__(self, branches: Sequence[Stage], llm: LLMLike, tolerance: float = 0.01,
                  max_tokens: int | None = None, structured: bool = False,
                  repair_range: Sequence[float] | None = None,
                  prompt: str = "modality_weights") -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
+from intentrank.core.protocols import LLMLike
 from intentrank.llm.base import LLMReply
 from intentrank.llm.parsing import Repaired
 from intentrank.llm.prompts import PromptContract, load_contract
@@ -116,7 +117,7 @@ def _message(exc: BaseException) -> str:
 
 
 def run_step(
-    llm: Any,
+    llm: LLMLike,
     contract: PromptContract | str,
     items: Sequence[Vars],
     *,

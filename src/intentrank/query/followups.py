@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from intentrank.core.params import check_int
+from intentrank.core.protocols import LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.llm.base import Message
@@ -43,7 +44,7 @@ class FollowUpPredictor(Stage):
     ``{m}`` and ``{query}``; ``max_tokens`` defaults to the contract's.
     """
 
-    def __init__(self, llm: Any, m: int = 2, max_tokens: int | None = None,
+    def __init__(self, llm: LLMLike, m: int = 2, max_tokens: int | None = None,
                  prompt: str = "followups", name: str = "followups") -> None:
         m = check_int("m (follow-ups per query)", m)
         self.contract = load_contract(prompt)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_int
+from intentrank.core.protocols import LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.fuse.rrf import check_rrf_k, rrf
@@ -20,7 +21,7 @@ class MultiQueryRetriever(Stage):
 
     A reply with no usable variant retrieves with the query alone (a counted fallback)."""
 
-    def __init__(self, llm: Any, retriever: Stage, n: int = 3, k: float = 60,
+    def __init__(self, llm: LLMLike, retriever: Stage, n: int = 3, k: float = 60,
                  max_tokens: int | None = None, name: str = "multi_query") -> None:
         if not isinstance(retriever, Stage):
             raise ParameterError(f"retriever must be a stage, got {retriever!r}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from intentrank.core.params import check_int
+from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.index.store import Index
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Ranking, Trace
@@ -24,7 +24,7 @@ NO_OUTPUT = "NO_OUTPUT"
 class ContextualCompression(Stage):
     """Keep the top ``k`` candidates the LLM finds a relevant part in; drop the rest."""
 
-    def __init__(self, index: Index, llm: Any, k: int = 5, max_passage_chars: int = 800,
+    def __init__(self, index: IndexLike, llm: LLMLike, k: int = 5, max_passage_chars: int = 800,
                  max_tokens: int | None = None, name: str = "compression") -> None:
         k = check_int("k", k)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)

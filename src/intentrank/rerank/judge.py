@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from intentrank.core.params import check_int
+from intentrank.core.protocols import IndexLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.llm.base import LLM, LLMReply, Message
@@ -50,7 +51,7 @@ class LLMJudge(Stage):
 
     def __init__(
         self,
-        index: Any,
+        index: IndexLike,
         llm: LLMClient | LLM | str = "embedded",
         k: int = 20,
         max_passage_chars: int = 1000,

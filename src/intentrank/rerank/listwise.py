@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_int, check_optional_int
+from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.index.store import Index
 from intentrank.llm.base import Message
 from intentrank.llm.parsing import repair_order
 from intentrank.llm.prompts import load_contract
@@ -34,7 +34,7 @@ __all__ = ["ListwiseReranker", "repair_order"]  # repair_order lives in llm.pars
 class ListwiseReranker(Stage):
     """Reorder the top ``depth`` candidates with an LLM (single or sliding window)."""
 
-    def __init__(self, index: Index, llm: Any, depth: int = 5, window: int | None = None,
+    def __init__(self, index: IndexLike, llm: LLMLike, depth: int = 5, window: int | None = None,
                  step: int | None = None, max_passage_chars: int = 600,
                  max_tokens: int | None = None, structured: bool = False,
                  name: str = "listwise") -> None:

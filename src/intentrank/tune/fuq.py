@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.data.dataset import refuse_test_split
 from intentrank.data.trec import Qrels, Run
 from intentrank.errors import ConfigError
@@ -31,8 +32,8 @@ def to_weights(point: dict[str, float]) -> list[float]:
     return FUQWeights(point["alpha"], point["beta"], point["gamma"]).vector().tolist()
 
 
-def fuq_pipeline(index: Any, llm: Any, weights: FUQWeights | None = None, depth: int = 100,
-                 m: int = 2) -> Any:
+def fuq_pipeline(index: IndexLike, llm: LLMLike, weights: FUQWeights | None = None,
+                 depth: int = 100, m: int = 2) -> Any:
     """dense(top ``depth``) >> M follow-ups >> FUQ rerank: the pipeline the paper evaluates."""
     from intentrank.query.followups import FollowUpPredictor
     from intentrank.retrieve.retrievers import DenseRetriever
@@ -66,7 +67,7 @@ def _check_scored(rankings: Sequence[Ranking]) -> None:
                               f"{FEATURES[0]!r} stage score); tune on fuq_pipeline output")
 
 
-def tune_fuq_on_split(dataset: Any, index: Any, llm: Any, split: str = "train",
+def tune_fuq_on_split(dataset: Any, index: IndexLike, llm: LLMLike, split: str = "train",
                       metric: str = "nDCG@3", sample: int = 0, seed: int = 0,
                       grid: Grid | None = None, trace: Trace | None = None) -> TuneResult:
     """Run the FUQ pipeline on ``split`` (optionally a fixed-seed sample) and grid-search the

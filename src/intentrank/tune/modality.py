@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from intentrank.core.protocols import IndexLike
 from intentrank.core.stage import Stage
 from intentrank.data.dataset import refuse_test_split
 from intentrank.data.trec import Qrels, Run
@@ -59,7 +60,7 @@ class _Simplex:
                           result.n_queries, [(self.named(p), s) for p, s in result.table])
 
 
-def modality_rankings(index: Any, queries: Sequence[Query], k: int = 100) -> list[Ranking]:
+def modality_rankings(index: IndexLike, queries: Sequence[Query], k: int = 100) -> list[Ranking]:
     """Each leg's top ``k`` fused without a cut-off, so every grid point ranks the same
     candidates with the legs' scores in the stage scores."""
     from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
@@ -116,7 +117,7 @@ def cross_validated_modality_weights(
     return CrossValidatedWeights(run, [simplex.translate(r) for r in results], by_query)
 
 
-def tune_modality_on_split(dataset: Any, index: Any, split: str = "train",
+def tune_modality_on_split(dataset: Any, index: IndexLike, split: str = "train",
                            metric: str = "nDCG@10", step: float = 0.1, sample: int = 0,
                            seed: int = 0, k: int = 100) -> TuneResult:
     """Grid-search the static weights on ``split`` (optionally a fixed-seed sample)."""
@@ -126,7 +127,7 @@ def tune_modality_on_split(dataset: Any, index: Any, split: str = "train",
 
 
 def modality_weights_for(
-    dataset: Any, index: Any, eval_split: str = "test", metric: str = "nDCG@10",
+    dataset: Any, index: IndexLike, eval_split: str = "test", metric: str = "nDCG@10",
     step: float = 0.1, folds: int = 5, seed: int = 0, k: int = 100, sample: int = 0,
 ) -> tuple[ModalityWeights | dict[str, ModalityWeights], str]:
     """Weights for evaluating on ``eval_split`` and how they were obtained: tuned on a train
