@@ -25,6 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
+    from intentrank.llm.base import ChatParams
     from intentrank.llm.embedded import LlamaCppLLM
     from intentrank.rerank.listwise import ListwiseReranker
     from intentrank.retrieve.retrievers import BM25Retriever
@@ -43,7 +44,7 @@ def main() -> None:
         for i, (q, ids) in enumerate(zip(queries, top5, strict=True)):
             messages = stage.messages(q.text, [index.doc_text(d) for d in ids])
             start = time.perf_counter()
-            reply = llm.chat(messages, max_tokens=stage.max_tokens)
+            reply = llm.chat(messages, ChatParams(max_tokens=stage.max_tokens))
             if i:  # the first call of a setting warms the KV cache
                 secs.append(time.perf_counter() - start)
                 prompt.append(reply.prompt_tokens)

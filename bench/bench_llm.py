@@ -57,7 +57,14 @@ def _compute_s(raw: dict) -> float:
 
 
 def run_one(n_threads: int) -> dict:
-    from intentrank.llm import LlamaCppLLM, LLMClient, OpenAICompatibleLLM, gguf_path, user
+    from intentrank.llm import (
+        ChatParams,
+        LlamaCppLLM,
+        LLMClient,
+        OpenAICompatibleLLM,
+        gguf_path,
+        user,
+    )
     from intentrank.rerank.judge import judge_messages
 
     gguf_path()  # assembled (or trusted) before timing the load
@@ -83,7 +90,7 @@ def run_one(n_threads: int) -> dict:
     judge_msgs = [judge_messages("hypersonic heat transfer", f"[{i}] {passage * 2}")
                   for i in range(8)]
     start = time.perf_counter()
-    judged = [llm.chat(m, max_tokens=2, logprobs=10) for m in judge_msgs]
+    judged = [llm.chat(m, ChatParams(max_tokens=2, logprobs=10)) for m in judge_msgs]
     judge_s = (time.perf_counter() - start) / len(judge_msgs)
     cached_frac = statistics.mean(
         (r.raw["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
@@ -95,7 +102,7 @@ def run_one(n_threads: int) -> dict:
     over: dict[str, list[float]] = {"embedded": [], "http": []}
     for i in range(5):
         for name, backend in (("embedded", llm), ("http", http)):
-            r = backend.chat(user(f"Say the number {i} {name}."), max_tokens=4)
+            r = backend.chat(user(f"Say the number {i} {name}."), ChatParams(max_tokens=4))
             over[name].append(r.seconds - _compute_s(r.raw))
     return {
         "n_threads": n_threads, "load_s": load_s,

@@ -18,7 +18,7 @@ from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError, DataError, IntentrankError
 from intentrank.fuse.dynamic import validate_weights
-from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import (
     Parsed,
@@ -49,8 +49,7 @@ class FakeLLM:
 
     name = "fake:property"
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-             stop: list[str] | None = None, logprobs: int = 0) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         return LLMReply('1. What is lift?\n2. Why drag?\n[2, 1, 3]\n'
                         '{"dense": 0.5, "sparse": 0.3, "graph": 0.2}\nyes')
 

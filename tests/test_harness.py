@@ -45,7 +45,7 @@ class FakeLLM:
     def __init__(self) -> None:
         self.calls = 0
 
-    def chat(self, messages, **kwargs) -> LLMReply:
+    def chat(self, messages, params) -> LLMReply:
         self.calls += 1
         digest = int(hashlib.sha1(messages[-1]["content"].encode()).hexdigest(), 16)
         return LLMReply(f"{WEIGHT_REPLIES[digest % 4]} [2, 1, 3, 4, 5]", 50, 12)

@@ -13,7 +13,7 @@ from intentrank.core.cache import Cached
 from intentrank.core.stage import Stage
 from intentrank.errors import ModelError
 from intentrank.index.store import Hits
-from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.llm.health import (
     StageHealth,
@@ -75,8 +75,7 @@ class FakeLLM:
         self.bad, self.failing, self.calls = bad, failing, 0
         self.lock = threading.Lock()
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-             stop: list[str] | None = None, logprobs: int = 0) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         text = messages[-1]["content"]
         with self.lock:
             self.calls += 1
@@ -185,8 +184,7 @@ class AblationLLM:
         self.calls = {"weights": 0, "listwise": 0}
         self.lock = threading.Lock()
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-             stop: list[str] | None = None, logprobs: int = 0) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         text = messages[-1]["content"]
         kind = "listwise" if text.startswith("Rank the") else "weights"
         with self.lock:

@@ -12,7 +12,7 @@ from tolerances import F32_ABS
 
 from intentrank.core.config import resolve_pipeline
 from intentrank.errors import ConfigError, DataError
-from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.pipelines import pipeline_from_config
 from intentrank.types import Query
@@ -27,8 +27,7 @@ class ScriptedLLM:
         self.replies = replies
         self.calls: list[str] = []
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-             stop: list[str] | None = None, logprobs: int = 0) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         text = messages[-1]["content"]
         kind = ("followups" if "follow-up questions" in text else
                 "listwise" if text.startswith("Rank the") else

@@ -8,7 +8,14 @@ import time
 import pytest
 
 from intentrank.errors import ModelError
-from intentrank.llm.base import LLMReply, Message, TransientError, user
+from intentrank.llm.base import (
+    ChatParams,
+    LLMParameterError,
+    LLMReply,
+    Message,
+    TransientError,
+    user,
+)
 from intentrank.llm.cache import ReplyCache, cache_key
 from intentrank.llm.client import LLMClient, load_llm, make_backend
 from intentrank.rerank.judge import LLMJudge, p_yes
@@ -29,8 +36,7 @@ class FakeLLM:
         self.active = self.peak = 0
         self._lock = threading.Lock()
 
-    def chat(self, messages: list[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-             stop: list[str] | None = None, logprobs: int = 0) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         with self._lock:
             self.calls += 1
             self.active += 1
@@ -42,7 +48,7 @@ class FakeLLM:
                 raise self.error
             text = self.reply if self.reply is not None else messages[-1]["content"].upper()
             return LLMReply(text, prompt_tokens=7, completion_tokens=3,
-                            top_logprobs=dict(self.logprobs) if logprobs else {})
+                            top_logprobs=dict(self.logprobs) if params.logprobs else {})
         finally:
             with self._lock:
                 self.active -= 1
@@ -80,6 +86,26 @@ def test_cache_key_covers_backend_model_messages_and_params():
     assert k != cache_key("b", "m", user("q", system="s"), **base)
     assert k != cache_key("b", "m", user("q"), **{**base, "stop": ["\n"]})
     assert k != cache_key("b", "m", user("q"), **{**base, "logprobs": 5})
+
+
+def test_chat_params_are_checked_before_any_call(cache):
+    assert ChatParams(temperature=0, stop=["\n"]).as_dict() == {
+        "max_tokens": 256, "temperature": 0.0, "stop": ("\n",), "logprobs": 0}
+    assert ChatParams(stop=[]).stop is None and "json_schema" in ChatParams(
+        json_schema={"type": "object"}).as_dict()
+    llm = FakeLLM()
+    client = LLMClient(llm, cache=cache)
+    bad = [{"max_tokens": 0}, {"max_tokens": 2.5}, {"temperature": -1.0},
+           {"temperature": float("nan")}, {"logprobs": -1}, {"logprobs": True}, {"stop": "\n"},
+           {"stop": [1]}, {"json_schema": "object"}]
+    for params in bad:
+        with pytest.raises(LLMParameterError):
+            client.chat(user("x"), **params)
+        with pytest.raises(LLMParameterError):  # not a None from a failed call
+            client.complete_or_none(user("x"), **params)
+        with pytest.raises(LLMParameterError):
+            client.chat_many([user("x"), user("y")], on_error="none", **params)
+    assert llm.calls == 0
 
 
 def test_retries_with_exponential_backoff_then_success(cache):
@@ -177,7 +203,7 @@ def test_judge_scores_top_k_and_falls_back(cache):
                                           for i, d in enumerate("abcd")])
 
     class Answers(FakeLLM):
-        def chat(self, messages, **kw):
+        def chat(self, messages, params):
             passage = messages[-1]["content"]
             if "gamma" in passage:
                 return LLMReply("Yes", top_logprobs={"Yes": -0.05, "No": -3.0})

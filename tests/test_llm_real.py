@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from intentrank.llm.base import user
+from intentrank.llm.base import ChatParams, user
 from intentrank.llm.client import LLMClient
 from intentrank.llm.embedded import LlamaCppLLM
 from intentrank.llm.parsing import parse_json_array, parse_numbered_list
@@ -67,7 +67,7 @@ def test_json_array_prompt(client):
 
 
 def test_logprobs_of_the_first_token(llm):
-    reply = llm.chat(user("Is water wet? Answer yes or no."), max_tokens=1, logprobs=5)
+    reply = llm.chat(user("Is water wet? Answer yes or no."), ChatParams(max_tokens=1, logprobs=5))
     assert 1 <= len(reply.top_logprobs) <= 5
     assert {t.strip().lower() for t in reply.top_logprobs} & {"yes", "no"}
     assert all(lp <= 0 for lp in reply.top_logprobs.values())

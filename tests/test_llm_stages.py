@@ -16,7 +16,7 @@ from intentrank.fuse.dynamic import (
     DynamicWeightedFusion,
     validate_weights,
 )
-from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import Repaired
 from intentrank.query.followups import FollowUpPredictor
@@ -38,16 +38,16 @@ class ByQuery:
         self.active = self.peak = 0
         self._lock = threading.Lock()
 
-    def chat(self, messages: list[Message], **params: Any) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         import time
 
         with self._lock:
-            self.requests.append({"messages": messages, **params})
+            self.requests.append({"messages": messages, **params.as_dict()})
             self.active += 1
             self.peak = max(self.peak, self.active)
         try:
             time.sleep(0.02)
-            return LLMReply(self.reply(messages[-1]["content"], params))
+            return LLMReply(self.reply(messages[-1]["content"], params.as_dict()))
         finally:
             with self._lock:
                 self.active -= 1

@@ -14,7 +14,7 @@ import pytest
 
 from intentrank.errors import ModelError
 from intentrank.llm import embedded
-from intentrank.llm.base import LLMReply, Message, user
+from intentrank.llm.base import ChatParams, LLMReply, Message, user
 from intentrank.llm.cache import ReplyCache, cache_key
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import Repaired
@@ -34,9 +34,9 @@ class ScriptedLLM:
         self.active = self.peak = 0
         self._lock = threading.Lock()
 
-    def chat(self, messages: list[Message], **params: Any) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         with self._lock:
-            self.requests.append({"messages": messages, **params})
+            self.requests.append({"messages": messages, **params.as_dict()})
             self.active += 1
             self.peak = max(self.peak, self.active)
         try:
@@ -194,10 +194,10 @@ def test_embedded_backend_sends_json_schema(monkeypatch, tmp_path):
     gguf.write_bytes(b"GGUF" + b"\0" * 16)
     llm = embedded.LlamaCppLLM(str(gguf))
     schema = load_contract("modality_weights").params(structured=True)["json_schema"]
-    reply = llm.chat(user("weights?"), max_tokens=8, json_schema=schema)
+    reply = llm.chat(user("weights?"), ChatParams(max_tokens=8, json_schema=schema))
     assert reply.text == '{"dense": 1}'
     assert server.requests[0]["json_schema"] == schema
-    llm.chat(user("weights?"), max_tokens=8)
+    llm.chat(user("weights?"), ChatParams(max_tokens=8))
     assert "json_schema" not in server.requests[1] and "response_format" not in \
         server.requests[1]
 

@@ -31,7 +31,8 @@ class LLMLike(Protocol):
 
     def chat(self, messages: list[dict[str, str]], *, max_tokens: int = 256,
              temperature: float = 0.0, stop: list[str] | None = None, logprobs: int = 0,
-             trace: Trace | None = None, stage: str = "llm") -> Any: ...
+             json_schema: dict[str, Any] | None = None, trace: Trace | None = None,
+             stage: str = "llm") -> Any: ...
 
     def complete_or_none(self, messages: list[dict[str, str]], *, trace: Trace | None = None,
                          stage: str = "llm", **params: Any) -> Any: ...

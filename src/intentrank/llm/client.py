@@ -27,6 +27,7 @@ from intentrank.core.params import ParameterError, check_int, check_number
 from intentrank.errors import ModelError
 from intentrank.llm.base import (
     LLM,
+    ChatParams,
     LLMParameterError,
     LLMReply,
     Message,
@@ -122,15 +123,18 @@ class LLMClient:
         trace: Trace | None = None,
         stage: str = "llm",
     ) -> LLMReply:
-        """A reply from the cache or the backend; raises ModelError when every attempt fails.
+        """A reply from the cache or the backend; raises ModelError when every attempt fails
+        (LLMParameterError, at once, for a bad decoding parameter).
 
         ``json_schema`` asks for structured output (constrained decoding); it is handed to
         the backend, and enters the cache key, only when set."""
-        params: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature,
-                                  "stop": stop, "logprobs": logprobs}
-        if json_schema is not None:
-            params["json_schema"] = json_schema
-        key = cache_key(self.name, self.model, messages, **params)
+        params = ChatParams(max_tokens=max_tokens, temperature=temperature, stop=stop,
+                            logprobs=logprobs, json_schema=json_schema)
+        return self._chat(messages, params, trace, stage)
+
+    def _chat(self, messages: list[Message], params: ChatParams, trace: Trace | None,
+              stage: str) -> LLMReply:
+        key = cache_key(self.name, self.model, messages, **params.as_dict())
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             # what the reply cost when it was generated: cold-run latency stays reportable
             self._count(trace, stage, llm_cache_hits=1,
@@ -146,7 +150,7 @@ class LLMClient:
             try:
                 with self._slots:
                     start = time.perf_counter()  # waiting for a slot is not backend time
-                    reply = self.llm.chat(messages, **params)
+                    reply = self.llm.chat(messages, params)
             except _RETRYABLE as exc:
                 last = exc
                 self._count(trace, stage, llm_calls=1, llm_errors=1,
@@ -186,8 +190,12 @@ class LLMClient:
         **params: Any,
     ) -> LLMReply | None:
         """Like :meth:`chat`, but a failure returns None, counted and logged as ``llm_failed``."""
+        return self._complete_or_none(messages, ChatParams(**params), trace, stage)
+
+    def _complete_or_none(self, messages: list[Message], params: ChatParams,
+                          trace: Trace | None, stage: str) -> LLMReply | None:
         try:
-            return self.chat(messages, trace=trace, stage=stage, **params)
+            return self._chat(messages, params, trace, stage)
         except ModelError as exc:
             self._count(trace, stage, llm_failed=1)
             self._log(trace, stage, "llm_failed", reason=str(exc))
@@ -209,11 +217,12 @@ class LLMClient:
         """
         if on_error not in ("raise", "none"):
             raise ModelError(f"on_error must be 'raise' or 'none', got {on_error!r}")
-        call = self.complete_or_none if on_error == "none" else self.chat
+        checked = ChatParams(**params)  # a bad value fails once, before any call
+        call = self._complete_or_none if on_error == "none" else self._chat
         if len(batch) <= 1 or self.max_concurrency == 1:
-            return [call(m, trace=trace, stage=stage, **params) for m in batch]
+            return [call(m, checked, trace, stage) for m in batch]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batch))) as pool:
-            futures = [pool.submit(call, m, trace=trace, stage=stage, **params) for m in batch]
+            futures = [pool.submit(call, m, checked, trace, stage) for m in batch]
             return [f.result() for f in futures]
 
 

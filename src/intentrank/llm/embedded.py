@@ -17,7 +17,7 @@ from typing import Any
 
 from intentrank.errors import ModelError
 from intentrank.extras import require
-from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.model_files import DEFAULT_MODEL, REGISTRY, gguf_path
 
 _SERVERS: dict[tuple[Any, ...], Any] = {}
@@ -112,27 +112,19 @@ class LlamaCppLLM:
         server = _server(self.path, self.n_ctx, self.n_threads, self.seed, self.poll)
         return f"{server.listening_address}/v1"
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        stop: list[str] | None = None,
-        logprobs: int = 0,
-        json_schema: dict[str, Any] | None = None,
-    ) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         server = _server(self.path, self.n_ctx, self.n_threads, self.seed, self.poll)
         request: dict[str, Any] = {
-            "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+            "messages": messages, "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
             "seed": self.seed, "cache_prompt": True,
         }
-        if stop:
-            request["stop"] = list(stop)
-        if logprobs > 0:
-            request.update(logprobs=True, top_logprobs=int(logprobs))
-        if json_schema is not None:  # llama.cpp turns it into a grammar: constrained decoding
-            request["json_schema"] = dict(json_schema)
+        if params.stop:
+            request["stop"] = list(params.stop)
+        if params.logprobs > 0:
+            request.update(logprobs=True, top_logprobs=params.logprobs)
+        if params.json_schema is not None:  # llama.cpp: a grammar, constrained decoding
+            request["json_schema"] = dict(params.json_schema)
         try:
             with self._lock:  # time spent waiting for the one slot is not this call's
                 start = time.perf_counter()
@@ -151,7 +143,7 @@ class LlamaCppLLM:
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             completion_tokens=int(usage.get("completion_tokens", 0)),
             seconds=seconds,
-            top_logprobs=first_top_logprobs(choice) if logprobs > 0 else {},
+            top_logprobs=first_top_logprobs(choice) if params.logprobs > 0 else {},
             raw={"usage": usage, "timings": out.get("timings", {}),
                  "finish_reason": choice.get("finish_reason")},
         )

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from intentrank.errors import ModelError
 from intentrank.extras import require
-from intentrank.llm.base import LLMReply, Message, TransientError, check_timeout
+from intentrank.llm.base import ChatParams, LLMReply, Message, TransientError, check_timeout
 from intentrank.llm.embedded import first_top_logprobs
 
 DEFAULT_BASE_URL = os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
@@ -88,25 +88,17 @@ class OpenAICompatibleLLM:
             return ModelError(f"{where}: malformed reply: {exc}")
         return ModelError(f"{where}: {type(exc).__name__}: {exc}")
 
-    def chat(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        stop: list[str] | None = None,
-        logprobs: int = 0,
-        json_schema: dict[str, Any] | None = None,
-    ) -> LLMReply:
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
-                                  "max_tokens": max_tokens, "temperature": temperature,
+                                  "max_tokens": params.max_tokens,
+                                  "temperature": params.temperature,
                                   "timeout": self.timeout}
-        if stop:
-            kwargs["stop"] = list(stop)
-        if logprobs > 0:
-            kwargs.update(logprobs=True, top_logprobs=int(logprobs))
-        if json_schema is not None:
-            kwargs["response_format"] = response_format(json_schema)
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if params.logprobs > 0:
+            kwargs.update(logprobs=True, top_logprobs=params.logprobs)
+        if params.json_schema is not None:
+            kwargs["response_format"] = response_format(params.json_schema)
         start = time.perf_counter()
         try:
             resp = self._client.chat.completions.create(**kwargs)
@@ -134,7 +126,7 @@ class OpenAICompatibleLLM:
             prompt_tokens=_count(usage.get("prompt_tokens")),
             completion_tokens=_count(usage.get("completion_tokens")),
             seconds=seconds,
-            top_logprobs=first_top_logprobs(choice) if logprobs > 0 else {},
+            top_logprobs=first_top_logprobs(choice) if params.logprobs > 0 else {},
             raw={"usage": usage, "finish_reason": choice.get("finish_reason"),
                  "model": data.get("model"), "timings": data.get("timings") or {}},
         )
