@@ -39,7 +39,7 @@ def main() -> None:
     from intentrank.index import Index
     from intentrank.llm.client import load_llm
     from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
-    from intentrank.types import Trace
+    from intentrank.types import EventKind, Trace
 
     queries, _ = load_dataset(DATA / "scifact").sample("test", args.queries, seed=args.seed)
     index = Index.open(ROOT / "indexes" / "scifact")
@@ -52,10 +52,10 @@ def main() -> None:
         examples, trace = prompt_examples(fusion.contract), Trace()
         for q in queries:
             fusion.weights_for(q.text, q.id, trace)
-        events = [e for e in trace.events if e["event"] == "weights"]
+        events = [e.details for e in trace.events if e.kind == EventKind.WEIGHTS]
         llm_ws = collections.Counter(tuple(e["weights"]) for e in events if e["source"] == "llm")
-        reasons = collections.Counter(e["detail"] or e["reason"]
-                                      for e in trace.events if e["event"] == "fallback")
+        reasons = collections.Counter(e.details["detail"] or e.details["reason"]
+                                      for e in trace.events if e.kind == EventKind.FALLBACK)
         why = "; ".join(f"{r}: {c}" for r, c in reasons.most_common(3)) or "-"
         counters = trace.stage(fusion.name).counters
         cold = (counters.get("llm_seconds", 0) + counters.get("llm_cached_seconds", 0)) / len(

@@ -148,14 +148,14 @@ def test_dynamic_weights_fall_back_on_bad_replies(cranfield_index, tmp_path, rep
     res = _run_dynamic(cranfield_index, tmp_path, llm)
     st = res.trace.stage("dynamic")
     assert st.counters["fallbacks"] == 2, reason
-    events = [e for e in res.trace.events if e["event"] == "weights"]
+    events = [e.details for e in res.trace.events if e.kind == "weights"]
     assert {e["source"] for e in events} == {"rule"} and len(events) == 2
 
 
 def test_dynamic_weights_use_a_valid_reply(cranfield_index, tmp_path):
     _, llm = _client(weights='{"dense": 0.2, "sparse": 0.7, "graph": 0.1}')
     res = _run_dynamic(cranfield_index, tmp_path, llm)
-    events = [e for e in res.trace.events if e["event"] == "weights"]
+    events = [e.details for e in res.trace.events if e.kind == "weights"]
     assert [e["source"] for e in events] == ["llm", "llm"]
     assert res.trace.stage("dynamic").counters.get("fallbacks", 0) == 0
 

@@ -115,7 +115,7 @@ def test_retries_with_exponential_backoff_then_success(cache):
     assert llm.calls == 3 and waits == [0.5, 1.0]
     c = trace.stage("llm").counters
     assert c["llm_calls"] == 3 and c["llm_errors"] == 2 and c["llm_retries"] == 2
-    assert [e["event"] for e in trace.events] == ["llm_retryable_error"] * 2
+    assert [e.kind for e in trace.events] == ["llm_retryable_error"] * 2
 
 
 def test_all_attempts_fail_raises_and_complete_or_none_logs(cache):
@@ -125,8 +125,8 @@ def test_all_attempts_fail_raises_and_complete_or_none_logs(cache):
         client.chat(user("x"))
     assert client.complete_or_none(user("y"), trace=trace, stage="rw") is None
     assert trace.stage("rw").counters["llm_failed"] == 1
-    assert trace.events[-1]["event"] == "llm_failed"
-    assert "overloaded" in trace.events[-1]["reason"]
+    assert trace.events[-1].kind == "llm_failed"
+    assert "overloaded" in trace.events[-1].details["reason"]
     assert len(cache) == 0  # failures are not cached
 
 

@@ -231,7 +231,7 @@ def test_retry_after_is_honoured(server):
     assert _client(url, retries=3, sleep=waits.append).complete_or_none(
         user("q"), trace=trace, stage="s") is None
     assert script.requests == 1 and "more than max_retry_after=30 s" in \
-        trace.events[-1]["reason"]
+        trace.events[-1].details["reason"]
 
 
 def _cli_config(tmp_path, body: str = "[{bm25: {k: 10}}, {listwise: {depth: 3}}]"):

@@ -128,7 +128,7 @@ def test_stalling_server_times_out_retries_then_falls_back(fake_server):
     c = trace.stage("rewrite").counters
     assert c["llm_calls"] == 3 and c["llm_errors"] == 3 and c["llm_retries"] == 2
     assert c["llm_failed"] == 1 and script.requests == 3
-    assert "timeout" in trace.events[-1]["reason"] and trace.events[-1]["event"] == "llm_failed"
+    assert "timeout" in trace.events[-1].details["reason"] and trace.events[-1].kind == "llm_failed"
 
 
 def test_stall_then_recover(fake_server):
@@ -147,7 +147,7 @@ def test_malformed_json_is_one_clear_error(fake_server):
     trace = Trace()
     assert client.complete_or_none(user("q"), trace=trace) is None
     assert script.requests == 2  # not retried
-    assert "malformed JSON" in trace.events[-1]["reason"]
+    assert "malformed JSON" in trace.events[-1].details["reason"]
 
 
 def test_connection_refused_is_one_error_without_retries():

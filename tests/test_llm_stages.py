@@ -94,7 +94,7 @@ def test_dynamic_weights_one_batched_step_typed_fallbacks():
     c = trace.stage("dynamic").counters
     assert c["fallbacks"] == 2 and c["fallback.invalid"] == 1 and c["fallback.unparseable"] == 1
     assert "repairs" not in c
-    weights = {e["query_id"]: e for e in trace.events if e["event"] == "weights"}
+    weights = {e.query_id: e.details for e in trace.events if e.kind == "weights"}
     assert weights["q0"]["weights"] == [0.2, 0.7, 0.1] and weights["q0"]["source"] == "llm"
     assert weights["q1"]["weights"] == list(NUMERIC_WEIGHTS)  # "0.9": a numeric query
     assert weights["q2"]["weights"] == list(DEFAULT_WEIGHTS) and weights["q2"]["source"] == "rule"
@@ -112,7 +112,7 @@ def test_dynamic_weights_structured_and_counted_sum_repair():
     assert all(r["json_schema"]["title"] == "modality_weights" for r in llm.requests)
     c = trace.stage("dynamic").counters
     assert c["fallbacks"] == 1 and c["repairs"] == 1
-    weights = {e["query_id"]: e for e in trace.events if e["event"] == "weights"}
+    weights = {e.query_id: e.details for e in trace.events if e.kind == "weights"}
     assert weights["q1"]["weights"] == pytest.approx([0.5 / 0.9, 0.3 / 0.9, 0.1 / 0.9])
     assert weights["q1"]["repaired"] is True and weights["q1"]["source"] == "llm"
     assert "structured" in fusion.describe() and "repair_range=[0.8, 1.2]" in fusion.describe()

@@ -101,15 +101,15 @@ def test_run_step_counts_every_fallback_reason_and_repair():
         "fallback.unparseable": 1, "fallback.invalid": 2, "fallback.empty_reply": 1,
         "fallback.truncated": 1, "fallback.llm_failed": 1}
     assert counters["llm_failed"] == 1  # the client's own count of the failed request
-    events = [e for e in trace.events if e["event"] == "fallback"]
+    events = [e.to_dict() for e in trace.events if e.kind == "fallback"]
     assert len(events) == 6
     outside = next(e for e in events if e["query_id"] == "q-outside")
     assert outside == {"stage": "dyn", "event": "fallback", "query_id": "q-outside",
                        "reason": "invalid", "detail": "a weight outside [0, 1]: "
                                                       "(1.5, 0.3, 0.2)",
                        "reply": ANSWERS["outside"], "value": ["rule", "outside"]}
-    json.dumps(trace.events)  # events stay serialisable
-    [repair] = [e for e in trace.events if e["event"] == "repair"]
+    json.dumps([e.to_dict() for e in trace.events])  # events stay serialisable
+    [repair] = [e.to_dict() for e in trace.events if e.kind == "repair"]
     assert repair["query_id"] == "q-repair" and "renormalised" in repair["detail"]
     # one request per item, with the contract's decoding parameters and no schema
     assert len(llm.requests) == len(ANSWERS)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 
@@ -149,12 +150,37 @@ class StageTrace:
     counters: dict[str, float] = field(default_factory=dict)
 
 
+class EventKind(StrEnum):
+    """What a Trace event records."""
+
+    FALLBACK = "fallback"  # an LLM step used its fallback (details: reason, detail, reply)
+    REPAIR = "repair"  # an LLM reply was usable only after a counted repair
+    WEIGHTS = "weights"  # the modality weights a query got (details: weights, source)
+    LLM_FAILED = "llm_failed"  # an LLM request failed for good (details: reason)
+    LLM_RETRYABLE_ERROR = "llm_retryable_error"  # an LLM call failed and is retried
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One notable event of a stage, about one query when ``query_id`` is set."""
+
+    stage: str
+    kind: EventKind
+    query_id: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (reports, the service)."""
+        return {"stage": self.stage, "event": self.kind.value, "query_id": self.query_id,
+                **self.details}
+
+
 @dataclass
 class Trace:
     """Per-stage wall time and counters (LLM calls, tokens, cache hits, fallbacks)."""
 
     stages: dict[str, StageTrace] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[TraceEvent] = field(default_factory=list)
     # The part of each stage's queries, seconds and counters that was replayed from a
     # cache of another run's stage output (``pipeline.cache.Cached``) rather than computed:
     # ``{stage: {"queries": n, "seconds": s, counter: amount}}``. Counters and seconds above
@@ -188,9 +214,11 @@ class Trace:
         for key, value in amounts.items():
             mine[key] = mine.get(key, 0) + value
 
-    def log(self, stage: str, event: str, **details: Any) -> None:
-        """Record a notable event (e.g. a fallback) with its details."""
-        self.events.append({"stage": stage, "event": event, **details})
+    def log(self, stage: str, event: EventKind | str, query_id: str | None = None,
+            **details: Any) -> None:
+        """Record a notable event (e.g. a fallback) with its details; ``event`` must be an
+        :class:`EventKind` (or its value)."""
+        self.events.append(TraceEvent(stage, EventKind(event), query_id, details))
 
     def merge(self, other: Trace) -> None:
         for name, st in other.stages.items():

@@ -37,7 +37,7 @@ from intentrank.eval.metrics import EvalResult, evaluate
 from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
 from intentrank.eval.swaps import SwapStats, swap_stats
-from intentrank.types import Query, Ranking, Trace
+from intentrank.types import EventKind, Query, Ranking, Trace
 
 LLM = "llm"  # ``without`` entry: every pipeline that calls an LLM
 LEGS = ("dense", "bm25", "tfidf", "graph")
@@ -211,11 +211,12 @@ def llm_weight_summary(traces: Sequence[Trace]) -> dict[str, dict[str, Any]]:
     kinds: dict[str, dict[str, str]] = {}
     for trace in traces:
         for ev in trace.events:
-            stage, qid = ev.get("stage", ""), ev.get("query_id")
-            if ev.get("event") == "weights" and qid is not None:
-                weights.setdefault(stage, {})[qid] = ev
-            elif ev.get("event") == "fallback" and qid is not None:
-                kind = ev.get("kind") or str(ev.get("reason", "other")).split(":")[0]
+            stage, qid = ev.stage, ev.query_id
+            if ev.kind == EventKind.WEIGHTS and qid is not None:
+                weights.setdefault(stage, {})[qid] = ev.details
+            elif ev.kind == EventKind.FALLBACK and qid is not None:
+                kind = ev.details.get("kind") or str(ev.details.get("reason", "other")
+                                                     ).split(":")[0]
                 kinds.setdefault(stage, {})[qid] = kind
     out = {}
     for stage, evs in weights.items():

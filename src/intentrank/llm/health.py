@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from intentrank.types import Trace
+from intentrank.types import EventKind, Trace
 
 # A stage is an LLM stage when its trace has one of these counters.
 LLM_COUNTERS = ("llm_calls", "llm_cache_hits", "llm_failed")
@@ -118,9 +118,9 @@ def health_report(traces: Trace | Iterable[Trace] | Mapping[str, Trace],
             if label and label not in labels.setdefault(key, []):
                 labels[key].append(label)
         for ev in trace.events:  # events are logged by fresh work only
-            key = (label if separate else "", str(ev.get("stage")))
-            if ev.get("event") == "llm_failed" and key in sums:
-                last_failure[key] = str(ev.get("reason", ""))
+            key = (label if separate else "", ev.stage)
+            if ev.kind == EventKind.LLM_FAILED and key in sums:
+                last_failure[key] = str(ev.details.get("reason", ""))
 
     def n(acc: dict[str, float], key: str) -> int:
         return max(int(round(acc.get(key, 0.0))), 0)
