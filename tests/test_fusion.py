@@ -122,3 +122,14 @@ def test_fusion_parameters_are_checked():
     with pytest.raises(ValueError, match="cut-off must be >= 1, got 0"):
         a % 0
     assert RRFFusion([a, a], k=0.5).k == 0.5  # any k > 0 is fine
+
+
+def test_nested_rrf_with_its_own_k_is_not_flattened_into_the_outer_one() -> None:
+    from intentrank.fuse.rrf import RRFFusion
+
+    a, b, c = (Fixed(n, {"x": 1.0, "y": 0.5}) for n in "abc")
+    inner = RRFFusion([a, b], k=1)
+    outer = inner | c
+    assert outer.branches == [inner, c] and outer.k == 60  # k=1 kept inside
+    same = RRFFusion([a, b]) | c
+    assert same.branches == [a, b, c]  # same parameters: one fusion of three lists

@@ -33,7 +33,8 @@ class FusionStage(Stage):
 
     method = "fusion"
 
-    def __init__(self, branches: Sequence[Stage], weights: Sequence[float] | None = None) -> None:
+    def __init__(self, branches: Sequence[Stage], weights: Sequence[float] | None = None,
+                 name: str | None = None) -> None:
         if isinstance(branches, Stage | str) or not hasattr(branches, "__iter__"):
             raise ParameterError(f"{self.method} fusion takes a list of stages, got "
                                  f"{branches!r}")
@@ -42,15 +43,22 @@ class FusionStage(Stage):
             raise ParameterError(f"{self.method} fusion takes a list of stages, got "
                                  f"{branches!r}")
         flat: list[Stage] = []
-        for b in branches:  # (a | b) | c fuses all three at once, with one weight each
-            same = type(b) is type(self) and b.weights is None and weights is None
+        for b in branches:  # (a | b) | c fuses all three at once, with one weight each,
+            # unless the inner fusion has weights or other parameters (its own RRF k)
+            same = (type(b) is type(self) and b.weights is None and weights is None
+                    and b.name == b.method and b.fusion_params() == self.fusion_params())
             flat.extend(b.branches if same else [b])
         if not flat:  # zip(*[]) would silently answer no query at all
             raise ParameterError(f"{self.method} fusion needs at least one branch, got none")
         self.branches = flat
         self.weights = None if weights is None else check_weights(
             weights, len(flat), allow_all_zero=False)
-        self.name = self.method
+        self.name = name or self.method
+
+    def fusion_params(self) -> tuple:
+        """The method's own parameters (set before ``__init__`` runs): fusions of one method
+        with the same parameters merge into one when nested."""
+        return ()
 
     def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         raise NotImplementedError

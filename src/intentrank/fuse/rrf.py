@@ -42,10 +42,14 @@ class RRFFusion(FusionStage):
     method = "rrf"
 
     def __init__(
-        self, branches: Sequence[Stage], weights: Sequence[float] | None = None, k: float = 60
+        self, branches: Sequence[Stage], weights: Sequence[float] | None = None, k: float = 60,
+        name: str | None = None,
     ) -> None:
-        super().__init__(branches, weights)
         self.k = check_rrf_k(k)
+        super().__init__(branches, weights, name)
+
+    def fusion_params(self) -> tuple:
+        return (self.k,)
 
     def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
         return rrf([r.doc_ids for r in rankings], k=self.k, weights=self.weights)

@@ -88,8 +88,7 @@ def sparse_retriever(index: Index, k: int = 100, depth: int | None = None) -> St
     k = check_int("k", k)
     depth = check_optional_int("depth", depth) or k
     fused = WeightedFusion([BM25Retriever(index, depth), TfidfRetriever(index, depth)],
-                           weights=[0.5, 0.5])
-    fused.name = "sparse"
+                           weights=[0.5, 0.5], name="sparse")
     return fused % k
 
 
