@@ -102,3 +102,38 @@ def test_weights_come_from_train_when_there_is_one_else_from_cv(cranfield_index,
     test_only = SplitSpy(queries[:6], qrels, splits=("test",))
     per_query, how = modality_weights_for(test_only, cranfield_index, "test", folds=3, k=30)
     assert "3-fold cross-validated" in how and set(per_query) == {q.id for q in queries[:6]}
+
+
+def test_cli_tune_modality_saves_weights_a_config_can_load(cranfield, cranfield_index, tmp_path,
+                                                           monkeypatch) -> None:
+    """Real data: Cranfield's corpus and queries with 20 of its judged queries as a train
+    split; the tuned weights are saved by name and a weighted fusion config loads them."""
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+    from intentrank.core.saved_params import load_params
+    from intentrank.pipelines import pipeline_from_config
+
+    monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path / "cache"))
+    ds = tmp_path / "cran-train"
+    (ds / "qrels").mkdir(parents=True)
+    for f in ("corpus.jsonl", "queries.jsonl"):
+        (ds / f).symlink_to(cranfield.root / f)
+    judged = list(cranfield.qrels["test"].items())[:20]
+    (ds / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, docs in judged for d, g in docs.items()))
+    res = CliRunner().invoke(app, ["tune-modality", str(ds), "--index",
+                                   str(cranfield_index.path), "--step", "0.5",
+                                   "--name", "cran-modality"])
+    assert res.exit_code == 0, res.output
+    weights = load_params("cran-modality")
+    assert set(weights) == {"dense", "sparse", "graph"} and sum(weights.values()) == \
+        pytest.approx(1)
+    config = tmp_path / "tuned.yaml"
+    config.write_text("pipeline:\n  - fuse: {method: weighted, params: cran-modality, inputs: "
+                      "[{dense: {k: 50}}, {sparse: {k: 50}}, {graph: {k: 50}}]}\n")
+    fusion = pipeline_from_config(config, index=cranfield_index)
+    assert fusion.stages[0].weights == [weights["dense"], weights["sparse"], weights["graph"]]
+    assert fusion.search("boundary layer", k=3).docs
+    refused = CliRunner().invoke(app, ["tune-modality", str(ds), "--split", "test"])
+    assert refused.exit_code == 2 and "on the test split" in refused.output

@@ -577,6 +577,55 @@ def tune_fuq_cmd(
                   f"queries)")
 
 
+@app.command("tune-modality")
+def tune_modality_cmd(
+    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset with a training split.")],
+    name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
+                                      "(use it as `fuse: {method: weighted, params: NAME}`); "
+                                      "default modality-<dataset>.")] = "",
+    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
+                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
+    split: Annotated[str, typer.Option(help="Qrels split to tune on ('test' is refused).")] =
+        "train",
+    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@10.")] = "nDCG@10",
+    step: Annotated[float, typer.Option(help="Grid step on the weight simplex.")] = 0.1,
+    sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
+                                        "queries (0 = all).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the query sample.")] = 0,
+) -> None:
+    """Grid-search the static dense/sparse/graph weights of the weighted fusion on a training
+    split and save them by name."""
+    from intentrank.core.params import check_number
+    from intentrank.core.saved_params import save_params
+    from intentrank.data.dataset import refuse_test_split
+    from intentrank.eval.metrics import validate_metrics
+    from intentrank.tune.modality import tune_modality_on_split
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        refuse_test_split(split, "tune modality weights")
+        metric = validate_metrics([metric])[0]
+        _check_int("--sample", sample, 0)
+        check_number("--step", step, above=0)
+        if step > 0.5:
+            raise IntentrankError(f"--step must be at most 0.5, got {step}")
+        ds = _load_dataset(dataset)
+        notes = _DatasetWarnings(ds)
+        notes.flush()
+        ds.split(split)
+        idx = _open_or_build(dataset, index_dir)
+        with console.status(f"tuning modality weights on {ds.name}/{split}"):
+            res = tune_modality_on_split(ds, idx, split, metric, step, sample, seed)
+        path = save_params(name or f"modality-{ds.name}", res, dataset=ds.name, split=split,
+                           sample=sample, seed=seed, step=step)
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    w = res.best
+    console.print(f"[green]saved[/] {escape(str(path))}: dense={w['dense']} "
+                  f"sparse={w['sparse']} graph={w['graph']} ({metric} {res.score:.4f} on "
+                  f"{res.n_queries} {split} queries)")
+
+
 @app.command()
 def ablate(
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory.")],
