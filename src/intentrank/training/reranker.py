@@ -23,14 +23,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from intentrank.data.dataset import Dataset, load_dataset
+from intentrank.data.dataset import Dataset, load_dataset, refuse_test_split
 from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError, DataError, ModelError
-from intentrank.extras import require
+from intentrank.extras import package_versions, require
 from intentrank.index.store import Index
 from intentrank.types import Query
 
@@ -49,12 +48,8 @@ class TrainResult:
 
 
 def _versions() -> dict[str, str]:
-    out = {}
-    for pkg in ("intentrank", "torch", "transformers", "sentence-transformers", "tokenizers",
-                "onnx", "onnxruntime"):
-        with contextlib.suppress(PackageNotFoundError):
-            out[pkg] = version(pkg)
-    return out
+    return package_versions(("intentrank", "torch", "transformers", "sentence-transformers",
+                             "tokenizers", "onnx", "onnxruntime"))
 
 
 def _open_index(index: Index | str | Path | None, ds: Dataset, log: Log) -> Index:
@@ -71,9 +66,7 @@ def _open_index(index: Index | str | Path | None, ds: Dataset, log: Log) -> Inde
 def training_queries(ds: Dataset, split: str, max_queries: int | None, seed: int
                      ) -> tuple[list[Query], Qrels, int]:
     """The split's queries (never test), minus any that also appear in the test qrels."""
-    if split.lower() == "test":
-        raise DataError("refusing to train a reranker on the test split: train on 'train' "
-                        "(or 'dev') and keep test for evaluation", ds.root / "qrels")
+    refuse_test_split(split, "train a reranker")
     queries, qrels = ds.split(split)
     test_ids = set(ds.qrels.get("test", {}))
     kept = [q for q in queries if q.id not in test_ids]
