@@ -36,3 +36,17 @@ def cranfield_index(cranfield, tmp_path_factory):
     from intentrank.index import build_index
 
     return build_index(cranfield.corpus(), tmp_path_factory.mktemp("idx") / "cranfield")
+
+
+@pytest.fixture(scope="session")
+def small_cranfield(data_dir, tmp_path_factory):
+    """Cranfield (same corpus, so the index fingerprint matches) judged on 4 queries."""
+    src = data_dir / "cranfield"
+    root = tmp_path_factory.mktemp("small") / "cranfield"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").symlink_to(src / "corpus.jsonl")
+    (root / "queries.jsonl").symlink_to(src / "queries.jsonl")
+    lines = (src / "qrels" / "test.tsv").read_text().splitlines()
+    keep = [ln for ln in lines[1:] if ln.split("\t")[0] in {"1", "2", "4", "8"}]
+    (root / "qrels" / "test.tsv").write_text("\n".join([lines[0], *keep]) + "\n")
+    return root

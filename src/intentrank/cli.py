@@ -524,6 +524,25 @@ def train_reranker_cmd(
     console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, k: 100}}[/]")
 
 
+def _tuning_inputs(dataset: Path, index_dir: Path | None, split: str, metric: str,
+                   sample: int, purpose: str):  # noqa: ANN202 (Dataset, Index, metric name)
+    """What the tune-* commands share, checked in this order before any work: the split is
+    not test, the metric and sample are valid, the split exists (dataset warnings shown),
+    then the index is opened (or built)."""
+    from intentrank.data.dataset import refuse_test_split
+    from intentrank.eval.metrics import validate_metrics
+
+    refuse_test_split(split, purpose)
+    metric = validate_metrics([metric])[0]
+    _check_int("--sample", sample, 0)
+    ds = _load_dataset(dataset)
+    notes = _DatasetWarnings(ds)
+    notes.flush()
+    ds.split(split)  # an unknown split fails here, before the index is built
+    notes.flush()
+    return ds, _open_or_build(dataset, index_dir), metric
+
+
 @app.command("tune-fuq")
 def tune_fuq_cmd(
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset with a training split.")],
@@ -542,8 +561,6 @@ def tune_fuq_cmd(
 ) -> None:
     """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
     from intentrank.core.saved_params import save_params
-    from intentrank.data.dataset import refuse_test_split
-    from intentrank.eval.metrics import validate_metrics
     from intentrank.llm.client import load_llm
     from intentrank.tune.fuq import tune_fuq_on_split
     from intentrank.types import Trace
@@ -551,15 +568,8 @@ def tune_fuq_cmd(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     trace = Trace()
     try:
-        refuse_test_split(split, "tune FUQ weights")
-        metric = validate_metrics([metric])[0]
-        _check_int("--sample", sample, 0)
-        ds = _load_dataset(dataset)
-        notes = _DatasetWarnings(ds)
-        notes.flush()
-        ds.split(split)  # an unknown split fails here, before the index is built
-        notes.flush()
-        idx = _open_or_build(dataset, index_dir)
+        ds, idx, metric = _tuning_inputs(dataset, index_dir, split, metric, sample,
+                                         "tune FUQ weights")
         llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
         with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
             res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed, trace=trace)
@@ -597,23 +607,13 @@ def tune_modality_cmd(
     split and save them by name."""
     from intentrank.core.params import check_number
     from intentrank.core.saved_params import save_params
-    from intentrank.data.dataset import refuse_test_split
-    from intentrank.eval.metrics import validate_metrics
     from intentrank.tune.modality import tune_modality_on_split
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        refuse_test_split(split, "tune modality weights")
-        metric = validate_metrics([metric])[0]
-        _check_int("--sample", sample, 0)
-        check_number("--step", step, above=0)
-        if step > 0.5:
-            raise IntentrankError(f"--step must be at most 0.5, got {step}")
-        ds = _load_dataset(dataset)
-        notes = _DatasetWarnings(ds)
-        notes.flush()
-        ds.split(split)
-        idx = _open_or_build(dataset, index_dir)
+        check_number("--step", step, above=0, maximum=0.5)
+        ds, idx, metric = _tuning_inputs(dataset, index_dir, split, metric, sample,
+                                         "tune modality weights")
         with console.status(f"tuning modality weights on {ds.name}/{split}"):
             res = tune_modality_on_split(ds, idx, split, metric, step, sample, seed)
         path = save_params(name or f"modality-{ds.name}", res, dataset=ds.name, split=split,
