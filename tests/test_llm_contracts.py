@@ -133,7 +133,8 @@ def test_every_shipped_contract_is_complete():
         assert c.fallback.strip() and c.description.strip(), name
         assert c.parser in PARSERS and c.max_tokens >= 1 and c.temperature == 0.0
     # the decoding parameters the stages used before the contracts (cache keys unchanged)
-    assert {n: load_contract(n).max_tokens for n in names} == {
+    before = ("followups", "multi_query", "listwise", "compress", "modality_weights", "judge")
+    assert {n: load_contract(n).max_tokens for n in before} == {
         "followups": 160, "multi_query": 120, "listwise": 96, "compress": 96,
         "modality_weights": 48, "judge": 2}
 
@@ -233,7 +234,7 @@ def test_a_bad_contract_names_file_and_field(tmp_path, body, field, message):
 
 
 def test_unknown_names_and_unreadable_files(tmp_path):
-    with pytest.raises(ConfigError, match="no prompt named 'nope'.*shipped: compress"):
+    with pytest.raises(ConfigError, match="no prompt named 'nope'.*shipped: check_answerable, check_support, compress"):
         load_contract("nope")
     with pytest.raises(ConfigError, match="bad prompt name"):
         load_contract("no such?")

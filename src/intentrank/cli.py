@@ -779,5 +779,83 @@ def experiment_cmd(
     _run_experiment_file(spec, target, dataset, index_dir, list(without or []))
 
 
+@app.command("generate")
+def generate_cmd(
+    corpus: Annotated[Path, typer.Argument(help="Corpus: a BEIR directory, or a .jsonl/.csv "
+                                           "file (plain, .gz or .zip).")],
+    out_dir: Annotated[Path, typer.Argument(help="Directory for the question set (BEIR "
+                                            "layout); an earlier run there is resumed.")],
+    config: Annotated[Path, typer.Option("--config", help="Categorisation file (YAML); "
+                                         "default: the shipped DataMorgana taxonomy.")]
+        = None,  # type: ignore[assignment]
+    n: Annotated[int, typer.Option("--n", help="Questions to keep.")] = 100,
+    multi_doc: Annotated[float, typer.Option(help="Share of attempts that are two-document "
+                                             "questions.")] = 0.5,
+    minutes: Annotated[float, typer.Option(help="Stop after this many minutes, keeping "
+                                           "what was generated (0 = no limit).")] = 0.0,
+    max_attempts: Annotated[int, typer.Option(help="Stop after this many attempts (0 = 5 x "
+                                              "--n).")] = 0,
+    split: Annotated[str, typer.Option(help="Write qrels/<split>.tsv ('train' for training "
+                                       "data).")] = "test",
+    seed: Annotated[int, typer.Option(help="Random seed of the sampling.")] = 0,
+    index_dir: Annotated[Path, typer.Option("--index", help="Index of the corpus (default "
+                                            "indexes/<corpus name>, built if missing).")]
+        = None,  # type: ignore[assignment]
+    check_support: Annotated[bool, typer.Option("--check-support/--no-check-support",
+                                                help="Keep only answers the LLM finds "
+                                                "supported by the source(s).")] = True,
+    check_one_doc: Annotated[bool, typer.Option("--check-one-doc/--no-check-one-doc",
+                                                help="Drop two-document questions one "
+                                                "document answers alone.")] = True,
+) -> None:
+    """Generate questions with known source documents (single- and two-document, categories
+    sampled from a taxonomy), filtered for faithfulness; writes a BEIR dataset."""
+    from intentrank.data.dataset import CORPUS_NAMES, _first_existing
+    from intentrank.generate.categories import load_taxonomy
+    from intentrank.generate.generator import GenerationSettings, generate_questions
+    from intentrank.llm.client import load_llm
+    from intentrank.types import Trace
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        _check_int("--n", n)
+        _check_int("--max-attempts", max_attempts, 0)
+        from intentrank.core.params import check_number
+
+        check_number("--multi-doc", multi_doc, minimum=0, maximum=1)
+        check_number("--minutes", minutes, minimum=0)
+        settings = GenerationSettings(n=n, multi_doc=multi_doc, seed=seed, split=split,
+                                      max_minutes=minutes or None,
+                                      max_attempts=max_attempts or None,
+                                      check_support=check_support, check_one_doc=check_one_doc)
+        taxonomy = load_taxonomy(config)
+        source = _first_existing(corpus, CORPUS_NAMES, "corpus") if corpus.is_dir() else corpus
+        if not source.is_file():
+            raise ConfigError(f"{corpus}: no such corpus file or directory")
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"{out_dir} is a file; give a directory")
+        name = corpus.name if corpus.is_dir() else corpus.name.split(".")[0]
+        idx = _open_or_build(corpus, index_dir or Path("indexes") / name)
+        llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
+        trace = Trace()
+        report = generate_questions(idx, source, out_dir, llm, taxonomy=taxonomy,
+                                    settings=settings, trace=trace, progress=True,
+                                    log=lambda m: console.print(f"  {escape(m)}"))
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    info = report.info
+    _llm_health(trace)
+    console.print(f"[green]question set ready[/] {report.out_dir}: {report.kept} questions "
+                  f"kept of {report.attempts} attempts (stopped by "
+                  f"{info['runs'][-1]['stopped_by']}); rejected: "
+                  + (", ".join(f"{k} {v}" for k, v in info["rejected"].items()) or "none"))
+    table = Table("categorisation", "category", "attempts", "kept", "yield")
+    for group, rows in info["yield"].items():
+        for cat, row in rows.items():
+            share = f"{row['kept'] / row['attempts']:.0%}" if row["attempts"] else "-"
+            table.add_row(group, cat, str(row["attempts"]), str(row["kept"]), share)
+    console.print(table)
+
+
 if __name__ == "__main__":
     app()

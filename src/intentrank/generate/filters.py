@@ -1,0 +1,95 @@
+"""The lexical filters of question generation (the LLM checks are in ``generator.py``).
+
+Each returns ``None`` when the question passes, or a short reason in words.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how",
+    "in", "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "was", "were",
+    "what", "when", "where", "which", "who", "why", "with"
+})
+MIN_QUESTION_WORDS = 3
+MAX_QUESTION_WORDS = 60
+MAX_ANSWER_CHARS = 2000
+DISTANT_MAX_COPIED = 0.5  # share of the question's content bigrams found in the document
+DUPLICATE_JACCARD = 0.7  # word-set overlap at which two questions are near-duplicates
+
+
+def words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in words(text) if w not in STOPWORDS]
+
+
+def malformed(value: Any) -> str | None:
+    """Why a parsed reply is not a usable ``{question, answer}`` (None if it is)."""
+    if not isinstance(value, Mapping):
+        return "the reply is not a JSON object"
+    question, answer = value.get("question"), value.get("answer")
+    if not isinstance(question, str) or not isinstance(answer, str):
+        return "question and answer must both be text"
+    n = len(words(question))
+    if n < MIN_QUESTION_WORDS:
+        return f"the question has {n} word(s), fewer than {MIN_QUESTION_WORDS}"
+    if n > MAX_QUESTION_WORDS:
+        return f"the question has {n} words, more than {MAX_QUESTION_WORDS}"
+    if not answer.strip():
+        return "the answer is empty"
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"the answer has {len(answer)} characters, more than {MAX_ANSWER_CHARS}"
+    return None
+
+
+def _bigrams(tokens: list[str]) -> set[tuple[str, str]]:
+    return set(zip(tokens, tokens[1:], strict=False))
+
+
+def copied_share(question: str, document: str) -> float:
+    """The share of the question's content-word bigrams that also occur in the document
+    (0 for a question with fewer than two content words)."""
+    q = _bigrams(content_words(question))
+    if not q:
+        return 0.0
+    return len(q & _bigrams(content_words(document))) / len(q)
+
+
+def copies_wording(question: str, documents: Iterable[str],
+                   limit: float = DISTANT_MAX_COPIED) -> str | None:
+    """A reason when the question copies a source's wording (asked to be "distant")."""
+    share = max((copied_share(question, d) for d in documents), default=0.0)
+    if share > limit:
+        return f"{share:.0%} of the question's word pairs are copied from the document"
+    return None
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 1.0
+
+
+class DuplicateFilter:
+    """Remembers the kept questions; :meth:`check` says whether a new one nearly repeats one
+    (word-set Jaccard at or above ``threshold``)."""
+
+    def __init__(self, threshold: float = DUPLICATE_JACCARD) -> None:
+        self.threshold = threshold
+        self._kept: list[tuple[str, set[str]]] = []
+
+    def check(self, question: str) -> str | None:
+        mine = set(content_words(question))
+        for qid, other in self._kept:
+            score = jaccard(mine, other)
+            if score >= self.threshold:
+                return f"near-duplicate of {qid} (word overlap {score:.2f})"
+        return None
+
+    def add(self, qid: str, question: str) -> None:
+        self._kept.append((qid, set(content_words(question))))

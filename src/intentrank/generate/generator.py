@@ -1,0 +1,499 @@
+"""Generate a question set with known source documents from a corpus (DataMorgana-style).
+
+Each attempt samples, from a seed and its own number (so attempt ``i`` is the same on every
+run): single- or two-document (``multi_doc``), a user and one category per categorisation
+(:mod:`.categories`), then a source document, or a pair of related documents (dense
+neighbours that are not near-duplicates). The LLM writes a question and a reference answer
+(``generate_single`` / ``generate_pair`` prompts, JSON-schema constrained), then the filters
+run in order, the first failure rejecting the attempt:
+
+``malformed``            no usable ``{question, answer}`` (see :func:`.filters.malformed`)
+``copied_wording``       a "distant" question that copies the document's word pairs
+``near_duplicate``       nearly the same words as a question already kept
+``unsupported``          the LLM check says the answer is not grounded in the source(s)
+``support_check_failed`` the support check gave no readable verdict (rejected: kept questions
+                         are the checked ones)
+``one_doc_suffices``     two-document question that one of the documents answers alone
+``no_partner``           (before any call) a two-document draw whose document has no related,
+                         non-duplicate neighbour
+
+Every attempt is appended to ``OUT/attempts.jsonl`` as it ends, so a killed run resumes where
+it stopped (replies come back from the LLM reply cache); ``OUT`` is a BEIR directory
+(``queries.jsonl`` with categories and reference answers in ``metadata``, ``qrels/<split>.tsv``
+with one or two gold documents, a link to the corpus) plus ``generation.json`` (settings,
+model, counts, yield per category), rewritten after every kept question.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from intentrank.core.protocols import LLMLike
+from intentrank.errors import ConfigError, DataError
+from intentrank.extras import package_versions
+from intentrank.generate.categories import Category, Taxonomy, load_taxonomy
+from intentrank.generate.filters import DuplicateFilter, copies_wording, malformed, words
+from intentrank.index.store import Index
+from intentrank.llm.step import run_step
+from intentrank.types import Trace
+
+ATTEMPTS = "attempts.jsonl"
+GENERATION_JSON = "generation.json"
+STAGE = "generate"
+REASONS = ("no_partner", "malformed", "copied_wording", "near_duplicate", "unsupported",
+           "support_check_failed", "one_doc_suffices")
+# settings that may change when a run is resumed (the budget); all others must match
+BUDGET_FIELDS = {"n", "max_minutes", "max_attempts"}
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What a generated set depends on; recorded in ``generation.json``."""
+
+    n: int = 100  # questions to keep
+    multi_doc: float = 0.5  # share of attempts that are two-document questions
+    seed: int = 0
+    split: str = "test"  # qrels/<split>.tsv
+    max_minutes: float | None = None  # stop after this long (the set keeps what it has)
+    max_attempts: int | None = None  # default 5 * n
+    doc_chars: int = 1500  # each source document is clipped to this many characters
+    min_doc_words: int = 20  # shorter documents are never sampled
+    neighbours: int = 10  # two-document partners come from a document's dense top-N
+    max_pair_cosine: float = 0.95  # above: near-duplicates, not a pair
+    min_pair_cosine: float = 0.3  # below: unrelated, not a pair
+    check_support: bool = True
+    check_one_doc: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ConfigError(f"--n must be a whole number >= 1, got {self.n!r}")
+        if not 0 <= self.multi_doc <= 1:
+            raise ConfigError(f"--multi-doc must be in [0, 1], got {self.multi_doc!r}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ConfigError(f"--minutes must be > 0, got {self.max_minutes!r}")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        if not self.split or not self.split.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"--split must be a plain name (letters, digits, - or _), "
+                              f"got {self.split!r}")
+        if self.doc_chars < 100:
+            raise ConfigError(f"doc_chars must be >= 100, got {self.doc_chars}")
+        if not 0 <= self.min_pair_cosine < self.max_pair_cosine <= 1:
+            raise ConfigError("need 0 <= min_pair_cosine < max_pair_cosine <= 1")
+
+    @property
+    def attempt_limit(self) -> int:
+        return self.max_attempts if self.max_attempts is not None else 5 * self.n
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the first one."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in BUDGET_FIELDS}
+
+
+@dataclass
+class Attempt:
+    """One sampled attempt and what became of it (a line of ``attempts.jsonl``)."""
+
+    attempt: int
+    kind: str  # "single" or "pair"
+    user: str
+    categories: dict[str, str]
+    documents: list[str]
+    pair_type: str | None = None
+    question: str = ""
+    answer: str = ""
+    status: str = "kept"  # "kept" or one of REASONS
+    detail: str = ""
+    query_id: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class GenerationReport:
+    """What a run produced: the output directory, the counts and the recorded JSON."""
+
+    out_dir: Path
+    kept: int
+    attempts: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Sampler:
+    """Deterministic sampling of attempt ``i``: kind, user, categories and documents."""
+
+    def __init__(self, index: Index, taxonomy: Taxonomy, settings: GenerationSettings,
+                 eligible: list[int]) -> None:
+        self.index, self.taxonomy, self.settings = index, taxonomy, settings
+        self.eligible = eligible
+        self._eligible_set = set(eligible)
+
+    def rng(self, attempt: int) -> random.Random:
+        return random.Random(f"{self.settings.seed}:{attempt}")
+
+    def partners(self, row: int) -> list[int]:
+        """Rows of related, not near-duplicate, eligible documents (best first)."""
+        emb = self.index.embeddings
+        sims = np.asarray(emb @ emb[row], dtype=np.float32)
+        sims[row] = -np.inf
+        k = min(self.settings.neighbours * 3, len(sims) - 1)
+        if k <= 0:
+            return []
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return [int(r) for r in top
+                if self.settings.min_pair_cosine <= sims[r] <= self.settings.max_pair_cosine
+                and int(r) in self._eligible_set][: self.settings.neighbours]
+
+    def sample(self, attempt: int) -> Attempt | None:
+        """Attempt ``attempt``'s draw; None for a two-document draw with no partner."""
+        rng = self.rng(attempt)
+        pair = rng.random() < self.settings.multi_doc
+        user = self.taxonomy.users.sample(rng)
+        cats = self.taxonomy.for_pairs() if pair else self.taxonomy.question
+        categories = {c.name: c.sample(rng).name for c in cats}
+        row = self.eligible[rng.randrange(len(self.eligible))]
+        ids = [self.index.ids[row]]
+        pair_type = None
+        if pair:
+            pair_type = self.taxonomy.two_document.sample(rng).name
+            options = self.partners(row)
+            if not options:
+                return None
+            ids.append(self.index.ids[rng.choice(options)])
+        return Attempt(attempt, "pair" if pair else "single", user.name, categories, ids,
+                       pair_type)
+
+
+def _category(taxonomy: Taxonomy, categorisation: str, name: str) -> Category:
+    for c in taxonomy.question:
+        if c.name == categorisation:
+            return next(x for x in c.categories if x.name == name)
+    raise KeyError(categorisation)
+
+
+def _clip(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
+
+
+class Generator:
+    """Runs attempts against an LLM and filters them; see the module docstring."""
+
+    def __init__(self, index: Index, llm: LLMLike, taxonomy: Taxonomy,
+                 settings: GenerationSettings, trace: Trace | None = None) -> None:
+        self.index, self.llm, self.taxonomy, self.settings = index, llm, taxonomy, settings
+        self.trace = trace if trace is not None else Trace()
+        self.duplicates = DuplicateFilter()
+
+    def _text(self, doc_id: str) -> str:
+        return _clip(self.index.doc_text(doc_id), self.settings.doc_chars)
+
+    def _properties(self, a: Attempt) -> str:
+        lines = [_category(self.taxonomy, k, v).description for k, v in a.categories.items()]
+        return "\n".join(f"- {line}" for line in lines)
+
+    def _step(self, contract: str, values: dict[str, Any]) -> Any:
+        result = run_step(self.llm, contract, [values], fallback=lambda v: None,
+                          trace=self.trace, stage=STAGE, structured=True)[0]
+        return result.value if result.ok else None
+
+    def run(self, a: Attempt) -> Attempt:
+        """Generate and filter attempt ``a`` (its status and detail are set)."""
+        start = time.perf_counter()
+        texts = [self._text(d) for d in a.documents]
+        user = next(c for c in self.taxonomy.users.categories if c.name == a.user).description
+        if a.kind == "single":
+            value = self._step("generate_single", {"document": texts[0], "user": user,
+                                                   "properties": self._properties(a)})
+        else:
+            kind = next(c for c in self.taxonomy.two_document.categories
+                        if c.name == a.pair_type).description
+            value = self._step("generate_pair", {
+                "document_a": texts[0], "document_b": texts[1], "user": user, "kind": kind,
+                "properties": self._properties(a)})
+        a.status, a.detail = self._filter(a, value, texts)
+        a.seconds = round(time.perf_counter() - start, 3)
+        return a
+
+    def _filter(self, a: Attempt, value: Any, texts: list[str]) -> tuple[str, str]:
+        problem = malformed(value)
+        if problem:
+            return "malformed", problem
+        a.question, a.answer = value["question"].strip(), value["answer"].strip()
+        checks = {c for k, v in a.categories.items()
+                  for c in _category(self.taxonomy, k, v).checks}
+        if "distant_wording" in checks and (problem := copies_wording(a.question, texts)):
+            return "copied_wording", problem
+        if problem := self.duplicates.check(a.question):
+            return "near_duplicate", problem
+        if self.settings.check_support:
+            labelled = ([f"Document:\n{texts[0]}"] if len(texts) == 1 else
+                        [f"Document {i}:\n{t}" for i, t in enumerate(texts, 1)])
+            verdict = self._step("check_support", {"documents": "\n\n".join(labelled),
+                                                   "question": a.question,
+                                                   "answer": a.answer})
+            if not isinstance(verdict, dict) or not isinstance(verdict.get("supported"), bool):
+                return "support_check_failed", "no readable verdict from the support check"
+            if not verdict["supported"]:
+                return "unsupported", "the check found the answer not supported"
+        if a.kind == "pair" and self.settings.check_one_doc:
+            for doc_id, text in zip(a.documents, texts, strict=True):
+                verdict = self._step("check_answerable", {"document": text,
+                                                          "question": a.question})
+                if isinstance(verdict, dict) and verdict.get("answerable") is True:
+                    return "one_doc_suffices", f"{doc_id} alone answers it"
+                if not isinstance(verdict, dict) or \
+                        not isinstance(verdict.get("answerable"), bool):
+                    self.trace.count(STAGE, "answerable_check_failed")
+        return "kept", ""
+
+
+# --- the output directory ----------------------------------------------------------------
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_attempts(path: Path) -> list[Attempt]:
+    """The attempts recorded so far; a torn last line (a kill mid-write) is cut off."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    good = raw[: raw.rfind(b"\n") + 1]
+    if len(good) != len(raw):
+        with path.open("r+b") as fh:
+            fh.truncate(len(good))
+    out = []
+    for n, line in enumerate(good.decode("utf-8").splitlines(), 1):
+        try:
+            out.append(Attempt(**json.loads(line)))
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"unreadable attempt record ({exc}); delete the directory or "
+                            f"the line to start over", path, n) from None
+    if [a.attempt for a in out] != list(range(len(out))):
+        raise DataError("attempt numbers are not 0, 1, 2, ... (was the file edited?)", path)
+    return out
+
+
+def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, int]]]:
+    """``{categorisation: {category: {"attempts": n, "kept": k}}}`` (users, two-document
+    types and kinds included)."""
+    table: dict[str, dict[str, dict[str, int]]] = {}
+
+    def add(group: str, name: str, kept: bool) -> None:
+        row = table.setdefault(group, {}).setdefault(name, {"attempts": 0, "kept": 0})
+        row["attempts"] += 1
+        row["kept"] += kept
+
+    for a in attempts:
+        kept = a.status == "kept"
+        add("kind", a.kind, kept)
+        add("user", a.user, kept)
+        if a.pair_type:
+            add("two_document", a.pair_type, kept)
+        for k, v in a.categories.items():
+            add(k, v, kept)
+    return table
+
+
+def _link_corpus(source: Path, out: Path) -> str:
+    """Make ``out/<corpus file name>`` point at the source corpus (a copy if links fail)."""
+    target = out / source.name
+    if target.exists() or target.is_symlink():
+        target.unlink()
+    try:
+        target.symlink_to(source.resolve())
+        return "symlink"
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, target)
+        return "copy"
+
+
+def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
+    """Write ``queries.jsonl`` and ``qrels/<split>.tsv`` for the kept attempts."""
+    kept = [a for a in attempts if a.status == "kept"]
+    lines = []
+    for a in kept:
+        meta = {"kind": a.kind, "user": a.user, "categories": a.categories,
+                "answer": a.answer, "documents": a.documents, "attempt": a.attempt}
+        if a.pair_type:
+            meta["two_document_type"] = a.pair_type
+        lines.append(json.dumps({"_id": a.query_id, "text": a.question, "metadata": meta},
+                                ensure_ascii=False))
+    _atomic_write(out / "queries.jsonl", "".join(line + "\n" for line in lines))
+    (out / "qrels").mkdir(exist_ok=True)
+    rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t1" for a in kept
+                                            for d in a.documents]
+    _atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
+    return len(kept)
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def _eligible(index: Index, min_words: int) -> list[int]:
+    return [row for row, doc_id in enumerate(index.ids)
+            if len(words(index.doc_text(doc_id))) >= min_words]
+
+
+def _check_resumable(out: Path, identity: dict[str, Any]) -> None:
+    """Refuse to write into a directory that is not an earlier run with the same identity."""
+    path = out / GENERATION_JSON
+    if not path.exists():
+        if any(out.iterdir()):
+            raise ConfigError(f"{out} exists, is not empty and is not a generated question "
+                              f"set (no {GENERATION_JSON}); choose a new directory")
+        return
+    recorded = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
+    diff = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
+    if diff:
+        show = "; ".join(f"{k}: {recorded.get(k)!r} then, {identity.get(k)!r} now" for k in diff)
+        raise ConfigError(f"{out} was generated with other settings ({show}); resume with the "
+                          f"same ones, or write to a new directory")
+
+
+def generate_questions(
+    index: Index,
+    corpus_path: Path,
+    out_dir: str | Path,
+    llm: LLMLike,
+    *,
+    taxonomy: Taxonomy | str | Path | None = None,
+    settings: GenerationSettings | None = None,
+    trace: Trace | None = None,
+    progress: bool = True,
+    log: Log | None = None,
+) -> GenerationReport:
+    """Generate ``settings.n`` questions about the documents of ``index`` into ``out_dir``
+    (resuming what is there); see the module docstring for what is written."""
+    settings = settings or GenerationSettings()
+    say = log or (lambda msg: None)
+    if not isinstance(taxonomy, Taxonomy):
+        taxonomy = load_taxonomy(taxonomy)
+    if len(index) == 0:
+        raise DataError("the corpus is empty: no documents to generate questions from",
+                        corpus_path)
+    eligible = _eligible(index, settings.min_doc_words)
+    if not eligible:
+        raise DataError(f"no document has {settings.min_doc_words} words or more",
+                        corpus_path)
+    sampler = Sampler(index, taxonomy, settings, eligible)
+    if settings.multi_doc > 0 and (len(eligible) < 2 or not _any_pair(sampler)):
+        raise DataError(f"the corpus is too small for two-document questions ({len(eligible)} "
+                        f"eligible documents, no related pair with cosine in "
+                        f"[{settings.min_pair_cosine}, {settings.max_pair_cosine}]); use "
+                        f"--multi-doc 0", corpus_path)
+    identity = {**settings.identity(), "taxonomy_sha256": taxonomy.sha256,
+                "model": getattr(llm, "model", getattr(llm, "name", "?")),
+                "corpus_sha256": index.corpus_sha256}
+    out = Path(out_dir)
+    if out.exists():
+        _check_resumable(out, identity)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / GENERATION_JSON).exists():  # first: a killed run must still be resumable
+        _atomic_write(out / GENERATION_JSON, json.dumps({"identity": identity}, indent=2) + "\n")
+    attempts = _read_attempts(out / ATTEMPTS)
+    gen = Generator(index, llm, taxonomy, settings, trace)
+    for a in attempts:
+        if a.status == "kept":
+            gen.duplicates.add(a.query_id or "", a.question)
+    if attempts:
+        say(f"resuming {out}: {len(attempts)} attempts recorded, "
+            f"{sum(a.status == 'kept' for a in attempts)} questions kept")
+    linked = _link_corpus(corpus_path, out)
+    started = time.perf_counter()
+    stopped_by = _loop(gen, sampler, settings, attempts, out, started, progress)
+    info = _record(out, settings, taxonomy, identity, attempts, gen.trace, linked,
+                   corpus_path, stopped_by, time.perf_counter() - started)
+    kept = write_dataset(out, attempts, settings.split)
+    return GenerationReport(out, kept, len(attempts), info)
+
+
+def _any_pair(sampler: Sampler, tries: int = 50) -> bool:
+    rng = random.Random(sampler.settings.seed)
+    rows = sampler.eligible if len(sampler.eligible) <= tries else \
+        rng.sample(sampler.eligible, tries)
+    return any(sampler.partners(r) for r in rows)
+
+
+def _loop(gen: Generator, sampler: Sampler, settings: GenerationSettings,
+          attempts: list[Attempt], out: Path, started: float, progress: bool) -> str:
+    from tqdm.auto import tqdm
+
+    kept = sum(a.status == "kept" for a in attempts)
+    bar = tqdm(total=settings.n, initial=min(kept, settings.n), desc="questions kept",
+               unit="q", disable=not progress)
+    try:
+        with (out / ATTEMPTS).open("a", encoding="utf-8") as log_fh:
+            while True:
+                if kept >= settings.n:
+                    return "n"
+                if len(attempts) >= settings.attempt_limit:
+                    return "max_attempts"
+                if settings.max_minutes is not None and \
+                        time.perf_counter() - started > 60 * settings.max_minutes:
+                    return "max_minutes"
+                i = len(attempts)
+                a = sampler.sample(i)
+                if a is None:  # a two-document draw without a partner: try a single one
+                    a = Attempt(i, "pair", "", {}, [], status="no_partner")
+                else:
+                    gen.run(a)
+                if a.status == "kept":
+                    kept += 1
+                    a.query_id = f"g{i:05d}"
+                    gen.duplicates.add(a.query_id, a.question)
+                    bar.update(1)
+                attempts.append(a)
+                log_fh.write(json.dumps(asdict(a), ensure_ascii=False) + "\n")
+                log_fh.flush()
+                os.fsync(log_fh.fileno())
+                bar.set_postfix(attempts=len(attempts), refresh=False)
+                if a.status == "kept":
+                    write_dataset(out, attempts, settings.split)
+    finally:
+        bar.close()
+
+
+def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
+            identity: dict[str, Any], attempts: list[Attempt], trace: Trace, linked: str,
+            corpus_path: Path, stopped_by: str, seconds: float) -> dict[str, Any]:
+    reasons = Counter(a.status for a in attempts)
+    kept = reasons.pop("kept", 0)
+    path = out / GENERATION_JSON
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    runs = previous.get("runs", []) + [{
+        "seconds": round(seconds, 1), "stopped_by": stopped_by,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "llm": {k: v for k, v in trace.stages.get(STAGE).counters.items()}
+        if STAGE in trace.stages else {}}]
+    info = {
+        "identity": identity, "settings": asdict(settings),
+        "taxonomy": taxonomy.source, "corpus": str(corpus_path.resolve()), "corpus_link": linked,
+        "split": settings.split, "kept": kept, "attempts": len(attempts),
+        "rejected": dict(sorted(reasons.items())),
+        "yield": yield_table(attempts), "runs": runs,
+        "questions_per_minute": round(kept / (sum(r["seconds"] for r in runs) / 60), 2)
+        if sum(r["seconds"] for r in runs) else None,
+        "versions": package_versions(("intentrank", "xllamacpp", "openai")),
+    }
+    _atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    return info

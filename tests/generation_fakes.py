@@ -1,0 +1,44 @@
+"""A scripted LLM backend for question-generation tests (importable by subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from intentrank.llm.base import ChatParams, LLMReply, Message
+
+
+def _doc(prompt: str, label: str = "Document:") -> str:
+    return prompt.split(label, 1)[1].strip().split("\n\n", 1)[0]
+
+
+class GenerationLLM:
+    """Writes a question from words of the (first) document, checks everything as supported
+    and one-document-unanswerable; ``bad`` maps a call number to a reply text to send instead
+    (e.g. malformed JSON); ``delay`` seconds per call."""
+
+    name, model = "fake:generation", "fake-generation"
+
+    def __init__(self, bad: dict[int, str] | None = None, delay: float = 0.0,
+                 supported: bool = True, answerable: bool = False) -> None:
+        self.bad, self.delay = bad or {}, delay
+        self.supported, self.answerable = supported, answerable
+        self.calls = 0
+
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
+        self.calls += 1
+        time.sleep(self.delay)
+        prompt = messages[-1]["content"]
+        if self.calls in self.bad:
+            return LLMReply(self.bad[self.calls], 10, 10, raw={"finish_reason": "stop"})
+        if "Proposed answer:" in prompt:
+            text = json.dumps({"supported": self.supported})
+        elif "Can the question be answered completely" in prompt:
+            text = json.dumps({"answerable": self.answerable})
+        else:
+            doc = _doc(prompt, "Document 1:" if "Document 1:" in prompt else "Document:")
+            words = re.findall(r"[a-z]{4,}", doc.lower())[:12]
+            question = f"Which result involves {words[7]} then {words[3]} and {words[5]}?"
+            text = json.dumps({"question": question, "answer": doc[:120]})
+        return LLMReply(text, 100, 20, raw={"finish_reason": "stop"})
