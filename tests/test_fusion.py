@@ -19,7 +19,8 @@ class Fixed(Stage):
         self.name, self.scores = name, scores
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        return [Ranking.from_scores(r.query, self.scores, self.name) for r in rankings]
+        return [Ranking.from_scores(r.query, self.scores, trace.path_of(self))
+                for r in rankings]
 
 
 def test_rrf_is_one_based_and_weights_multiply_each_list():
@@ -56,9 +57,47 @@ def test_operators_compose_and_keep_stage_scores():
     result = pipe.run([Query("q1", "x")])
     top = result.rankings[0]
     assert top.doc_ids == ["d3", "d1"]  # d3: 1/63 + 1/61 beats d1: 1/61
-    assert top.docs[0].stage_scores["a"] == 1.0 and top.docs[0].stage_scores["b"] == 9.0
-    assert set(result.trace.stages) >= {"a", "b", "rrf"}
+    assert top.docs[0].stage_scores["rrf/a"] == 1.0 and top.docs[0].stage_scores["rrf/b"] == 9.0
+    assert set(result.trace.stages) == {"rrf/a", "rrf/b", "rrf"}
     assert pipe.describe() == "rrf(a | b, k=60) >> % 2"
+
+
+class Boost(Stage):
+    """A fake reranker: rescores the documents it knows, keeps the rest below."""
+
+    def __init__(self, name: str, scores: dict[str, float]) -> None:
+        self.name, self.scores = name, scores
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        from intentrank.rerank.base import rerank_head
+
+        return [rerank_head(r, {d: s for d, s in self.scores.items() if d in r.doc_ids},
+                            trace.path_of(self)) for r in rankings]
+
+
+def test_every_stage_instance_has_its_own_path_id():
+    """Same-named stages (two "dense" branches, two rerankers) get one Trace entry and one
+    stage score each; the same pipeline gets the same ids on every run."""
+    inner = RRFFusion([Fixed("dense", {"d1": 1.0}), Fixed("bm25", {"d2": 1.0})], k=10)
+    pipe = (RRFFusion([Fixed("dense", {"d1": 2.0, "d2": 1.0}), Fixed("dense", {"d3": 5.0}),
+                       inner]) >> Boost("ce", {"d1": 0.5}) >> Boost("ce", {"d2": 0.7}))
+    ids = {"rrf/dense", "rrf/dense#2", "rrf/rrf", "rrf/rrf/dense", "rrf/rrf/bm25", "rrf",
+           "ce", "ce#2"}
+    first, second = pipe.run([Query("q", "x")]), pipe.run([Query("q", "x")])
+    assert list(first.trace.stages) == list(second.trace.stages)
+    assert set(first.trace.stages) == ids
+    assert all(st.calls == 1 for st in first.trace.stages.values())
+    fused = pipe.stages[0].run([Query("q", "x")]).rankings[0]
+    by_doc = {d.doc_id: d.stage_scores for d in fused.docs}
+    assert by_doc["d1"]["rrf/dense"] == 2.0 and by_doc["d3"]["rrf/dense#2"] == 5.0
+    assert by_doc["d1"]["rrf/rrf/dense"] == 1.0 and by_doc["d2"]["rrf/rrf/bm25"] == 1.0
+    assert [d.stage_scores for d in first.rankings[0].docs] == \
+        [d.stage_scores for d in second.rankings[0].docs]
+    last = {d.doc_id: d.stage_scores for d in first.rankings[0].docs}
+    assert last["d2"]["ce#2"] == 0.7 and "ce#2" not in last["d1"] and last["d1"]["ce"] == 0.5
+    assert last["d2"]["rrf/dense"] == 1.0 and last["d2"]["rrf/rrf/bm25"] == 1.0
+    with pytest.raises(ValueError, match="without '/'"):
+        Fixed("a/b", {}).run(["x"])
 
 
 def test_fusers_flatten_and_interleave_scores():
@@ -94,8 +133,8 @@ def test_rrf_with_input_fuses_the_input_order_and_the_rerankers_order():
     # a: 1/61 + 1/63, b: 2/62, c: 1/63 + 1/61 -> a and c tie (broken by id), then b
     assert out.doc_ids == ["a", "c", "b"]
     assert out.docs[0].score == pytest.approx(1 / 61 + 1 / 63)
-    assert out.docs[0].stage_scores["ce"] == pytest.approx(0.1)  # the reranker's score kept
-    assert {"first", "ce", "ce_rrf"} <= set(trace.stages)
+    assert out.docs[0].stage_scores["ce_rrf/ce"] == pytest.approx(0.1)  # the reranker's score
+    assert set(trace.stages) == {"first", "ce_rrf/ce", "ce_rrf"}
 
 
 def test_fusion_parameters_are_checked():

@@ -58,7 +58,8 @@ class Fixed(Stage):
         self.name, self.scores = name, scores
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        return [Ranking.from_scores(r.query, self.scores, self.name) for r in rankings]
+        return [Ranking.from_scores(r.query, self.scores, trace.path_of(self))
+                for r in rankings]
 
 
 class Texts:

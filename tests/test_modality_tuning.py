@@ -13,6 +13,7 @@ from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, spars
 from intentrank.tune.grid import feature_matrix
 from intentrank.tune.modality import (
     FEATURES,
+    SCORES,
     PerQueryWeightedFusion,
     cross_validated_modality_weights,
     modality_rankings,
@@ -70,7 +71,7 @@ def test_reweighting_stage_scores_reproduces_weighted_fusion(cranfield_index, sa
     fused = (WeightedFusion(_legs(cranfield_index), (0.5, 0.35, 0.15)) % 100).run(queries)
     tri = {r.query.id: r for r in fused.rankings}
     for r in rankings:
-        ids, mat = feature_matrix(r, FEATURES, normalise=True)
+        ids, mat = feature_matrix(r, SCORES, normalise=True)
         score = dict(zip(ids, mat @ np.array([0.5, 0.35, 0.15]), strict=True))
         for d in tri[r.query.id].docs[:10]:
             assert score[d.doc_id] == pytest.approx(d.score, rel=F32_REL, abs=F32_ABS)
@@ -87,7 +88,7 @@ def test_cross_validated_weights_apply_per_query(cranfield_index, sample) -> Non
     assert sum(best.best.values()) == pytest.approx(1)
     fusion = PerQueryWeightedFusion(_legs(cranfield_index, 30), cv.by_query, (0.5, 0.35, 0.15))
     for r in fusion.run(queries[:3]).rankings:
-        ids, mat = feature_matrix(r, FEATURES, normalise=True)
+        ids, mat = feature_matrix(r, SCORES, normalise=True)
         score = dict(zip(ids, mat @ np.array(cv.by_query[r.query.id]), strict=True))
         top = r.docs[0]
         assert score[top.doc_id] == pytest.approx(top.score, rel=F32_REL, abs=F32_ABS)

@@ -24,7 +24,7 @@ class ShortestFirst(Stage):
 
     def transform(self, rankings, trace):
         return [Ranking.from_scores(r.query, {d.doc_id: -self.lengths[d.doc_id]
-                                              for d in r.docs[:self.k]}, self.name)
+                                              for d in r.docs[:self.k]}, trace.path_of(self))
                 for r in rankings]
 
 

@@ -63,3 +63,32 @@ def test_cached_stage_replays_outputs_and_costs(cranfield_index) -> None:
     t3 = Trace()
     cached([Ranking(Query("1", "heat transfer"))], t3)
     assert "replayed" not in t3.stages["bm25"].counters
+
+
+def test_cached_output_replayed_under_another_path_id_is_relabelled(cranfield_index) -> None:
+    """A stage computed alone (``bm25``) and replayed as a fusion branch (``weighted/bm25``),
+    or the other way round, reads as if computed where it is replayed."""
+    from intentrank.fuse.weighted import WeightedFusion
+    from intentrank.retrieve.retrievers import TfidfRetriever
+
+    queries = [Query("1", "boundary layer"), Query("2", "supersonic flow over wings")]
+
+    def fused(store: dict):
+        return WeightedFusion([Cached(BM25Retriever(cranfield_index, k=10), store),
+                               TfidfRetriever(cranfield_index, k=10)])
+
+    for order in ("alone first", "branch first"):
+        store: dict = {}
+        if order == "branch first":
+            fused(store).run(queries)
+        alone = Cached(BM25Retriever(cranfield_index, k=10), store).run(queries)
+        branch = fused(store).run(queries)
+        assert set(alone.trace.stages) == {"bm25"}
+        assert set(branch.trace.stages) == {"weighted/bm25", "weighted/tfidf", "weighted"}
+        replayed = alone.trace if order == "branch first" else branch.trace
+        assert replayed.replayed.keys() == {"bm25" if order == "branch first"
+                                            else "weighted/bm25"}
+        assert {n for r in alone.rankings for n in r.score_names()} == {"bm25"}
+        assert {n for r in branch.rankings for n in r.score_names()} == {
+            "weighted/bm25", "weighted/tfidf", "weighted"}
+    assert alone.rankings == BM25Retriever(cranfield_index, k=10).run(queries).rankings

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -119,6 +119,24 @@ class Ranking:
     def __repr__(self) -> str:
         return f"Ranking(query={self.query!r}, docs={self.docs!r})"
 
+    def score_names(self) -> tuple[str, ...]:
+        """The stage-score names its documents carry, in first-seen order."""
+        if self._docs is None:
+            return (self._hits[2],)  # type: ignore[index]
+        return tuple(dict.fromkeys(n for d in self._docs for n in d.stage_scores))
+
+    def relabel(self, rename: Callable[[str], str]) -> Ranking:
+        """A copy with every stage-score name and derived-text stage passed through
+        ``rename`` (a stage's output replayed under another path id)."""
+        query = replace(self.query, derived=tuple(replace(d, stage=rename(d.stage))
+                                                  for d in self.query.derived))
+        if self._docs is None:
+            ids, scores, stage = self._hits  # type: ignore[misc]
+            return Ranking.from_hits(query, ids, scores, rename(stage))
+        return Ranking(query, [ScoredDoc(d.doc_id, d.score,
+                                         {rename(n): v for n, v in d.stage_scores.items()})
+                               for d in self._docs])
+
     def top(self, k: int) -> Ranking:
         if self._docs is None:
             ids, scores, stage = self._hits  # type: ignore[misc]
@@ -175,18 +193,93 @@ class TraceEvent:
                 **self.details}
 
 
+def stage_name(path_id: str) -> str:
+    """The stage name a path id ends with: ``weighted/sparse/bm25`` -> ``bm25``,
+    ``rrf/dense#2`` -> ``dense``."""
+    return path_id.rsplit("/", 1)[-1].split("#", 1)[0]
+
+
+def under(name: str, path_id: str) -> bool:
+    """Whether ``name`` (a trace entry or stage-score name) is the stage ``path_id``'s own or
+    one of its sub-stages' (``path/...``) or a named part of its score (``path.part``)."""
+    return name == path_id or name.startswith((f"{path_id}/", f"{path_id}."))
+
+
+class PathIds:
+    """The path ids handed out in one run: one per stage instance and parent path, so the
+    same pipeline gets the same ids on every run.
+
+    A stage's id is its ``name`` below its parent's id (``weighted/dense``; a stage of the
+    top-level chain has its bare name); a second instance with the same name under the same
+    parent gets ``#2`` (``rrf/dense#2``), and so on, in the order they first run."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[str, int], tuple[str, object]] = {}
+        self._taken: set[str] = set()
+
+    def get(self, parent: str, stage: Any) -> str:
+        key = (parent, id(stage))
+        if key not in self._ids:
+            name = stage.name
+            if not isinstance(name, str) or not name or any(c in name for c in "/#."):
+                raise ValueError(f"a stage name must be a non-empty string without '/', '#' "
+                                 f"or '.' (they build path ids), got {name!r}")
+            base = f"{parent}/{name}" if parent else name
+            path_id, n = base, 1
+            while path_id in self._taken:
+                n += 1
+                path_id = f"{base}#{n}"
+            self._taken.add(path_id)
+            self._ids[key] = (path_id, stage)  # the stage is kept so its id() stays its own
+        return self._ids[key][0]
+
+
 @dataclass
 class Trace:
-    """Per-stage wall time and counters (LLM calls, tokens, cache hits, fallbacks)."""
+    """Per-stage wall time and counters (LLM calls, tokens, cache hits, fallbacks), keyed by
+    each stage instance's path id (:class:`PathIds`); while a run is under way the trace
+    also knows which stage is running (:meth:`enter`, :meth:`path_of`)."""
 
     stages: dict[str, StageTrace] = field(default_factory=dict)
     events: list[TraceEvent] = field(default_factory=list)
     # The part of each stage's queries, seconds and counters that was replayed from a
-    # cache of another run's stage output (``pipeline.cache.Cached``) rather than computed:
+    # cache of another run's stage output (``core.cache.Cached``) rather than computed:
     # ``{stage: {"queries": n, "seconds": s, counter: amount}}``. Counters and seconds above
     # include it (each run's trace reads "as if run alone"); subtracting it gives the work
     # actually done, which is what sums correctly over runs that share stages.
     replayed: dict[str, dict[str, float]] = field(default_factory=dict)
+    ids: PathIds = field(default_factory=PathIds, repr=False, compare=False)
+    _running: list[tuple[object, str]] = field(default_factory=list, init=False, repr=False,
+                                                compare=False)
+
+    @property
+    def current(self) -> str:
+        """The path id of the stage running now ("" outside every stage)."""
+        return self._running[-1][1] if self._running else ""
+
+    def path_of(self, stage: Any) -> str:
+        """``stage``'s path id: its own while it runs, else the one it gets when run now
+        (below the running stage)."""
+        if self._running and self._running[-1][0] is stage:
+            return self._running[-1][1]
+        return self.ids.get(self.current, stage)
+
+    @contextmanager
+    def enter(self, stage: Any) -> Iterator[str]:
+        """Run ``stage`` below the running stage; yields its path id."""
+        path_id = self.path_of(stage)
+        self._running.append((stage, path_id))
+        try:
+            yield path_id
+        finally:
+            self._running.pop()
+
+    def fork(self) -> Trace:
+        """An empty trace that continues this one's run (same path ids, same running
+        stage): what a sub-computation records separately, to be merged back."""
+        sub = Trace(ids=self.ids)
+        sub._running = list(self._running)
+        return sub
 
     def stage(self, name: str) -> StageTrace:
         if name not in self.stages:

@@ -40,7 +40,14 @@ def as_queries(queries: Iterable[Query | str]) -> list[Query]:
 
 
 class Stage:
-    """Base class: subclasses implement :meth:`transform` and set ``name``."""
+    """Base class: subclasses implement :meth:`transform` and set ``name`` (at construction;
+    it is never changed afterwards).
+
+    A run gives every stage instance a unique path id (``weighted/dense``, ``rrf/dense#2``;
+    a stage of the top-level chain keeps its bare name, see :class:`~intentrank.types.PathIds`).
+    The Trace and ``ScoredDoc.stage_scores`` use it: inside :meth:`transform` a stage labels
+    what it records with ``trace.path_of(self)``, never with ``self.name``.
+    """
 
     name: str = "stage"
 
@@ -49,7 +56,7 @@ class Stage:
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
         trace = trace if trace is not None else Trace()
-        with trace.timed(self.name, n_queries=len(rankings)):
+        with trace.enter(self) as path_id, trace.timed(path_id, n_queries=len(rankings)):
             return self.transform(rankings, trace)
 
     # -- running -----------------------------------------------------------------------

@@ -37,7 +37,7 @@ from intentrank.eval.metrics import EvalResult, evaluate
 from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
 from intentrank.eval.swaps import SwapStats, swap_stats
-from intentrank.types import EventKind, Query, Ranking, Trace
+from intentrank.types import EventKind, Query, Ranking, Trace, stage_name
 
 LLM = "llm"  # ``without`` entry: every pipeline that calls an LLM
 LEGS = ("dense", "bm25", "tfidf", "graph")
@@ -175,21 +175,25 @@ def share_prefixes(stage: Stage, store: dict, prefix: str = "") -> Stage:
 # -- latency and counters -----------------------------------------------------------------
 def latency_ms(trace: Trace, n_queries: int, columns: dict[str, list[str]] | None = None,
                llm_columns: dict[str, str] | None = None, cold: bool = True) -> dict[str, float]:
-    """Milliseconds per query in each column (``columns``: column -> stage names; stages in
-    none go to ``other``; none given: one column per stage). ``cold``: LLM replies replayed
+    """Milliseconds per query in each column (``columns``: column -> stages, each given by
+    its path id or its name, e.g. ``cross_encoder`` for ``ce_rrf/cross_encoder``; stages in
+    none go to ``other``; none given: one column per path id). ``cold``: LLM replies replayed
     from the on-disk cache are charged the seconds they took when generated
-    (``llm_cached_seconds``). ``llm_columns``: stage -> column its LLM seconds go to."""
+    (``llm_cached_seconds``). ``llm_columns``: stage (path id or name) -> column its LLM
+    seconds go to."""
     columns, llm_columns = columns or {}, llm_columns or {}
     out = dict.fromkeys([*columns, *llm_columns.values()], 0.0)
     n = max(n_queries, 1)
-    for name, st in trace.stages.items():
-        group = next((c for c, names in columns.items() if name in names),
-                     "other" if columns else name)
+    for path_id, st in trace.stages.items():
+        names = (path_id, stage_name(path_id))
+        group = next((c for c, listed in columns.items() if any(x in listed for x in names)),
+                     "other" if columns else path_id)
         cached = st.counters.get("llm_cached_seconds", 0.0) if cold else 0.0
         seconds = st.seconds + cached
-        if name in llm_columns:
+        llm_column = next((llm_columns[x] for x in names if x in llm_columns), None)
+        if llm_column is not None:
             llm = min(st.counters.get("llm_seconds", 0.0) + cached, seconds)
-            out[llm_columns[name]] += 1000 * llm / n
+            out[llm_column] += 1000 * llm / n
             seconds -= llm
         out[group] = out.get(group, 0.0) + 1000 * seconds / n
     return out

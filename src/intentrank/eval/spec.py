@@ -83,8 +83,9 @@ class TableSpec:
 @dataclass
 class LatencySpec:
     """Cold-run latency accounting. ``cold``: LLM replies replayed from the on-disk cache
-    are charged the seconds they took when generated; ``columns``: latency column -> trace
-    stage names summed into it (unnamed stages go to ``other``; no columns: one per stage);
+    are charged the seconds they took when generated; ``columns``: latency column -> the
+    stages summed into it, by path id or name (``cross_encoder`` takes
+    ``ce_rrf/cross_encoder``; unnamed stages go to ``other``; no columns: one per path id);
     ``llm_columns``: stage -> column that receives that stage's LLM seconds."""
 
     cold: bool = True

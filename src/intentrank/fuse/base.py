@@ -69,20 +69,22 @@ class FusionStage(Stage):
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
         trace = trace if trace is not None else Trace()
-        outputs = [branch(list(rankings), trace) for branch in self.branches]
-        with trace.timed(self.name, n_queries=len(rankings)):
-            self.prepare([r.query for r in rankings], trace)
-            fused = []
-            for per_query in zip(*outputs, strict=True):
-                merged = _merge_stage_scores(per_query)
-                query = per_query[0].query
-                for other in per_query[1:]:
-                    extra = tuple(d for d in other.query.derived if d not in query.derived)
-                    query = type(query)(query.id, query.text, query.turns, query.derived + extra)
-                result = Ranking.from_scores(query, self.fuse(per_query, trace), self.name)
-                for d in result.docs:
-                    d.stage_scores = {**merged.get(d.doc_id, {}), self.name: d.score}
-                fused.append(result)
+        with trace.enter(self) as path_id:  # the branches run below the fusion's path id
+            outputs = [branch(list(rankings), trace) for branch in self.branches]
+            with trace.timed(path_id, n_queries=len(rankings)):
+                self.prepare([r.query for r in rankings], trace)
+                fused = []
+                for per_query in zip(*outputs, strict=True):
+                    merged = _merge_stage_scores(per_query)
+                    query = per_query[0].query
+                    for other in per_query[1:]:
+                        extra = tuple(d for d in other.query.derived if d not in query.derived)
+                        query = type(query)(query.id, query.text, query.turns,
+                                            query.derived + extra)
+                    result = Ranking.from_scores(query, self.fuse(per_query, trace), path_id)
+                    for d in result.docs:
+                        d.stage_scores = {**merged.get(d.doc_id, {}), path_id: d.score}
+                    fused.append(result)
         return fused
 
     def describe(self) -> str:

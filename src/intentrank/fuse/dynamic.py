@@ -27,7 +27,7 @@ from intentrank.core.stage import Stage
 from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
 from intentrank.llm.parsing import Repaired
 from intentrank.llm.prompts import load_contract
-from intentrank.llm.step import StepResult, run_step
+from intentrank.llm.step import run_step
 from intentrank.types import Query, Ranking, Trace
 
 MODALITIES = ("dense", "sparse", "graph")
@@ -115,19 +115,17 @@ class DynamicWeightedFusion(WeightedFusion):
 
     def weights_batch(self, queries: Sequence[Query], trace: Trace) -> list[tuple[float, ...]]:
         """Weights for each query: one batched LLM step, fallbacks counted and logged."""
+        path_id = trace.path_of(self)
         results = run_step(
             self.llm, self.contract, [{"query": q.text.strip()} for q in queries],
             validate=lambda obj, item: validate_weights(obj, self.tolerance, self.repair_range),
             fallback=lambda item: rule_weights(item["query"]),
-            trace=trace, stage=self.name, query_ids=[q.id for q in queries],
+            trace=trace, stage=path_id, query_ids=[q.id for q in queries],
             structured=self.structured, max_tokens=self.max_tokens)
         for q, r in zip(queries, results, strict=True):
-            self._log_weights(q, r, trace)
+            trace.log(path_id, "weights", query_id=q.id, weights=list(r.value),
+                      source="llm" if r.ok else "rule", repaired=r.repaired)
         return [tuple(r.value) for r in results]
-
-    def _log_weights(self, query: Query, result: StepResult[Any], trace: Trace) -> None:
-        trace.log(self.name, "weights", query_id=query.id, weights=list(result.value),
-                  source="llm" if result.ok else "rule", repaired=result.repaired)
 
     def weights_for(self, query: str, query_id: str, trace: Trace) -> tuple[float, ...]:
         """Weights for one query (see :meth:`weights_batch`)."""

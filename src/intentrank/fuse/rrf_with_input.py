@@ -17,16 +17,17 @@ class RRFWithInput(Stage):
 
     def __init__(self, stage: Stage, k: float = 60, name: str = "") -> None:
         self.stage, self.k = stage, check_rrf_k(k)
-        self.name = name or f"rrf_with_input:{stage.name}"
+        self.name = name or "rrf_with_input"
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
         trace = trace if trace is not None else Trace()
-        reranked = self.stage(list(rankings), trace)
-        with trace.timed(self.name, n_queries=len(rankings)):
-            out = []
-            for before, after in zip(rankings, reranked, strict=True):
-                fused = rrf([before.doc_ids, after.doc_ids], k=self.k)
-                out.append(Ranking.from_scores(after.query, fused, self.name, previous=after))
+        with trace.enter(self) as path_id:  # the reranker runs below this stage's path id
+            reranked = self.stage(list(rankings), trace)
+            with trace.timed(path_id, n_queries=len(rankings)):
+                out = []
+                for before, after in zip(rankings, reranked, strict=True):
+                    fused = rrf([before.doc_ids, after.doc_ids], k=self.k)
+                    out.append(Ranking.from_scores(after.query, fused, path_id, previous=after))
         return out
 
     def describe(self) -> str:

@@ -62,16 +62,16 @@ class FollowUpPredictor(Stage):
         return items
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        queries = [r.query for r in rankings]
+        queries, path_id = [r.query for r in rankings], trace.path_of(self)
         results = run_step(
             self.llm, self.contract, [{"m": self.m, "query": q.text.strip()} for q in queries],
             parse=lambda reply, item: self._parse(reply.text, item["query"]),
-            fallback=lambda item: [], trace=trace, stage=self.name,
+            fallback=lambda item: [], trace=trace, stage=path_id,
             query_ids=[q.id for q in queries], max_tokens=self.max_tokens)
         out = []
         for ranking, result in zip(rankings, results, strict=True):
-            trace.count(self.name, "followups", len(result.value))
-            out.append(Ranking(ranking.query.with_derived("followup", result.value, self.name),
+            trace.count(path_id, "followups", len(result.value))
+            out.append(Ranking(ranking.query.with_derived("followup", result.value, path_id),
                                ranking.docs))
         return out
 

@@ -38,20 +38,20 @@ class MultiQueryRetriever(Stage):
             self.llm, self.contract, [{"n": self.n, "query": q.text.strip()} for q in queries],
             parse=lambda reply, item: self.contract.parse(reply.text, limit=self.n,
                                                           exclude=(item["query"],)),
-            fallback=lambda item: [], trace=trace, stage=self.name,
+            fallback=lambda item: [], trace=trace, stage=trace.path_of(self),
             query_ids=[q.id for q in queries], max_tokens=self.max_tokens)
         return [r.value for r in results]
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        found = self.variants([r.query for r in rankings], trace)
-        queries = [r.query.with_derived("variant", v, self.name)
+        found, path_id = self.variants([r.query for r in rankings], trace), trace.path_of(self)
+        queries = [r.query.with_derived("variant", v, path_id)
                    for r, v in zip(rankings, found, strict=True)]
         expanded = [Ranking(Query(f"{q.id}\x1f{i}", t)) for q in queries
                     for i, t in enumerate([q.text, *q.derived_of("variant")])]
         lists: dict[str, list[list[str]]] = {}
         for r in self.retriever(expanded, trace):
             lists.setdefault(r.query.id.rsplit("\x1f", 1)[0], []).append(r.doc_ids)
-        return [Ranking.from_scores(q, rrf(lists[q.id], k=self.k), self.name) for q in queries]
+        return [Ranking.from_scores(q, rrf(lists[q.id], k=self.k), path_id) for q in queries]
 
     def describe(self) -> str:
         return f"{self.name}(n={self.n}, {self.retriever.describe()})"

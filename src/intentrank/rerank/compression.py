@@ -42,6 +42,7 @@ class ContextualCompression(Stage):
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         pairs = [(r.query, d.doc_id) for r in rankings for d in r.docs[: self.k]]
+        path_id = trace.path_of(self)
         results = run_step(
             self.llm, self.contract,
             [{"query": q.text.strip(),
@@ -49,13 +50,13 @@ class ContextualCompression(Stage):
              for q, doc_id in pairs],
             parse=lambda reply, item: self.relevant(reply.text),
             fallback=lambda item: True,  # no answer: keep the candidate rather than lose it
-            trace=trace, stage=self.name, query_ids=[q.id for q, _ in pairs],
+            trace=trace, stage=path_id, query_ids=[q.id for q, _ in pairs],
             max_tokens=self.max_tokens)
         keep = iter(r.value for r in results)
         out = []
         for r in rankings:
             kept = [d for d in r.docs[: self.k] if next(keep)]
-            trace.count(self.name, "dropped", min(len(r.docs), self.k) - len(kept))
+            trace.count(path_id, "dropped", min(len(r.docs), self.k) - len(kept))
             out.append(Ranking(r.query, kept))
         return out
 

@@ -53,14 +53,15 @@ class CrossEncoderReranker(Stage):
             start = len(pairs)
             pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.k])
             spans.append((start, len(pairs)))
-        scores = self.scorer.predict(pairs, self.batch_size)
-        trace.count(self.name, "pairs", len(pairs))
-        return [self._rerank(r, scores[a:b]) for r, (a, b) in zip(rankings, spans, strict=True)]
+        scores, path_id = self.scorer.predict(pairs, self.batch_size), trace.path_of(self)
+        trace.count(path_id, "pairs", len(pairs))
+        return [self._rerank(r, scores[a:b], path_id)
+                for r, (a, b) in zip(rankings, spans, strict=True)]
 
-    def _rerank(self, ranking: Ranking, scores: np.ndarray) -> Ranking:
+    def _rerank(self, ranking: Ranking, scores: np.ndarray, path_id: str) -> Ranking:
         head = ranking.docs[:self.k]
         return rerank_head(ranking, {d.doc_id: float(s) for d, s in zip(head, scores, strict=True)},
-                           self.name)
+                           path_id)
 
     def describe(self) -> str:
         return f"{self.name}(k={self.k})"

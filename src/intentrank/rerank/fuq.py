@@ -73,7 +73,7 @@ class FollowUpReranker(Stage):
             spans.append((len(texts), len(fups)))
             texts += [r.query.text, *fups]
         vecs = self.index.encode_queries(texts) if texts else np.zeros((0, 0))
-        w = self.weights.vector()
+        w, path_id = self.weights.vector(), trace.path_of(self)
         out = []
         for r, (start, n) in zip(rankings, spans, strict=True):
             head = r.docs[: self.k]
@@ -85,10 +85,10 @@ class FollowUpReranker(Stage):
                                    np.asarray(self.index.embeddings[rows], dtype=np.float32))
             ids = [d.doc_id for d in head]
             scores = minmax(dict(zip(ids, (comps @ w).tolist(), strict=True)))
-            parts = {d: {f"{self.name}.{k}": float(v) for k, v in zip(COMPONENTS, c, strict=True)}
+            parts = {d: {f"{path_id}.{k}": float(v) for k, v in zip(COMPONENTS, c, strict=True)}
                      for d, c in zip(ids, comps, strict=True)}
-            out.append(rerank_head(r, scores, self.name, parts))
-        trace.count(self.name, "candidates", sum(min(len(r.docs), self.k) for r in rankings))
+            out.append(rerank_head(r, scores, path_id, parts))
+        trace.count(path_id, "candidates", sum(min(len(r.docs), self.k) for r in rankings))
         return out
 
     def describe(self) -> str:

@@ -80,7 +80,7 @@ class LLMJudge(Stage):
         if reply.top_logprobs and (p := p_yes(reply.top_logprobs)) is not None:
             return p
         answer = read_yes_no(reply.text)  # ParseError: neither yes nor no
-        trace.count(self.name, "parsed_yes_no")
+        trace.count(trace.path_of(self), "parsed_yes_no")
         return 1.0 if answer else 0.0
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
@@ -92,14 +92,14 @@ class LLMJudge(Stage):
             self.llm, self.contract,
             [{"query": q.text, "passage": self.passage(doc_id)} for q, doc_id in pairs],
             parse=lambda reply, item: self.score(reply, trace),
-            fallback=lambda item: FALLBACK_SCORE, trace=trace, stage=self.name,
+            fallback=lambda item: FALLBACK_SCORE, trace=trace, stage=trace.path_of(self),
             query_ids=[q.id for q, _ in pairs])
         scores = iter(r.value for r in results)
         out = []
         for ranking, head in zip(rankings, heads, strict=True):
             # ties keep the incoming order
             by_doc = {doc.doc_id: next(scores) - i * 1e-9 for i, doc in enumerate(head)}
-            out.append(rerank_head(ranking, by_doc, self.name))
+            out.append(rerank_head(ranking, by_doc, trace.path_of(self)))
         return out
 
 

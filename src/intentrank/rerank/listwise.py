@@ -69,7 +69,8 @@ class ListwiseReranker(Stage):
             [self._vars(query, [self.index.doc_text(d) for d in ids])
              for _, query, ids in windows],
             parse=lambda reply, item: self.contract.parse(reply.text, n=item["n"]),
-            fallback=lambda item: list(range(item["n"])), trace=trace, stage=self.name,
+            fallback=lambda item: list(range(item["n"])), trace=trace,
+            stage=trace.path_of(self),
             query_ids=[qid for qid, _, _ in windows], structured=self.structured,
             max_tokens=self.max_tokens)
         return [[ids[i] for i in r.value] for (_, _, ids), r in zip(windows, results,
@@ -96,7 +97,7 @@ class ListwiseReranker(Stage):
                 continue
             ids = heads[i]
             scores = {d: float(len(ids) - rank) for rank, d in enumerate(ids)}
-            out.append(rerank_head(r, scores, self.name))
+            out.append(rerank_head(r, scores, trace.path_of(self)))
         return out
 
     def describe(self) -> str:

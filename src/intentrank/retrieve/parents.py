@@ -26,7 +26,7 @@ class ParentDocuments(Stage):
                 parent = self.parent_of.get(d.doc_id, d.doc_id)
                 if parent not in best:
                     best[parent] = d.score
-            out.append(Ranking.from_scores(r.query, best, self.name))
+            out.append(Ranking.from_scores(r.query, best, trace.path_of(self)))
         return out
 
 

@@ -44,10 +44,10 @@ class Retriever(Stage):
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]
         hits = self.search_rows(texts) if texts else []
-        ids = self.index.id_array
-        out = [Ranking.from_hits(r.query, ids[h.rows], h.scores, self.name)
+        ids, path_id = self.index.id_array, trace.path_of(self)
+        out = [Ranking.from_hits(r.query, ids[h.rows], h.scores, path_id)
                for r, h in zip(rankings, hits, strict=True)]
-        trace.count(self.name, "empty_results", sum(1 for h in hits if not len(h.rows)))
+        trace.count(path_id, "empty_results", sum(1 for h in hits if not len(h.rows)))
         return out
 
     def describe(self) -> str:

@@ -1,9 +1,10 @@
 """Tune the static tri-modal weights (dense / sparse / graph) on judged queries, never on test.
 
 One pass of the three legs serves the whole grid: the fused ranking keeps every leg's score
-in its stage scores (``dense``, ``sparse``, ``graph``), and re-weighting their per-query
-min-max normalised columns (a document a leg did not return counts 0) gives exactly the
-scores of :class:`~intentrank.pipeline.fusion.WeightedFusion` with those weights. The grid is
+in its stage scores (``weighted/dense``, ``weighted/sparse``, ``weighted/graph``: the legs'
+path ids), and re-weighting their per-query min-max normalised columns (a document a leg did
+not return counts 0) gives exactly the scores of
+:class:`~intentrank.fuse.weighted.WeightedFusion` with those weights. The grid is
 the simplex of weights summing to 1 in steps of ``step`` (0.1: 66 points, 0.05: 231).
 
 With a train or validation split the weights are picked there
@@ -28,6 +29,8 @@ from intentrank.tune.grid import TuneResult, cross_validated_run, grid_search, k
 from intentrank.types import Query, Ranking, Trace
 
 FEATURES = ("dense", "sparse", "graph")
+# the legs' stage scores in a weighted fusion's output (their path ids below the fusion)
+SCORES = tuple(f"{WeightedFusion.method}/{leg}" for leg in FEATURES)
 TUNE_SPLITS = ("train", "validation", "dev")  # looked for in this order
 ModalityWeights = tuple[float, float, float]
 
@@ -72,7 +75,7 @@ def modality_rankings(index: IndexLike, queries: Sequence[Query], k: int = 100) 
 
 def _check_scored(rankings: Sequence[Ranking]) -> None:
     for r in rankings:
-        if r.docs and not any(f in r.docs[0].stage_scores for f in FEATURES):
+        if r.docs and not any(f in r.docs[0].stage_scores for f in SCORES):
             raise ConfigError(f"query {r.query.id!r} has no dense/sparse/graph stage scores; "
                               f"tune on modality_rankings() output")
 
@@ -82,7 +85,7 @@ def tune_modality_weights(rankings: Sequence[Ranking], qrels: Qrels, metric: str
     """The simplex point maximising ``metric`` on ``rankings`` (best as dense/sparse/graph)."""
     _check_scored(rankings)
     simplex = _Simplex(step)
-    res = grid_search(rankings, qrels, FEATURES, simplex.grid, simplex.to_weights, metric,
+    res = grid_search(rankings, qrels, SCORES, simplex.grid, simplex.to_weights, metric,
                       normalise=True)
     return simplex.translate(res)
 
@@ -107,7 +110,7 @@ def cross_validated_modality_weights(
         raise ConfigError("cross-validation needs at least 2 queries")
     folds = min(folds, len(ids))
     simplex = _Simplex(step)
-    run, results = cross_validated_run(rankings, qrels, FEATURES, simplex.grid,
+    run, results = cross_validated_run(rankings, qrels, SCORES, simplex.grid,
                                        simplex.to_weights, metric, normalise=True,
                                        folds=folds, seed=seed)
     by_query: dict[str, ModalityWeights] = {}
@@ -170,6 +173,6 @@ class PerQueryWeightedFusion(WeightedFusion):
         return f"{self.method}({inner}, per-query weights for {len(self.by_query)} queries)"
 
 
-__all__ = ["FEATURES", "CrossValidatedWeights", "PerQueryWeightedFusion",
+__all__ = ["FEATURES", "SCORES", "CrossValidatedWeights", "PerQueryWeightedFusion",
            "cross_validated_modality_weights", "modality_rankings", "modality_weights_for",
            "simplex_grid", "tune_modality_on_split", "tune_modality_weights"]
