@@ -37,8 +37,15 @@ class GenerationLLM:
         elif "Can the question be answered completely" in prompt:
             text = json.dumps({"answerable": self.answerable})
         else:
-            doc = _doc(prompt, "Document 1:" if "Document 1:" in prompt else "Document:")
-            words = re.findall(r"[a-z]{4,}", doc.lower())[:12]
-            question = f"Which result involves {words[7]} then {words[3]} and {words[5]}?"
-            text = json.dumps({"question": question, "answer": doc[:120]})
+            if "Document 1:" in prompt:  # a pair: words and answer from both documents
+                a, b = _doc(prompt, "Document 1:"), _doc(prompt, "Document 2:")
+                wa, wb = (re.findall(r"[a-z]{4,}", d.lower())[:12] for d in (a, b))
+                question = f"Which result involves {wa[7]} then {wb[3]} and {wa[5]}?"
+                answer = f"{a[:80]} and {b[:80]}"
+            else:
+                doc = _doc(prompt, "Document:")
+                words = re.findall(r"[a-z]{4,}", doc.lower())[:12]
+                question = f"Which result involves {words[7]} then {words[3]} and {words[5]}?"
+                answer = doc[:120]
+            text = json.dumps({"question": question, "answer": answer})
         return LLMReply(text, 100, 20, raw={"finish_reason": "stop"})

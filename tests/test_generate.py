@@ -20,7 +20,13 @@ import yaml
 from intentrank.data.dataset import load_dataset
 from intentrank.errors import ConfigError, DataError
 from intentrank.generate.categories import load_taxonomy, parse_taxonomy
-from intentrank.generate.filters import DuplicateFilter, copies_wording, malformed
+from intentrank.generate.filters import (
+    DuplicateFilter,
+    copies_wording,
+    malformed,
+    one_document_only,
+    unsupported,
+)
 from intentrank.generate.generator import (
     ATTEMPTS,
     GENERATION_JSON,
@@ -104,6 +110,8 @@ DOC = ("The boundary layer thickness grows with the square root of the distance 
     ({"question": "How thick is the layer?", "answer": "  "}, "the answer is empty"),
     ({"question": "How thick is the layer?"}, "must both be text"),
     ({"question": " ".join(["word"] * 61), "answer": "x"}, "more than 60"),
+    ({"question": "What do the two documents say about drag?", "answer": "x"},
+     "refers to its source ('two documents')"),
 ])
 def test_malformed_replies(reply, problem):
     got = malformed(reply)
@@ -115,6 +123,18 @@ def test_copied_wording_flags_lifted_phrases_only():
                           [DOC]) is not None
     assert copies_wording("How does the viscous region near a plate widen downstream?",
                           [DOC]) is None
+
+
+def test_lexical_support_and_both_documents():
+    assert unsupported("It grows with the square root of the distance.", [DOC]) is None
+    assert "occur in the source" in unsupported("Mars has two moons named Phobos and Deimos.",
+                                                [DOC])
+    other = "Shock waves form ahead of a blunt body in supersonic flow around the nose."
+    both = "How does laminar boundary thickness compare with shock waves ahead of blunt bodies?"
+    assert one_document_only(both, "It grows; shocks form ahead of the nose.", DOC, other) \
+        is None
+    assert "found only in the second" in one_document_only(
+        "Where do shock waves form?", "Ahead of a blunt body nose.", DOC, other)
 
 
 def test_near_duplicates():
@@ -198,12 +218,14 @@ def test_filters_are_counted(cranfield_index, data_dir, tmp_path):
     unsupported = generate_questions(
         cranfield_index, data_dir / "cranfield" / "corpus.jsonl", tmp_path / "uns",
         _client(GenerationLLM(supported=False)),
-        settings=GenerationSettings(n=2, multi_doc=0.0, max_attempts=3), progress=False)
+        settings=GenerationSettings(n=2, multi_doc=0.0, max_attempts=3, llm_checks=True),
+        progress=False)
     assert unsupported.kept == 0 and unsupported.info["rejected"] == {"unsupported": 3}
     one_doc = generate_questions(
         cranfield_index, data_dir / "cranfield" / "corpus.jsonl", tmp_path / "one",
         _client(GenerationLLM(answerable=True)),
-        settings=GenerationSettings(n=2, multi_doc=1.0, max_attempts=3), progress=False)
+        settings=GenerationSettings(n=2, multi_doc=1.0, max_attempts=3, llm_checks=True),
+        progress=False)
     assert one_doc.info["rejected"] == {"one_doc_suffices": 3}
 
 

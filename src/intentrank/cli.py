@@ -521,7 +521,7 @@ def train_reranker_cmd(
                   f"queries, {info['pairs_trained']} pairs, {info['steps_done']}/"
                   f"{info['steps_planned']} steps in {info['seconds']['training']:.0f}s "
                   f"(stopped by {info['stopped_by']})")
-    console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, k: 100}}[/]")
+    console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, top_k: 100}}[/]")
 
 
 def _tuning_inputs(dataset: Path, index_dir: Path | None, split: str, metric: str,
@@ -801,12 +801,12 @@ def generate_cmd(
     index_dir: Annotated[Path, typer.Option("--index", help="Index of the corpus (default "
                                             "indexes/<corpus name>, built if missing).")]
         = None,  # type: ignore[assignment]
-    check_support: Annotated[bool, typer.Option("--check-support/--no-check-support",
-                                                help="Keep only answers the LLM finds "
-                                                "supported by the source(s).")] = True,
-    check_one_doc: Annotated[bool, typer.Option("--check-one-doc/--no-check-one-doc",
-                                                help="Drop two-document questions one "
-                                                "document answers alone.")] = True,
+    llm_checks: Annotated[bool, typer.Option("--llm-checks/--no-llm-checks",
+                                             help="Also ask the LLM whether each answer is "
+                                             "supported and whether one document answers a "
+                                             "two-document question alone (useful with a "
+                                             "strong model; the 0.5B says yes to all).")]
+        = False,
 ) -> None:
     """Generate questions with known source documents (single- and two-document, categories
     sampled from a taxonomy), filtered for faithfulness; writes a BEIR dataset."""
@@ -827,7 +827,7 @@ def generate_cmd(
         settings = GenerationSettings(n=n, multi_doc=multi_doc, seed=seed, split=split,
                                       max_minutes=minutes or None,
                                       max_attempts=max_attempts or None,
-                                      check_support=check_support, check_one_doc=check_one_doc)
+                                      llm_checks=llm_checks)
         taxonomy = load_taxonomy(config)
         source = _first_existing(corpus, CORPUS_NAMES, "corpus") if corpus.is_dir() else corpus
         if not source.is_file():

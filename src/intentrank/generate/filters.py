@@ -20,6 +20,9 @@ MAX_QUESTION_WORDS = 60
 MAX_ANSWER_CHARS = 2000
 DISTANT_MAX_COPIED = 0.5  # share of the question's content bigrams found in the document
 DUPLICATE_JACCARD = 0.7  # word-set overlap at which two questions are near-duplicates
+# a question that points at its source cannot be asked without it
+_SOURCE_REFERENCE = re.compile(r"\b(?:the|this|these|both|two) (?:documents?|passages?|texts?|"
+                               r"articles?|abstracts?|stud(?:y|ies))\b", re.I)
 
 
 def words(text: str) -> list[str]:
@@ -42,6 +45,8 @@ def malformed(value: Any) -> str | None:
         return f"the question has {n} word(s), fewer than {MIN_QUESTION_WORDS}"
     if n > MAX_QUESTION_WORDS:
         return f"the question has {n} words, more than {MAX_QUESTION_WORDS}"
+    if m := _SOURCE_REFERENCE.search(question):
+        return f"the question refers to its source ({m.group(0)!r})"
     if not answer.strip():
         return "the answer is empty"
     if len(answer) > MAX_ANSWER_CHARS:
@@ -93,3 +98,42 @@ class DuplicateFilter:
 
     def add(self, qid: str, question: str) -> None:
         self._kept.append((qid, set(content_words(question))))
+
+
+MIN_SUPPORT = 0.5  # share of the answer's content words that must occur in the source(s)
+MIN_DISTINCT = 2  # content words each document of a pair must contribute on its own
+
+
+def support_share(answer: str, documents: Iterable[str]) -> float:
+    """The share of the answer's distinct content words found in the documents (1.0 for an
+    answer with none)."""
+    mine = set(content_words(answer))
+    if not mine:
+        return 1.0
+    found: set[str] = set()
+    for d in documents:
+        found |= set(content_words(d))
+    return len(mine & found) / len(mine)
+
+
+def unsupported(answer: str, documents: list[str], limit: float = MIN_SUPPORT) -> str | None:
+    """A reason when too little of the answer's wording comes from the source(s): the
+    lexical faithfulness check (measured on Cranfield: correct answers 0.37-1.0, mostly
+    >= 0.5; another question's answer 0.0-0.31)."""
+    share = support_share(answer, documents)
+    if share < limit:
+        return f"only {share:.0%} of the answer's words occur in the source document(s)"
+    return None
+
+
+def one_document_only(question: str, answer: str, doc_a: str, doc_b: str,
+                      minimum: int = MIN_DISTINCT) -> str | None:
+    """A reason when the question and answer draw on only one document of a pair: each
+    document must contribute ``minimum`` content words that the other does not contain."""
+    used = set(content_words(f"{question} {answer}"))
+    a, b = set(content_words(doc_a)), set(content_words(doc_b))
+    only_a, only_b = len(used & (a - b)), len(used & (b - a))
+    if min(only_a, only_b) < minimum:
+        return (f"the question and answer use {only_a} word(s) found only in the first "
+                f"document and {only_b} found only in the second (need {minimum} each)")
+    return None
