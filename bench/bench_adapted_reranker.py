@@ -1,0 +1,144 @@
+"""Cross-encoders adapted to a corpus with generated questions, no labels (issue 13, use 2).
+
+    .venv/bin/python bench/bench_adapted_reranker.py --collections cranfield vaswani
+
+For each collection: train the MiniLM cross-encoder (``train_reranker``, listwise, int8 ONNX,
+128 tokens) on the generated set in ``runs/generated/<collection>`` (split ``generated``:
+the questions and their one or two source documents; hard negatives mined by BM25 and dense
+from the same index), never touching the real qrels; then rerank on the real test queries:
+BM25 top-100 -> CE, RRF(BM25, dense) top-100 -> CE, and the RRF of each first stage with its
+CE ranks. nDCG@10 x100 beside BM25 and RRF(BM25, dense), with the generation and training
+cost. Writes the ``adapted-reranker`` section of docs/benchmarks.md and
+``runs/bench_adapted_reranker.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_generated import open_index  # noqa: E402
+from report import DATA, ROOT, header, write_section  # noqa: E402
+
+DEPTH = 100
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--collections", nargs="+", default=["cranfield", "vaswani"])
+    p.add_argument("--sets", type=Path, default=ROOT / "runs" / "generated")
+    p.add_argument("--models", type=Path, default=ROOT / "runs" / "models")
+    p.add_argument("--budget-minutes", type=float, default=8.0)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--retrain", action="store_true", help="train even if a model is there")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_adapted_reranker.json")
+    p.add_argument("--no-write", action="store_true")
+    return p.parse_args(argv)
+
+
+def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
+    from intentrank.training.reranker import TRAINING_JSON, train_reranker
+
+    out = args.models / f"ce-{name}-generated"
+    if args.retrain or not (out / TRAINING_JSON).exists():
+        train_reranker(args.sets / name, out, ROOT / "indexes" / name, split="generated",
+                       epochs=args.epochs, time_budget_s=args.budget_minutes * 60, onnx=True,
+                       max_length=128, progress=False, log=lambda m: print(f"  {m}",
+                                                                           file=sys.stderr))
+    return out, json.loads((out / TRAINING_JSON).read_text())
+
+
+def rerank(idx: Any, scorer: Any, queries: list[Any], first: list[list[str]]
+           ) -> tuple[list[list[str]], float]:
+    start, out = time.perf_counter(), []
+    for q, ids in zip(queries, first, strict=True):
+        scores = scorer.predict([(q.text, idx.doc_text(d)) for d in ids], batch_size=32)
+        out.append([ids[i] for i in sorted(range(len(ids)), key=lambda i: -scores[i])])
+    return out, time.perf_counter() - start
+
+
+def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.metrics import evaluate
+    from intentrank.fuse.rrf import rrf
+    from intentrank.models.cross_encoder import load_cross_encoder
+
+    model_dir, info = train(name, args)
+    ds = load_dataset(DATA / name)
+    queries, qrels = ds.split("test")
+    idx = open_index(name)
+    texts = [q.text for q in queries]
+    bm25 = [[idx.ids[r] for r in h.rows] for h in idx.search_bm25(texts, DEPTH)]
+    dense = [[idx.ids[r] for r in h.rows] for h in idx.search_dense(texts, DEPTH)]
+    hybrid = [sorted(f, key=lambda d: -f[d])[:DEPTH] for f in
+              (rrf([b, d]) for b, d in zip(bm25, dense, strict=True))]
+    scorer = load_cross_encoder(model_dir, backend="onnx", max_length=128)
+    ce_bm25, s1 = rerank(idx, scorer, queries, bm25)
+    ce_hybrid, s2 = rerank(idx, scorer, queries, hybrid)
+
+    def run(lists: list[list[str]]) -> dict[str, dict[str, float]]:
+        return {q.id: {d: float(len(ids) - i) for i, d in enumerate(ids)}
+                for q, ids in zip(queries, lists, strict=True)}
+
+    def fused(a: list[list[str]], b: list[list[str]]) -> dict[str, dict[str, float]]:
+        return {q.id: rrf([x, y]) for q, x, y in zip(queries, a, b, strict=True)}
+
+    runs = {"BM25": run(bm25), "RRF(BM25, dense)": run(hybrid),
+            "BM25 -> CE": run(ce_bm25), "RRF(BM25, dense) -> CE": run(ce_hybrid),
+            "RRF(BM25, CE)": fused(bm25, ce_bm25),
+            "RRF(RRF(BM25, dense), CE)": fused(hybrid, ce_hybrid)}
+    scores = {k: evaluate(v, qrels, ["nDCG@10"]).aggregate["nDCG@10"] for k, v in runs.items()}
+    gen = json.loads((args.sets / name / "generation.json").read_text())
+    return {"n_queries": len(queries), "ndcg@10": scores,
+            "generation": {"kept": gen["kept"], "attempts": gen["attempts"],
+                           "model": gen["identity"]["model"],
+                           "questions_per_minute": gen["questions_per_minute"],
+                           "minutes": round(sum(r["seconds"] for r in gen["runs"]) / 60, 1)},
+            "training": {"queries": info["n_queries"], "pairs": info["pairs_trained"],
+                         "steps": info["steps_done"], "stopped_by": info["stopped_by"],
+                         "minutes": round((info["seconds"]["training"]
+                                           + info["seconds"]["mining"]) / 60, 1)},
+            "ce_pairs_per_s": round(2 * DEPTH * len(queries) / (s1 + s2), 1)}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    cols = ["BM25", "RRF(BM25, dense)", "BM25 -> CE", "RRF(BM25, CE)", "RRF(BM25, dense) -> CE",
+            "RRF(RRF(BM25, dense), CE)"]
+    lines = [header(), "",
+             "Cross-encoders trained per corpus on generated questions only (no relevance "
+             "labels of the collection), evaluated on the real test queries, nDCG@10 x100. "
+             "Top-100 candidates; CE = int8 ONNX, 128 tokens.", "",
+             "| collection | queries | " + " | ".join(cols) + " | generation | training |",
+             "|---|---|" + "---|" * (len(cols) + 2)]
+    for name, r in results.items():
+        g, t = r["generation"], r["training"]
+        lines.append(f"| {name} | {r['n_queries']} | "
+                     + " | ".join(f"{100 * r['ndcg@10'][c]:.2f}" for c in cols)
+                     + f" | {g['kept']} questions in {g['minutes']} min ({g['model']}) | "
+                       f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    results = {}
+    for name in args.collections:
+        print(f"[bench] {name}", file=sys.stderr, flush=True)
+        results[name] = one(name, args)
+        print(json.dumps(results[name]["ndcg@10"]), file=sys.stderr)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    text = markdown(results)
+    print(text)
+    if not args.no_write:
+        write_section("adapted-reranker", text)
+
+
+if __name__ == "__main__":
+    main()
