@@ -136,7 +136,15 @@ def generation_summary(root: Path) -> dict[str, Any]:
     attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
     status = Counter(a["status"] for a in attempts)
     gen = json.loads((root / "generation.json").read_text())
-    return {"attempts": len(attempts), "kept": status.pop("kept", 0),
+    samples: dict[str, dict[str, Any]] = {}
+    for a in attempts:  # the first kept question of each category, the first of each rejection
+        keys = ([f"{k}={v}" for k, v in a["categories"].items()
+                 if k in ("phrasing", "factuality", "linguistic-variation")]
+                + ([f"two_document={a['pair_type']}"] if a.get("pair_type") else [])
+                if a["status"] == "kept" else [f"rejected: {a['status']}"])
+        for key in keys:
+            samples.setdefault(key, a)
+    return {"samples": samples, "attempts": len(attempts), "kept": status.pop("kept", 0),
             "rejected": dict(sorted(status.items())), "model": gen["identity"]["model"],
             "questions_per_minute": gen.get("questions_per_minute"),
             "seconds_per_attempt": round(sum(a["seconds"] for a in attempts) / len(attempts), 2)}
@@ -161,7 +169,13 @@ def markdown(results: dict[str, Any], tau: dict[str, Any] | None) -> str:
             for system, row in table.items():
                 lines.append(f"| {kind} | {system} | "
                              + " | ".join(f"{100 * row[f'R@{c}']:.1f}" for c in CUTS) + " |")
-        lines.append("")
+        lines += ["", f"<details><summary>{name}: one generated question per category, and one "
+                      f"rejected attempt per reason</summary>", ""]
+        for key, a in sorted(info["samples"].items()):
+            detail = f" ({a['detail']})" if a["detail"] else ""
+            lines.append(f"- **{key}** [{a['user']}, docs {', '.join(a['documents'])}]: "
+                         f"\"{a['question'] or '-'}\" -> \"{a['answer'][:160]}\"{detail}")
+        lines += ["", "</details>", ""]
     if tau is not None:
         lines += ["**Are generated questions a usable proxy?** SciFact, eight retrieval "
                   "pipelines, nDCG@10 x100 on the generated questions and on the 300 real test "
