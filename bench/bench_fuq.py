@@ -90,7 +90,7 @@ def run_collection(name: str, n: int, seed: int, train_sample: int,
         save_params(f"fuq-{name}", tuned, dataset=name, split="train", sample=train_sample,
                     seed=seed)
         tuned_fuq = spec.pipeline("FUQ (F)")  # the file names fuq-scifact
-        tuned_fuq.node = [*tuned_fuq.node[:-1], {"fuq": {"params": f"fuq-{name}", "k": 100}}]
+        tuned_fuq.node = [*tuned_fuq.node[:-1], {"fuq": {"params": f"fuq-{name}", "top_k": 100}}]
         spec = spec.replace(notes=[*spec.notes, f"FUQ (F) weights tuned on {train_sample} "
                                    f"train queries: {tuned.best}."])
     else:

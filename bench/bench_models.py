@@ -146,11 +146,11 @@ def rerank_eval(idx: Any, queries: list, qrels: dict, scorer: Any, k: int) -> di
     from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.retrieve.retrievers import BM25Retriever
 
-    bm25 = BM25Retriever(idx, k=k)
+    bm25 = BM25Retriever(idx, depth=k)
     first = bm25.run(queries)
     metrics = ["nDCG@10", f"Recall@{k}"]
     base = evaluate(first.to_run(), qrels, metrics).aggregate
-    stage = CrossEncoderReranker(idx, scorer, k=k)
+    stage = CrossEncoderReranker(idx, scorer, top_k=k)
     t = time.perf_counter()
     reranked = stage(first.rankings, first.trace)
     secs = time.perf_counter() - t
@@ -170,7 +170,7 @@ def rrf_run(rankings: list) -> dict[str, dict[str, float]]:
         orders = [[d.doc_id for d in sorted((d for d in r.docs if stage in d.stage_scores),
                                             key=lambda d, s=stage: -d.stage_scores[s])]
                   for stage in ("bm25", "cross_encoder")]
-        run[r.query.id] = rrf(orders, k=60)
+        run[r.query.id] = rrf(orders, rrf_k=60)
     return run
 
 

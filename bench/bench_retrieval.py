@@ -42,7 +42,7 @@ def bm25_qps(idx, queries, repeats: int = 15) -> dict[str, float]:
     s = idx.settings.bm25
     stem = Stemmer.Stemmer(s.stemmer)
     retriever, texts = idx.bm25, [q.text for q in queries]
-    stage = BM25Retriever(idx, k=100)
+    stage = BM25Retriever(idx, depth=100)
 
     def direct() -> None:
         toks = bm25s.tokenize(texts, stopwords=s.stopwords, stemmer=stem, show_progress=False,

@@ -77,8 +77,8 @@ def evaluate_reranker(idx: Any, queries: list, qrels: dict, model_dir: Path, k: 
     from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.retrieve.retrievers import BM25Retriever
 
-    first = BM25Retriever(idx, k=k).run(queries)
-    stage = CrossEncoderReranker(idx, model_dir, k=k, backend="onnx")
+    first = BM25Retriever(idx, depth=k).run(queries)
+    stage = CrossEncoderReranker(idx, model_dir, top_k=k, backend="onnx")
     t = time.perf_counter()
     reranked = stage(first.rankings, first.trace)
     secs = time.perf_counter() - t

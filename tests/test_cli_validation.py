@@ -66,11 +66,11 @@ def test_search_query_with_markup_is_printed_verbatim(bm25_index):
 
 
 @pytest.mark.parametrize("yaml_text, message", [
-    ("pipeline:\n  fuse: {method: rrf, k: 0, inputs: [bm25, bm25]}",
-     "pipeline.fuse: rrf k must be > 0, got 0"),
-    ("pipeline:\n  fuse: {method: rrf, k: -60, inputs: [bm25, bm25]}", "rrf k must be > 0"),
-    ("pipeline:\n  fuse: {method: rrf, k: .inf, inputs: [bm25, bm25]}",
-     "rrf k must be a finite number"),
+    ("pipeline:\n  fuse: {method: rrf, rrf_k: 0, inputs: [bm25, bm25]}",
+     "pipeline.fuse: rrf_k must be > 0, got 0"),
+    ("pipeline:\n  fuse: {method: rrf, rrf_k: -60, inputs: [bm25, bm25]}", "rrf_k must be > 0"),
+    ("pipeline:\n  fuse: {method: rrf, rrf_k: .inf, inputs: [bm25, bm25]}",
+     "rrf_k must be a finite number"),
     ("pipeline:\n  fuse: {method: weighted, weights: [-1, 1], inputs: [bm25, tfidf]}",
      "weights must be non-negative"),
     ("pipeline:\n  fuse: {method: weighted, weights: [.nan, 1], inputs: [bm25, tfidf]}",
@@ -80,20 +80,32 @@ def test_search_query_with_markup_is_printed_verbatim(bm25_index):
     ("pipeline:\n  fuse: {method: weighted, weights: 3, inputs: [bm25, tfidf]}",
      "weights must be a list of numbers"),
     ("pipeline:\n  fuse: {method: rrf, inputs: []}", "at least two branches"),
-    ("pipeline: [{bm25: {k: 0}}]", "pipeline[0].bm25: k must be >= 1, got 0"),
-    ("pipeline: [{bm25: {k: 2.5}}]", "k must be an integer, got 2.5"),
-    ("pipeline: [{bm25: {k: true}}]", "k must be an integer, got True"),
-    ("pipeline: [{sparse: {k: 10, depth: 0}}]", "depth must be >= 1, got 0"),
+    ("pipeline: [{bm25: {depth: 0}}]", "pipeline[0].bm25: depth must be >= 1, got 0"),
+    ("pipeline: [{bm25: {depth: 2.5}}]", "depth must be an integer, got 2.5"),
+    ("pipeline: [{bm25: {depth: true}}]", "depth must be an integer, got True"),
+    ("pipeline: [{sparse: {depth: 10, leg_depth: 0}}]", "leg_depth must be >= 1, got 0"),
+    ("pipeline: [{bm25: {k: 10}}]", "pipeline[0].bm25: unknown parameter 'k'; did you mean "
+     "'depth'? (renamed after 0.1.0: 'depth' is how many documents a retriever returns)"),
+    ("pipeline: [{sparse: {k: 10}}]", "unknown parameter 'k'; did you mean 'depth'?"),
+    ("pipeline: [bm25, {cross_encoder: {k: 10}}]",
+     "pipeline[1].cross_encoder: unknown parameter 'k'; did you mean 'top_k'?"),
+    ("pipeline: [bm25, {listwise: {depth: 5}}]",
+     "pipeline[1].listwise: unknown parameter 'depth'; did you mean 'top_k'?"),
+    ("pipeline:\n  fuse: {method: rrf, k: 60, inputs: [bm25, bm25]}",
+     "pipeline.fuse: unknown parameter 'k'; did you mean 'rrf_k'? (renamed after 0.1.0: "
+     "'rrf_k' is the RRF constant"),
+    ("pipeline: [{rrf_with_input: {stage: bm25, k: 60}}]", "did you mean 'rrf_k'?"),
+    ("pipeline: [{multi_query: {retriever: {bm25: {k: 5}}}}]", "did you mean 'depth'?"),
     ("pipeline: [bm25, {cutoff: 0}]", "pipeline[1]: cutoff must be >= 1, got 0"),
     ("pipeline: [bm25, {cutoff: true}]", "cutoff takes an integer"),
-    ("pipeline: [bm25, {listwise: {depth: 1}}]", "depth must be >= 2, got 1"),
-    ("pipeline: [bm25, {listwise: {depth: 5, window: -3}}]", "window must be >= 2, got -3"),
+    ("pipeline: [bm25, {listwise: {top_k: 1}}]", "top_k must be >= 2, got 1"),
+    ("pipeline: [bm25, {listwise: {top_k: 5, window: -3}}]", "window must be >= 2, got -3"),
     ("pipeline: [bm25, {followups: {m: 0}}]", "m (follow-ups per query) must be >= 1"),
     ("pipeline: [bm25, {followups: {max_tokens: -1}}]", "max_tokens must be >= 1"),
-    ("pipeline: [bm25, {compression: {k: 0}}]", "k must be >= 1, got 0"),
-    ("pipeline: [bm25, {llm_judge: {k: -2}}]", "k must be >= 1, got -2"),
+    ("pipeline: [bm25, {compression: {top_k: 0}}]", "top_k must be >= 1, got 0"),
+    ("pipeline: [bm25, {llm_judge: {top_k: -2}}]", "top_k must be >= 1, got -2"),
     ("pipeline: [{multi_query: {retriever: bm25, n: 0}}]", "n (variants per query) must be"),
-    ("pipeline: [{multi_query: {retriever: bm25, k: 0}}]", "rrf k must be > 0"),
+    ("pipeline: [{multi_query: {retriever: bm25, rrf_k: 0}}]", "rrf_k must be > 0"),
     ("pipeline: [bm25, {fuq: {alpha: .nan}}]", "fuq alpha must be a finite number"),
     ("pipeline: [{bm25: {kk: 3}}]", "pipeline[0].bm25:"),
     ("pipeline: [{bm25: 0}]", "parameters must be a mapping"),
@@ -171,9 +183,9 @@ def test_python_constructors_name_the_parameter(bm25_index):
 
     bm25 = BM25Retriever(bm25_index, 10)
     cases = [
-        (lambda: RRFFusion([bm25, bm25], k=0), "rrf k must be > 0, got 0"),
-        (lambda: RRFFusion([bm25, bm25], k=-1), "rrf k must be > 0"),
-        (lambda: rrf([["a"]], k=-1), "rrf k must be > 0"),
+        (lambda: RRFFusion([bm25, bm25], rrf_k=0), "rrf_k must be > 0, got 0"),
+        (lambda: RRFFusion([bm25, bm25], rrf_k=-1), "rrf_k must be > 0"),
+        (lambda: rrf([["a"]], rrf_k=-1), "rrf_k must be > 0"),
         (lambda: RRFFusion([]), "needs at least one branch"),
         (lambda: WeightedFusion([]), "needs at least one branch"),
         (lambda: InterleaveFusion(bm25), "takes a list of stages"),
@@ -182,15 +194,15 @@ def test_python_constructors_name_the_parameter(bm25_index):
         (lambda: WeightedFusion([bm25, bm25], weights=[1, -1]), "non-negative"),
         (lambda: WeightedFusion([bm25, bm25], weights=[0, 0]), "all zero"),
         (lambda: WeightedFusion([bm25, bm25], weights=[1]), "1 weights for 2"),
-        (lambda: BM25Retriever(bm25_index, 0), "k must be >= 1, got 0"),
-        (lambda: BM25Retriever(bm25_index, -5), "k must be >= 1, got -5"),
-        (lambda: sparse_retriever(bm25_index, 10, depth=0), "depth must be >= 1"),
+        (lambda: BM25Retriever(bm25_index, 0), "depth must be >= 1, got 0"),
+        (lambda: BM25Retriever(bm25_index, -5), "depth must be >= 1, got -5"),
+        (lambda: sparse_retriever(bm25_index, 10, leg_depth=0), "leg_depth must be >= 1"),
         (lambda: Cutoff(0), "cut-off must be >= 1, got 0"),
         (lambda: bm25 % 0, "cut-off must be >= 1, got 0"),
         (lambda: bm25 % 2.5, "cut-off must be an integer"),
         (lambda: bm25 >> 5, "a pipeline step must be a Stage"),
         (lambda: Chain([bm25, "bm25"]), "a pipeline step must be a Stage"),
-        (lambda: ListwiseReranker(bm25_index, None, depth=1), "depth must be >= 2"),
+        (lambda: ListwiseReranker(bm25_index, None, top_k=1), "top_k must be >= 2"),
         (lambda: ListwiseReranker(bm25_index, None, step=0), "step must be >= 1"),
         (lambda: FUQWeights(alpha=math.nan), "fuq alpha must be a finite number"),
         (lambda: bm25.search("shock", k=0), "k must be >= 1"),
@@ -266,7 +278,7 @@ def test_eval_pipeline_names(small_cranfield, bm25_index, tmp_path):
     res = _eval(small_cranfield, bm25_index, "-p", "bm25", "-p", "tfidf", "--baseline", "rrf")
     _clean_error(res, "--baseline 'rrf' is not one of the pipelines")
     (tmp_path / "x").mkdir()
-    (tmp_path / "x" / "bm25.yaml").write_text("pipeline: {bm25: {k: 5}}\n")
+    (tmp_path / "x" / "bm25.yaml").write_text("pipeline: {bm25: {depth: 5}}\n")
     res = _eval(small_cranfield, bm25_index, "-p", "bm25", "-p", str(tmp_path / "x/bm25.yaml"),
                 "--runs-dir", str(tmp_path / "runs"))
     _clean_error(res, "would write the same run file name")
@@ -352,9 +364,9 @@ def test_property_eval_metrics(small_cranfield, bm25_index, metrics):
 def test_property_fusion_params(bm25_index, tmp_path_factory, rrf_k, weights, depth):
     cfg = tmp_path_factory.mktemp("prop") / "p.yaml"
     cfg.write_text(yaml.safe_dump({"pipeline": [
-        {"fuse": {"method": "rrf", "k": rrf_k, "inputs": [{"bm25": {"k": 20}}, "bm25"]}},
+        {"fuse": {"method": "rrf", "rrf_k": rrf_k, "inputs": [{"bm25": {"depth": 20}}, "bm25"]}},
         {"fuse": {"method": "weighted", "weights": weights,
-                  "inputs": [{"sparse": {"k": 5, "depth": depth}}, "bm25"]}}]}))
+                  "inputs": [{"sparse": {"depth": 5, "leg_depth": depth}}, "bm25"]}}]}))
     res = runner.invoke(app, ["search", str(bm25_index.path), "shock", "-p", str(cfg)])
     _ok_or_error(res)
 

@@ -20,7 +20,7 @@ def test_config_builds_the_same_pipeline_as_operators(cranfield_index, tmp_path)
     from intentrank.retrieve.retrievers import BM25Retriever, TfidfRetriever
 
     cfg = tmp_path / "p.yaml"
-    cfg.write_text("pipeline:\n  - fuse: {method: rrf, k: 60, inputs: [{bm25: {k: 50}}, "
+    cfg.write_text("pipeline:\n  - fuse: {method: rrf, rrf_k: 60, inputs: [{bm25: {depth: 50}}, "
                    "tfidf]}\n  - cutoff: 10\n")
     from_file = pipeline_from_config(cfg, index=cranfield_index)
     by_hand = (BM25Retriever(cranfield_index, 50) | TfidfRetriever(cranfield_index)) % 10

@@ -39,9 +39,10 @@ PROPERTY = settings(max_examples=150, deadline=None,
 STAGE_NAMES = ["bm25", "tfidf", "dense", "graph", "sparse", "cutoff", "fuse", "followups",
                "listwise", "multi_query", "compression", "llm_judge", "fuq", "parents",
                "nope"]
-PARAM_NAMES = ["k", "depth", "weights", "inputs", "method", "m", "n", "window", "step",
-               "max_tokens", "max_passage_chars", "retriever", "alpha", "beta", "gamma",
-               "params", "tolerance", "kk", "rrf", "weighted", "interleave", "dynamic"]
+PARAM_NAMES = ["k", "depth", "top_k", "rrf_k", "leg_depth", "weights", "inputs", "method", "m",
+               "n", "window", "step", "max_tokens", "max_passage_chars", "retriever", "alpha",
+               "beta", "gamma", "params", "tolerance", "kk", "rrf", "weighted", "interleave",
+               "dynamic"]
 
 
 class FakeLLM:
@@ -69,11 +70,12 @@ def llm():
 
 # what each stage accepts (plus a typo), so that the factories' own checks are reached
 STAGE_PARAMS = {
-    "bm25": ["k"], "tfidf": ["k"], "dense": ["k"], "graph": ["k"], "sparse": ["k", "depth"],
-    "followups": ["m", "max_tokens"], "parents": [],
-    "listwise": ["depth", "window", "step", "max_passage_chars", "max_tokens"],
-    "compression": ["k", "max_passage_chars", "max_tokens"],
-    "llm_judge": ["k", "max_passage_chars"], "fuq": ["alpha", "beta", "gamma", "k", "params"],
+    "bm25": ["depth"], "tfidf": ["depth"], "dense": ["depth"], "graph": ["depth"],
+    "sparse": ["depth", "leg_depth"], "followups": ["m", "max_tokens"], "parents": [],
+    "listwise": ["top_k", "window", "step", "max_passage_chars", "max_tokens"],
+    "compression": ["top_k", "max_passage_chars", "max_tokens"],
+    "llm_judge": ["top_k", "max_passage_chars"],
+    "fuq": ["alpha", "beta", "gamma", "top_k", "params"],
 }
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 120), st.integers(1, 30), st.integers(),
@@ -88,26 +90,27 @@ keys = st.one_of(st.sampled_from(STAGE_NAMES + PARAM_NAMES), st.text(max_size=4)
 
 def _stage(children: st.SearchStrategy) -> st.SearchStrategy:
     def params(name: str) -> st.SearchStrategy:
-        return st.dictionaries(st.sampled_from([*STAGE_PARAMS[name], "kk"]), values,
+        return st.dictionaries(st.sampled_from([*STAGE_PARAMS[name], "kk", "k"]), values,
                                max_size=3).map(lambda p: {name: p} if p else name)
 
     return st.one_of(
         st.sampled_from(sorted(STAGE_PARAMS)).flatmap(params),
         st.builds(lambda r, p: {"multi_query": {"retriever": r, **p}}, children,
-                  st.dictionaries(st.sampled_from(["n", "k", "max_tokens"]), values,
+                  st.dictionaries(st.sampled_from(["n", "rrf_k", "k", "max_tokens"]), values,
                                   max_size=2)),
         st.builds(lambda k: {"cutoff": k}, values),
         st.builds(lambda method, inputs, extra: {"fuse": {"method": method, "inputs": inputs,
                                                           **extra}},
                   st.sampled_from(["rrf", "weighted", "interleave", "dynamic", "max"]),
                   st.lists(children, min_size=1, max_size=4),
-                  st.dictionaries(st.sampled_from(["k", "weights", "tolerance", "max_tokens"]),
+                  st.dictionaries(st.sampled_from(["rrf_k", "k", "weights", "tolerance",
+                                                   "max_tokens"]),
                                   values, max_size=2)),
     )
 
 
 nodes = st.recursive(
-    st.one_of(scalars, _stage(st.sampled_from(["bm25", "tfidf", {"bm25": {"k": 5}}]))),
+    st.one_of(scalars, _stage(st.sampled_from(["bm25", "tfidf", {"bm25": {"depth": 5}}]))),
     lambda children: st.one_of(
         st.lists(children, max_size=4),
         st.dictionaries(keys, children, max_size=3),

@@ -51,8 +51,8 @@ class LengthScorer:
 def test_reranks_top_k_and_keeps_the_rest(cranfield, cranfield_index) -> None:
     queries, _ = cranfield.split("test")
     trace = Trace()
-    bm25 = BM25Retriever(cranfield_index, k=20).run(queries[:3], trace).rankings
-    stage = CrossEncoderReranker(cranfield_index, LengthScorer(), k=5)
+    bm25 = BM25Retriever(cranfield_index, depth=20).run(queries[:3], trace).rankings
+    stage = CrossEncoderReranker(cranfield_index, LengthScorer(), top_k=5)
     out = stage(bm25, trace)
     assert trace.stages["cross_encoder"].counters["pairs"] == 15
     for before, after in zip(bm25, out, strict=True):
@@ -72,8 +72,8 @@ def test_torch_and_onnx_backends_on_a_tiny_model(cranfield, cranfield_index, tin
     from intentrank.training.reranker import export_onnx_int8
 
     queries, _ = cranfield.split("test")
-    bm25 = BM25Retriever(cranfield_index, k=10).run(queries[:2]).rankings
-    torch_stage = CrossEncoderReranker(cranfield_index, str(tiny_model), k=10, max_length=64)
+    bm25 = BM25Retriever(cranfield_index, depth=10).run(queries[:2]).rankings
+    torch_stage = CrossEncoderReranker(cranfield_index, str(tiny_model), top_k=10, max_length=64)
     ranked = torch_stage(bm25)
     pairs = [(r.query.text, cranfield_index.doc_text(d)) for r in bm25 for d in r.doc_ids]
     direct = torch_stage.scorer.predict(pairs)
@@ -90,7 +90,7 @@ def test_torch_and_onnx_backends_on_a_tiny_model(cranfield, cranfield_index, tin
 
 def test_config_stage_shares_one_model(cranfield_index, tiny_model) -> None:
     ctx = BuildContext(cranfield_index)
-    node = [{"bm25": {"k": 8}}, {"cross_encoder": {"model": str(tiny_model), "k": 4,
+    node = [{"bm25": {"depth": 8}}, {"cross_encoder": {"model": str(tiny_model), "top_k": 4,
                                                    "max_length": 64}}]
     first, second = build_pipeline(node, ctx), build_pipeline(node, ctx)
     assert first.stages[1].scorer is second.stages[1].scorer

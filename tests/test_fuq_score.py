@@ -39,7 +39,7 @@ def test_rerank_on_real_index_keeps_components_and_tail(cranfield_index) -> None
         "followup", ["what causes transition to turbulence?"], "test")
     ranking = Ranking(query, [ScoredDoc(d, 1.0 - i / 10, {"prev": 1.0 - i / 10})
                               for i, d in enumerate(ids)])
-    out = FollowUpReranker(idx, FUQWeights(1.0, 0.0, 0.0), k=5)([ranking], Trace())[0]
+    out = FollowUpReranker(idx, FUQWeights(1.0, 0.0, 0.0), top_k=5)([ranking], Trace())[0]
     assert sorted(out.doc_ids[:5]) == sorted(ids[:5])
     assert out.doc_ids[5:] == ids[5:]  # the tail keeps its order below the head
     head = out.docs[:5]
@@ -57,7 +57,7 @@ def test_rerank_on_real_index_keeps_components_and_tail(cranfield_index) -> None
 def test_no_followups_uses_the_query(cranfield_index) -> None:
     idx = cranfield_index
     r = Ranking(Query("1", "shock waves"), [ScoredDoc(d, 0.0) for d in idx.ids[:4]])
-    out = FollowUpReranker(idx, k=4)([r], Trace())[0]
+    out = FollowUpReranker(idx, top_k=4)([r], Trace())[0]
     for d in out.docs:
         assert d.stage_scores["fuq.followups"] == pytest.approx(d.stage_scores["fuq.cos"],
                                                              rel=F32_REL, abs=F32_ABS)

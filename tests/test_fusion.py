@@ -24,7 +24,7 @@ class Fixed(Stage):
 
 
 def test_rrf_is_one_based_and_weights_multiply_each_list():
-    fused = rrf([["a", "b", "c"], ["b", "d"]], k=60, weights=[2.0, 1.0])
+    fused = rrf([["a", "b", "c"], ["b", "d"]], rrf_k=60, weights=[2.0, 1.0])
     assert fused["a"] == pytest.approx(2 / 61)
     assert fused["b"] == pytest.approx(2 / 62 + 1 / 61)
     assert fused["c"] == pytest.approx(2 / 63)
@@ -59,7 +59,7 @@ def test_operators_compose_and_keep_stage_scores():
     assert top.doc_ids == ["d3", "d1"]  # d3: 1/63 + 1/61 beats d1: 1/61
     assert top.docs[0].stage_scores["rrf/a"] == 1.0 and top.docs[0].stage_scores["rrf/b"] == 9.0
     assert set(result.trace.stages) == {"rrf/a", "rrf/b", "rrf"}
-    assert pipe.describe() == "rrf(a | b, k=60) >> % 2"
+    assert pipe.describe() == "rrf(a | b, rrf_k=60) >> % 2"
 
 
 class Boost(Stage):
@@ -78,7 +78,7 @@ class Boost(Stage):
 def test_every_stage_instance_has_its_own_path_id():
     """Same-named stages (two "dense" branches, two rerankers) get one Trace entry and one
     stage score each; the same pipeline gets the same ids on every run."""
-    inner = RRFFusion([Fixed("dense", {"d1": 1.0}), Fixed("bm25", {"d2": 1.0})], k=10)
+    inner = RRFFusion([Fixed("dense", {"d1": 1.0}), Fixed("bm25", {"d2": 1.0})], rrf_k=10)
     pipe = (RRFFusion([Fixed("dense", {"d1": 2.0, "d2": 1.0}), Fixed("dense", {"d3": 5.0}),
                        inner]) >> Boost("ce", {"d1": 0.5}) >> Boost("ce", {"d2": 0.7}))
     ids = {"rrf/dense", "rrf/dense#2", "rrf/rrf", "rrf/rrf/dense", "rrf/rrf/bm25", "rrf",
@@ -144,10 +144,10 @@ def test_fusion_parameters_are_checked():
 
     a = Fixed("a", {"d1": 1.0})
     for bad_k in (0, -1, -60, math.nan, math.inf, "60", True):
-        with pytest.raises(ParameterError, match="rrf k"):
-            RRFFusion([a, a], k=bad_k)
-        with pytest.raises(ValueError, match="rrf k"):
-            rrf([["x"]], k=bad_k)
+        with pytest.raises(ParameterError, match="rrf_k"):
+            RRFFusion([a, a], rrf_k=bad_k)
+        with pytest.raises(ValueError, match="rrf_k"):
+            rrf([["x"]], rrf_k=bad_k)
     for bad in ([math.nan, 1], [math.inf, 1], [-0.5, 1], ["1", 1], [True, 1]):
         with pytest.raises(ValueError, match="weights"):
             WeightedFusion([a, a], weights=bad)
@@ -160,15 +160,15 @@ def test_fusion_parameters_are_checked():
             cls([])
     with pytest.raises(ValueError, match="cut-off must be >= 1, got 0"):
         a % 0
-    assert RRFFusion([a, a], k=0.5).k == 0.5  # any k > 0 is fine
+    assert RRFFusion([a, a], rrf_k=0.5).rrf_k == 0.5  # any rrf_k > 0 is fine
 
 
-def test_nested_rrf_with_its_own_k_is_not_flattened_into_the_outer_one() -> None:
+def test_nested_rrf_with_its_own_rrf_k_is_not_flattened_into_the_outer_one() -> None:
     from intentrank.fuse.rrf import RRFFusion
 
     a, b, c = (Fixed(n, {"x": 1.0, "y": 0.5}) for n in "abc")
-    inner = RRFFusion([a, b], k=1)
+    inner = RRFFusion([a, b], rrf_k=1)
     outer = inner | c
-    assert outer.branches == [inner, c] and outer.k == 60  # k=1 kept inside
+    assert outer.branches == [inner, c] and outer.rrf_k == 60  # rrf_k=1 kept inside
     same = RRFFusion([a, b]) | c
     assert same.branches == [a, b, c]  # same parameters: one fusion of three lists

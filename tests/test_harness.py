@@ -124,10 +124,10 @@ def independent_pipelines(index, llm, scorer) -> dict[str, Stage]:
                 GraphRetriever(index, 100)]
 
     def ce():
-        return RRFWithInput(CrossEncoderReranker(index, scorer, k=100), name="ce_rrf") % 10
+        return RRFWithInput(CrossEncoderReranker(index, scorer, top_k=100), name="ce_rrf") % 10
 
     def listwise():
-        return ListwiseReranker(index, llm, depth=5, max_passage_chars=150)
+        return ListwiseReranker(index, llm, top_k=5, max_passage_chars=150)
 
     out = {"Dense only": DenseRetriever(index, 100),
            "Bi-modal": WeightedFusion(legs()[:2], (0.5 / 0.85, 0.35 / 0.85)) % 100}
@@ -204,7 +204,7 @@ def test_canonical_keys_include_every_parameter(cranfield_index) -> None:
     from intentrank.retrieve.retrievers import BM25Retriever, DenseRetriever
 
     llm = LLMClient(FakeLLM(), cache=None)
-    short, long = (ListwiseReranker(cranfield_index, llm, depth=5, max_passage_chars=c)
+    short, long = (ListwiseReranker(cranfield_index, llm, top_k=5, max_passage_chars=c)
                    for c in (150, 600))
     assert canonical(short) != canonical(long)
     assert canonical(DenseRetriever(cranfield_index, 100)) == canonical(
@@ -268,7 +268,7 @@ def test_shipped_experiments_parse() -> None:
     ablation = load_experiment("cascade-ablation")
     full = ablation.pipeline("Full pipeline")
     assert full.parent == "Tri-modal + CE" and full.node[-1] == {
-        "listwise": {"depth": 5, "max_passage_chars": 150}}
+        "listwise": {"top_k": 5, "max_passage_chars": 150}}
     assert full.node[:2] == ablation.pipeline("Tri-modal").node  # the parents' steps first
     fuq = load_experiment("fuq")
     assert fuq.baseline == "dense" and fuq.pipeline("parent document").index == "chunks"
@@ -276,7 +276,8 @@ def test_shipped_experiments_parse() -> None:
 
 
 GOOD = {"dataset": "cranfield", "metrics": ["nDCG@10"],
-        "pipelines": {"a": [{"bm25": {"k": 10}}], "b": {"parent": "a", "then": [{"cutoff": 5}]}}}
+        "pipelines": {"a": [{"bm25": {"depth": 10}}],
+                      "b": {"parent": "a", "then": [{"cutoff": 5}]}}}
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -328,7 +329,7 @@ def test_cli_experiment_runs_a_file_and_refuses_bad_options(data_dir, cranfield_
 
     path = tmp_path / "exp.yaml"
     path.write_text("dataset: cranfield\nsample: {size: 50, seed: 1}\nmetrics: [nDCG@10]\n"
-                    "baseline: bm25\npipelines:\n  bm25: [{bm25: {k: 20}}]\n"
+                    "baseline: bm25\npipelines:\n  bm25: [{bm25: {depth: 20}}]\n"
                     "  bm25 top-5: {parent: bm25, then: [{cutoff: 5}], adds: cut-off}\n")
     runner, out = CliRunner(), tmp_path / "reports" / "exp"
     res = runner.invoke(app, ["experiment", str(path), "--sample", "4", "--dataset",
@@ -340,7 +341,7 @@ def test_cli_experiment_runs_a_file_and_refuses_bad_options(data_dir, cranfield_
     assert data["n_queries"] == 4 and data["swaps"]["bm25 top-5"]["queries"] == 4
     for args, message in [(["--without", "bm52"], "--without ['bm52']: not a stage name"),
                           (["--set", "bm25=3"], "expected STAGE.PARAM=VALUE"),
-                          (["--set", "dense.k=3"], "no pipeline has a 'dense' stage"),
+                          (["--set", "dense.depth=3"], "no pipeline has a 'dense' stage"),
                           (["--sample", "-1"], "--sample must be >= 0")]:
         res = runner.invoke(app, ["experiment", str(path), *args])
         assert res.exit_code == 2 and message in res.output, (args, res.output)

@@ -40,7 +40,7 @@ def test_manifest_records_corpus_settings_and_versions(cranfield_index):
 
 def test_bm25_matches_bm25s_called_directly(cranfield, cranfield_index):
     queries, qrels = cranfield.split("test")
-    ours = BM25Retriever(cranfield_index, k=100).run(queries).to_run()
+    ours = BM25Retriever(cranfield_index, depth=100).run(queries).to_run()
     docs = list(cranfield.corpus())
     stem = Stemmer.Stemmer("english")
     direct = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
@@ -75,11 +75,11 @@ def test_every_leg_retrieves_relevant_documents(cranfield, cranfield_index):
                                           ["nDCG@10"]).aggregate["nDCG@10"]
     assert all(v > 0.3 for v in ndcg.values()), ndcg
     # RRF of BM25 and dense beats BM25 alone on Cranfield (0.42 vs 0.37 measured).
-    assert ndcg["rrf(bm25(k=100) | dense(k=100), k=60)"] > 0.39
+    assert ndcg["rrf(bm25(depth=100) | dense(depth=100), rrf_k=60)"] > 0.39
 
 
 def test_dense_scores_are_cosines(cranfield_index):
-    hit = DenseRetriever(cranfield_index, k=5).search("boundary layer transition")
+    hit = DenseRetriever(cranfield_index, depth=5).search("boundary layer transition")
     qv = cranfield_index.encode_queries(["boundary layer transition"])[0]
     row = cranfield_index.row_of[hit.doc_ids[0]]
     assert hit.docs[0].score == pytest.approx(float(cranfield_index.embeddings[row] @ qv),
@@ -90,7 +90,7 @@ def test_dense_scores_are_cosines(cranfield_index):
 def test_graph_leg_scores_shared_entities_times_pagerank(cranfield_index):
     # Cranfield is lower-cased, so its entities are numbers ("mach 5" -> "5").
     inverted, pr = cranfield_index.graph
-    ranking = GraphRetriever(cranfield_index, k=10).search("flow at mach number 3 and 1.5")
+    ranking = GraphRetriever(cranfield_index, depth=10).search("flow at mach number 3 and 1.5")
     assert ranking.docs
     ents = extract_entities("flow at mach number 3 and 1.5")
     top = cranfield_index.row_of[ranking.doc_ids[0]]
@@ -163,7 +163,7 @@ def test_chunked_index_maps_back_to_parents(cranfield, tmp_path):
     idx = build_index(docs, tmp_path / "chunks", IndexSettings(legs=("bm25",), chunk_size=60,
                                                                chunk_overlap=10))
     assert len(idx) > 50 and any("#" in i for i in idx.ids)
-    ranking = (BM25Retriever(idx, k=50) >> ParentDocuments(idx)).search("wing slipstream lift")
+    ranking = (BM25Retriever(idx, depth=50) >> ParentDocuments(idx)).search("wing slipstream lift")
     assert ranking.doc_ids and all("#" not in d for d in ranking.doc_ids)
     assert len(set(ranking.doc_ids)) == len(ranking.doc_ids)
 

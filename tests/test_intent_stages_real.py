@@ -95,9 +95,9 @@ def test_saved_fuq_params_are_used(cranfield_index, tmp_path, monkeypatch):
     _, llm = _client(followups="Follow-up questions:\n1. What is flutter of a wing panel?")
     cfg = _config(tmp_path, """
         pipeline:
-          - dense: {k: 50}
+          - dense: {depth: 50}
           - followups: {m: 1}
-          - fuq: {params: fuq-test, k: 50}
+          - fuq: {params: fuq-test, top_k: 50}
     """)
     r = pipeline_from_config(cfg, index=cranfield_index, llm=llm).run(QUERIES[:1]).rankings[0]
     fup = [d.stage_scores["fuq.followups"] for d in r.docs]
@@ -114,10 +114,10 @@ def test_multi_query_listwise_compression_from_config(cranfield_index, tmp_path)
         compress=lambda text: "NO_OUTPUT" if "flutter" not in text.lower() else "flutter.")
     cfg = _config(tmp_path, """
         pipeline:
-          - multi_query: {retriever: {bm25: {k: 20}}, n: 3}
+          - multi_query: {retriever: {bm25: {depth: 20}}, n: 3}
           - cutoff: 10
-          - listwise: {depth: 5}
-          - compression: {k: 5}
+          - listwise: {top_k: 5}
+          - compression: {top_k: 5}
     """)
     res = pipeline_from_config(cfg, index=cranfield_index, llm=llm).run(QUERIES[:1])
     r = res.rankings[0]
@@ -132,7 +132,7 @@ def test_multi_query_listwise_compression_from_config(cranfield_index, tmp_path)
 
 def test_listwise_repair_keeps_every_candidate_once(cranfield_index, tmp_path):
     _, llm = _client(listwise="[3, 3, 1]")
-    cfg = _config(tmp_path, "pipeline: [{bm25: {k: 10}}, {listwise: {depth: 5}}]")
+    cfg = _config(tmp_path, "pipeline: [{bm25: {depth: 10}}, {listwise: {top_k: 5}}]")
     r = pipeline_from_config(cfg, index=cranfield_index, llm=llm).run(QUERIES[:1]).rankings[0]
     assert len(r.doc_ids) == 10 and len(set(r.doc_ids)) == 10
     assert r.docs[0].stage_scores["listwise"] > r.docs[1].stage_scores["listwise"]
@@ -165,7 +165,7 @@ def _run_dynamic(index, tmp_path, llm):
         pipeline:
           - fuse:
               method: dynamic
-              inputs: [{dense: {k: 20}}, {sparse: {k: 20}}, {graph: {k: 20}}]
+              inputs: [{dense: {depth: 20}}, {sparse: {depth: 20}}, {graph: {depth: 20}}]
     """)
     return pipeline_from_config(cfg, index=index, llm=llm).run(QUERIES)
 

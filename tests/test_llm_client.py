@@ -212,7 +212,7 @@ def test_judge_scores_top_k_and_falls_back(cache):
             return LLMReply("Perhaps")  # neither: 0.5 fallback
 
     trace = Trace()
-    judge = LLMJudge(FakeIndex(index.texts), LLMClient(Answers(), cache=cache), k=3)
+    judge = LLMJudge(FakeIndex(index.texts), LLMClient(Answers(), cache=cache), top_k=3)
     out = judge([prev], trace)[0]
     assert out.doc_ids == ["b", "c", "a", "d"]
     scores = {d.doc_id: d.stage_scores for d in out.docs}

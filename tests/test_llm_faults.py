@@ -146,7 +146,7 @@ def _client(url: str, timeout: float = 0.4, retries: int = 1, **kw) -> LLMClient
 
 
 def _listwise(index, client):
-    return BM25Retriever(index, 10) >> ListwiseReranker(index, client, depth=3)
+    return BM25Retriever(index, 10) >> ListwiseReranker(index, client, top_k=3)
 
 
 # (fault, retried?, words in the failure reason)
@@ -234,7 +234,7 @@ def test_retry_after_is_honoured(server):
         trace.events[-1].details["reason"]
 
 
-def _cli_config(tmp_path, body: str = "[{bm25: {k: 10}}, {listwise: {depth: 3}}]"):
+def _cli_config(tmp_path, body: str = "[{bm25: {depth: 10}}, {listwise: {top_k: 3}}]"):
     cfg = tmp_path / "listwise.yaml"
     cfg.write_text(f"pipeline: {body}\n")
     return str(cfg)
@@ -277,7 +277,7 @@ def test_cli_eval_reports_each_pipeline_and_strict_fails(server, small_cranfield
     url, _ = server("500")
     first = _cli_config(tmp_path)
     second = tmp_path / "followups.yaml"
-    second.write_text("pipeline: [{bm25: {k: 10}}, {followups: {m: 2}}]\n")
+    second.write_text("pipeline: [{bm25: {depth: 10}}, {followups: {m: 2}}]\n")
     res = _cli(url, "eval", str(small_cranfield), "--index", str(bm25_index.path),
                "-p", first, "-p", str(second), "--metrics", "nDCG@10", strict=True)
     assert res.exit_code == 2, res.output

@@ -74,7 +74,7 @@ def test_logprobs_of_the_first_token(llm):
 
 
 def test_judge_prefers_the_relevant_passage(llm):
-    judge = LLMJudge(Texts(), LLMClient(llm, cache=None), k=3)
+    judge = LLMJudge(Texts(), LLMClient(llm, cache=None), top_k=3)
     prev = Ranking(Query("q", "hypersonic boundary layer heat transfer"),
                    [ScoredDoc(d, 1.0) for d in ("c3", "c2", "c1")])
     trace = Trace()

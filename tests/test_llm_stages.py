@@ -168,7 +168,7 @@ def test_listwise_windows_batched_across_queries_with_repairs():
         return "no idea"
 
     fake = ByQuery(reply)
-    lw = ListwiseReranker(texts, LLMClient(fake, cache=False), depth=3)
+    lw = ListwiseReranker(texts, LLMClient(fake, cache=False), top_k=3)
     ranked = [Ranking(Query(f"q{i}", t), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])
               for i, t in enumerate(["reverse", "partial", "unknown"])]
     trace = Trace()
@@ -177,7 +177,7 @@ def test_listwise_windows_batched_across_queries_with_repairs():
     c = trace.stage("listwise").counters
     assert c["repairs"] == 1 and c["fallbacks"] == 1 and c["fallback.unparseable"] == 1
     assert len(fake.requests) == 3
-    structured = ListwiseReranker(texts, LLMClient(fake, cache=False), depth=3, structured=True)
+    structured = ListwiseReranker(texts, LLMClient(fake, cache=False), top_k=3, structured=True)
     out = structured(ranked[1:2], Trace())
     assert out[0].doc_ids == ["b", "a", "c"]
     assert fake.requests[-1]["json_schema"]["properties"]["ranking"]["type"] == "array"
@@ -191,7 +191,8 @@ def test_compression_keeps_on_failure_and_drops_no_output():
             raise RuntimeError("backend bug")
         return "NO_OUTPUT" if "nothing here" in text else "relevant text"
 
-    comp = ContextualCompression(texts, LLMClient(ByQuery(reply), cache=False, retries=0), k=3)
+    comp = ContextualCompression(texts, LLMClient(ByQuery(reply), cache=False, retries=0),
+                                 top_k=3)
     ranked = [Ranking(Query("q0", "what?"), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])]
     trace = Trace()
     out = comp(ranked, trace)
@@ -208,7 +209,7 @@ def test_judge_batches_all_queries_with_its_contract():
         return "Yes" if "alpha" in text else "hmm"
 
     fake = ByQuery(reply)
-    judge = LLMJudge(texts, LLMClient(fake, cache=False, max_concurrency=4), k=2)
+    judge = LLMJudge(texts, LLMClient(fake, cache=False, max_concurrency=4), top_k=2)
     ranked = [Ranking(Query(f"q{i}", "greek"), [ScoredDoc("b", 2.0), ScoredDoc("a", 1.0)])
               for i in range(3)]
     trace = Trace()

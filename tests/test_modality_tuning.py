@@ -29,8 +29,9 @@ def sample(cranfield):
     return cranfield.sample("test", 10, seed=0)
 
 
-def _legs(index, k=100):
-    return [DenseRetriever(index, k), sparse_retriever(index, k), GraphRetriever(index, k)]
+def _legs(index, depth=100):
+    return [DenseRetriever(index, depth), sparse_retriever(index, depth),
+            GraphRetriever(index, depth)]
 
 
 class SplitSpy:
@@ -59,7 +60,7 @@ def test_modality_tuner_refuses_test_and_weights_sum_to_one(cranfield_index, sam
     spy = SplitSpy(queries[:6], qrels)
     with pytest.raises(DataError, match="on the test split"):
         tune_modality_on_split(spy, cranfield_index, split="test")
-    res = tune_modality_on_split(spy, cranfield_index, split="train", step=0.1, k=30)
+    res = tune_modality_on_split(spy, cranfield_index, split="train", step=0.1, depth=30)
     assert spy.read == ["train"]
     assert set(res.best) == set(FEATURES) and sum(res.best.values()) == pytest.approx(1)
     assert len(res.table) == 66 and res.score == max(s for _, s in res.table)
@@ -67,7 +68,7 @@ def test_modality_tuner_refuses_test_and_weights_sum_to_one(cranfield_index, sam
 
 def test_reweighting_stage_scores_reproduces_weighted_fusion(cranfield_index, sample) -> None:
     queries = sample[0][:3]
-    rankings = modality_rankings(cranfield_index, queries, k=100)
+    rankings = modality_rankings(cranfield_index, queries, depth=100)
     fused = (WeightedFusion(_legs(cranfield_index), (0.5, 0.35, 0.15)) % 100).run(queries)
     tri = {r.query.id: r for r in fused.rankings}
     for r in rankings:
@@ -79,7 +80,7 @@ def test_reweighting_stage_scores_reproduces_weighted_fusion(cranfield_index, sa
 
 def test_cross_validated_weights_apply_per_query(cranfield_index, sample) -> None:
     queries, qrels = sample
-    rankings = modality_rankings(cranfield_index, queries, k=30)
+    rankings = modality_rankings(cranfield_index, queries, depth=30)
     cv = cross_validated_modality_weights(rankings, qrels, step=0.1, folds=3, seed=1)
     assert len(cv.folds) == 3 and set(cv.by_query) == {q.id for q in queries}
     assert all(sum(w) == pytest.approx(1) for w in cv.by_query.values())
@@ -97,11 +98,11 @@ def test_cross_validated_weights_apply_per_query(cranfield_index, sample) -> Non
 def test_weights_come_from_train_when_there_is_one_else_from_cv(cranfield_index, sample):
     queries, qrels = sample
     with_train = SplitSpy(queries[:6], qrels, splits=("train", "test"))
-    weights, how = modality_weights_for(with_train, cranfield_index, "test", k=30)
+    weights, how = modality_weights_for(with_train, cranfield_index, "test", depth=30)
     assert with_train.read == ["train"] and "tuned on spy/train" in how
     assert len(weights) == 3 and sum(weights) == pytest.approx(1)
     test_only = SplitSpy(queries[:6], qrels, splits=("test",))
-    per_query, how = modality_weights_for(test_only, cranfield_index, "test", folds=3, k=30)
+    per_query, how = modality_weights_for(test_only, cranfield_index, "test", folds=3, depth=30)
     assert "3-fold cross-validated" in how and set(per_query) == {q.id for q in queries[:6]}
 
 
@@ -132,7 +133,7 @@ def test_cli_tune_modality_saves_weights_a_config_can_load(cranfield, cranfield_
         pytest.approx(1)
     config = tmp_path / "tuned.yaml"
     config.write_text("pipeline:\n  - fuse: {method: weighted, params: cran-modality, inputs: "
-                      "[{dense: {k: 50}}, {sparse: {k: 50}}, {graph: {k: 50}}]}\n")
+                      "[{dense: {depth: 50}}, {sparse: {depth: 50}}, {graph: {depth: 50}}]}\n")
     fusion = pipeline_from_config(config, index=cranfield_index)
     assert fusion.stages[0].weights == [weights["dense"], weights["sparse"], weights["graph"]]
     assert fusion.search("boundary layer", k=3).docs

@@ -17,14 +17,14 @@ from intentrank.types import Ranking, Trace
 
 
 class ShortestFirst(Stage):
-    """Reorder the top ``k`` by text length (a toy reranker)."""
+    """Reorder the top ``top_k`` by text length (a toy reranker)."""
 
-    def __init__(self, lengths, k=10):
-        self.lengths, self.k, self.name = lengths, k, "shortest_first"
+    def __init__(self, lengths, top_k=10):
+        self.lengths, self.top_k, self.name = lengths, top_k, "shortest_first"
 
     def transform(self, rankings, trace):
         return [Ranking.from_scores(r.query, {d.doc_id: -self.lengths[d.doc_id]
-                                              for d in r.docs[:self.k]}, trace.path_of(self))
+                                              for d in r.docs[:self.top_k]}, trace.path_of(self))
                 for r in rankings]
 
 
@@ -63,7 +63,7 @@ def test_a_new_stage_file_registers_itself(tmp_path, monkeypatch) -> None:
     try:
         __import__("myplugins")
         ctx = BuildContext(resources={"lengths": {"a": 3, "b": 1, "c": 2}})
-        stage = build_pipeline({"shortest_first": {"k": 3}}, ctx)
+        stage = build_pipeline({"shortest_first": {"top_k": 3}}, ctx)
         ranking = Ranking(Query("q", "x"), [ScoredDoc(d, 1.0) for d in "abc"])
         assert stage([ranking])[0].doc_ids == ["b", "c", "a"]
         fused = fuser("combsum")([stage, stage])([ranking])[0]

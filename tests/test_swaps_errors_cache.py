@@ -48,7 +48,7 @@ def test_degraded_queries_profile() -> None:
 
 
 def test_cached_stage_replays_outputs_and_costs(cranfield_index) -> None:
-    bm25 = BM25Retriever(cranfield_index, k=10)
+    bm25 = BM25Retriever(cranfield_index, depth=10)
     cached = Cached(bm25)
     queries = [Query("1", "boundary layer"), Query("2", "supersonic flow over wings")]
     first, t1 = Trace(), Trace()
@@ -74,14 +74,14 @@ def test_cached_output_replayed_under_another_path_id_is_relabelled(cranfield_in
     queries = [Query("1", "boundary layer"), Query("2", "supersonic flow over wings")]
 
     def fused(store: dict):
-        return WeightedFusion([Cached(BM25Retriever(cranfield_index, k=10), store),
-                               TfidfRetriever(cranfield_index, k=10)])
+        return WeightedFusion([Cached(BM25Retriever(cranfield_index, depth=10), store),
+                               TfidfRetriever(cranfield_index, depth=10)])
 
     for order in ("alone first", "branch first"):
         store: dict = {}
         if order == "branch first":
             fused(store).run(queries)
-        alone = Cached(BM25Retriever(cranfield_index, k=10), store).run(queries)
+        alone = Cached(BM25Retriever(cranfield_index, depth=10), store).run(queries)
         branch = fused(store).run(queries)
         assert set(alone.trace.stages) == {"bm25"}
         assert set(branch.trace.stages) == {"weighted/bm25", "weighted/tfidf", "weighted"}
@@ -91,4 +91,4 @@ def test_cached_output_replayed_under_another_path_id_is_relabelled(cranfield_in
         assert {n for r in alone.rankings for n in r.score_names()} == {"bm25"}
         assert {n for r in branch.rankings for n in r.score_names()} == {
             "weighted/bm25", "weighted/tfidf", "weighted"}
-    assert alone.rankings == BM25Retriever(cranfield_index, k=10).run(queries).rankings
+    assert alone.rankings == BM25Retriever(cranfield_index, depth=10).run(queries).rankings

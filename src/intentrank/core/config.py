@@ -4,16 +4,21 @@ Grammar of a node::
 
     - a list of nodes              -> run them in order (``>>``)
     - "bm25"                       -> a registered stage with default parameters
-    - {bm25: {k: 100}}             -> a registered stage with parameters
+    - {bm25: {depth: 100}}         -> a registered stage with parameters
     - {cutoff: 10}                 -> keep the top 10 (``% 10``)
-    - {fuse: {method: rrf, k: 60, weights: [1, 1], inputs: [node, node, ...]}}
+    - {fuse: {method: rrf, rrf_k: 60, weights: [1, 1], inputs: [node, node, ...]}}
                                    -> fuse branches: rrf | weighted | interleave | dynamic
+
+Parameter names mean one thing in every stage (``core/params.py`` ``MEANINGS``): ``depth``
+how many documents a retriever returns, ``top_k`` how many incoming candidates a reranker
+rescores, ``rrf_k`` the RRF constant; an old name (``k``, listwise ``depth``) is refused with
+the new one.
 
 A config file holds ``pipeline: <node>`` and optionally ``index: <path>``. Example::
 
     index: indexes/scifact
     pipeline:
-      - fuse: {method: rrf, inputs: [{bm25: {k: 100}}, {dense: {k: 100}}]}
+      - fuse: {method: rrf, inputs: [{bm25: {depth: 100}}, {dense: {depth: 100}}]}
       - cutoff: 10
 """
 
@@ -24,7 +29,14 @@ from typing import Any
 
 import yaml
 
-from intentrank.core.registry import BuildContext, fuser, known_names, stage_factory
+from intentrank.core.params import refuse_renamed
+from intentrank.core.registry import (
+    BuildContext,
+    fuser,
+    known_names,
+    renamed_parameters,
+    stage_factory,
+)
 from intentrank.core.stage import Chain, Cutoff, Stage
 from intentrank.errors import ConfigError
 
@@ -59,6 +71,7 @@ def build_pipeline(node: Any, ctx: BuildContext, where: str = "pipeline") -> Sta
     bad_keys = [key for key in params if not isinstance(key, str)]
     if bad_keys:
         raise ConfigError(f"{where}.{name}: parameter names must be strings, got {bad_keys!r}")
+    refuse_renamed(f"{where}.{name}", params, renamed_parameters(name))
     try:
         return factory(ctx, dict(params))
     except (TypeError, ValueError) as exc:  # ParameterError: a value out of range
@@ -77,6 +90,7 @@ def _build_fuse(params: Any, ctx: BuildContext, where: str) -> Stage:
         cls = fuser(method if isinstance(method, str) else repr(method))
     except ConfigError as exc:
         raise ConfigError(f"{where}.fuse: {exc}") from None
+    refuse_renamed(f"{where}.fuse", params, getattr(cls, "renamed", {}))
     inputs = params.pop("inputs")
     if not isinstance(inputs, list) or len(inputs) < 2:
         raise ConfigError(f"{where}.fuse: 'inputs' must list at least two branches")

@@ -19,6 +19,26 @@ class ParameterError(ConfigError, ValueError):
     """A parameter outside its allowed range or of the wrong type."""
 
 
+# One name per meaning: what a stage parameter of each of these names means, in every stage.
+# ``cutoff: N`` (``a % N``) keeps the top N; ``search(text, k)`` and ``-k`` show the top k.
+MEANINGS = {
+    "depth": "how many documents a retriever returns",
+    "top_k": "how many of the incoming candidates a reranker rescores",
+    "rrf_k": "the RRF constant in 1 / (rrf_k + rank)",
+}
+RENAMED_AFTER = "0.1.0"  # the release whose configs still said k (and listwise depth)
+
+
+def refuse_renamed(where: str, params: Any, renamed: Mapping[str, str]) -> None:
+    """Refuse a parameter given by an old name, naming the new one (an old ``k`` must not be
+    accepted silently, nor reported as a mere unknown keyword)."""
+    for old, new in renamed.items():
+        if isinstance(params, Mapping) and old in params:
+            meaning = f": {new!r} is {MEANINGS[new]}" if new in MEANINGS else ""
+            raise ParameterError(f"{where}: unknown parameter {old!r}; did you mean {new!r}? "
+                                 f"(renamed after {RENAMED_AFTER}{meaning})")
+
+
 def check_int(name: str, value: Any, minimum: int | None = 1,
               maximum: int | None = None) -> int:
     """``value`` as an int within ``[minimum, maximum]``; bools and floats are refused
@@ -83,5 +103,5 @@ def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
-__all__ = ["ParameterError", "check_choice", "check_int", "check_number",
-           "check_optional_int", "check_weights"]
+__all__ = ["MEANINGS", "ParameterError", "check_choice", "check_int", "check_number",
+           "check_optional_int", "check_weights", "refuse_renamed"]

@@ -62,15 +62,20 @@ class BuildContext:
 StageFactory = Callable[[BuildContext, dict[str, Any]], "Stage"]
 STAGES: dict[str, StageFactory] = {}
 FUSERS: dict[str, Callable[..., Stage]] = {}
+RENAMED: dict[str, dict[str, str]] = {}  # stage -> {old parameter name: new name}
 
 
-def register_stage(name: str) -> Callable[[StageFactory], StageFactory]:
-    """Make a stage buildable from configs under ``name`` (decorates its factory)."""
+def register_stage(name: str, renamed: dict[str, str] | None = None
+                   ) -> Callable[[StageFactory], StageFactory]:
+    """Make a stage buildable from configs under ``name`` (decorates its factory).
+    ``renamed``: old parameter name -> new name; configs that use an old name are refused
+    with a message naming the new one."""
 
     def deco(factory: StageFactory) -> StageFactory:
         if name in STAGES and STAGES[name] is not factory:
             raise ConfigError(f"two stages register the config name {name!r}")
         STAGES[name] = factory
+        RENAMED[name] = dict(renamed or {})
         return factory
 
     return deco
@@ -112,6 +117,12 @@ def fuser(method: str) -> Callable[..., Stage]:
     if method not in FUSERS:
         raise ConfigError(f"unknown method {method!r}; use {', '.join(sorted(FUSERS))}")
     return FUSERS[method]
+
+
+def renamed_parameters(name: str) -> dict[str, str]:
+    """Old parameter name -> new name, for the stage registered as ``name``."""
+    load_builtins()
+    return RENAMED.get(name, {})
 
 
 def known_names() -> list[str]:

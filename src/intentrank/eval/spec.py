@@ -11,11 +11,11 @@ the same queries. Example::
     metrics: [nDCG@10, MRR@10, Recall@100]
     baseline: bm25
     pipelines:
-      bm25: [{bm25: {k: 100}}]       # a pipeline node (the grammar of core/config.py)
+      bm25: [{bm25: {depth: 100}}]   # a pipeline node (the grammar of core/config.py)
       dense: {config: dense}         # a shipped pipeline name or a config file
       dense + CE:
         parent: dense                # swaps, degradations, tests against the parent
-        then: [{cross_encoder: {k: 30}}, {cutoff: 10}]   # the parent's steps, then these
+        then: [{cross_encoder: {top_k: 30}}, {cutoff: 10}]   # the parent's steps, then these
         adds: cross-encoder          # the step the child adds, as the tables name it
       rrf:
         pipeline: {fuse: {method: rrf, inputs: [bm25, dense]}}

@@ -32,6 +32,7 @@ class FusionStage(Stage):
     """Runs each branch on the same input and fuses their rankings per query."""
 
     method = "fusion"
+    renamed: dict[str, str] = {}  # old parameter name -> new one (refused in configs)
 
     def __init__(self, branches: Sequence[Stage], weights: Sequence[float] | None = None,
                  name: str | None = None) -> None:
@@ -44,7 +45,7 @@ class FusionStage(Stage):
                                  f"{branches!r}")
         flat: list[Stage] = []
         for b in branches:  # (a | b) | c fuses all three at once, with one weight each,
-            # unless the inner fusion has weights or other parameters (its own RRF k)
+            # unless the inner fusion has weights or other parameters (its own rrf_k)
             same = (type(b) is type(self) and b.weights is None and weights is None
                     and b.name == b.method and b.fusion_params() == self.fusion_params())
             flat.extend(b.branches if same else [b])

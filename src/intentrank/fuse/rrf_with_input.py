@@ -15,8 +15,8 @@ class RRFWithInput(Stage):
     """RRF of each input ranking and ``stage``'s reranking of it: keeps the first stage's
     evidence when the reranker alone is weaker (the input is not retrieved again)."""
 
-    def __init__(self, stage: Stage, k: float = 60, name: str = "") -> None:
-        self.stage, self.k = stage, check_rrf_k(k)
+    def __init__(self, stage: Stage, rrf_k: float = 60, name: str = "") -> None:
+        self.stage, self.rrf_k = stage, check_rrf_k(rrf_k)
         self.name = name or "rrf_with_input"
 
     def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
@@ -26,17 +26,17 @@ class RRFWithInput(Stage):
             with trace.timed(path_id, n_queries=len(rankings)):
                 out = []
                 for before, after in zip(rankings, reranked, strict=True):
-                    fused = rrf([before.doc_ids, after.doc_ids], k=self.k)
+                    fused = rrf([before.doc_ids, after.doc_ids], rrf_k=self.rrf_k)
                     out.append(Ranking.from_scores(after.query, fused, path_id, previous=after))
         return out
 
     def describe(self) -> str:
-        return f"rrf(input, {self.stage.describe()}, k={self.k:g})"
+        return f"rrf(input, {self.stage.describe()}, rrf_k={self.rrf_k:g})"
 
 
-@register_stage("rrf_with_input")
+@register_stage("rrf_with_input", renamed={"k": "rrf_k"})
 def _rrf_with_input(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``rrf_with_input: {stage: <node>, k: 60, name: ce_rrf}``: RRF of the input ranking
+    """``rrf_with_input: {stage: <node>, rrf_k: 60, name: ce_rrf}``: RRF of the input ranking
     and ``stage``'s reranking of it."""
     from intentrank.core.config import build_pipeline
 

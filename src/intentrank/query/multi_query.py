@@ -1,6 +1,6 @@
 """Multi-Query retrieval (the LangChain MultiQueryRetriever baseline): an LLM writes ``n``
 variants of the query, the retriever runs for the query and each variant, and the lists are
-fused by RRF (k=60)."""
+fused by RRF (rrf_k=60)."""
 
 from __future__ import annotations
 
@@ -21,15 +21,15 @@ class MultiQueryRetriever(Stage):
 
     A reply with no usable variant retrieves with the query alone (a counted fallback)."""
 
-    def __init__(self, llm: LLMLike, retriever: Stage, n: int = 3, k: float = 60,
+    def __init__(self, llm: LLMLike, retriever: Stage, n: int = 3, rrf_k: float = 60,
                  max_tokens: int | None = None, name: str = "multi_query") -> None:
         if not isinstance(retriever, Stage):
             raise ParameterError(f"retriever must be a stage, got {retriever!r}")
-        n, k = check_int("n (variants per query)", n), check_rrf_k(k)
+        n, rrf_k = check_int("n (variants per query)", n), check_rrf_k(rrf_k)
         self.contract = load_contract("multi_query")
         max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
                                else max_tokens)
-        self.llm, self.retriever, self.n, self.k, self.name = llm, retriever, n, k, name
+        self.llm, self.retriever, self.n, self.rrf_k, self.name = llm, retriever, n, rrf_k, name
         self.max_tokens = max_tokens
 
     def variants(self, queries: list[Query], trace: Trace) -> list[list[str]]:
@@ -51,15 +51,16 @@ class MultiQueryRetriever(Stage):
         lists: dict[str, list[list[str]]] = {}
         for r in self.retriever(expanded, trace):
             lists.setdefault(r.query.id.rsplit("\x1f", 1)[0], []).append(r.doc_ids)
-        return [Ranking.from_scores(q, rrf(lists[q.id], k=self.k), path_id) for q in queries]
+        return [Ranking.from_scores(q, rrf(lists[q.id], rrf_k=self.rrf_k), path_id)
+                for q in queries]
 
     def describe(self) -> str:
         return f"{self.name}(n={self.n}, {self.retriever.describe()})"
 
 
-@register_stage("multi_query")
+@register_stage("multi_query", renamed={"k": "rrf_k"})
 def _multi_query(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``multi_query: {retriever: <node>, n: 3, k: 60}``: LLM query variants, RRF-fused."""
+    """``multi_query: {retriever: <node>, n: 3, rrf_k: 60}``: LLM query variants, RRF-fused."""
     from intentrank.core.config import build_pipeline
 
     retriever = build_pipeline(params.pop("retriever", "dense"), ctx, "multi_query.retriever")

@@ -1,7 +1,7 @@
 """Contextual Compression (the LangChain LLMChainExtractor baseline): for each of the top
-``k`` candidates the LLM copies out the relevant sentences or answers NO_OUTPUT; candidates
-with nothing relevant are dropped, the others keep their order. Candidates below ``k`` are
-cut, as the baseline hands only the compressed top ``k`` on.
+``top_k`` candidates the LLM copies out the relevant sentences or answers NO_OUTPUT;
+candidates with nothing relevant are dropped, the others keep their order. Candidates below
+``top_k`` are cut, as the baseline hands only the compressed top ``top_k`` on.
 
 The ``compress`` prompt contract runs as one batched LLM step for all candidates of a run;
 a failed call keeps its candidate (a counted fallback)."""
@@ -22,16 +22,17 @@ NO_OUTPUT = "NO_OUTPUT"
 
 
 class ContextualCompression(Stage):
-    """Keep the top ``k`` candidates the LLM finds a relevant part in; drop the rest."""
+    """Keep the top ``top_k`` candidates the LLM finds a relevant part in; drop the rest."""
 
-    def __init__(self, index: IndexLike, llm: LLMLike, k: int = 5, max_passage_chars: int = 800,
-                 max_tokens: int | None = None, name: str = "compression") -> None:
-        k = check_int("k", k)
+    def __init__(self, index: IndexLike, llm: LLMLike, top_k: int = 5,
+                 max_passage_chars: int = 800, max_tokens: int | None = None,
+                 name: str = "compression") -> None:
+        top_k = check_int("top_k", top_k)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)
         self.contract = load_contract("compress")
         max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
                                else max_tokens)
-        self.index, self.llm, self.k, self.name = index, llm, k, name
+        self.index, self.llm, self.top_k, self.name = index, llm, top_k, name
         self.max_passage_chars, self.max_tokens = max_passage_chars, max_tokens
 
     @staticmethod
@@ -41,7 +42,7 @@ class ContextualCompression(Stage):
         return bool(text) and NO_OUTPUT not in text.upper().replace(" ", "_")
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        pairs = [(r.query, d.doc_id) for r in rankings for d in r.docs[: self.k]]
+        pairs = [(r.query, d.doc_id) for r in rankings for d in r.docs[: self.top_k]]
         path_id = trace.path_of(self)
         results = run_step(
             self.llm, self.contract,
@@ -55,16 +56,16 @@ class ContextualCompression(Stage):
         keep = iter(r.value for r in results)
         out = []
         for r in rankings:
-            kept = [d for d in r.docs[: self.k] if next(keep)]
-            trace.count(path_id, "dropped", min(len(r.docs), self.k) - len(kept))
+            kept = [d for d in r.docs[: self.top_k] if next(keep)]
+            trace.count(path_id, "dropped", min(len(r.docs), self.top_k) - len(kept))
             out.append(Ranking(r.query, kept))
         return out
 
     def describe(self) -> str:
-        return f"{self.name}(k={self.k})"
+        return f"{self.name}(top_k={self.top_k})"
 
 
-@register_stage("compression")
+@register_stage("compression", renamed={"k": "top_k"})
 def _compression(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``compression``: ContextualCompression over the index with the shared LLM."""
     return ContextualCompression(ctx.require_index("compression"), ctx.llm(), **params)

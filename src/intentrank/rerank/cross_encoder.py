@@ -18,9 +18,9 @@ from intentrank.types import Ranking, Trace
 
 
 class CrossEncoderReranker(Stage):
-    """Rescore the top ``k`` candidates of each ranking with a cross-encoder.
+    """Rescore the top ``top_k`` candidates of each ranking with a cross-encoder.
 
-    Candidates below ``k`` keep their order beneath the rescored ones (with scores below the
+    Candidates below ``top_k`` keep their order beneath the rescored ones (with scores below the
     lowest cross-encoder score); every candidate keeps its earlier stage scores. Batches of 8
     were fastest on 2 CPU cores (longer batches pad more and spill caches).
     """
@@ -29,20 +29,20 @@ class CrossEncoderReranker(Stage):
         self,
         index: IndexLike,
         model: str | Path | PairScorer | None = None,
-        k: int = 100,
+        top_k: int = 100,
         batch_size: int = 8,
         max_length: int | None = None,
         backend: str = "torch",
         name: str = "cross_encoder",
         threads: int | None = None,
     ) -> None:
-        if k < 1 or batch_size < 1:
-            raise ModelError(f"cross-encoder k and batch_size must be >= 1 (got k={k}, "
-                             f"batch_size={batch_size})")
+        if top_k < 1 or batch_size < 1:
+            raise ModelError(f"cross-encoder top_k and batch_size must be >= 1 (got "
+                             f"top_k={top_k}, batch_size={batch_size})")
         self.index = index
         self.scorer = model if hasattr(model, "predict") else \
             load_cross_encoder(model, backend, max_length, threads)  # type: ignore[arg-type]
-        self.k = k
+        self.top_k = top_k
         self.batch_size = batch_size
         self.name = name
 
@@ -51,7 +51,7 @@ class CrossEncoderReranker(Stage):
         spans: list[tuple[int, int]] = []
         for r in rankings:
             start = len(pairs)
-            pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.k])
+            pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.top_k])
             spans.append((start, len(pairs)))
         scores, path_id = self.scorer.predict(pairs, self.batch_size), trace.path_of(self)
         trace.count(path_id, "pairs", len(pairs))
@@ -59,17 +59,17 @@ class CrossEncoderReranker(Stage):
                 for r, (a, b) in zip(rankings, spans, strict=True)]
 
     def _rerank(self, ranking: Ranking, scores: np.ndarray, path_id: str) -> Ranking:
-        head = ranking.docs[:self.k]
+        head = ranking.docs[:self.top_k]
         return rerank_head(ranking, {d.doc_id: float(s) for d, s in zip(head, scores, strict=True)},
                            path_id)
 
     def describe(self) -> str:
-        return f"{self.name}(k={self.k})"
+        return f"{self.name}(top_k={self.top_k})"
 
 
-@register_stage("cross_encoder")
+@register_stage("cross_encoder", renamed={"k": "top_k"})
 def _cross_encoder(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``cross_encoder: {model, k, batch_size, max_length, backend}``; the model defaults to
+    """``cross_encoder: {model, top_k, batch_size, max_length, backend}``; the model defaults to
     the reranker ``intentrank train-reranker`` saves for SciFact."""
     index = ctx.require_index("cross_encoder")
     model = params.pop("model", None)

@@ -57,14 +57,15 @@ def fuq_components(q: np.ndarray, followups: np.ndarray, cands: np.ndarray) -> n
 
 
 class FollowUpReranker(Stage):
-    """Rerank the top ``k`` candidates by the FUQ composite score (the rest stay below)."""
+    """Rerank the top ``top_k`` candidates by the FUQ composite score (the rest stay below)."""
 
-    def __init__(self, index: Index, weights: FUQWeights | None = None, k: int = 100,
+    def __init__(self, index: Index, weights: FUQWeights | None = None, top_k: int = 100,
                  name: str = "fuq") -> None:
         if weights is not None and not isinstance(weights, FUQWeights):
             raise ParameterError(f"weights must be FUQWeights, got {weights!r}")
-        k = check_int("k", k)
-        self.index, self.weights, self.k, self.name = index, weights or FUQWeights(), k, name
+        top_k = check_int("top_k", top_k)
+        self.index, self.weights, self.top_k = index, weights or FUQWeights(), top_k
+        self.name = name
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts, spans = [], []
@@ -76,7 +77,7 @@ class FollowUpReranker(Stage):
         w, path_id = self.weights.vector(), trace.path_of(self)
         out = []
         for r, (start, n) in zip(rankings, spans, strict=True):
-            head = r.docs[: self.k]
+            head = r.docs[: self.top_k]
             if not head:
                 out.append(r)
                 continue
@@ -88,17 +89,19 @@ class FollowUpReranker(Stage):
             parts = {d: {f"{path_id}.{k}": float(v) for k, v in zip(COMPONENTS, c, strict=True)}
                      for d, c in zip(ids, comps, strict=True)}
             out.append(rerank_head(r, scores, path_id, parts))
-        trace.count(path_id, "candidates", sum(min(len(r.docs), self.k) for r in rankings))
+        trace.count(path_id, "candidates", sum(min(len(r.docs), self.top_k)
+                                                  for r in rankings))
         return out
 
     def describe(self) -> str:
         w = self.weights
-        return f"{self.name}(alpha={w.alpha}, beta={w.beta}, gamma={w.gamma}, k={self.k})"
+        return (f"{self.name}(alpha={w.alpha}, beta={w.beta}, gamma={w.gamma}, "
+                f"top_k={self.top_k})")
 
 
-@register_stage("fuq")
+@register_stage("fuq", renamed={"k": "top_k"})
 def _fuq(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``fuq: {alpha, beta, gamma, k}`` or ``fuq: {params: <saved name>, k}``."""
+    """``fuq: {alpha, beta, gamma, top_k}`` or ``fuq: {params: <saved name>, top_k}``."""
     from intentrank.core.saved_params import load_params
 
     saved = params.pop("params", None)

@@ -41,11 +41,11 @@ def judge_messages(query: str, passage: str) -> list[Message]:
 
 
 class LLMJudge(Stage):
-    """Rescore the top ``k`` candidates by P(yes); the rest keep their order below them.
+    """Rescore the top ``top_k`` candidates by P(yes); the rest keep their order below them.
 
     P(yes) comes from the first generated token's top logprobs when the backend gives them,
     else 1.0/0.0 from the parsed yes/no (counted as ``parsed_yes_no``), else 0.5 (a counted
-    fallback, by kind). Ties keep the incoming order. Candidates below ``k`` get scores -1,
+    fallback, by kind). Ties keep the incoming order. Candidates below ``top_k`` get scores -1,
     -2, ... in their incoming order.
     """
 
@@ -53,23 +53,23 @@ class LLMJudge(Stage):
         self,
         index: IndexLike,
         llm: LLMClient | LLM | str = "embedded",
-        k: int = 20,
+        top_k: int = 20,
         max_passage_chars: int = 1000,
         name: str = "llm_judge",
     ) -> None:
-        k = check_int("k", k)
+        top_k = check_int("top_k", top_k)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)
         self.index = index
         if isinstance(llm, str):
             llm = load_llm(llm)
         self.llm = llm if isinstance(llm, LLMClient) else LLMClient(llm)
-        self.k = k
+        self.top_k = top_k
         self.max_passage_chars = max_passage_chars
         self.name = name
         self.contract = load_contract("judge")
 
     def describe(self) -> str:
-        return f"{self.name}({self.llm.name}, k={self.k})"
+        return f"{self.name}({self.llm.name}, top_k={self.top_k})"
 
     def passage(self, doc_id: str) -> str:
         text = " ".join(self.index.doc_text(doc_id).split())
@@ -84,7 +84,7 @@ class LLMJudge(Stage):
         return 1.0 if answer else 0.0
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        heads = [ranking.docs[: self.k] for ranking in rankings]
+        heads = [ranking.docs[: self.top_k] for ranking in rankings]
         pairs = [(ranking.query, doc.doc_id) for ranking, head in zip(rankings, heads,
                                                                       strict=True)
                  for doc in head]
@@ -103,7 +103,7 @@ class LLMJudge(Stage):
         return out
 
 
-@register_stage("llm_judge")
+@register_stage("llm_judge", renamed={"k": "top_k"})
 def _llm_judge(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``llm_judge``: LLMJudge over the index with the shared LLM."""
     return LLMJudge(ctx.require_index("llm_judge"), ctx.llm(), **params)

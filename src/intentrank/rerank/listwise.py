@@ -1,8 +1,8 @@
 """LLM listwise reranking (RankGPT style): the LLM orders numbered passages and answers with a
 JSON array of their numbers, best first.
 
-By default only the top ``depth`` = 5 candidates are shown, in one window (the cascaded hybrid
-paper's setting). With ``window`` < ``depth`` the list is reranked by a sliding window from the
+By default only the top ``top_k`` = 5 candidates are shown, in one window (the cascaded hybrid
+paper's setting). With ``window`` < ``top_k`` the list is reranked by a sliding window from the
 bottom up (RankGPT: each window moves its best passages up into the next one). An invalid or
 partial ordering is repaired: valid, unique numbers keep the LLM's order, missing passages
 follow in their previous order; each repair and each unusable reply is counted (the
@@ -32,13 +32,13 @@ __all__ = ["ListwiseReranker", "repair_order"]  # repair_order lives in llm.pars
 
 
 class ListwiseReranker(Stage):
-    """Reorder the top ``depth`` candidates with an LLM (single or sliding window)."""
+    """Reorder the top ``top_k`` candidates with an LLM (single or sliding window)."""
 
-    def __init__(self, index: IndexLike, llm: LLMLike, depth: int = 5, window: int | None = None,
+    def __init__(self, index: IndexLike, llm: LLMLike, top_k: int = 5, window: int | None = None,
                  step: int | None = None, max_passage_chars: int = 600,
                  max_tokens: int | None = None, structured: bool = False,
                  name: str = "listwise") -> None:
-        depth = check_int("depth", depth, minimum=2)
+        top_k = check_int("top_k", top_k, minimum=2)
         window = check_optional_int("window", window, minimum=2)
         step = check_optional_int("step", step)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)
@@ -47,8 +47,8 @@ class ListwiseReranker(Stage):
                                else max_tokens)
         if not isinstance(structured, bool):
             raise ParameterError(f"structured must be true or false, got {structured!r}")
-        self.index, self.llm, self.depth, self.name = index, llm, depth, name
-        self.window = min(window or depth, depth)
+        self.index, self.llm, self.top_k, self.name = index, llm, top_k, name
+        self.window = min(window or top_k, top_k)
         self.step = step or max(1, self.window // 2)
         self.max_passage_chars, self.max_tokens = max_passage_chars, max_tokens
         self.structured = structured
@@ -77,8 +77,8 @@ class ListwiseReranker(Stage):
                                                                      strict=True)]
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        heads = {i: r.doc_ids[: self.depth] for i, r in enumerate(rankings)
-                 if len(r.doc_ids[: self.depth]) >= 2}
+        heads = {i: r.doc_ids[: self.top_k] for i, r in enumerate(rankings)
+                 if len(r.doc_ids[: self.top_k]) >= 2}
         starts = {i: max(0, len(ids) - self.window) for i, ids in heads.items()}
         while starts:  # every query's next window in one batch, bottom up
             order = list(starts)
@@ -102,10 +102,10 @@ class ListwiseReranker(Stage):
 
     def describe(self) -> str:
         extra = ", structured" if self.structured else ""
-        return f"{self.name}(depth={self.depth}, window={self.window}{extra})"
+        return f"{self.name}(top_k={self.top_k}, window={self.window}{extra})"
 
 
-@register_stage("listwise")
+@register_stage("listwise", renamed={"depth": "top_k"})
 def _listwise(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``listwise``: ListwiseReranker over the index with the shared LLM."""
     return ListwiseReranker(ctx.require_index("listwise"), ctx.llm(), **params)

@@ -29,13 +29,13 @@ def check_query_text(ranking: Ranking) -> str:
 
 
 class Retriever(Stage):
-    """Base for index retrievers: fills each ranking with the top ``k`` documents."""
+    """Base for index retrievers: fills each ranking with the top ``depth`` documents."""
 
     leg = ""
 
-    def __init__(self, index: Index, k: int = 100) -> None:
+    def __init__(self, index: Index, depth: int = 100) -> None:
         self.index = index
-        self.k = check_int("k", k)
+        self.depth = check_int("depth", depth)
         self.name = self.leg
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
@@ -51,45 +51,46 @@ class Retriever(Stage):
         return out
 
     def describe(self) -> str:
-        return f"{self.name}(k={self.k})"
+        return f"{self.name}(depth={self.depth})"
 
 
 class BM25Retriever(Retriever):
     leg = "bm25"
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_bm25(texts, self.k)
+        return self.index.search_bm25(texts, self.depth)
 
 
 class DenseRetriever(Retriever):
     leg = "dense"
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_dense(texts, self.k)
+        return self.index.search_dense(texts, self.depth)
 
 
 class TfidfRetriever(Retriever):
     leg = "tfidf"
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_tfidf(texts, self.k)
+        return self.index.search_tfidf(texts, self.depth)
 
 
 class GraphRetriever(Retriever):
     leg = "graph"
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_graph(texts, self.k)
+        return self.index.search_graph(texts, self.depth)
 
 
-def sparse_retriever(index: Index, k: int = 100, depth: int | None = None) -> Stage:
-    """0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF), each leg searched to ``depth`` (default k),
-    normalised over the candidates it returned; the fused list is cut at ``k``."""
-    k = check_int("k", k)
-    depth = check_optional_int("depth", depth) or k
-    fused = WeightedFusion([BM25Retriever(index, depth), TfidfRetriever(index, depth)],
+def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = None) -> Stage:
+    """0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF), each leg searched to ``leg_depth`` (default
+    ``depth``) and normalised over the candidates it returned; the fused list is cut at
+    ``depth``."""
+    depth = check_int("depth", depth)
+    leg_depth = check_optional_int("leg_depth", leg_depth) or depth
+    fused = WeightedFusion([BM25Retriever(index, leg_depth), TfidfRetriever(index, leg_depth)],
                            weights=[0.5, 0.5], name="sparse")
-    return fused % k
+    return fused % depth
 
 
 RETRIEVERS = {
@@ -101,10 +102,10 @@ RETRIEVERS = {
 
 
 for _leg, _cls in RETRIEVERS.items():
-    register_stage(_leg)(
+    register_stage(_leg, renamed={"k": "depth"})(
         lambda ctx, p, _leg=_leg, _cls=_cls: _cls(ctx.require_index(_leg), **p))
 
 
-@register_stage("sparse")
+@register_stage("sparse", renamed={"k": "depth"})
 def _sparse(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     return sparse_retriever(ctx.require_index("sparse"), **params)

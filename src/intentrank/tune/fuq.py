@@ -34,12 +34,13 @@ def to_weights(point: dict[str, float]) -> list[float]:
 
 def fuq_pipeline(index: IndexLike, llm: LLMLike, weights: FUQWeights | None = None,
                  depth: int = 100, m: int = 2) -> Any:
-    """dense(top ``depth``) >> M follow-ups >> FUQ rerank: the pipeline the paper evaluates."""
+    """dense(top ``depth``) >> M follow-ups >> FUQ rerank of all ``depth``: the pipeline the
+    paper evaluates."""
     from intentrank.query.followups import FollowUpPredictor
     from intentrank.retrieve.retrievers import DenseRetriever
 
     return (DenseRetriever(index, depth) >> FollowUpPredictor(llm, m=m)
-            >> FollowUpReranker(index, weights, k=depth))
+            >> FollowUpReranker(index, weights, top_k=depth))
 
 
 def tune_fuq(rankings: Sequence[Ranking], train_qrels: Qrels, metric: str = "nDCG@3",

@@ -63,13 +63,14 @@ class _Simplex:
                           result.n_queries, [(self.named(p), s) for p, s in result.table])
 
 
-def modality_rankings(index: IndexLike, queries: Sequence[Query], k: int = 100) -> list[Ranking]:
-    """Each leg's top ``k`` fused without a cut-off, so every grid point ranks the same
+def modality_rankings(index: IndexLike, queries: Sequence[Query],
+                      depth: int = 100) -> list[Ranking]:
+    """Each leg's top ``depth`` fused without a cut-off, so every grid point ranks the same
     candidates with the legs' scores in the stage scores."""
     from intentrank.retrieve.retrievers import DenseRetriever, GraphRetriever, sparse_retriever
 
-    sparse = sparse_retriever(index, k)
-    fusion = WeightedFusion([DenseRetriever(index, k), sparse, GraphRetriever(index, k)])
+    sparse = sparse_retriever(index, depth)
+    fusion = WeightedFusion([DenseRetriever(index, depth), sparse, GraphRetriever(index, depth)])
     return fusion.run(queries).rankings
 
 
@@ -122,29 +123,30 @@ def cross_validated_modality_weights(
 
 def tune_modality_on_split(dataset: Any, index: IndexLike, split: str = "train",
                            metric: str = "nDCG@10", step: float = 0.1, sample: int = 0,
-                           seed: int = 0, k: int = 100) -> TuneResult:
+                           seed: int = 0, depth: int = 100) -> TuneResult:
     """Grid-search the static weights on ``split`` (optionally a fixed-seed sample)."""
     refuse_test_split(split, "tune modality weights")
     queries, qrels = dataset.sample(split, sample, seed)
-    return tune_modality_weights(modality_rankings(index, queries, k), qrels, metric, step)
+    return tune_modality_weights(modality_rankings(index, queries, depth), qrels, metric, step)
 
 
 def modality_weights_for(
     dataset: Any, index: IndexLike, eval_split: str = "test", metric: str = "nDCG@10",
-    step: float = 0.1, folds: int = 5, seed: int = 0, k: int = 100, sample: int = 0,
+    step: float = 0.1, folds: int = 5, seed: int = 0, depth: int = 100, sample: int = 0,
 ) -> tuple[ModalityWeights | dict[str, ModalityWeights], str]:
     """Weights for evaluating on ``eval_split`` and how they were obtained: tuned on a train
     or validation split when the dataset has one, else cross-validated over the (sampled)
     ``eval_split`` queries, one weight triple per query."""
     tune_split = next((s for s in TUNE_SPLITS if s in dataset.splits and s != eval_split), None)
     if tune_split is not None:
-        res = tune_modality_on_split(dataset, index, tune_split, metric, step, seed=seed, k=k)
+        res = tune_modality_on_split(dataset, index, tune_split, metric, step, seed=seed,
+                                     depth=depth)
         w = res.best
         return ((w["dense"], w["sparse"], w["graph"]),
                 f"tuned on {dataset.name}/{tune_split} ({res.n_queries} queries, {metric} "
                 f"{res.score:.4f}, step {step})")
     queries, qrels = dataset.sample(eval_split, sample, seed)
-    cv = cross_validated_modality_weights(modality_rankings(index, queries, k), qrels, metric,
+    cv = cross_validated_modality_weights(modality_rankings(index, queries, depth), qrels, metric,
                                           step, folds, seed)
     return cv.by_query, (f"{len(cv.folds)}-fold cross-validated over {len(cv.by_query)} "
                          f"{dataset.name}/{eval_split} queries ({metric}, step {step})")
