@@ -50,3 +50,14 @@ def small_cranfield(data_dir, tmp_path_factory):
     keep = [ln for ln in lines[1:] if ln.split("\t")[0] in {"1", "2", "4", "8"}]
     (root / "qrels" / "test.tsv").write_text("\n".join([lines[0], *keep]) + "\n")
     return root
+
+
+@pytest.fixture()
+def fake_openai():
+    """Starts fake OpenAI-compatible servers (``tests/fake_openai.py``): ``url, script =
+    fake_openai("500", "ok", reply="Yes")``; all are stopped after the test."""
+    from fake_openai import FakeOpenAI
+
+    servers = FakeOpenAI()
+    yield servers
+    servers.close()

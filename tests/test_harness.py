@@ -206,13 +206,63 @@ def test_canonical_keys_include_every_parameter(cranfield_index) -> None:
     llm = LLMClient(FakeLLM(), cache=None)
     short, long = (ListwiseReranker(cranfield_index, llm, top_k=5, max_passage_chars=c)
                    for c in (150, 600))
-    assert canonical(short) != canonical(long)
+    assert canonical(short) != canonical(long) and short.describe() != long.describe()
     assert canonical(DenseRetriever(cranfield_index, 100)) == canonical(
         DenseRetriever(cranfield_index, 100))
     assert canonical(DenseRetriever(cranfield_index, 10)) != canonical(
         DenseRetriever(cranfield_index, 100))
     assert canonical(BM25Retriever(cranfield_index, 100)) != canonical(
         DenseRetriever(cranfield_index, 100))
+
+
+def test_describe_names_every_parameter_that_changes_results(cranfield_index) -> None:
+    """LLM and cross-encoder stages: two stages that would rank differently never describe
+    alike (the model, its clipping, the LLM, passage and token limits, the prompt)."""
+    from intentrank.fuse.dynamic import DynamicWeightedFusion
+    from intentrank.query.followups import FollowUpPredictor
+    from intentrank.query.multi_query import MultiQueryRetriever
+    from intentrank.rerank.compression import ContextualCompression
+    from intentrank.rerank.cross_encoder import CrossEncoderReranker
+    from intentrank.rerank.judge import LLMJudge
+    from intentrank.rerank.listwise import ListwiseReranker
+    from intentrank.retrieve.retrievers import BM25Retriever
+
+    class Scorer(OverlapScorer):
+        def __init__(self, name: str, max_length: int) -> None:
+            super().__init__()
+            self.name, self.max_length = name, max_length
+
+    class OtherLLM(FakeLLM):
+        name = "fake:other"
+
+    llm, other = LLMClient(FakeLLM(), cache=None), LLMClient(OtherLLM(), cache=None)
+    idx, bm25 = cranfield_index, BM25Retriever(cranfield_index, 10)
+    variants = {
+        "cross_encoder": [lambda: CrossEncoderReranker(idx, Scorer("m", 128)),
+                          lambda: CrossEncoderReranker(idx, Scorer("m", 256)),
+                          lambda: CrossEncoderReranker(idx, Scorer("m2", 128)),
+                          lambda: CrossEncoderReranker(idx, Scorer("m", 128), top_k=30)],
+        "followups": [lambda: FollowUpPredictor(llm), lambda: FollowUpPredictor(other),
+                      lambda: FollowUpPredictor(llm, m=3),
+                      lambda: FollowUpPredictor(llm, max_tokens=40)],
+        "multi_query": [lambda: MultiQueryRetriever(llm, bm25),
+                        lambda: MultiQueryRetriever(llm, bm25, rrf_k=10),
+                        lambda: MultiQueryRetriever(llm, bm25, max_tokens=40)],
+        "compression": [lambda: ContextualCompression(idx, llm),
+                        lambda: ContextualCompression(idx, llm, max_passage_chars=100),
+                        lambda: ContextualCompression(idx, llm, max_tokens=4)],
+        "judge": [lambda: LLMJudge(idx, llm), lambda: LLMJudge(idx, llm, max_passage_chars=10)],
+        "listwise": [lambda: ListwiseReranker(idx, llm), lambda: ListwiseReranker(idx, other),
+                     lambda: ListwiseReranker(idx, llm, top_k=9, window=4),
+                     lambda: ListwiseReranker(idx, llm, top_k=9, window=4, step=1),
+                     lambda: ListwiseReranker(idx, llm, max_tokens=20)],
+        "dynamic": [lambda: DynamicWeightedFusion([bm25, bm25, bm25], llm),
+                    lambda: DynamicWeightedFusion([bm25, bm25, bm25], llm, tolerance=0.1),
+                    lambda: DynamicWeightedFusion([bm25, bm25, bm25], llm, max_tokens=20)],
+    }
+    for kind, makers in variants.items():
+        described = [make().describe() for make in makers]
+        assert len(set(described)) == len(described), (kind, described)
 
 
 def test_reports_markdown_json_html(experiment, tmp_path) -> None:

@@ -6,13 +6,10 @@ line, and ``--strict`` must turn it into exit status 2."""
 
 from __future__ import annotations
 
+import functools
 import json
-import socket
-import threading
 import time
-from collections.abc import Iterator
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from typer.testing import CliRunner
@@ -26,104 +23,13 @@ from intentrank.rerank.listwise import ListwiseReranker
 from intentrank.retrieve.retrievers import BM25Retriever
 
 runner = CliRunner()
-MAX_REQUESTS = 1000  # per server: a runaway retry loop fails the test instead of hanging it
 LISTWISE_OK = "Passage 2 answers best. [2, 1, 3]"
 
 
-def _body(content: object) -> bytes:
-    return json.dumps({
-        "id": "c1", "object": "chat.completion", "created": 0, "model": "fake",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16},
-    }).encode()
-
-
-class Script:
-    """The fault for each request, in order; the last one repeats."""
-
-    def __init__(self, *steps: str, reply: str = LISTWISE_OK) -> None:
-        self.steps, self.reply, self.requests = list(steps), reply, 0
-        self.lock = threading.Lock()
-
-    def next(self) -> str:
-        with self.lock:
-            self.requests += 1
-            if self.requests > MAX_REQUESTS:
-                return "refuse"
-            return self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
-
-
-def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _drop(self, partial: bytes = b"") -> None:
-            if partial:
-                self.wfile.write(partial)
-                self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
-            self.close_connection = True
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            step = script.next()
-            status, body, headers = 200, _body(script.reply), {}
-            if step == "drop":  # closed before any byte of a response
-                return self._drop()
-            if step == "drop_mid":  # closed in the middle of the body
-                return self._drop(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                  b"Content-Length: 400\r\n\r\n{\"choices\": [{\"mess")
-            if step == "slow":
-                time.sleep(1.0)
-            elif step == "garbage":
-                body = b"<html><body>502 Bad Gateway</body></html>"
-            elif step == "no_choices":
-                body = b'{"id": "x", "object": "chat.completion", "error": "model loading"}'
-            elif step == "bad_content":
-                body = _body(["not", "text"])
-            elif step == "500":
-                status, body = 500, b'{"error": {"message": "internal error"}}'
-            elif step == "429":
-                status, body = 429, b'{"error": {"message": "rate limited"}}'
-            elif step.startswith("429:"):  # 429 with Retry-After
-                status, body = 429, b'{"error": {"message": "rate limited"}}'
-                headers["Retry-After"] = step.split(":", 1)[1]
-            elif step == "refuse":
-                status, body = 503, b'{"error": {"message": "test server request cap"}}'
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (timeout)
-
-    return Handler
-
-
 @pytest.fixture()
-def server() -> Iterator:
-    servers = []
-
-    def start(*steps: str, reply: str = LISTWISE_OK) -> tuple[str, Script]:
-        script = Script(*steps, reply=reply)
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-        srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}/v1", script
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+def server(fake_openai):
+    """Fake OpenAI-compatible servers (tests/fake_openai.py) answering a listwise ordering."""
+    return functools.partial(fake_openai, reply=LISTWISE_OK)
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,8 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,73 +13,6 @@ from intentrank.llm.base import user
 from intentrank.llm.client import LLMClient
 from intentrank.llm.openai_http import OpenAICompatibleLLM
 from intentrank.types import Trace
-
-OK_BODY = {
-    "id": "c1", "object": "chat.completion", "created": 0, "model": "fake",
-    "choices": [{"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": "Yes"}}],
-    "usage": {"prompt_tokens": 11, "completion_tokens": 1, "total_tokens": 12},
-}
-
-
-class Script:
-    """What the fake server does for each request, in order; the last step repeats."""
-
-    def __init__(self, *steps: str) -> None:
-        self.steps, self.requests = list(steps), 0
-        self.lock = threading.Lock()
-
-    def next(self) -> str:
-        with self.lock:
-            self.requests += 1
-            return self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
-
-
-def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            step = script.next()
-            status, body = 200, json.dumps(OK_BODY).encode()
-            if step == "stall":
-                time.sleep(1.5)
-            elif step == "garbage":
-                body = b'{"choices": [{"message": '
-            elif step == "401":
-                status, body = 401, b'{"error": {"message": "Incorrect API key"}}'
-            elif step == "500":
-                status, body = 500, b'{"error": {"message": "overloaded"}}'
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (timeout)
-
-    return Handler
-
-
-@pytest.fixture()
-def fake_server() -> Iterator:
-    servers = []
-
-    def start(*steps: str) -> tuple[str, Script]:
-        script = Script(*steps)
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-        srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}/v1", script
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
 
 
 def _client(url: str, **kw) -> LLMClient:
@@ -109,8 +38,8 @@ def test_real_llamacpp_server_over_http(tmp_path):
     assert again.cached and trace.stage("llm").counters["llm_calls"] == 1
 
 
-def test_cache_hit_makes_no_request(fake_server, tmp_path):
-    url, script = fake_server("ok")
+def test_cache_hit_makes_no_request(fake_openai, tmp_path):
+    url, script = fake_openai("ok")
     llm = OpenAICompatibleLLM(url, "fake")
     client = LLMClient(llm, cache=tmp_path / "c.sqlite")
     first = client.chat(user("q"))
@@ -118,8 +47,8 @@ def test_cache_hit_makes_no_request(fake_server, tmp_path):
     assert client.chat(user("q")).cached and script.requests == 1
 
 
-def test_stalling_server_times_out_retries_then_falls_back(fake_server):
-    url, script = fake_server("stall")
+def test_stalling_server_times_out_retries_then_falls_back(fake_openai):
+    url, script = fake_openai("stall")
     client = _client(url, timeout=0.3, retries=2)
     trace = Trace()
     start = time.perf_counter()
@@ -131,16 +60,16 @@ def test_stalling_server_times_out_retries_then_falls_back(fake_server):
     assert "timeout" in trace.events[-1].details["reason"] and trace.events[-1].kind == "llm_failed"
 
 
-def test_stall_then_recover(fake_server):
-    url, _ = fake_server("stall", "500", "ok")
+def test_stall_then_recover(fake_openai):
+    url, _ = fake_openai("stall", "500", "ok")
     client = _client(url, timeout=0.3, retries=2)
     trace = Trace()
     assert client.chat(user("q"), trace=trace).text == "Yes"
     assert trace.stage("llm").counters["llm_retries"] == 2
 
 
-def test_malformed_json_is_one_clear_error(fake_server):
-    url, script = fake_server("garbage")
+def test_malformed_json_is_one_clear_error(fake_openai):
+    url, script = fake_openai("garbage")
     client = _client(url, retries=2)
     with pytest.raises(ModelError, match="malformed JSON"):
         client.chat(user("q"))
@@ -162,8 +91,8 @@ def test_connection_refused_is_one_error_without_retries():
     assert trace.stage("llm").counters["llm_calls"] == 1 and not trace.events
 
 
-def test_bad_key_names_the_env_var(fake_server, monkeypatch):
-    url, script = fake_server("401")
+def test_bad_key_names_the_env_var(fake_openai, monkeypatch):
+    url, script = fake_openai("401")
     monkeypatch.setenv("MY_LLM_KEY", "sk-wrong")
     llm = OpenAICompatibleLLM(url, "fake", api_key_env="MY_LLM_KEY")
     with pytest.raises(ModelError, match=r"rejected the API key \(HTTP 401\): set \$MY_LLM_KEY"):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -202,42 +200,11 @@ def test_embedded_backend_sends_json_schema(monkeypatch, tmp_path):
         server.requests[1]
 
 
-@pytest.fixture()
-def recording_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    bodies: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            body = json.dumps({
-                "id": "c1", "object": "chat.completion", "created": 0, "model": "fake",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                    "role": "assistant", "content": '{"ranking": [2, 1]}'}}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9},
-            }).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def test_openai_backend_sends_response_format(recording_server, tmp_path):
+def test_openai_backend_sends_response_format(fake_openai, tmp_path):
     from intentrank.llm.openai_http import OpenAICompatibleLLM
 
-    url, bodies = recording_server
+    url, script = fake_openai(reply='{"ranking": [2, 1]}')
+    bodies = script.bodies
     client = LLMClient(OpenAICompatibleLLM(url, "fake"), cache=ReplyCache(tmp_path / "c.sqlite"))
     contract = load_contract("listwise")
     items = [{"n": 2, "query": "lift", "passages": "[1] a\n[2] b"}]

@@ -17,7 +17,6 @@ from intentrank.tune.modality import (
     PerQueryWeightedFusion,
     cross_validated_modality_weights,
     modality_rankings,
-    modality_weights_for,
     simplex_grid,
     tune_modality_on_split,
     tune_modality_weights,
@@ -93,17 +92,6 @@ def test_cross_validated_weights_apply_per_query(cranfield_index, sample) -> Non
         score = dict(zip(ids, mat @ np.array(cv.by_query[r.query.id]), strict=True))
         top = r.docs[0]
         assert score[top.doc_id] == pytest.approx(top.score, rel=F32_REL, abs=F32_ABS)
-
-
-def test_weights_come_from_train_when_there_is_one_else_from_cv(cranfield_index, sample):
-    queries, qrels = sample
-    with_train = SplitSpy(queries[:6], qrels, splits=("train", "test"))
-    weights, how = modality_weights_for(with_train, cranfield_index, "test", depth=30)
-    assert with_train.read == ["train"] and "tuned on spy/train" in how
-    assert len(weights) == 3 and sum(weights) == pytest.approx(1)
-    test_only = SplitSpy(queries[:6], qrels, splits=("test",))
-    per_query, how = modality_weights_for(test_only, cranfield_index, "test", folds=3, depth=30)
-    assert "3-fold cross-validated" in how and set(per_query) == {q.id for q in queries[:6]}
 
 
 def test_cli_tune_modality_saves_weights_a_config_can_load(cranfield, cranfield_index, tmp_path,

@@ -88,6 +88,14 @@ class Stage:
     def describe(self) -> str:
         return self.name
 
+    def described(self, *args: object, **params: object) -> str:
+        """``name(arg, ..., key=value, ...)``, None values left out: how a stage with
+        parameters describes itself. Every parameter that changes its results belongs in it
+        (the experiment harness shares outputs between stages that describe alike)."""
+        parts = [*map(str, args), *(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                    for k, v in params.items() if v is not None)]
+        return f"{self.name}({', '.join(parts)})"
+
     def __repr__(self) -> str:
         return self.describe()
 

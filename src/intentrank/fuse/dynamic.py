@@ -144,7 +144,9 @@ class DynamicWeightedFusion(WeightedFusion):
         return weighted_minmax([{d.doc_id: d.score for d in r.docs} for r in rankings], weights)
 
     def describe(self) -> str:
-        extra = ", structured" if self.structured else ""
+        extra = (f", {self.llm.name}, tolerance={self.tolerance:g}, max_tokens="
+                 f"{self.max_tokens}, prompt={self.contract.name}")
+        extra += ", structured=True" if self.structured else ""
         if self.repair_range is not None:
             extra += f", repair_range={list(self.repair_range)}"
-        return super().describe()[:-1] + extra + ")" if extra else super().describe()
+        return super().describe()[:-1] + extra + ")"

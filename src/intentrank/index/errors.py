@@ -45,15 +45,3 @@ class IndexBuildInterrupted(IntentrankError):
 class IndexSettingsError(ConfigError, ValueError):
     """Invalid index settings (also a ``ValueError``, so callers catching that still work)."""
 
-
-__all__ = [
-    "REBUILD_HINT",
-    "rebuild_hint",
-    "IndexBuildInterrupted",
-    "IndexBusyError",
-    "IndexCorruptError",
-    "IndexFormatError",
-    "IndexMismatchError",
-    "IndexNotFoundError",
-    "IndexSettingsError",
-]

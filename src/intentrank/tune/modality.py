@@ -31,7 +31,6 @@ from intentrank.types import Query, Ranking, Trace
 FEATURES = ("dense", "sparse", "graph")
 # the legs' stage scores in a weighted fusion's output (their path ids below the fusion)
 SCORES = tuple(f"{WeightedFusion.method}/{leg}" for leg in FEATURES)
-TUNE_SPLITS = ("train", "validation", "dev")  # looked for in this order
 ModalityWeights = tuple[float, float, float]
 
 
@@ -130,28 +129,6 @@ def tune_modality_on_split(dataset: Any, index: IndexLike, split: str = "train",
     return tune_modality_weights(modality_rankings(index, queries, depth), qrels, metric, step)
 
 
-def modality_weights_for(
-    dataset: Any, index: IndexLike, eval_split: str = "test", metric: str = "nDCG@10",
-    step: float = 0.1, folds: int = 5, seed: int = 0, depth: int = 100, sample: int = 0,
-) -> tuple[ModalityWeights | dict[str, ModalityWeights], str]:
-    """Weights for evaluating on ``eval_split`` and how they were obtained: tuned on a train
-    or validation split when the dataset has one, else cross-validated over the (sampled)
-    ``eval_split`` queries, one weight triple per query."""
-    tune_split = next((s for s in TUNE_SPLITS if s in dataset.splits and s != eval_split), None)
-    if tune_split is not None:
-        res = tune_modality_on_split(dataset, index, tune_split, metric, step, seed=seed,
-                                     depth=depth)
-        w = res.best
-        return ((w["dense"], w["sparse"], w["graph"]),
-                f"tuned on {dataset.name}/{tune_split} ({res.n_queries} queries, {metric} "
-                f"{res.score:.4f}, step {step})")
-    queries, qrels = dataset.sample(eval_split, sample, seed)
-    cv = cross_validated_modality_weights(modality_rankings(index, queries, depth), qrels, metric,
-                                          step, folds, seed)
-    return cv.by_query, (f"{len(cv.folds)}-fold cross-validated over {len(cv.by_query)} "
-                         f"{dataset.name}/{eval_split} queries ({metric}, step {step})")
-
-
 class PerQueryWeightedFusion(WeightedFusion):
     """Weighted min-max fusion with weights looked up per query id (``default`` otherwise),
     e.g. the per-fold weights of :func:`cross_validated_modality_weights`."""
@@ -176,5 +153,5 @@ class PerQueryWeightedFusion(WeightedFusion):
 
 
 __all__ = ["FEATURES", "SCORES", "CrossValidatedWeights", "PerQueryWeightedFusion",
-           "cross_validated_modality_weights", "modality_rankings", "modality_weights_for",
+           "cross_validated_modality_weights", "modality_rankings",
            "simplex_grid", "tune_modality_on_split", "tune_modality_weights"]
