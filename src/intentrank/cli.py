@@ -663,7 +663,6 @@ def ablate(
     experiment file's (default: the shipped cascade-ablation, CE over the fused top-30 fused
     with the first stage by RRF); edit a copy of it for other cut-offs."""
     from intentrank.eval.spec import load_experiment
-    from intentrank.models.cross_encoder import default_reranker_dir
     from intentrank.report import report_paths
 
     target = out_path or Path("runs") / "ablation" / dataset.name
@@ -679,10 +678,6 @@ def ablate(
             spec = spec.with_params("listwise", max_passage_chars=listwise_chars)
         if cross_encoder and use_ce:
             spec = spec.with_params("cross_encoder", model=cross_encoder)
-        if use_ce and not cross_encoder and not default_reranker_dir().exists():
-            raise ConfigError(f"no cross-encoder model at {default_reranker_dir()}: train one "
-                              f"with `intentrank train-reranker`, pass --cross-encoder, or "
-                              f"run without the CE configurations (--no-ce)")
         without = ([] if use_ce else ["cross_encoder"]) + ([] if use_llm else ["llm"]) + (
             [] if dynamic else ["dynamic"])
     except (IntentrankError, ValueError, OSError) as exc:

@@ -6,8 +6,12 @@ Two backends share one ``predict(pairs, batch_size)`` interface:
 - ``onnx``: an int8 ONNX export (``model_int8.onnx`` + ``tokenizer.json`` in the model
   directory, as written by ``intentrank train-reranker --onnx``), run by onnxruntime.
 
-No pretrained cross-encoder ships offline: ``intentrank train-reranker`` fine-tunes one and
-saves it under :func:`default_reranker_dir` unless told otherwise.
+No pretrained cross-encoder is on PyPI, so intentrank ships its own inside the package: the
+MiniLM cross-encoder trained here on SciFact's train qrels (int8 ONNX, 128 tokens; its
+``training.json`` says how), at :func:`bundled_reranker_dir`. It is the default model (also
+named ``bundled``). ``intentrank train-reranker`` fine-tunes one for your data and saves it
+under :func:`default_reranker_dir` unless told otherwise; point the stage at it with
+``model: DIR``.
 """
 
 from __future__ import annotations
@@ -27,9 +31,20 @@ ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/mod
 Pair = tuple[str, str]
 
 
+BUNDLED = "bundled"
+
+
 def default_reranker_dir(dataset: str = "scifact") -> Path:
     """Where ``intentrank train-reranker`` saves the cross-encoder trained on ``dataset``."""
     return cache_dir() / "models" / f"cross-encoder-{dataset}"
+
+
+def bundled_reranker_dir() -> Path:
+    """The cross-encoder shipped in the package (``model_int8.onnx``, ``tokenizer.json``,
+    ``training.json``): the default model."""
+    from importlib import resources
+
+    return Path(str(resources.files("intentrank.models").joinpath("reranker")))
 
 
 class PairScorer(Protocol):
@@ -143,15 +158,27 @@ def trained_max_length(model: str | Path, default: int = 256) -> int:
 
 
 def load_cross_encoder(
-    model: str | Path | None = None, backend: str = "torch", max_length: int | None = None,
-    threads: int | None = None,
+    model: str | Path | None = None, backend: str | None = None,
+    max_length: int | None = None, threads: int | None = None,
 ) -> PairScorer:
-    """A cross-encoder by backend; ``model`` defaults to :func:`default_reranker_dir`.
+    """A cross-encoder by backend; ``model`` defaults to the bundled one
+    (:func:`bundled_reranker_dir`, also named ``"bundled"``).
 
+    ``backend`` defaults to ``onnx`` for a local directory with an ONNX file, else ``torch``.
     ``max_length`` defaults to the length the model was trained at, else 256."""
-    model = str(model if model is not None else default_reranker_dir())
+    bundled = model is None or str(model) == BUNDLED
+    model = str(bundled_reranker_dir() if bundled else model)
     if _looks_local(model) and not Path(model).expanduser().exists():
         raise _missing(model)
+    if backend is None:
+        local = Path(model).expanduser()
+        backend = "onnx" if _looks_local(model) and (
+            local.suffix == ".onnx" or any((local / f).is_file() for f in ONNX_FILES)) \
+            else "torch"
+    if bundled and backend != "onnx":
+        raise ModelError("the bundled cross-encoder is int8 ONNX only: use backend 'onnx', or "
+                         "give a model trained with `intentrank train-reranker` (or a hub name) "
+                         "for backend 'torch'")
     max_length = max_length or trained_max_length(model)
     if backend == "torch":
         return TorchCrossEncoder(str(Path(model).expanduser()) if _looks_local(model) else model,

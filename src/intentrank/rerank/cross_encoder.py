@@ -32,7 +32,7 @@ class CrossEncoderReranker(Stage):
         top_k: int = 100,
         batch_size: int = 8,
         max_length: int | None = None,
-        backend: str = "torch",
+        backend: str | None = None,
         name: str = "cross_encoder",
         threads: int | None = None,
     ) -> None:
@@ -72,10 +72,10 @@ class CrossEncoderReranker(Stage):
 @register_stage("cross_encoder", renamed={"k": "top_k"})
 def _cross_encoder(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``cross_encoder: {model, top_k, batch_size, max_length, backend}``; the model defaults to
-    the reranker ``intentrank train-reranker`` saves for SciFact."""
+    the bundled one (int8 ONNX), the backend to onnx for a directory with an ONNX file."""
     index = ctx.require_index("cross_encoder")
     model = params.pop("model", None)
-    key = f"cross_encoder:{model}:{params.get('backend', 'torch')}:" \
+    key = f"cross_encoder:{model}:{params.get('backend')}:" \
           f"{params.get('max_length')}"
     if key in ctx.resources:  # one loaded model per config, however many stages use it
         return CrossEncoderReranker(index, ctx.resources[key], **params)
