@@ -35,8 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sets", type=Path, default=ROOT / "runs" / "generated")
     p.add_argument("--models", type=Path, default=ROOT / "runs" / "models")
     p.add_argument("--budget-minutes", type=float, default=8.0)
+    p.add_argument("--base", type=Path, default=None,
+                   help="start from this cross-encoder (e.g. the bundled SciFact one, as a "
+                        "torch model directory) instead of the MiniLM bi-encoder weights")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--retrain", action="store_true", help="train even if a model is there")
+    p.add_argument("--retrain", action="store_true",
+                   help="train and measure again even if a model and its bench.json are there")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_adapted_reranker.json")
     p.add_argument("--no-write", action="store_true")
     return p.parse_args(argv)
@@ -45,22 +49,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     from intentrank.training.reranker import TRAINING_JSON, train_reranker
 
-    out = args.models / f"ce-{name}-generated"
+    out = args.models / f"ce-{name}-generated{'-from-base' if args.base else ''}"
     if args.retrain or not (out / TRAINING_JSON).exists():
         train_reranker(args.sets / name, out, ROOT / "indexes" / name, split="generated",
+                       base_model=str(args.base) if args.base else None,
                        epochs=args.epochs, time_budget_s=args.budget_minutes * 60, onnx=True,
                        max_length=128, progress=False, log=lambda m: print(f"  {m}",
                                                                            file=sys.stderr))
     return out, json.loads((out / TRAINING_JSON).read_text())
 
 
-def rerank(idx: Any, scorer: Any, queries: list[Any], first: list[list[str]]
-           ) -> tuple[list[list[str]], float]:
+def score_union(idx: Any, scorer: Any, queries: list[Any], *firsts: list[list[str]]
+                ) -> tuple[list[dict[str, float]], float]:
+    """CE scores of every candidate any first stage gave a query (each pair scored once)."""
     start, out = time.perf_counter(), []
-    for q, ids in zip(queries, first, strict=True):
+    for i, q in enumerate(queries):
+        ids = list(dict.fromkeys(d for first in firsts for d in first[i]))
         scores = scorer.predict([(q.text, idx.doc_text(d)) for d in ids], batch_size=32)
-        out.append([ids[i] for i in sorted(range(len(ids)), key=lambda i: -scores[i])])
+        out.append(dict(zip(ids, map(float, scores), strict=True)))
     return out, time.perf_counter() - start
+
+
+def by_score(first: list[list[str]], scores: list[dict[str, float]]) -> list[list[str]]:
+    return [sorted(ids, key=lambda d: -s[d]) for ids, s in zip(first, scores, strict=True)]
 
 
 def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -79,8 +90,8 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     hybrid = [sorted(f, key=lambda d: -f[d])[:DEPTH] for f in
               (rrf([b, d]) for b, d in zip(bm25, dense, strict=True))]
     scorer = load_cross_encoder(model_dir, backend="onnx", max_length=128)
-    ce_bm25, s1 = rerank(idx, scorer, queries, bm25)
-    ce_hybrid, s2 = rerank(idx, scorer, queries, hybrid)
+    scores, seconds = score_union(idx, scorer, queries, bm25, hybrid)
+    ce_bm25, ce_hybrid = by_score(bm25, scores), by_score(hybrid, scores)
 
     def run(lists: list[list[str]]) -> dict[str, dict[str, float]]:
         return {q.id: {d: float(len(ids) - i) for i, d in enumerate(ids)}
@@ -100,11 +111,12 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                            "model": gen["identity"]["model"],
                            "questions_per_minute": gen["questions_per_minute"],
                            "minutes": round(sum(r["seconds"] for r in gen["runs"]) / 60, 1)},
-            "training": {"queries": info["n_queries"], "pairs": info["pairs_trained"],
+            "training": {"base": info["base_model"], "queries": info["n_queries"],
+                         "pairs": info["pairs_trained"],
                          "steps": info["steps_done"], "stopped_by": info["stopped_by"],
                          "minutes": round((info["seconds"]["training"]
                                            + info["seconds"]["mining"]) / 60, 1)},
-            "ce_pairs_per_s": round(2 * DEPTH * len(queries) / (s1 + s2), 1)}
+            "ce_pairs_per_s": round(sum(map(len, scores)) / seconds, 1)}
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -121,7 +133,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {name} | {r['n_queries']} | "
                      + " | ".join(f"{100 * r['ndcg@10'][c]:.2f}" for c in cols)
                      + f" | {g['kept']} questions in {g['minutes']} min ({g['model']}) | "
-                       f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min |")
+                       f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min "
+                       f"from {t['base']} |")
     return "\n".join(lines)
 
 
@@ -129,9 +142,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     results = {}
     for name in args.collections:
-        print(f"[bench] {name}", file=sys.stderr, flush=True)
-        results[name] = one(name, args)
-        print(json.dumps(results[name]["ndcg@10"]), file=sys.stderr)
+        suffix = "-from-base" if args.base else ""
+        done = args.models / f"ce-{name}-generated{suffix}" / "bench.json"  # its result
+        if args.retrain or not done.exists():
+            print(f"[bench] {name}{suffix}", file=sys.stderr, flush=True)
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(one(name, args), indent=2))
+        for variant in ("", "-from-base"):  # both variants measured so far, in one table
+            path = args.models / f"ce-{name}-generated{variant}" / "bench.json"
+            if path.exists():
+                results[f"{name}{variant}"] = json.loads(path.read_text())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     text = markdown(results)
