@@ -300,11 +300,6 @@ def test_ablate_and_tune_options_refused_before_work(small_cranfield, tmp_path):
     res = runner.invoke(app, ["ablate", str(small_cranfield), "--index", never, "--out",
                               str(tmp_path / "r")])
     _clean_error(res, "--out", "r.md is a directory")
-    with pytest.MonkeyPatch.context() as mp:  # no trained reranker: said before any build
-        mp.setenv("INTENTRANK_CACHE", str(tmp_path / "empty-cache"))
-        res = runner.invoke(app, ["ablate", str(small_cranfield), "--index", never, "--out",
-                                  str(tmp_path / "abl" / "r")])
-    _clean_error(res, "no cross-encoder model at", "--no-ce")
     for args, message in [(["--metric", "nDCG@0"], "the cut-off must be >= 1"),
                           (["--metric", "Bogus"], "unknown metric"),
                           (["--sample", "-2"], "--sample must be >= 0"),
