@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fakes import Fixed
 
 from intentrank.core.stage import Chain, Cutoff, Stage
 from intentrank.fuse.base import minmax
@@ -10,17 +11,6 @@ from intentrank.fuse.interleave import InterleaveFusion, interleave
 from intentrank.fuse.rrf import RRFFusion, rrf
 from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
-
-
-class Fixed(Stage):
-    """A fake retriever returning fixed scores (unit tests only)."""
-
-    def __init__(self, name: str, scores: dict[str, float]) -> None:
-        self.name, self.scores = name, scores
-
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        return [Ranking.from_scores(r.query, self.scores, trace.path_of(self))
-                for r in rankings]
 
 
 def test_rrf_is_one_based_and_weights_multiply_each_list():

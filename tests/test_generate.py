@@ -16,6 +16,7 @@ from pathlib import Path
 import ir_measures
 import pytest
 import yaml
+from fakes import GenerationLLM
 
 from intentrank.data.dataset import load_dataset
 from intentrank.errors import ConfigError, DataError
@@ -37,8 +38,6 @@ from intentrank.llm.client import LLMClient
 from intentrank.types import Trace
 
 TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
-from generation_fakes import GenerationLLM  # noqa: E402
 
 # --- the taxonomy ------------------------------------------------------------------------
 
@@ -235,7 +234,7 @@ def test_resume_after_kill_gives_the_uninterrupted_set(cranfield_index, data_dir
     script = textwrap.dedent(f"""
         import sys; sys.path.insert(0, {str(TESTS)!r})
         from pathlib import Path
-        from generation_fakes import GenerationLLM
+        from fakes import GenerationLLM
         from intentrank.generate.generator import GenerationSettings, generate_questions
         from intentrank.index import Index
         from intentrank.llm.client import LLMClient

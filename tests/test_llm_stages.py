@@ -3,13 +3,12 @@ counted by kind, structured output and the counted weight repair."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
+from fakes import Fixed, RecordingLLM
 
 from intentrank.core.params import ParameterError
-from intentrank.core.stage import Stage
 from intentrank.fuse.dynamic import (
     DEFAULT_WEIGHTS,
     NUMERIC_WEIGHTS,
@@ -27,39 +26,17 @@ from intentrank.rerank.listwise import ListwiseReranker
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
 
 
-class ByQuery:
-    """Answers with ``reply(messages, params)``; records every request and the peak number
-    of requests in flight (so a test sees the batch run concurrently)."""
+class ByQuery(RecordingLLM):
+    """Answers with ``reply(last user message, params)``, 0.02 s per request."""
 
     name, model = "fake:stages", "fake"
 
     def __init__(self, reply) -> None:
-        self.reply, self.requests = reply, []
-        self.active = self.peak = 0
-        self._lock = threading.Lock()
+        super().__init__(delay=0.02)
+        self.reply = reply
 
-    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
-        import time
-
-        with self._lock:
-            self.requests.append({"messages": messages, **params.as_dict()})
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-        try:
-            time.sleep(0.02)
-            return LLMReply(self.reply(messages[-1]["content"], params.as_dict()))
-        finally:
-            with self._lock:
-                self.active -= 1
-
-
-class Fixed(Stage):
-    def __init__(self, name: str, scores: dict[str, float]) -> None:
-        self.name, self.scores = name, scores
-
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        return [Ranking.from_scores(r.query, self.scores, trace.path_of(self))
-                for r in rankings]
+    def answer(self, messages: list[Message], params: ChatParams) -> LLMReply:
+        return LLMReply(self.reply(messages[-1]["content"], params.as_dict()))
 
 
 class Texts:

@@ -4,11 +4,10 @@ chat_many) and the structured-output request fields of both backends and the rep
 from __future__ import annotations
 
 import json
-import threading
-import time
 from typing import Any
 
 import pytest
+from fakes import RecordingLLM
 
 from intentrank.errors import ModelError
 from intentrank.llm import embedded
@@ -21,33 +20,22 @@ from intentrank.llm.step import FallbackReason, run_step
 from intentrank.types import Trace
 
 
-class ScriptedLLM:
+class ScriptedLLM(RecordingLLM):
     """Answers by the query in the last user message (``Query: <q>``); ``"FAIL"`` raises."""
 
     name, model = "fake:scripted", "scripted"
 
     def __init__(self, answers: dict[str, str | tuple[str, str]], delay: float = 0.0) -> None:
-        self.answers, self.delay = answers, delay
-        self.requests: list[dict[str, Any]] = []
-        self.active = self.peak = 0
-        self._lock = threading.Lock()
+        super().__init__(delay)
+        self.answers = answers
 
-    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
-        with self._lock:
-            self.requests.append({"messages": messages, **params.as_dict()})
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-        try:
-            time.sleep(self.delay)
-            query = messages[-1]["content"].rsplit("Query: ", 1)[-1].strip()
-            answer = self.answers[query]
-            text, finish = answer if isinstance(answer, tuple) else (answer, "stop")
-            if text == "FAIL":
-                raise ModelError(f"{self.name}: broken")
-            return LLMReply(text, 100, 10, raw={"finish_reason": finish})
-        finally:
-            with self._lock:
-                self.active -= 1
+    def answer(self, messages: list[Message], params: ChatParams) -> LLMReply:
+        query = messages[-1]["content"].rsplit("Query: ", 1)[-1].strip()
+        answer = self.answers[query]
+        text, finish = answer if isinstance(answer, tuple) else (answer, "stop")
+        if text == "FAIL":
+            raise ModelError(f"{self.name}: broken")
+        return LLMReply(text, 100, 10, raw={"finish_reason": finish})
 
 
 def validate(obj: dict[str, Any], item: Any) -> tuple[float, ...]:

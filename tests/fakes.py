@@ -1,12 +1,57 @@
-"""A scripted LLM backend for question-generation tests (importable by subprocesses)."""
+"""Small fakes shared by the tests (importable by subprocesses too): a stage with fixed
+scores, an LLM backend that records its requests, and a scripted question generator."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
+from typing import Any
 
+from intentrank.core.stage import Stage
 from intentrank.llm.base import ChatParams, LLMReply, Message
+from intentrank.types import Ranking, Trace
+
+
+class Fixed(Stage):
+    """A fake retriever returning fixed scores (unit tests only)."""
+
+    def __init__(self, name: str, scores: dict[str, float]) -> None:
+        self.name, self.scores = name, scores
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        return [Ranking.from_scores(r.query, self.scores, trace.path_of(self))
+                for r in rankings]
+
+
+class RecordingLLM:
+    """An LLM backend that records every request (messages and decoding parameters) and the
+    peak number in flight (so a test sees a batch run concurrently); ``answer`` replies,
+    after ``delay`` seconds."""
+
+    name, model = "fake:recording", "recording"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.requests: list[dict[str, Any]] = []
+        self.active = self.peak = 0
+        self._lock = threading.Lock()
+
+    def answer(self, messages: list[Message], params: ChatParams) -> LLMReply:
+        raise NotImplementedError
+
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
+        with self._lock:
+            self.requests.append({"messages": messages, **params.as_dict()})
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        try:
+            time.sleep(self.delay)
+            return self.answer(messages, params)
+        finally:
+            with self._lock:
+                self.active -= 1
 
 
 def _doc(prompt: str, label: str = "Document:") -> str:
