@@ -47,6 +47,13 @@ class Categorisation:
     def sample(self, rng: random.Random) -> Category:
         return rng.choices(self.categories, weights=[c.probability for c in self.categories])[0]
 
+    def __getitem__(self, name: str) -> Category:
+        """The category called ``name`` (KeyError if there is none)."""
+        for c in self.categories:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name}: no category {name!r}")
+
 
 @dataclass(frozen=True)
 class Taxonomy:
@@ -59,6 +66,13 @@ class Taxonomy:
     two_document_categorisations: tuple[str, ...]
     source: str
     sha256: str
+
+    def __getitem__(self, name: str) -> Categorisation:
+        """A question categorisation by name (KeyError if there is none)."""
+        for c in self.question:
+            if c.name == name:
+                return c
+        raise KeyError(f"no question categorisation {name!r}")
 
     def for_pairs(self) -> tuple[Categorisation, ...]:
         wanted = set(self.two_document_categorisations)

@@ -28,8 +28,9 @@ with a strong model (``--llm openai:...``).
 Every attempt is appended to ``OUT/attempts.jsonl`` as it ends, so a killed run resumes where
 it stopped (replies come back from the LLM reply cache); ``OUT`` is a BEIR directory
 (``queries.jsonl`` with categories and reference answers in ``metadata``, ``qrels/<split>.tsv``
-with one or two gold documents, a link to the corpus) plus ``generation.json`` (settings,
-model, counts, yield per category), rewritten after every kept question.
+with one or two gold documents, a link to the corpus), rewritten after every kept question,
+plus ``generation.json``: the settings a resume must match, written first, then settings,
+model, counts and yield per category at the end of each run.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import numpy as np
 from intentrank.core.protocols import LLMLike
 from intentrank.errors import ConfigError, DataError
 from intentrank.extras import package_versions
-from intentrank.generate.categories import Category, Taxonomy, load_taxonomy
+from intentrank.generate.categories import Taxonomy, load_taxonomy
 from intentrank.generate.filters import (
     DuplicateFilter,
     copies_wording,
@@ -195,13 +196,6 @@ class Sampler:
                        pair_type)
 
 
-def _category(taxonomy: Taxonomy, categorisation: str, name: str) -> Category:
-    for c in taxonomy.question:
-        if c.name == categorisation:
-            return next(x for x in c.categories if x.name == name)
-    raise KeyError(categorisation)
-
-
 def _clip(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
 
@@ -219,7 +213,7 @@ class Generator:
         return _clip(self.index.doc_text(doc_id), self.settings.doc_chars)
 
     def _properties(self, a: Attempt) -> str:
-        lines = [_category(self.taxonomy, k, v).description for k, v in a.categories.items()]
+        lines = [self.taxonomy[k][v].description for k, v in a.categories.items()]
         return "\n".join(f"- {line}" for line in lines)
 
     def _step(self, contract: str, values: dict[str, Any]) -> Any:
@@ -231,13 +225,12 @@ class Generator:
         """Generate and filter attempt ``a`` (its status and detail are set)."""
         start = time.perf_counter()
         texts = [self._text(d) for d in a.documents]
-        user = next(c for c in self.taxonomy.users.categories if c.name == a.user).description
+        user = self.taxonomy.users[a.user].description
         if a.kind == "single":
             value = self._step("generate_single", {"document": texts[0], "user": user,
                                                    "properties": self._properties(a)})
         else:
-            kind = next(c for c in self.taxonomy.two_document.categories
-                        if c.name == a.pair_type).description
+            kind = self.taxonomy.two_document[a.pair_type].description
             value = self._step("generate_pair", {
                 "document_a": texts[0], "document_b": texts[1], "user": user, "kind": kind,
                 "properties": self._properties(a)})
@@ -251,7 +244,7 @@ class Generator:
             return "malformed", problem
         a.question, a.answer = value["question"].strip(), value["answer"].strip()
         checks = {c for k, v in a.categories.items()
-                  for c in _category(self.taxonomy, k, v).checks}
+                  for c in self.taxonomy[k][v].checks}
         if "distant_wording" in checks and (problem := copies_wording(a.question, texts)):
             return "copied_wording", problem
         if problem := self.duplicates.check(a.question):
@@ -504,8 +497,7 @@ def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
     runs = previous.get("runs", []) + [{
         "seconds": round(seconds, 1), "stopped_by": stopped_by,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "llm": {k: v for k, v in trace.stages.get(STAGE).counters.items()}
-        if STAGE in trace.stages else {}}]
+        "llm": dict(trace.stages[STAGE].counters) if STAGE in trace.stages else {}}]
     info = {
         "identity": identity, "settings": asdict(settings),
         "taxonomy": taxonomy.source, "corpus": str(corpus_path.resolve()), "corpus_link": linked,
