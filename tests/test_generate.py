@@ -275,6 +275,18 @@ def test_resume_refuses_other_settings(cranfield_index, data_dir, tmp_path):
         _run(cranfield_index, data_dir, tmp_path / "other", n=2)
 
 
+def test_a_damaged_attempts_log_is_named(cranfield_index, data_dir, tmp_path):
+    _run(cranfield_index, data_dir, tmp_path / "gen", n=2)
+    log = tmp_path / "gen" / ATTEMPTS
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text(lines[0] + "not json\n" + "".join(lines[1:]))
+    with pytest.raises(DataError, match=r"attempts.jsonl:2: unreadable attempt record"):
+        _run(cranfield_index, data_dir, tmp_path / "gen", n=3)
+    log.write_text(lines[1])  # attempt 1 without attempt 0
+    with pytest.raises(DataError, match="attempt numbers are not 0, 1, 2"):
+        _run(cranfield_index, data_dir, tmp_path / "gen", n=3)
+
+
 def test_bad_settings():
     with pytest.raises(ConfigError, match="--multi-doc must be in"):
         GenerationSettings(multi_doc=1.5)
@@ -320,9 +332,11 @@ def test_cli_rejects_bad_input_before_writing(tmp_path, data_dir):
     r = CliRunner().invoke(app, ["generate", str(data_dir / "cranfield"), str(out),
                                  "--config", str(cats)])
     assert r.exit_code == 2 and "field 'users': probabilities sum to 1.2" in r.output
-    r = CliRunner().invoke(app, ["generate", str(data_dir / "cranfield"), str(out),
-                                 "--multi-doc", "2"])
-    assert r.exit_code == 2 and "--multi-doc" in r.output
+    for option, value in (("--multi-doc", "2"), ("--minutes", "-1"), ("--max-attempts", "-1"),
+                          ("--n", "0")):
+        r = CliRunner().invoke(app, ["generate", str(data_dir / "cranfield"), str(out),
+                                     option, value])
+        assert r.exit_code == 2 and f"error: {option} must be" in r.output, r.output
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     r = CliRunner().invoke(app, ["generate", str(empty), str(out), "--index",
