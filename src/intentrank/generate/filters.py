@@ -118,8 +118,8 @@ def support_share(answer: str, documents: Iterable[str]) -> float:
 
 def unsupported(answer: str, documents: list[str], limit: float = MIN_SUPPORT) -> str | None:
     """A reason when too little of the answer's wording comes from the source(s): the
-    lexical faithfulness check (measured on Cranfield: correct answers 0.37-1.0, mostly
-    >= 0.5; another question's answer 0.0-0.31)."""
+    lexical faithfulness check (bench/bench_generation_checks.py: wrong answers on Cranfield
+    score 0.00-0.25)."""
     share = support_share(answer, documents)
     if share < limit:
         return f"only {share:.0%} of the answer's words occur in the source document(s)"
