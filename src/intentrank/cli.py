@@ -800,7 +800,7 @@ def generate_cmd(
                                              help="Also ask the LLM whether each answer is "
                                              "supported and whether one document answers a "
                                              "two-document question alone (useful with a "
-                                             "strong model; the 0.5B says yes to all).")]
+                                             "strong model; the 0.5B says yes to nearly all).")]
         = False,
 ) -> None:
     """Generate questions with known source documents (single- and two-document, categories
