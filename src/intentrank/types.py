@@ -20,13 +20,40 @@ class DerivedText:
 
 
 @dataclass(frozen=True)
+class Turn:
+    """An earlier turn of a conversation: the user's question and, when known, the
+    system's answer (for TREC CAsT 2021, the canonical response passage)."""
+
+    question: str
+    answer: str = ""
+
+
+@dataclass(frozen=True)
 class Query:
-    """A query with optional conversation history and a stack of derived texts."""
+    """A query with its conversation history (the earlier turns, oldest first; empty for a
+    standalone query) and a stack of derived texts.
+
+    A reformulation stage replaces ``text`` (what later stages search and score) and pushes
+    the text it replaced as kind ``original``; :attr:`turn` is the user's own words."""
 
     id: str
     text: str
-    turns: tuple[str, ...] = ()
+    history: tuple[Turn, ...] = ()
     derived: tuple[DerivedText, ...] = ()
+
+    @property
+    def turn(self) -> str:
+        """The text before any reformulation (the user's contextual turn)."""
+        originals = self.derived_of("original")
+        return originals[0] if originals else self.text
+
+    def reformulated(self, text: str, stage: str, kind: str = "rewrite") -> Query:
+        """A copy searching ``text``: the old text is kept as kind ``original`` (once, the
+        user's turn) and ``text`` is pushed as ``kind``."""
+        derived = self.derived
+        if not self.derived_of("original"):
+            derived += (DerivedText("original", self.text, stage),)
+        return replace(self, text=text, derived=derived + (DerivedText(kind, text, stage),))
 
     def with_derived(self, kind: str, texts: list[str] | tuple[str, ...], stage: str) -> Query:
         """Return a copy with ``texts`` pushed onto the derived-text stack."""

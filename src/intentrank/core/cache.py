@@ -32,7 +32,7 @@ class _Entry:
 
 def _key(r: Ranking) -> tuple:
     q = r.query
-    return (q.id, q.text, q.turns, q.derived, tuple(r.doc_ids), r.score_names())
+    return (q.id, q.text, q.history, q.derived, tuple(r.doc_ids), r.score_names())
 
 
 def _moved(old: str, new: str) -> Callable[[str], str]:

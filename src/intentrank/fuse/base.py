@@ -4,6 +4,7 @@ rankings per query, and min-max normalisation. One file per method beside this o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from intentrank.core.params import ParameterError, check_weights
 from intentrank.core.stage import Stage
@@ -80,8 +81,7 @@ class FusionStage(Stage):
                     query = per_query[0].query
                     for other in per_query[1:]:
                         extra = tuple(d for d in other.query.derived if d not in query.derived)
-                        query = type(query)(query.id, query.text, query.turns,
-                                            query.derived + extra)
+                        query = replace(query, derived=query.derived + extra)
                     result = Ranking.from_scores(query, self.fuse(per_query, trace), path_id)
                     for d in result.docs:
                         d.stage_scores = {**merged.get(d.doc_id, {}), path_id: d.score}
