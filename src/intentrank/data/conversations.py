@@ -13,7 +13,12 @@ answer); the gold rewrite never enters the query (it is what evaluation compares
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from intentrank.types import Query, Turn
 
@@ -45,3 +50,32 @@ class Conversation:
             out.append(Query(turn.id, turn.question, tuple(history)))
             history.append(Turn(turn.question, turn.answer or ""))
         return out
+
+
+def turn_record(turn: ConversationTurn) -> dict[str, Any]:
+    """A turn as its ``conversations.jsonl`` object (unset optional fields left out)."""
+    rec: dict[str, Any] = {"id": turn.id, "question": turn.question}
+    for key in ("rewrite", "answer", "passage_id", "relevant"):
+        value = getattr(turn, key)
+        if value is not None:
+            rec[key] = value
+    return rec
+
+
+def conversation_line(conversation: Conversation) -> str:
+    """One ``conversations.jsonl`` line (no newline)."""
+    return json.dumps({"id": conversation.id,
+                       "turns": [turn_record(t) for t in conversation.turns]},
+                      ensure_ascii=False)
+
+
+def write_conversations(conversations: Iterable[Conversation], path: str | Path) -> Path:
+    """Write ``conversations.jsonl`` atomically (a temporary file renamed over ``path``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for conversation in conversations:
+            fh.write(conversation_line(conversation) + "\n")
+    os.replace(tmp, path)
+    return path
