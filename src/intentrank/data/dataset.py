@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from intentrank.data.conversations import Conversation, load_conversations
 from intentrank.data.corpus import iter_corpus, load_queries
 from intentrank.data.readers import check_file
 from intentrank.data.trec import Qrels, load_qrels
@@ -21,6 +22,7 @@ BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets/{
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz", "corpus.jsonl.zip", "corpus.csv",
                 "corpus.csv.gz")
 QUERY_NAMES = ("queries.jsonl", "queries.jsonl.gz", "queries.csv", "queries.tsv")
+CONVERSATION_NAMES = ("conversations.jsonl", "conversations.jsonl.gz")
 
 
 def _first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
@@ -42,7 +44,8 @@ class Dataset:
     """A BEIR-layout collection on disk; the corpus is streamed, queries and qrels are small.
 
     ``warnings`` collects what was loaded with a caveat (judgments dropped or kept for ids the
-    collection lacks, grades rounded); callers print them.
+    collection lacks, grades rounded); callers print them. ``conversations`` is set when the
+    queries are the turns of ``conversations.jsonl`` (each query then has its history).
     """
 
     root: Path
@@ -51,6 +54,7 @@ class Dataset:
     qrels: dict[str, Qrels] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     qrels_paths: dict[str, Path] = field(default_factory=dict)
+    conversations: list[Conversation] | None = None
 
     @property
     def name(self) -> str:
@@ -62,6 +66,12 @@ class Dataset:
 
     def corpus(self) -> Iterator[Document]:
         return iter_corpus(self.corpus_path)
+
+    def gold_rewrites(self) -> dict[str, str]:
+        """``{turn id: gold standalone rewrite}`` for every turn that has one (empty when
+        the dataset has no conversations)."""
+        return {t.id: t.rewrite for c in self.conversations or () for t in c.turns
+                if t.rewrite is not None}
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -142,6 +152,11 @@ def load_dataset(root: str | Path, *, strict: bool = False, round_grades: bool =
                  ) -> Dataset:
     """Open a BEIR-layout directory (corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv).
 
+    Instead of a queries file the directory may hold ``conversations.jsonl`` (see
+    :mod:`intentrank.data.conversations`; both is a DataError): the queries are then its turns,
+    each with the earlier turns as history, and without a ``qrels/`` directory the turns'
+    ``relevant`` judgments form the split ``test``.
+
     Judgments naming query ids that are not in the queries file are dropped from their split,
     with a message in :attr:`Dataset.warnings` (``strict=True``: a :class:`DataError`); a
     split none of whose judged queries is known is a DataError either way (nothing to
@@ -157,13 +172,28 @@ def load_dataset(root: str | Path, *, strict: bool = False, round_grades: bool =
                         "queries.jsonl, qrels/)", root)
     corpus_path = _first_existing(root, CORPUS_NAMES, "corpus")
     check_file(corpus_path)
-    queries_path = _first_existing(root, QUERY_NAMES, "queries")
-    queries = load_queries(queries_path)
-    ds = Dataset(root, corpus_path, queries)
+    conv_path = next((root / n for n in CONVERSATION_NAMES if (root / n).exists()), None)
+    if conv_path is None:
+        queries_path = _first_existing(root, QUERY_NAMES + CONVERSATION_NAMES, "queries")
+        queries = load_queries(queries_path)
+        ds = Dataset(root, corpus_path, queries)
+    else:
+        both = [n for n in QUERY_NAMES if (root / n).exists()]
+        if both:
+            raise DataError(f"both {both[0]} and {conv_path.name}: the queries come from one "
+                            f"of them; keep one", root)
+        queries_path = conv_path
+        conversations = load_conversations(conv_path)
+        queries = {q.id: q for c in conversations for q in c.queries()}
+        ds = Dataset(root, corpus_path, queries, conversations=conversations)
     qdir = root / "qrels"
     if qdir.exists() and not qdir.is_dir():
         raise DataError("is a file, expected a directory of qrels files", qdir)
     if not qdir.is_dir():
+        judged = {t.id: dict(t.relevant) for c in ds.conversations or () for t in c.turns
+                  if t.relevant is not None}
+        if judged:
+            ds.qrels["test"], ds.qrels_paths["test"] = judged, queries_path
         return ds
     ignored = []
     for f in sorted(qdir.iterdir()):
