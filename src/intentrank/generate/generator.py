@@ -36,13 +36,11 @@ model, counts and yield per category at the end of each run.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +58,22 @@ from intentrank.generate.filters import (
     unsupported,
     words,
 )
+from intentrank.generate.runlog import (
+    ATTEMPTS,
+    GENERATION_JSON,
+    Budget,
+    append_attempt,
+    atomic_write,
+    link_corpus,
+    open_run,
+    previous_runs,
+    read_attempts,
+    run_entry,
+)
 from intentrank.index.store import Index
 from intentrank.llm.step import run_step
 from intentrank.types import Trace
 
-ATTEMPTS = "attempts.jsonl"
-GENERATION_JSON = "generation.json"
 STAGE = "generate"
 REASONS = ("no_partner", "malformed", "copied_wording", "near_duplicate", "unsupported",
            "support_check_failed", "one_doc_suffices")
@@ -278,33 +286,6 @@ class Generator:
 # --- the output directory ----------------------------------------------------------------
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _read_attempts(path: Path) -> list[Attempt]:
-    """The attempts recorded so far; a torn last line (a kill mid-write) is cut off."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    good = raw[: raw.rfind(b"\n") + 1]
-    if len(good) != len(raw):
-        with path.open("r+b") as fh:
-            fh.truncate(len(good))
-    out = []
-    for n, line in enumerate(good.decode("utf-8").splitlines(), 1):
-        try:
-            out.append(Attempt(**json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            raise DataError(f"unreadable attempt record ({exc}); delete the directory or "
-                            f"the line to start over", path, n) from None
-    if [a.attempt for a in out] != list(range(len(out))):
-        raise DataError("attempt numbers are not 0, 1, 2, ... (was the file edited?)", path)
-    return out
-
-
 def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, int]]]:
     """``{categorisation: {category: {"attempts": n, "kept": k}}}`` (users, two-document
     types and kinds included)."""
@@ -326,21 +307,6 @@ def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, in
     return table
 
 
-def _link_corpus(source: Path, out: Path) -> str:
-    """Make ``out/<corpus file name>`` point at the source corpus (a copy if links fail)."""
-    target = out / source.name
-    if target.exists() or target.is_symlink():
-        target.unlink()
-    try:
-        target.symlink_to(source.resolve())
-        return "symlink"
-    except OSError:
-        import shutil
-
-        shutil.copyfile(source, target)
-        return "copy"
-
-
 def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
     """Write ``queries.jsonl`` and ``qrels/<split>.tsv`` for the kept attempts."""
     kept = [a for a in attempts if a.status == "kept"]
@@ -352,11 +318,11 @@ def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
             meta["two_document_type"] = a.pair_type
         lines.append(json.dumps({"_id": a.query_id, "text": a.question, "metadata": meta},
                                 ensure_ascii=False))
-    _atomic_write(out / "queries.jsonl", "".join(line + "\n" for line in lines))
+    atomic_write(out / "queries.jsonl", "".join(line + "\n" for line in lines))
     (out / "qrels").mkdir(exist_ok=True)
     rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t1" for a in kept
                                             for d in a.documents]
-    _atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
+    atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
     return len(kept)
 
 
@@ -366,22 +332,6 @@ def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
 def _eligible(index: Index, min_words: int) -> list[int]:
     return [row for row, doc_id in enumerate(index.ids)
             if len(words(index.doc_text(doc_id))) >= min_words]
-
-
-def _check_resumable(out: Path, identity: dict[str, Any]) -> None:
-    """Refuse to write into a directory that is not an earlier run with the same identity."""
-    path = out / GENERATION_JSON
-    if not path.exists():
-        if any(out.iterdir()):
-            raise ConfigError(f"{out} exists, is not empty and is not a generated question "
-                              f"set (no {GENERATION_JSON}); choose a new directory")
-        return
-    recorded = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
-    diff = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
-    if diff:
-        show = "; ".join(f"{k}: {recorded.get(k)!r} then, {identity.get(k)!r} now" for k in diff)
-        raise ConfigError(f"{out} was generated with other settings ({show}); resume with the "
-                          f"same ones, or write to a new directory")
 
 
 def generate_questions(
@@ -419,12 +369,8 @@ def generate_questions(
                 "model": getattr(llm, "model", getattr(llm, "name", "?")),
                 "corpus_sha256": index.corpus_sha256}
     out = Path(out_dir)
-    if out.exists():
-        _check_resumable(out, identity)
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / GENERATION_JSON).exists():  # first: a killed run must still be resumable
-        _atomic_write(out / GENERATION_JSON, json.dumps({"identity": identity}, indent=2) + "\n")
-    attempts = _read_attempts(out / ATTEMPTS)
+    open_run(out, identity, "generated question set")
+    attempts = read_attempts(out / ATTEMPTS, Attempt)
     gen = Generator(index, llm, taxonomy, settings, trace)
     for a in attempts:
         if a.status == "kept":
@@ -432,11 +378,11 @@ def generate_questions(
     if attempts:
         say(f"resuming {out}: {len(attempts)} attempts recorded, "
             f"{sum(a.status == 'kept' for a in attempts)} questions kept")
-    linked = _link_corpus(corpus_path, out)
-    started = time.perf_counter()
-    stopped_by = _loop(gen, sampler, settings, attempts, out, started, progress)
+    linked = link_corpus(corpus_path, out)
+    budget = Budget(settings.n, settings.attempt_limit, settings.max_minutes)
+    stopped_by = _loop(gen, sampler, settings, attempts, out, budget, progress)
     info = _record(out, settings, taxonomy, identity, attempts, gen.trace, linked,
-                   corpus_path, stopped_by, time.perf_counter() - started)
+                   corpus_path, stopped_by, budget.seconds)
     kept = write_dataset(out, attempts, settings.split)
     return GenerationReport(out, kept, len(attempts), info)
 
@@ -449,7 +395,7 @@ def _any_pair(sampler: Sampler, tries: int = 50) -> bool:
 
 
 def _loop(gen: Generator, sampler: Sampler, settings: GenerationSettings,
-          attempts: list[Attempt], out: Path, started: float, progress: bool) -> str:
+          attempts: list[Attempt], out: Path, budget: Budget, progress: bool) -> str:
     from tqdm.auto import tqdm
 
     kept = sum(a.status == "kept" for a in attempts)
@@ -458,13 +404,8 @@ def _loop(gen: Generator, sampler: Sampler, settings: GenerationSettings,
     try:
         with (out / ATTEMPTS).open("a", encoding="utf-8") as log_fh:
             while True:
-                if kept >= settings.n:
-                    return "n"
-                if len(attempts) >= settings.attempt_limit:
-                    return "max_attempts"
-                if settings.max_minutes is not None and \
-                        time.perf_counter() - started > 60 * settings.max_minutes:
-                    return "max_minutes"
+                if stopped_by := budget.stop(kept, len(attempts)):
+                    return stopped_by
                 i = len(attempts)
                 a = sampler.sample(i)
                 if a is None:  # a two-document draw without a partner: try a single one
@@ -477,9 +418,7 @@ def _loop(gen: Generator, sampler: Sampler, settings: GenerationSettings,
                     gen.duplicates.add(a.query_id, a.question)
                     bar.update(1)
                 attempts.append(a)
-                log_fh.write(json.dumps(asdict(a), ensure_ascii=False) + "\n")
-                log_fh.flush()
-                os.fsync(log_fh.fileno())
+                append_attempt(log_fh, a)
                 bar.set_postfix(attempts=len(attempts), refresh=False)
                 if a.status == "kept":
                     write_dataset(out, attempts, settings.split)
@@ -493,11 +432,8 @@ def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
     reasons = Counter(a.status for a in attempts)
     kept = reasons.pop("kept", 0)
     path = out / GENERATION_JSON
-    previous = json.loads(path.read_text()) if path.exists() else {}
-    runs = previous.get("runs", []) + [{
-        "seconds": round(seconds, 1), "stopped_by": stopped_by,
-        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "llm": dict(trace.stages[STAGE].counters) if STAGE in trace.stages else {}}]
+    runs = previous_runs(out) + [run_entry(
+        seconds, stopped_by, trace.stages[STAGE].counters if STAGE in trace.stages else {})]
     info = {
         "identity": identity, "settings": asdict(settings),
         "taxonomy": taxonomy.source, "corpus": str(corpus_path.resolve()), "corpus_link": linked,
@@ -508,5 +444,5 @@ def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
         if sum(r["seconds"] for r in runs) else None,
         "versions": package_versions(("intentrank", "xllamacpp", "openai")),
     }
-    _atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     return info

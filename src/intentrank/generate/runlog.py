@@ -1,0 +1,142 @@
+"""What every generator shares: the output directory's identity check, atomic writes, the
+corpus link, the append-only attempts log (resume after a kill) and the budget.
+
+A generated set's directory holds ``generation.json`` (written first with the settings a
+resume must match, rewritten with counts at the end of each run) and ``attempts.jsonl`` (one
+JSON line per attempt, fsynced as it ends, numbered 0, 1, 2, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from intentrank.errors import ConfigError, DataError
+
+ATTEMPTS = "attempts.jsonl"
+GENERATION_JSON = "generation.json"
+
+T = TypeVar("T")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_attempts(path: Path, make: Callable[..., T]) -> list[T]:
+    """The attempts recorded so far (each line's fields passed to ``make``); a torn last line
+    (a kill mid-write) is cut off. Records must be numbered 0, 1, 2, ... (field ``attempt``)."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    good = raw[: raw.rfind(b"\n") + 1]
+    if len(good) != len(raw):
+        with path.open("r+b") as fh:
+            fh.truncate(len(good))
+    out = []
+    numbers = []
+    for n, line in enumerate(good.decode("utf-8").splitlines(), 1):
+        try:
+            record = json.loads(line)
+            out.append(make(**record))
+            numbers.append(record["attempt"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"unreadable attempt record ({exc}); delete the directory or "
+                            f"the line to start over", path, n) from None
+    if numbers != list(range(len(out))):
+        raise DataError("attempt numbers are not 0, 1, 2, ... (was the file edited?)", path)
+    return out
+
+
+def append_attempt(fh: IO[str], attempt: Any) -> None:
+    """Append one attempt (a dataclass or a mapping) as a JSON line and fsync it."""
+    record = asdict(attempt) if is_dataclass(attempt) else dict(attempt)
+    fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def link_corpus(source: Path, out: Path) -> str:
+    """Make ``out/<corpus file name>`` point at the source corpus (a copy if links fail)."""
+    target = out / source.name
+    if target.exists() or target.is_symlink():
+        target.unlink()
+    try:
+        target.symlink_to(source.resolve())
+        return "symlink"
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, target)
+        return "copy"
+
+
+def check_resumable(out: Path, identity: Mapping[str, Any], what: str) -> None:
+    """Refuse to write into ``out`` unless it is empty or an earlier run (``what``, e.g.
+    "generated question set") with the same identity."""
+    path = out / GENERATION_JSON
+    if not path.exists():
+        if any(out.iterdir()):
+            raise ConfigError(f"{out} exists, is not empty and is not a {what} "
+                              f"(no {GENERATION_JSON}); choose a new directory")
+        return
+    recorded = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
+    diff = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
+    if diff:
+        show = "; ".join(f"{k}: {recorded.get(k)!r} then, {identity.get(k)!r} now" for k in diff)
+        raise ConfigError(f"{out} was generated with other settings ({show}); resume with the "
+                          f"same ones, or write to a new directory")
+
+
+def open_run(out: Path, identity: Mapping[str, Any], what: str) -> None:
+    """Check ``out`` (see :func:`check_resumable`), create it and write the identity first,
+    so that a run killed at once is still resumable."""
+    if out.exists():
+        check_resumable(out, identity, what)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / GENERATION_JSON).exists():
+        atomic_write(out / GENERATION_JSON, json.dumps({"identity": identity}, indent=2) + "\n")
+
+
+class Budget:
+    """Whichever comes first: ``n`` kept, ``max_attempts`` attempts, ``max_minutes``."""
+
+    def __init__(self, n: int, max_attempts: int, max_minutes: float | None) -> None:
+        self.n, self.max_attempts, self.max_minutes = n, max_attempts, max_minutes
+        self.started = time.perf_counter()
+
+    def stop(self, kept: int, attempts: int) -> str | None:
+        """The budget that is spent ("n", "max_attempts", "max_minutes"), or None."""
+        if kept >= self.n:
+            return "n"
+        if attempts >= self.max_attempts:
+            return "max_attempts"
+        if self.max_minutes is not None and self.seconds > 60 * self.max_minutes:
+            return "max_minutes"
+        return None
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+
+def previous_runs(out: Path) -> list[dict[str, Any]]:
+    """The ``runs`` recorded in ``out/generation.json`` so far."""
+    path = out / GENERATION_JSON
+    return json.loads(path.read_text()).get("runs", []) if path.exists() else []
+
+
+def run_entry(seconds: float, stopped_by: str, counters: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's line in ``generation.json``'s ``runs``."""
+    return {"seconds": round(seconds, 1), "stopped_by": stopped_by,
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+            "llm": dict(counters)}
