@@ -228,9 +228,12 @@ def reranker_support(
     """RSS(r, g) = (1/k) sum_{i<=k} R(g, d_i) for each ranking (the ranking retrieved for
     the reformulation r; ``golds`` by query id; ``doc_text(doc_id)`` the text the scorer
     reads). ``scorer``: a cross-encoder with ``predict(pairs, batch_size)``, e.g.
-    ``load_cross_encoder()`` (the bundled int8 ONNX MiniLM, whose scores are sigmoid
-    probabilities in (0, 1), so RSS is in [0, 1)). A ranking with fewer than ``k`` documents
-    is still divided by ``k``. The mean over no rankings is NaN."""
+    ``load_cross_encoder()``. RSS is on the scorer's scale: the bundled int8 ONNX MiniLM
+    (and any ONNX scorer here) returns sigmoid probabilities, so RSS is in [0, 1); the torch
+    backend returns probabilities too unless the model's config names another activation
+    (some hub cross-encoders save Identity: logits). A ranking with fewer than ``k``
+    documents is still divided by ``k`` (the missing ones add 0, "irrelevant" on the
+    probability scale). The mean over no rankings is NaN."""
     k = check_int("RSS k", k, minimum=1)
     pairs: dict[tuple[str, str], int] = {}
     per_ranking: list[tuple[str, list[tuple[str, str]]]] = []
