@@ -273,8 +273,11 @@ def test_average_citation_score_skips_queries_nobody_cites_for():
 
 
 def test_citation_scores_per_llm_and_averaged():
+    trace = Trace()
     report = citation_scores([client(CitingLLM(SCRIPT)), client(CitingLLM())], RANKINGS,
-                             CIT_GOLDS, lambda d: d, k=5)
+                             CIT_GOLDS, lambda d: d, k=5, trace=trace)
+    assert {n: st.counters["llm_calls"] for n, st in trace.stages.items()} == {
+        "cite_answer": 6, "cite_answer#2": 6}
     first, second = report.per_llm.values()
     # LLM 1, q1 only (q2: no citations at all): mean 5/3 -> A +0.2, B -0.4, C +0.2
     assert first.scores == {"A": approx(0.2), "B": approx(-0.4), "C": approx(0.2)}

@@ -448,12 +448,15 @@ def citation_scores(
     **options: Any,
 ) -> CitationReport:
     """:func:`cite_answers` with every LLM of ``llms`` (``options`` go to it), the Average
-    Citation Score per LLM, and both averaged over the LLMs."""
+    Citation Score per LLM, and both averaged over the LLMs. In a Trace the first LLM's
+    calls count under ``stage`` (default ``cite_answer``), the next under ``stage#2``, ..."""
     if not llms:
         raise ParameterError("citation_scores needs at least one LLM client")
     runs, per_llm = [], {}
-    for llm in llms:
-        run = cite_answers(llm, rankings, golds, doc_text, k, **options)
+    stage = options.pop("stage", CITE_CONTRACT)
+    for i, llm in enumerate(llms):
+        run = cite_answers(llm, rankings, golds, doc_text, k,
+                           stage=stage if i == 0 else f"{stage}#{i + 1}", **options)
         runs.append(run)
         name = run.llm if run.llm not in per_llm else f"{run.llm}#{len(runs)}"
         per_llm[name] = average_citation_score(run.counts())
