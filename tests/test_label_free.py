@@ -399,5 +399,5 @@ def test_real_embedded_llm_cites_the_relevant_passage(data_dir):
     assert run.counts() == {"relevant_first": {"3": 1}, "unrelated": {"3": 0}}
     assert run.answers["relevant_first"]["3"].cited == (1,)
     assert (run.fallbacks, run.calls) == (0, 2)
-    assert trace.stages["cite_answer"].counters["llm_calls"] \
-        + trace.stages["cite_answer"].counters.get("llm_cache_hits", 0) == 2
+    counters = trace.stages["cite_answer"].counters  # made now, or replayed from the cache
+    assert counters.get("llm_calls", 0) + counters.get("llm_cache_hits", 0) == 2
