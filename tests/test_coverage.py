@@ -307,3 +307,66 @@ def test_the_embedded_llm_lists_aspects(tmp_path):
     assert counters.get("fallbacks", 0) + (1 if aspects else 0) == 1
     assert len(aspects) <= 4 and len({a.lower() for a in aspects}) == len(aspects)
     assert text not in aspects
+
+
+# -- aspect-labelled sets -----------------------------------------------------------------------
+def test_key_sentence_and_composition_by_hand():
+    from intentrank.generate.aspect_sets import compose_pairs, key_sentence, unigram_f1
+
+    assert unigram_f1(["a", "b", "c"], ["b", "c", "d", "e"]) == approx(2 * (2 / 3) * 0.5 /
+                                                                     (2 / 3 + 0.5))
+    text = "Short one. The wing flutter speed rises with the dynamic pressure here. Other " \
+           "words about the heat transfer rate in boundary layers today."
+    assert key_sentence(text, "flutter speed of a wing").startswith("The wing flutter")
+    assert key_sentence("too short", "x") == "too short"
+    queries = [Query(str(i), f"question {i}") for i in range(4)]
+    vecs = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0, 1]], dtype=float)
+    qrels = {"0": {"d0": 2}, "1": {"d0": 1, "d1": 1}, "2": {"d2": 1}, "3": {"d3": 1, "dx": 0}}
+    out = compose_pairs(queries, qrels, vecs, lambda d: f"text of {d} with enough words here",
+                        n=5, seed=0, min_cosine=0.3, max_cosine=0.99)
+    pairs = [tuple(q.meta["queries"]) for q in out]
+    for a, b in pairs:  # never two queries that share a relevant document
+        assert not set(qrels[a]) & set(qrels[b]) or a == b
+    assert all(len(q.aspects) == 2 and q.source == "composed" for q in out)
+    assert out[0].text == f"{queries[int(pairs[0][0])].text}? And " \
+                          f"{queries[int(pairs[0][1])].text}?"
+    assert {d for q in out for a in q.aspects for d in a.docs} <= {"d0", "d1", "d2", "d3"}
+
+
+def test_from_generated_reads_pairs_and_names_bad_lines(tmp_path):
+    from intentrank.generate.aspect_sets import from_generated
+
+    good = {"_id": "g1", "text": "How do A and B differ?", "metadata": {
+        "kind": "pair", "answer": "A is fast. B is slow.", "documents": ["d1", "d2"],
+        "two_document_type": "comparison"}}
+    single = {"_id": "g2", "text": "What is A?", "metadata": {"kind": "single"}}
+    path = tmp_path / "queries.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(single) + "\n")
+    texts = {"d1": "A is a fast engine used in many planes.", "d2": "B is a slow engine."}
+    out = from_generated(path, texts.__getitem__)
+    assert [q.id for q in out] == ["g1"] and [a.docs for a in out[0].aspects] == [
+        {"d1": 1}, {"d2": 1}]
+    assert out[0].aspects[0].answer == "A is a fast engine used in many planes."
+    bad = {**good, "metadata": {**good["metadata"], "documents": ["d1"]}}
+    path.write_text(json.dumps(single) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(DataError) as err:
+        from_generated(path, texts.__getitem__)
+    assert "queries.jsonl:2" in str(err.value) and err.value.field == "metadata.documents"
+
+
+@pytest.mark.slow
+def test_composed_questions_from_real_cranfield_queries(cranfield, cranfield_index):
+    from intentrank.generate.aspect_sets import compose_pairs
+
+    queries, qrels = cranfield.split("test")
+    vecs = cranfield_index.encode_queries([q.text for q in queries])
+    out = compose_pairs(queries, qrels, vecs, cranfield_index.doc_text, n=5, seed=0)
+    assert len(out) == 5
+    by_id = {q.id: q for q in queries}
+    for q in out:
+        a, b = q.meta["queries"]
+        assert [x.text for x in q.aspects] == [by_id[a].text, by_id[b].text]
+        assert dict(q.aspects[0].docs) == {d: g for d, g in qrels[a].items() if g > 0}
+        assert 0.3 <= q.meta["cosine"] <= 0.9
+        best = max(q.aspects[0].docs.items(), key=lambda kv: kv[1])[0]
+        assert q.aspects[0].answer in cranfield_index.doc_text(best)

@@ -20,6 +20,7 @@ LAYERS = {
     "intentrank.models": 2, "intentrank.llm": 2,
     "intentrank.eval.metrics": 2, "intentrank.eval.significance": 2,
     "intentrank.eval.swaps": 2, "intentrank.eval.error_analysis": 2,
+    "intentrank.eval.coverage": 2,
     "intentrank.index": 3,
     "intentrank.retrieve": 4, "intentrank.fuse": 4, "intentrank.query": 4,
     "intentrank.rerank": 4,
