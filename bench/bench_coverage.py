@@ -32,7 +32,7 @@ RUNS = ROOT / "runs" / "aspects"
 CORPORA = ("scifact", "cranfield")
 METRICS = ("NCOM@10", "alpha_nDCG@10", "ERR_IA@10", "StRecall@10", "nDCG@10")
 SYSTEMS = ("plain", "RAG-Fusion", "MMR", "max-score pool", "pool + CE", "coverage",
-           "coverage (cosine)")
+           "coverage (aspect)", "coverage (cosine)")
 LLMS = {"0.5b": "embedded", "1.5b": "llamacpp:qwen2.5-coder-1.5b"}
 
 
@@ -173,8 +173,9 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> st
            "dense top-100 + the bundled cross-encoder, top 10; the others start from LLM "
            "aspects (`aspects: {n: 4}`) and dense top-20 per `query + aspect`: max-score "
            "pool, RAG-Fusion (RRF of the aspect lists), pool + CE (the pool reranked against "
-           "the query), MMR (lambda 0.5), coverage (greedy, phi = CE(query + aspect, doc)) and "
-           "coverage (cosine). Cells: mean, `*` when the paired randomization test against "
+           "the query), MMR (lambda 0.5), coverage (greedy, phi = CE(query + aspect, doc)), "
+           "coverage (aspect) (phi = CE(aspect, doc)) and coverage (cosine). Cells: mean, `*` "
+           "when the paired randomization test against "
            "plain gives p < 0.05, the p-value in brackets. NCOM@10: sub-answer = key sentence "
            "of the aspect's best gold document, silver list over the union of every system's "
            "top 10 and the gold documents (docs/coverage.md). Sets: docs/coverage.md "

@@ -36,7 +36,7 @@ from intentrank.query.multi_faceted import MultiFacetedRetriever, aspects_found
 from intentrank.rerank.coverage import CoverageReranker, coverage_weights, greedy_coverage
 from intentrank.rerank.mmr import mmr_order
 from intentrank.retrieve.retrievers import DenseRetriever
-from intentrank.types import Query, Ranking, Trace
+from intentrank.types import Query, Ranking, ScoredDoc, Trace
 
 approx = lambda v: pytest.approx(v, rel=F32_REL, abs=F32_ABS)  # noqa: E731
 
@@ -370,3 +370,38 @@ def test_composed_questions_from_real_cranfield_queries(cranfield, cranfield_ind
         assert 0.3 <= q.meta["cosine"] <= 0.9
         best = max(q.aspects[0].docs.items(), key=lambda kv: kv[1])[0]
         assert q.aspects[0].answer in cranfield_index.doc_text(best)
+
+
+class RecordingScorer:
+    """A pair scorer that returns logits (outside [0, 1]) and records its pairs."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[str, str]] = []
+
+    def predict(self, pairs, batch_size=8):
+        self.pairs += list(pairs)
+        return np.array([float(len(d) % 3) - 1.0 for _, d in pairs])  # -1, 0 or 1
+
+
+class Texts:
+    row_of = {"a": 0, "b": 1, "c": 2}
+
+    def doc_text(self, doc_id: str) -> str:
+        return {"a": "x" * 3, "b": "x" * 4, "c": "x" * 5}[doc_id]
+
+
+def test_coverage_scores_query_plus_aspect_or_the_aspect_alone_through_a_sigmoid():
+    q = Query("1", "broad question").with_derived("aspect", ["part one", "part two"], "aspects")
+    ranking = Ranking(q, [ScoredDoc(d, 1.0) for d in "abc"])
+    for against, first in (("query+aspect", "broad question part one"), ("aspect", "part one")):
+        scorer = RecordingScorer()
+        out = CoverageReranker(Texts(), top_k=2, model=scorer, against=against)(
+            [ranking], Trace())[0]
+        assert scorer.pairs[:2] == [(first, "xxx"), (first.replace("one", "two"), "xxx")]
+        # logits -1, 0, 1 (lengths 3, 4, 5) -> sigmoids; c first, then b, a stays below
+        assert out.doc_ids == ["c", "b", "a"] and [d.score for d in out.docs[:2]] == [2.0, 1.0]
+        assert out.docs[0].stage_scores["coverage.phi0"] == approx(1 / (1 + np.exp(-1.0)))
+    with pytest.raises(ParameterError, match="unknown against"):
+        CoverageReranker(Texts(), model=RecordingScorer(), against="doc")

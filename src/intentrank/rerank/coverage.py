@@ -13,7 +13,9 @@ the first pick when there is one aspect, go to the larger unweighted ``sum_i phi
 (relevance), then to the earlier pool position. So one aspect ranks by ``phi`` alone.
 
 ``phi`` is pluggable (:class:`AspectScorer`): ``cross_encoder`` scores ``d`` against
-``query + aspect`` with a cross-encoder (the bundled one by default; its ONNX runtime returns
+``query + aspect`` (``against: query+aspect``, the paper's; ``against: aspect`` scores the
+aspect alone, which leaves a 128-token cross-encoder more room for the document when the
+query is long) with a cross-encoder (the bundled one by default; its ONNX runtime returns
 ``sigmoid(logit)``, and scores outside [0, 1] from another scorer are passed through a
 sigmoid), ``cosine`` is the cosine of the index's embeddings of ``query + aspect`` and ``d``,
 clipped below at 0 (Norm needs non-negative coverage).
@@ -50,6 +52,7 @@ from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
 SCORERS = ("cross_encoder", "cosine")
+AGAINST = ("query+aspect", "aspect")
 
 
 def coverage_weights(covered: np.ndarray) -> np.ndarray:
@@ -98,12 +101,12 @@ def greedy_coverage(phi: np.ndarray, k: int) -> ListChoice:
 
 
 class AspectScorer(Protocol):
-    """Coverage ``phi(d, a_i)`` in [0, 1] of each document for each aspect of a query."""
+    """Coverage ``phi(d, a_i)`` in [0, 1] of each document (rows) for each aspect text
+    (columns; ``query + aspect`` or the aspect alone)."""
 
     name: str
 
-    def coverage(self, query: str, aspects: Sequence[str], doc_ids: Sequence[str]
-                 ) -> np.ndarray: ...
+    def coverage(self, texts: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray: ...
 
 
 class ListRanker(Protocol):
@@ -131,12 +134,11 @@ class CrossEncoderCoverage:
         self.index, self.scorer, self.batch_size = index, scorer, batch_size
         self.name = f"cross_encoder:{getattr(scorer, 'name', '-')}"
 
-    def coverage(self, query: str, aspects: Sequence[str], doc_ids: Sequence[str]
-                 ) -> np.ndarray:
-        texts = [self.index.doc_text(d) for d in doc_ids]
-        pairs = [(aspect_text(query, a), t) for t in texts for a in aspects]
+    def coverage(self, texts: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
+        docs = [self.index.doc_text(d) for d in doc_ids]
+        pairs = [(a, t) for t in docs for a in texts]
         scores = self.scorer.predict(pairs, self.batch_size) if pairs else np.zeros(0)
-        return _unit(scores).reshape(len(doc_ids), len(aspects))
+        return _unit(scores).reshape(len(doc_ids), len(texts))
 
 
 class CosineCoverage:
@@ -148,12 +150,10 @@ class CosineCoverage:
     def __init__(self, index: Any) -> None:
         self.index = index
 
-    def coverage(self, query: str, aspects: Sequence[str], doc_ids: Sequence[str]
-                 ) -> np.ndarray:
+    def coverage(self, texts: Sequence[str], doc_ids: Sequence[str]) -> np.ndarray:
         if not doc_ids:
-            return np.zeros((0, len(aspects)))
-        q = np.asarray(self.index.encode_queries([aspect_text(query, a) for a in aspects]),
-                       dtype=np.float64)
+            return np.zeros((0, len(texts)))
+        q = np.asarray(self.index.encode_queries(list(texts)), dtype=np.float64)
         rows = [self.index.row_of[d] for d in doc_ids]
         docs = np.asarray(self.index.embeddings[rows], dtype=np.float64)
         return np.clip(docs @ q.T, 0.0, None)
@@ -161,14 +161,17 @@ class CosineCoverage:
 
 class GreedyCoverageRanker:
     """RichRAG's inference-time list builder: :func:`greedy_coverage` over ``phi`` from an
-    :class:`AspectScorer`."""
+    :class:`AspectScorer`, each document scored against ``query + aspect`` (``against``
+    ``"query+aspect"``, the paper's) or the aspect alone (``"aspect"``)."""
 
-    def __init__(self, scorer: AspectScorer) -> None:
-        self.scorer, self.name = scorer, f"greedy({scorer.name})"
+    def __init__(self, scorer: AspectScorer, against: str = "query+aspect") -> None:
+        self.scorer, self.against = scorer, check_choice("against", against, AGAINST)
+        self.name = f"greedy({scorer.name}, {self.against})"
 
     def choose(self, query: str, aspects: Sequence[str], doc_ids: Sequence[str], k: int
                ) -> ListChoice:
-        return greedy_coverage(self.scorer.coverage(query, aspects, doc_ids), k)
+        texts = [a if self.against == "aspect" else aspect_text(query, a) for a in aspects]
+        return greedy_coverage(self.scorer.coverage(texts, doc_ids), k)
 
 
 class CoverageReranker(Stage):
@@ -178,7 +181,7 @@ class CoverageReranker(Stage):
     def __init__(self, index: IndexLike, top_k: int = 10, pool: int | None = 100,
                  ranker: ListRanker | None = None, scorer: str = "cross_encoder",
                  model: str | Path | PairScorer | None = None, batch_size: int = 8,
-                 name: str = "coverage") -> None:
+                 against: str = "query+aspect", name: str = "coverage") -> None:
         self.top_k, self.pool = check_int("top_k", top_k), check_optional_int("pool", pool)
         self.index, self.name = index, name
         if ranker is None:
@@ -189,7 +192,7 @@ class CoverageReranker(Stage):
                 pairs = model if hasattr(model, "predict") else load_cross_encoder(model)  # type: ignore[arg-type]
                 aspect_scorer = CrossEncoderCoverage(index, pairs,  # type: ignore[arg-type]
                                                      check_int("batch_size", batch_size))
-            ranker = GreedyCoverageRanker(aspect_scorer)
+            ranker = GreedyCoverageRanker(aspect_scorer, against)
         elif not hasattr(ranker, "choose"):
             raise ParameterError(f"ranker must have choose(query, aspects, doc_ids, k), got "
                                  f"{ranker!r}")
@@ -222,7 +225,8 @@ class CoverageReranker(Stage):
 
 @register_stage("coverage", renamed={"k": "top_k"})
 def _coverage(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``coverage: {top_k: 10, pool: 100, scorer: cross_encoder|cosine, model, batch_size}``:
+    """``coverage: {top_k: 10, pool: 100, scorer: cross_encoder|cosine, against:
+    query+aspect|aspect, model, batch_size}``:
     the greedy coverage list (the cross-encoder is shared with the config's other stages)."""
     index = ctx.require_index("coverage")
     if params.get("scorer", "cross_encoder") == "cross_encoder":
