@@ -1,0 +1,251 @@
+"""Conversational reformulation stages: each method's prompt, the searched text, fallbacks,
+the truncation policy, the no-LLM baseline, YAML pipelines, and real models on CAsT."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import RecordingLLM
+
+from intentrank.core.config import build_pipeline
+from intentrank.core.registry import BuildContext
+from intentrank.core.stage import Stage
+from intentrank.data.conversations import load_cast, write_cast2021_passages
+from intentrank.data.dataset import load_dataset
+from intentrank.llm.base import LLMReply
+from intentrank.llm.client import LLMClient
+from intentrank.llm.parsing import ParseError
+from intentrank.query.dialog import clip_words, render_dialog
+from intentrank.query.reformulate import (
+    METHODS,
+    ConcatTurns,
+    ConversationalReformulator,
+    clean_rewrite,
+    unmask,
+)
+from intentrank.types import Query, Ranking, Trace, Turn
+
+HISTORY = (Turn("What is throat cancer?", "Cancer of the pharynx or the larynx."),
+           Turn("What causes it?", "Smoking and alcohol, mostly."))
+TURN = Query("c1_3", "Is it treatable?", HISTORY)
+FIRST = Query("c1_1", "What is throat cancer?")
+
+
+class Scripted(RecordingLLM):
+    """Replies by the prompt that was sent (the last user message's first line)."""
+
+    def __init__(self, replies: dict[str, str]) -> None:
+        super().__init__()
+        self.replies = replies
+
+    def answer(self, messages, params) -> LLMReply:
+        text = messages[-1]["content"]
+        for key, reply in self.replies.items():
+            if key in text:
+                return LLMReply(reply)
+        return LLMReply("")
+
+
+def _run(stage: Stage, queries: list[Query]) -> tuple[list[Query], Trace]:
+    trace = Trace()
+    out = stage([Ranking(q) for q in queries], trace)
+    return [r.query for r in out], trace
+
+
+def test_full_dialog_rewrite_replaces_the_searched_text_and_keeps_the_turn():
+    llm = Scripted({"Last message: Is it treatable?": "Rewritten: \"Is throat cancer treatable?\""})
+    stage = ConversationalReformulator(LLMClient(llm, cache=False), "rewrite_full")
+    (out, first), trace = _run(stage, [TURN, FIRST])
+    assert out.text == "Is throat cancer treatable?"
+    assert out.turn == "Is it treatable?" and out.derived_of("rewrite") == [out.text]
+    assert first == FIRST  # no history: no call, left alone
+    assert len(llm.requests) == 1
+    assert trace.stages["rewrite_full"].counters["no_history"] == 1
+    sent = llm.requests[0]["messages"][-1]["content"]
+    assert "User: What causes it?\nAssistant: Smoking and alcohol, mostly." in sent
+
+
+def test_questions_only_sends_no_answers():
+    llm = Scripted({"Last question:": "Is throat cancer treatable?"})
+    _run(ConversationalReformulator(LLMClient(llm, cache=False), "rewrite_questions"), [TURN])
+    sent = llm.requests[0]["messages"][-1]["content"]
+    assert "What causes it?" in sent and "Smoking" not in sent and "Assistant:" not in sent
+
+
+def test_summarize_then_rewrite_makes_two_calls_and_passes_the_summary_on():
+    llm = Scripted({"Conversation:": "The user asks about throat cancer and its causes.",
+                    "Summary: The user asks about throat cancer": "Is throat cancer treatable?"})
+    (out,), trace = _run(ConversationalReformulator(LLMClient(llm, cache=False),
+                                                    "rewrite_summary"), [TURN])
+    assert out.text == "Is throat cancer treatable?"
+    assert len(llm.requests) == 2 and trace.stages["rewrite_summary"].counters["llm_calls"] == 2
+
+
+def test_masked_hyde_searches_the_passage_without_masks():
+    passage = "Throat cancer is treated by [MASK] and radiation; about [mask] percent survive."
+    llm = Scripted({"(no earlier turns)": "[MASK] is [MASK].",
+                    "Last question: Is it treatable?": passage})
+    (out, first), trace = _run(ConversationalReformulator(LLMClient(llm, cache=False),
+                                                          "hyde_masked"), [TURN, FIRST])
+    assert out.text == "Throat cancer is treated by and radiation; about percent survive."
+    assert out.derived_of("masked") == [passage] and out.derived_of("hypothetical") == [out.text]
+    # HyDE writes a passage for a first turn too; two words left is a counted fallback
+    assert len(llm.requests) == 2 and first.text == FIRST.text
+    counters = trace.stages["hyde_masked"].counters
+    assert counters["fallbacks"] == 1 and counters["fallback.invalid"] == 1
+
+
+def test_document_methods_name_the_genre():
+    llm = Scripted({"scientific abstract": "A study of 200 patients with throat cancer ..."})
+    (out,), _ = _run(ConversationalReformulator(LLMClient(llm, cache=False), "hyde_doc",
+                                                genre="scientific abstract"), [TURN])
+    assert out.text.startswith("A study of 200 patients")
+
+
+def test_unusable_replies_fall_back_to_the_turn_and_are_counted():
+    llm = Scripted({"Last message:": "word " * 100})
+    (out,), trace = _run(ConversationalReformulator(LLMClient(llm, cache=False),
+                                                    "rewrite_full"), [TURN])
+    assert out == TURN
+    counters = trace.stages["rewrite_full"].counters
+    assert counters["fallbacks"] == 1 and counters["fallback.unparseable"] == 1
+    event = trace.events[0]
+    assert event.query_id == "c1_3" and "not a query" in event.details["detail"]
+
+
+def test_an_unchanged_rewrite_is_counted_not_pushed():
+    llm = Scripted({"Last message:": "Is  it treatable?"})
+    (out,), trace = _run(ConversationalReformulator(LLMClient(llm, cache=False),
+                                                    "rewrite_full"), [TURN])
+    assert out == TURN and trace.stages["rewrite_full"].counters["unchanged"] == 1
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("Is throat cancer treatable?", "Is throat cancer treatable?"),
+    ("Rewritten question: 'Is throat cancer treatable?'\nBecause ...",
+     "Is throat cancer treatable?"),
+    ("\n\n  Query: cancer  \n", "cancer"),
+])
+def test_clean_rewrite(reply, expected):
+    assert clean_rewrite(reply) == expected
+
+
+@pytest.mark.parametrize("reply", ["", "  \n ", "Rewritten:", "x " * 81])
+def test_clean_rewrite_refuses(reply):
+    with pytest.raises(ParseError):
+        clean_rewrite(reply)
+
+
+def test_unmask():
+    assert unmask("Born in [MASK] , he led [ MASK ] and [Masked] troops.") == \
+        "Born in, he led and troops."
+    with pytest.raises(ParseError, match="fewer than three words"):
+        unmask("[MASK] [MASK] ok")
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError, match="unknown reformulation method 'hyd'.*rewrite_full"):
+        ConversationalReformulator(LLMClient(Scripted({}), cache=False), "hyd")
+    with pytest.raises(ValueError, match="genre"):
+        ConversationalReformulator(LLMClient(Scripted({}), cache=False), "hyde_doc", genre=" ")
+    with pytest.raises(ValueError, match="max_history_words"):
+        ConversationalReformulator(LLMClient(Scripted({}), cache=False), max_history_words=0)
+
+
+# -- truncation ------------------------------------------------------------------------------
+
+def test_a_long_conversation_keeps_the_first_and_the_latest_turns():
+    history = tuple(Turn(f"question {i} about lobular carcinoma", "answer " * 80)
+                    for i in range(12))
+    dialog = render_dialog(history, max_words=200, max_answer_words=30)
+    # each turn: User line (6 words) + Assistant line (1 + 30 words + "...") = 38 words
+    assert (dialog.kept, dialog.omitted) == (5, 7)
+    lines = dialog.text.splitlines()
+    assert lines[0] == "User: question 0 about lobular carcinoma"
+    assert lines[2] == "[7 earlier turns left out]"
+    assert lines[3] == "User: question 8 about lobular carcinoma"
+    assert lines[-2] == "User: question 11 about lobular carcinoma"
+    assert lines[-1] == "Assistant: " + "answer " * 29 + "answer ..."
+    assert len(dialog.text.split()) <= 200 + 5  # the omission line
+
+
+def test_the_stage_counts_truncated_turns_and_the_prompt_stays_in_budget():
+    history = tuple(Turn(f"question {i}?", "word " * 300) for i in range(14))
+    llm = Scripted({"Last message:": "What about question 13?"})
+    stage = ConversationalReformulator(LLMClient(llm, cache=False), max_history_words=150,
+                                       max_answer_words=20)
+    _, trace = _run(stage, [Query("c_15", "And that?", history)])
+    # 25 words a turn (3 + 22): the first, the last and the 4 before it fit in 150
+    assert trace.stages["rewrite_full"].counters["truncated_turns"] == 8
+    sent = llm.requests[0]["messages"][-1]["content"]
+    assert "question 0?" in sent and "question 13?" in sent and "question 5?" not in sent
+    assert len(sent.split()) < 220
+
+
+def test_clip_words():
+    assert clip_words("a  b c", 3) == "a b c" and clip_words("a b c d", 2) == "a b ..."
+
+
+# -- baseline and composition ------------------------------------------------------------------
+
+def test_concat_turns_joins_the_most_recent_questions_that_fit():
+    stage = ConcatTurns(max_words=9)
+    (out,), _ = _run(stage, [TURN])
+    assert out.text == "What causes it? Is it treatable?"  # the first question does not fit
+    assert out.turn == TURN.text
+    (same,), _ = _run(stage, [FIRST])
+    assert same == FIRST
+
+
+@pytest.fixture(scope="module")
+def cast21(data_dir, tmp_path_factory):
+    from intentrank.index import IndexSettings, build_index
+
+    root = write_cast2021_passages(tmp_path_factory.mktemp("c21") / "cast2021",
+                                   data_dir / "trec-cast")
+    ds = load_dataset(root)
+    index = build_index(ds.corpus(), tmp_path_factory.mktemp("c21i") / "idx",
+                        IndexSettings(legs=("bm25",)))
+    return ds, index
+
+
+@pytest.mark.slow
+def test_yaml_pipeline_rewrite_then_bm25_and_the_robust_fusion(cast21):
+    """Real CAsT 2021 turns and index: ``rewrite_full >> bm25`` searches the rewrite; fused
+    with the raw turn by RRF, the raw turn's hits stay in the list."""
+    ds, index = cast21
+    queries, _ = ds.split("test")
+    turn = next(q for q in queries if q.id == "106_5")
+    llm = Scripted({"Last message:": "What are common treatments for lobular carcinoma in situ?"})
+    ctx = BuildContext(index=index, resources={"llm": LLMClient(llm, cache=False)})
+    plain = build_pipeline([{"rewrite_full": {}}, {"bm25": {"depth": 20}}], ctx)
+    result = plain.run([turn])
+    assert result.rankings[0].query.text.endswith("lobular carcinoma in situ?")
+    robust = build_pipeline({"fuse": {"method": "rrf", "inputs": [
+        ["rewrite_full", {"bm25": {"depth": 20}}], {"bm25": {"depth": 20}}]}}, ctx)
+    fused = robust.run([turn]).rankings[0]
+    raw_top = build_pipeline({"bm25": {"depth": 20}}, ctx).run([turn]).rankings[0].doc_ids[:3]
+    assert set(raw_top) <= set(fused.doc_ids)
+    assert fused.query.text == result.rankings[0].query.text  # later stages see the rewrite
+    assert "rrf/rewrite_full" in robust.run([turn]).trace.stages
+
+
+def test_every_method_is_a_registered_stage():
+    from intentrank.core.registry import known_names
+
+    assert {*METHODS, "concat_turns"} <= set(known_names())
+
+
+@pytest.mark.slow
+def test_real_embedded_model_rewrites_a_cast_turn(data_dir):
+    """The embedded 0.5B writes a HyDE passage for CAsT 2021 turn 106_5 ("What are common
+    treatments?") that names what the earlier turns were about; no fallback."""
+    from intentrank.llm.client import load_llm
+
+    conversation = next(c for c in load_cast(2021, data_dir / "trec-cast") if c.id == "106")
+    turn = conversation.queries()[4]
+    stage = ConversationalReformulator(load_llm("embedded"), "hyde", max_history_words=300,
+                                       max_answer_words=40)
+    (out,), trace = _run(stage, [turn])
+    assert out.turn == turn.text and out.text != turn.text
+    assert "carcinoma" in out.text.lower() or "cancer" in out.text.lower()
+    assert trace.stages["hyde"].counters.get("fallbacks", 0) == 0
