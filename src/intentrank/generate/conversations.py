@@ -1,0 +1,461 @@
+"""Generate labelled conversational test sets from a judged collection (Method 2's data).
+
+Each attempt takes one judged query of ``split`` (a seeded order: attempt ``i`` is the same
+query on every run; each query is tried once) and its most relevant document. The LLM
+writes a conversation that ends with the query asked as a follow-up, so the query is the
+gold rewrite of the last turn and its judgments label it:
+
+1. ``contextualize_query``: the query's topic and the query as a follow-up question (the
+   topic replaced by a pronoun or left out);
+2. ``generate_history``: the earlier turns (at most 2), short questions with one-sentence
+   answers taken from the document, asked to use the words the follow-up left out;
+3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
+   in rounds that grow the conversation through the paper's lengths 3, 6, 11 (so a 6-turn
+   set extends the 3-turn set of the same seed, and an 11-turn set the 6-turn one, their
+   shared calls coming back from the LLM reply cache), at most ``round_turns`` per call.
+
+Calls stop at the first rejection; the filters (:mod:`.conversation_filters`) are counted
+per reason in ``generation.json``: ``malformed`` (no usable JSON reply, the wrong number of
+turns, an empty or over-long field), ``identical``, ``self_contained``, ``drifted``,
+``repeats_query``, ``unrecoverable``, ``unsupported``.
+
+``OUT`` holds ``conversations.jsonl`` (one conversation per kept attempt: earlier turns
+``c<qid>_<j>`` with the answer's ``passage_id``, and a last turn whose id is the query id,
+``rewrite`` the query and ``relevant`` its judgments), ``qrels/<split>.tsv`` (the collection's
+judgments of the kept queries, so only last turns are labelled), a link to the corpus,
+``attempts.jsonl`` (every attempt, resumable as in :mod:`.generator`) and ``generation.json``
+(identity, settings, counts, kept share, seconds).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from intentrank.core.protocols import LLMLike
+from intentrank.data.conversations import Conversation, ConversationTurn, write_conversations
+from intentrank.data.dataset import load_dataset
+from intentrank.errors import ConfigError, DataError
+from intentrank.extras import package_versions
+from intentrank.generate.conversation_filters import (
+    contextual_problem,
+    history_problem,
+    key_terms,
+    link_kind,
+    missing_terms,
+)
+from intentrank.generate.filters import words
+from intentrank.generate.runlog import (
+    ATTEMPTS,
+    GENERATION_JSON,
+    Budget,
+    append_attempt,
+    atomic_write,
+    link_corpus,
+    open_run,
+    previous_runs,
+    read_attempts,
+    run_entry,
+)
+from intentrank.llm.prompts import PromptContract, load_contract
+from intentrank.llm.step import run_step
+from intentrank.types import Trace
+
+STAGE = "generate_conversations"
+CONTRACTS = ("contextualize_query", "generate_history", "extend_conversation")
+REASONS = ("malformed", "identical", "self_contained", "drifted", "repeats_query",
+           "unrecoverable", "unsupported")
+PAPER_LENGTHS = (3, 6, 11)
+MAX_TURN_WORDS = 40
+# the 0.5B model slips Chinese words into English text ("high-speed飞行")
+_FOREIGN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+BUDGET_FIELDS = {"n", "max_minutes", "max_attempts"}
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ConversationSettings:
+    """What a generated conversation set depends on; recorded in ``generation.json``."""
+
+    n: int = 50  # conversations to keep
+    turns: int = 3  # turns per conversation, the contextual last one included
+    seed: int = 0
+    split: str = "test"  # the judged queries used, and qrels/<split>.tsv written
+    max_minutes: float | None = None
+    max_attempts: int | None = None  # default: every judged query of the split once
+    doc_chars: int = 1500  # the source document is clipped to this many characters
+    round_turns: int = 5  # at most this many earlier turns per extension call
+    min_faithful: float = 0.5  # share of the follow-up's key terms that must be the query's
+    min_support: float = 0.5  # share of the answers' content words found in the document
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ConfigError(f"--n must be a whole number >= 1, got {self.n!r}")
+        if isinstance(self.turns, bool) or not isinstance(self.turns, int) or \
+                not 2 <= self.turns <= 31:
+            raise ConfigError(f"--turns must be a whole number in [2, 31], got {self.turns!r}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ConfigError(f"--minutes must be > 0, got {self.max_minutes!r}")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(f"--max-attempts must be >= 1, got {self.max_attempts!r}")
+        if not self.split or not self.split.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"--split must be a plain name (letters, digits, - or _), "
+                              f"got {self.split!r}")
+        if self.doc_chars < 100:
+            raise ConfigError(f"doc_chars must be >= 100, got {self.doc_chars}")
+        if not 2 <= self.round_turns <= 10:
+            raise ConfigError(f"round_turns must be in [2, 10], got {self.round_turns!r}")
+        for name in ("min_faithful", "min_support"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the first one."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in BUDGET_FIELDS}
+
+    @property
+    def rounds(self) -> list[int]:
+        """Earlier turns written per call: the history call's (at most 2), then extensions
+        through the paper's lengths 3, 6, 11 (e.g. 3 turns: [2]; 6: [2, 3]; 11: [2, 3, 5])."""
+        out = [min(self.turns - 1, 2)]
+        length = out[0] + 1
+        for target in [x for x in PAPER_LENGTHS if length < x < self.turns] + [self.turns]:
+            while length < target:
+                step = min(target - length, self.round_turns)
+                out.append(step)
+                length += step
+        return out
+
+
+@dataclass
+class ConversationAttempt:
+    """One query's attempt and what became of it (a line of ``attempts.jsonl``)."""
+
+    attempt: int
+    query_id: str
+    query: str
+    document: str  # the relevant document the answers come from
+    topic: str = ""
+    question: str = ""  # the contextual last question
+    turns: list[dict[str, str]] = field(default_factory=list)  # earlier turns, in order
+    status: str = "kept"  # "kept" or one of REASONS
+    detail: str = ""
+    link: str = ""  # kept: "pronoun" or "ellipsis"
+    calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class ConversationReport:
+    """What a run produced: the output directory, the counts and the recorded JSON."""
+
+    out_dir: Path
+    kept: int
+    attempts: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _clip(text: str, chars: int) -> str:
+    return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
+
+
+def _turns_problem(value: Any, k: int) -> str | None:
+    """Why a reply is not ``k`` usable earlier turns (None if it is)."""
+    turns = value.get("turns") if isinstance(value, dict) else None
+    if not isinstance(turns, list):
+        return "no list of turns in the reply"
+    if len(turns) != k:
+        return f"{len(turns)} turns, asked for {k}"
+    for i, t in enumerate(turns, 1):
+        if not isinstance(t, dict) or not all(isinstance(t.get(f), str) and t[f].strip()
+                                               for f in ("question", "answer")):
+            return f"turn {i} lacks a question or an answer"
+        if len(words(t["question"])) > MAX_TURN_WORDS:
+            return f"turn {i}'s question has more than {MAX_TURN_WORDS} words"
+        if m := _FOREIGN.search(t["question"] + t["answer"]):
+            return f"turn {i} has a character of another script ({m.group(0)!r})"
+    asked = [tuple(words(t["question"])) for t in turns]
+    if len(set(asked)) < len(asked):
+        return "two earlier turns ask the same question"
+    return None
+
+
+def _dialog(turns: list[dict[str, str]], last: str) -> str:
+    lines = [f"User: {t['question']}\nAssistant: {t['answer']}" for t in turns]
+    return "\n".join([*lines, f"User: {last}"])
+
+
+class ConversationWriter:
+    """Runs one attempt's LLM calls and filters (see the module docstring)."""
+
+    def __init__(self, llm: LLMLike, settings: ConversationSettings,
+                 trace: Trace | None = None) -> None:
+        self.llm, self.settings = llm, settings
+        self.trace = trace if trace is not None else Trace()
+        self._contracts: dict[tuple[str, int], PromptContract] = {}
+
+    def contract(self, name: str, k: int = 0) -> PromptContract:
+        """``name``'s contract; with ``k``, its schema asks for exactly ``k`` turns."""
+        if (name, k) not in self._contracts:
+            c = load_contract(name)
+            if k:
+                schema = copy.deepcopy(dict(c.schema or {}))
+                schema["properties"]["turns"].update(minItems=k, maxItems=k)
+                c = dataclasses.replace(c, schema=schema)
+            self._contracts[(name, k)] = c
+        return self._contracts[(name, k)]
+
+    def _call(self, a: ConversationAttempt, name: str, values: dict[str, Any], k: int = 0
+              ) -> Any:
+        a.calls += 1
+        result = run_step(self.llm, self.contract(name, k), [values], fallback=lambda v: None,
+                          trace=self.trace, stage=STAGE, query_ids=[a.query_id],
+                          structured=True)[0]
+        return result.value if result.ok else None
+
+    def run(self, a: ConversationAttempt, document: str) -> ConversationAttempt:
+        """Write and filter attempt ``a`` (status, detail and the texts are set)."""
+        start = time.perf_counter()
+        a.status, a.detail = self._write(a, _clip(document, self.settings.doc_chars))
+        if a.status == "kept":
+            a.link = link_kind(a.question, a.query)
+        a.seconds = round(time.perf_counter() - start, 3)
+        return a
+
+    def _write(self, a: ConversationAttempt, document: str) -> tuple[str, str]:
+        s = self.settings
+        value = self._call(a, "contextualize_query", {"query": a.query})
+        if not isinstance(value, dict) or not all(
+                isinstance(value.get(f), str) and value[f].strip()
+                for f in ("topic", "follow_up")):
+            return "malformed", "no topic and follow-up question in the reply"
+        a.topic, a.question = value["topic"].strip(), value["follow_up"].strip()
+        if not 2 <= len(words(a.question)) <= MAX_TURN_WORDS:
+            return "malformed", f"the follow-up has {len(words(a.question))} words"
+        if m := _FOREIGN.search(a.question):
+            return "malformed", f"the follow-up has a character of another script ({m.group(0)!r})"
+        if problem := contextual_problem(a.question, a.query, s.min_faithful):
+            return problem
+        missing = missing_terms(a.question, a.query)
+        dropped = [w for w in dict.fromkeys(words(a.query)) if key_terms(w) & missing]
+        first, *more = s.rounds
+        value = self._call(a, "generate_history", {
+            "k": first, "words": ", ".join(dropped), "document": document,
+            "topic": a.topic.rstrip(".")}, k=first)
+        if problem := _turns_problem(value, first):
+            return "malformed", f"earlier turns: {problem}"
+        a.turns = [{"question": t["question"].strip(), "answer": t["answer"].strip()}
+                   for t in value["turns"]]
+        if problem := history_problem(a.question, a.query, a.turns, document, s.min_support):
+            return problem
+        for k in more:
+            value = self._call(a, "extend_conversation", {
+                "k": k, "document": document,
+                "conversation": _dialog(a.turns, a.question)}, k=k)
+            if problem := _turns_problem(value, k):
+                return "malformed", f"extension to {len(a.turns) + 1 + k} turns: {problem}"
+            new = [{"question": t["question"].strip(), "answer": t["answer"].strip()}
+                   for t in value["turns"]]
+            # the later turns already hold the missing terms: recoverability is not asked
+            if problem := history_problem(a.question, a.query, new, document, s.min_support,
+                                          recoverable=False):
+                reason, detail = problem
+                return reason, f"extension to {len(a.turns) + 1 + k} turns: {detail}"
+            a.turns = new + a.turns
+        return "kept", ""
+
+
+# --- the output directory ----------------------------------------------------------------
+
+
+def conversation_of(a: ConversationAttempt, relevant: dict[str, int]) -> Conversation:
+    """A kept attempt as a :class:`Conversation` (the last turn labelled)."""
+    cid = f"c{a.query_id}"
+    turns = [ConversationTurn(f"{cid}_{j}", t["question"], answer=t["answer"],
+                              passage_id=a.document) for j, t in enumerate(a.turns, 1)]
+    turns.append(ConversationTurn(a.query_id, a.question, rewrite=a.query,
+                                  relevant=dict(relevant)))
+    return Conversation(cid, tuple(turns))
+
+
+def write_set(out: Path, attempts: list[ConversationAttempt],
+              qrels: dict[str, dict[str, int]], split: str) -> int:
+    """Write ``conversations.jsonl`` and ``qrels/<split>.tsv`` for the kept attempts."""
+    kept = [a for a in attempts if a.status == "kept"]
+    write_conversations([conversation_of(a, qrels[a.query_id]) for a in kept],
+                        out / "conversations.jsonl")
+    (out / "qrels").mkdir(exist_ok=True)
+    rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t{g}" for a in kept
+                                            for d, g in qrels[a.query_id].items()]
+    atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
+    return len(kept)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _contract_sha256(name: str) -> str:
+    c = load_contract(name)
+    text = repr((c.system, c.template, c.examples, c.max_tokens, c.temperature, c.schema))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _best_document(judged: dict[str, int]) -> str | None:
+    """The most relevant judged document (the first listed among equals); None if none is
+    relevant."""
+    best = max(judged.values(), default=0)
+    return next((d for d, g in judged.items() if g == best), None) if best > 0 else None
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def generate_conversations(
+    dataset_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    split: str = "test",
+    n: int = 50,
+    turns: int = 3,
+    seed: int = 0,
+    llm: LLMLike | str | None = None,
+    minutes: float | None = None,
+    max_attempts: int | None = None,
+    settings: ConversationSettings | None = None,
+    trace: Trace | None = None,
+    progress: bool = True,
+    log: Log | None = None,
+) -> ConversationReport:
+    """Generate ``n`` conversations of ``turns`` turns ending in ``split``'s judged queries
+    of the BEIR collection ``dataset_dir`` into ``out_dir`` (resuming what is there).
+
+    ``llm``: an LLM client, a backend spec for :func:`~intentrank.llm.client.load_llm`, or
+    None for the embedded model. ``settings`` (when given) replaces ``split`` ... ``max_attempts``.
+    Everything is checked before anything is written.
+    """
+    settings = settings or ConversationSettings(
+        n=n, turns=turns, seed=seed, split=split, max_minutes=minutes,
+        max_attempts=max_attempts)
+    say = log or (lambda msg: None)
+    ds = load_dataset(dataset_dir)
+    if settings.split not in ds.qrels:
+        raise DataError(f"no judgments for split {settings.split!r} (splits: "
+                        f"{', '.join(ds.splits) or 'none'})", Path(dataset_dir) / "qrels")
+    queries, qrels = ds.split(settings.split)
+    usable = sorted((q for q in queries if _best_document(qrels[q.id])),
+                    key=lambda q: q.id)
+    if not usable:
+        raise DataError(f"no query of split {settings.split!r} has a relevant document",
+                        ds.qrels_paths[settings.split])
+    random.Random(settings.seed).shuffle(usable)
+    if isinstance(llm, str) or llm is None:
+        from intentrank.llm.client import load_llm
+
+        llm = load_llm(llm or "embedded")
+    identity = {**settings.identity(),
+                "model": getattr(llm, "model", getattr(llm, "name", "?")),
+                "corpus_sha256": _sha256(ds.corpus_path),
+                "queries_sha256": _sha256(ds.root / "queries.jsonl")
+                if (ds.root / "queries.jsonl").exists() else None,
+                "qrels_sha256": _sha256(ds.qrels_paths[settings.split]),
+                "prompts": {c: _contract_sha256(c) for c in CONTRACTS}}
+    out = Path(out_dir)
+    open_run(out, identity, "generated conversation set")
+    attempts = read_attempts(out / ATTEMPTS, ConversationAttempt)
+    if attempts:
+        say(f"resuming {out}: {len(attempts)} attempts recorded, "
+            f"{sum(a.status == 'kept' for a in attempts)} conversations kept")
+    texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
+    linked = link_corpus(ds.corpus_path, out)
+    writer = ConversationWriter(llm, settings, trace)
+    limit = min(settings.max_attempts or len(usable), len(usable))
+    budget = Budget(settings.n, limit, settings.max_minutes)
+    stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress)
+    if stopped_by == "max_attempts" and limit == len(usable):
+        stopped_by = "queries"  # every usable query was tried
+    info = _record(out, settings, identity, attempts, writer.trace, linked, ds,
+                   len(usable), stopped_by, budget.seconds)
+    kept = write_set(out, attempts, qrels, settings.split)
+    return ConversationReport(out, kept, len(attempts), info)
+
+
+def _documents(ds: Any, ids: set[str | None]) -> dict[str, str]:
+    texts = {d.id: d.full_text() for d in ds.corpus() if d.id in ids}
+    missing = sorted(i for i in ids if i is not None and i not in texts)
+    if missing:
+        raise DataError(f"{len(missing)} relevant document(s) are not in the corpus "
+                        f"(e.g. {missing[:5]})", ds.corpus_path)
+    return texts
+
+
+def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],
+          texts: dict[str, str], attempts: list[ConversationAttempt], out: Path,
+          budget: Budget, progress: bool) -> str:
+    from tqdm.auto import tqdm
+
+    settings = writer.settings
+    kept = sum(a.status == "kept" for a in attempts)
+    bar = tqdm(total=settings.n, initial=min(kept, settings.n), desc="conversations kept",
+               unit="conv", disable=not progress)
+    try:
+        with (out / ATTEMPTS).open("a", encoding="utf-8") as log_fh:
+            while not (stopped_by := budget.stop(kept, len(attempts))):
+                i = len(attempts)
+                q = usable[i]
+                doc = _best_document(qrels[q.id])
+                a = writer.run(ConversationAttempt(i, q.id, q.text, doc), texts[doc])
+                attempts.append(a)
+                append_attempt(log_fh, a)
+                bar.set_postfix(attempts=len(attempts), refresh=False)
+                if a.status == "kept":
+                    kept += 1
+                    bar.update(1)
+                    write_set(out, attempts, qrels, settings.split)
+            return stopped_by
+    finally:
+        bar.close()
+
+
+def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
+            attempts: list[ConversationAttempt], trace: Trace, linked: str, ds: Any,
+            usable: int, stopped_by: str, seconds: float) -> dict[str, Any]:
+    reasons = Counter(a.status for a in attempts)
+    kept = reasons.pop("kept", 0)
+    runs = previous_runs(out) + [run_entry(
+        seconds, stopped_by, trace.stages[STAGE].counters if STAGE in trace.stages else {})]
+    total = sum(r["seconds"] for r in runs)
+    written = [a for a in attempts if a.status != "malformed" and a.question]
+    info = {
+        "identity": identity, "settings": asdict(settings), "rounds": settings.rounds,
+        "dataset": str(Path(ds.root).resolve()), "corpus": str(ds.corpus_path.resolve()),
+        "corpus_link": linked, "split": settings.split, "usable_queries": usable,
+        "kept": kept, "attempts": len(attempts),
+        "rejected": {r: reasons.get(r, 0) for r in REASONS},
+        "kept_share": round(kept / len(attempts), 3) if attempts else None,
+        "kept_share_of_written": round(kept / len(written), 3) if written else None,
+        "links": dict(Counter(a.link for a in attempts if a.status == "kept")),
+        "llm_calls": sum(a.calls for a in attempts),
+        "runs": runs,
+        "seconds_per_attempt": round(total / len(attempts), 1) if attempts else None,
+        "seconds_per_kept": round(total / kept, 1) if kept else None,
+        "versions": package_versions(("intentrank", "xllamacpp", "openai")),
+    }
+    atomic_write(out / GENERATION_JSON, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    return info
