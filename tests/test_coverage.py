@@ -405,3 +405,16 @@ def test_coverage_scores_query_plus_aspect_or_the_aspect_alone_through_a_sigmoid
         assert out.docs[0].stage_scores["coverage.phi0"] == approx(1 / (1 + np.exp(-1.0)))
     with pytest.raises(ParameterError, match="unknown against"):
         CoverageReranker(Texts(), model=RecordingScorer(), against="doc")
+
+
+def test_aspect_labels_name_the_covered_or_finding_aspects():
+    from intentrank.rerank.coverage import aspect_labels
+
+    q = Query("1", "broad").with_derived("aspect", ["one", "two"], "aspects")
+    r = Ranking(q, [ScoredDoc("a", 2.0, {"multi_faceted.aspect1": 0.5, "coverage.covers": 0.0}),
+                    ScoredDoc("b", 1.0, {"multi_faceted.aspect0": 0.4,
+                                         "multi_faceted.aspect1": 0.3}),
+                    ScoredDoc("c", 0.0, {"dense": 0.1})])
+    assert aspect_labels(r) == ["one", "one; two", ""]
+    plain = Ranking(Query("2", "just me"), [ScoredDoc("a", 1.0, {"coverage.covers": 0.0})])
+    assert aspect_labels(plain) == ["just me"]

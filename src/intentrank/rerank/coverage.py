@@ -236,3 +236,25 @@ def _coverage(ctx: BuildContext, params: dict[str, Any]) -> Stage:
             ctx.resources[key] = load_cross_encoder(model)
         params["model"] = ctx.resources[key]
     return CoverageReranker(index, **params)
+
+
+def aspect_labels(ranking: Ranking) -> list[str]:
+    """For each document of ``ranking``, in order, the aspect it covers, for display: the
+    aspect a coverage stage chose it for (a ``*.covers`` stage score), else the aspects whose
+    multi-faceted search found it (``*.aspect<i>`` scores, joined by ``"; "``), else ``""``.
+    Aspect numbers index ``query.derived_of("aspect")`` (the query itself when it has none)."""
+    aspects = aspects_of(ranking.query)
+
+    def text(i: int) -> str:
+        return aspects[i] if 0 <= i < len(aspects) else f"aspect {i}"
+
+    out = []
+    for d in ranking.docs:
+        covers = [v for k, v in d.stage_scores.items() if k.rsplit(".", 1)[-1] == "covers"]
+        if covers:
+            out.append(text(int(covers[-1])))
+            continue
+        found = sorted({int(k.rsplit(".aspect", 1)[1]) for k in d.stage_scores
+                        if ".aspect" in k and k.rsplit(".aspect", 1)[1].isdigit()})
+        out.append("; ".join(text(i) for i in found))
+    return out
