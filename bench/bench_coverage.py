@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,15 @@ def make_sets(n: int, seed: int) -> None:
         composed = compose_pairs(queries, qrels, vecs, index.doc_text, n, seed)
         write_aspect_set(composed, RUNS / f"{corpus}-composed.jsonl")
         params[f"{corpus}-composed"] = len(composed)
-        gen = RUNS / f"gen-{corpus}" / "queries.jsonl"
-        if gen.exists():
-            generated = from_generated(gen, index.doc_text, index.row_of.__contains__)
+        generated = []  # this runs, then the generated-questions issue's
+        for gen in (RUNS / f"gen-{corpus}", ROOT / "runs" / "generated" / corpus):
+            if (gen / "queries.jsonl").exists():
+                found = from_generated(gen / "queries.jsonl", index.doc_text,
+                                       index.row_of.__contains__)
+                generated += [replace(q, id=f"{gen.name}:{q.id}") for q in found]
+                params[f"{corpus}-generated-from-{gen.relative_to(ROOT)}"] = len(found)
+        if generated:
             write_aspect_set(generated, RUNS / f"{corpus}-generated.jsonl")
-            params[f"{corpus}-generated"] = len(generated)
         print(corpus, {k: v for k, v in params.items() if k.startswith(corpus)})
     (RUNS / "sets.json").write_text(json.dumps(params, indent=2) + "\n")
 
