@@ -122,7 +122,7 @@ class ConversationalReformulator(Stage):
     contract's reply limit."""
 
     def __init__(self, llm: LLMLike, method: str = "rewrite_full", *, genre: str = "passage",
-                 max_history_words: int = 500, max_answer_words: int = 60,
+                 max_history_words: int = 300, max_answer_words: int = 40,
                  max_tokens: int | None = None, name: str | None = None) -> None:
         if method not in METHODS:
             raise ParameterError(f"unknown reformulation method {method!r}; choose one of "
