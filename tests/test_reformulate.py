@@ -249,3 +249,68 @@ def test_real_embedded_model_rewrites_a_cast_turn(data_dir):
     assert out.turn == turn.text and out.text != turn.text
     assert "carcinoma" in out.text.lower() or "cancer" in out.text.lower()
     assert trace.stages["hyde"].counters.get("fallbacks", 0) == 0
+
+
+# -- the command line --------------------------------------------------------------------------
+
+def _cli(args: list[str]):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_cli_reformulates_a_conversation_file(tmp_path, fake_openai):
+    import json
+
+    from intentrank.data.conversations import Conversation, ConversationTurn, write_conversations
+
+    write_conversations([Conversation("c1", (
+        ConversationTurn("c1_1", "What is throat cancer?", answer="Cancer of the larynx."),
+        ConversationTurn("c1_2", "Is it treatable?", rewrite="Is throat cancer treatable?")))],
+        tmp_path / "conversations.jsonl")
+    url, script = fake_openai("ok", reply="Is throat cancer treatable?")
+    out = tmp_path / "rewrites.jsonl"
+    r = _cli(["--llm", f"openai:fake@{url}", "--no-llm-cache", "reformulate", str(tmp_path),
+              "-m", "rewrite_full", "-m", "concat_turns", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["turn"], x["method"]) for x in lines] == [
+        ("c1_1", "rewrite_full"), ("c1_2", "rewrite_full"),
+        ("c1_1", "concat_turns"), ("c1_2", "concat_turns")]
+    assert lines[1] == {"conversation": "c1", "turn": "c1_2", "question": "Is it treatable?",
+                        "method": "rewrite_full", "reformulation": "Is throat cancer treatable?",
+                        "changed": True, "fallback": None, "gold": "Is throat cancer treatable?"}
+    assert lines[3]["reformulation"] == "What is throat cancer? Is it treatable?"
+    assert script.requests == 1  # the first turn has no history: no call
+
+
+def test_cli_counts_fallbacks_per_turn(tmp_path, fake_openai):
+    import json
+
+    url, _ = fake_openai("ok", reply="")
+    out = tmp_path / "r.jsonl"
+    r = _cli(["--llm", f"openai:fake@{url}", "--no-llm-cache", "reformulate", "cast2021",
+              "--limit", "3", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [x["fallback"] for x in lines] == [None, "empty_reply", "empty_reply"]
+    assert [x["reformulation"] for x in lines] == [x["question"] for x in lines]
+    assert "fallbacks" in r.output  # the health line
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["reformulate", "nope.jsonl"], "no such conversations file"),
+    (["reformulate", "cast2021", "-m", "hyd"], "--method: unknown 'hyd'"),
+    (["reformulate", "cast2021", "--limit", "-1"], "--limit"),
+])
+def test_cli_refuses_bad_input(args, message):
+    r = _cli(args)
+    assert r.exit_code == 2 and message in r.output
+
+
+def test_cli_names_the_bad_line_of_a_conversation_file(tmp_path):
+    (tmp_path / "c.jsonl").write_text('{"id": "c1", "turns": [{"id": "t1", "question": ""}]}\n')
+    r = _cli(["reformulate", str(tmp_path / "c.jsonl")])
+    assert r.exit_code == 2 and "c.jsonl:1" in r.output and "question" in r.output

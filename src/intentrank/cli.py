@@ -852,5 +852,123 @@ def generate_cmd(
     console.print(table)
 
 
+CAST_YEARS = ("cast2019", "cast2020", "cast2021")
+
+
+def _conversations(source: str) -> list[Any]:
+    """Conversations from a conversations.jsonl file, a dataset directory holding one, or a
+    TREC CAsT year (``cast2019``, ``cast2020``, ``cast2021``, read from the shared data)."""
+    from intentrank.data.conversations import load_cast, load_conversations
+
+    if source in CAST_YEARS:
+        return load_cast(int(source[4:]), DEFAULT_DATA / "trec-cast")
+    path = Path(source)
+    if path.is_dir():
+        path = path / "conversations.jsonl"
+    if not path.exists():
+        raise ConfigError(f"{source}: no such conversations file or directory (give a "
+                          f"conversations.jsonl, a directory with one, or one of "
+                          f"{', '.join(CAST_YEARS)})")
+    return load_conversations(path)
+
+
+@app.command("reformulate")
+def reformulate_cmd(
+    conversations: Annotated[str, typer.Argument(help="A conversations.jsonl file, a "
+                                                 "directory with one, or cast2019 / cast2020 "
+                                                 "/ cast2021.")],
+    method: Annotated[list[str], typer.Option("--method", "-m", help="Reformulation "
+                                              "method (repeat for several): rewrite_full, "
+                                              "rewrite_summary, rewrite_questions, hyde, "
+                                              "hyde_masked, hyde_doc, hyde_doc_masked, "
+                                              "concat_turns.")] = ["rewrite_full"],  # noqa: B006
+    out_file: Annotated[Path, typer.Option("--out", help="JSONL output (default: stdout).")]
+        = None,  # type: ignore[assignment]
+    genre: Annotated[str, typer.Option(help="What the corpus's documents are, for "
+                                       "hyde_doc / hyde_doc_masked.")] = "passage",
+    max_history_words: Annotated[int, typer.Option(help="History budget in words (longer "
+                                                   "conversations keep the first and the "
+                                                   "latest turns).")] = 300,
+    max_answer_words: Annotated[int, typer.Option(help="Each earlier answer clipped to this "
+                                                  "many words.")] = 40,
+    limit: Annotated[int, typer.Option(help="Only the first N turns (0 = all).")] = 0,
+) -> None:
+    """Rewrite conversational turns into standalone queries (one JSON line per turn and
+    method: the turn, the reformulation, the gold rewrite when known, any fallback)."""
+    from rich.progress import Progress
+
+    from intentrank.llm.client import load_llm
+    from intentrank.query.reformulate import METHODS, ConcatTurns, ConversationalReformulator
+    from intentrank.types import Ranking, Trace
+
+    try:
+        _check_int("--limit", limit, 0)
+        unknown = [m for m in method if m not in (*METHODS, "concat_turns")]
+        if unknown:
+            raise ConfigError(f"--method: unknown {', '.join(map(repr, unknown))}; choose "
+                              f"from {', '.join([*METHODS, 'concat_turns'])}")
+        _output_file(out_file, "--out")
+        convs = _conversations(conversations)
+        turns = [(c, t, q) for c in convs for t, q in zip(c.turns, c.queries(), strict=True)]
+        turns = turns[:limit] if limit else turns
+        llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"]) \
+            if any(m in METHODS for m in method) else None
+        stages = [ConcatTurns() if m == "concat_turns" else
+                  ConversationalReformulator(llm, m, genre=genre,  # type: ignore[arg-type]
+                                             max_history_words=max_history_words,
+                                             max_answer_words=max_answer_words)
+                  for m in method]
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    lines, traces = [], []
+    with Progress(console=console, transient=True) as bar:
+        for stage in stages:
+            task = bar.add_task(stage.name, total=len(turns))
+            trace = Trace()
+            for start in range(0, len(turns), 8):
+                chunk = turns[start:start + 8]
+                outs = stage([Ranking(q) for _, _, q in chunk], trace)
+                fell = {e.query_id: e.details.get("reason") for e in trace.events
+                        if e.kind == "fallback"}
+                for (conv, turn, q), r in zip(chunk, outs, strict=True):
+                    lines.append({"conversation": conv.id, "turn": turn.id,
+                                  "question": turn.question, "method": stage.name,
+                                  "reformulation": r.query.text,
+                                  "changed": r.query.text != q.text,
+                                  "fallback": fell.get(q.id),
+                                  **({"masked": r.query.derived_of("masked")[-1]}
+                                     if r.query.derived_of("masked") else {}),
+                                  **({"gold": turn.rewrite} if turn.rewrite else {})})
+                bar.advance(task, len(chunk))
+            traces.append(trace)
+    text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    if out_file is None:
+        sys.stdout.write(text)
+    else:
+        _write(out_file, text)
+        console.print(f"[green]wrote[/] {out_file}: {len(lines)} reformulations "
+                      f"({len(turns)} turns x {len(stages)} method(s))")
+    _llm_health(traces, separate=True)
+
+
+@app.command("cast-passages")
+def cast_passages_cmd(
+    out_dir: Annotated[Path, typer.Argument(help="Directory for the dataset (corpus.jsonl, "
+                                            "conversations.jsonl, qrels/test.tsv).")],
+    cast_root: Annotated[Path, typer.Option(help="The trec-cast data directory.")]
+        = None,  # type: ignore[assignment]
+) -> None:
+    """Write TREC CAsT 2021's canonical response passages as a labelled conversational
+    dataset: each turn's own passage is its relevant document."""
+    from intentrank.data.conversations import write_cast2021_passages
+
+    try:
+        _output_dir(out_dir, "OUT_DIR")
+        root = write_cast2021_passages(out_dir, cast_root or DEFAULT_DATA / "trec-cast")
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    console.print(f"[green]wrote[/] {root} (evaluate with `intentrank eval {root} -p ...`)")
+
+
 if __name__ == "__main__":
     app()
