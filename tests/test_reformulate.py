@@ -314,3 +314,22 @@ def test_cli_names_the_bad_line_of_a_conversation_file(tmp_path):
     (tmp_path / "c.jsonl").write_text('{"id": "c1", "turns": [{"id": "t1", "question": ""}]}\n')
     r = _cli(["reformulate", str(tmp_path / "c.jsonl")])
     assert r.exit_code == 2 and "c.jsonl:1" in r.output and "question" in r.output
+
+
+@pytest.mark.slow
+def test_the_shipped_experiment_runs_on_real_conversations(data_dir, tmp_path):
+    """``intentrank cast-passages`` then the shipped ``reformulation`` experiment (no-LLM rows)
+    on the real CAsT 2021 passages: a conversational dataset through the harness."""
+    import json
+
+    root = tmp_path / "cast2021"
+    assert _cli(["cast-passages", str(root), "--cast-root",
+                 str(data_dir / "trec-cast")]).exit_code == 0
+    r = _cli(["experiment", "reformulation", "--dataset", str(root), "--index",
+              str(tmp_path / "idx"), "--without", "llm", "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "rep.json").read_text())
+    scores = {c["name"]: c["aggregate"]["nDCG@10"] for c in report["configs"]}
+    assert set(scores) == {"raw turn", "concat turns"} and report["n_queries"] == 40
+    assert "rewrite (full dialog)" in report["skipped"]
+    assert 0.3 < scores["raw turn"] < 0.8 and 0.3 < scores["concat turns"] < 0.8
