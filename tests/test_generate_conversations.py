@@ -15,10 +15,12 @@ from intentrank.data.dataset import load_dataset
 from intentrank.errors import ConfigError, DataError
 from intentrank.generate.conversation_filters import (
     contextual_problem,
+    dropped_phrases,
     faithful_share,
     history_problem,
     key_terms,
     link_kind,
+    lost_terms,
     missing_terms,
 )
 from intentrank.generate.conversations import (
@@ -62,6 +64,14 @@ def test_contextual_question_rules(question, reason):
     assert (got is None) if reason is None else (got[0] == reason), got
 
 
+def test_dropped_phrases_are_the_query_spans_left_out():
+    assert dropped_phrases("What similarity laws must be obeyed?", Q) == [
+        "constructing aeroelastic models of heated high speed aircraft"]
+    assert dropped_phrases("What effect does rapamycin have on its concentration?",
+                           "Rapamycin decreases the concentration of triacylglycerols in "
+                           "fruit flies.") == ["decreases", "triacylglycerols in fruit flies"]
+
+
 def test_faithful_share_and_link_kind():
     # question terms: similar, law, appli, model, tunnel -> 3 of 5 are the query's
     assert faithful_share("Which similarity laws apply to models in tunnels?", Q) == 0.6
@@ -88,6 +98,9 @@ def test_history_rules():
                   ("Is constructing them hard?", "Constructing such models requires scaling."))
     reason, detail = history_problem(c, Q, half, DOC)
     assert reason == "unrecoverable" and "4 key term(s)" in detail and "aircraft" in detail
+    assert lost_terms(c, Q, half) == {"heat", "high", "speed", "aircraft"}
+    assert history_problem(c, Q, half, DOC, max_lost=3)[0] == "unrecoverable"
+    assert history_problem(c, Q, half, DOC, max_lost=4) is None
     assert history_problem(c, Q, half, DOC, recoverable=False) is None
     asked = _turns((Q, "Similarity laws are derived."))
     assert history_problem(c, Q, asked, DOC)[0] == "repeats_query"
@@ -134,6 +147,7 @@ def test_rounds_grow_through_the_papers_lengths():
     ({"split": "../x"}, "--split must be a plain name"),
     ({"round_turns": 1}, "round_turns must be in [2, 10]"),
     ({"min_faithful": 2}, "min_faithful must be in [0, 1]"),
+    ({"max_lost": -1}, "max_lost must be a whole number >= 0"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -168,9 +182,9 @@ class ConversationLLM:
         else:
             doc = prompt.split("Document:\n", 1)[1].split("\n\n", 1)[0]
             k = int(re.search(r"(?:first|the) (\d+) turns", prompt).group(1))
-            if "Words:" in prompt:
+            if "Phrases for the first question:" in prompt:
                 kind = "history"
-                asked = prompt.rsplit("Words: ", 1)[1].split(".\n", 1)[0]
+                asked = prompt.rsplit("question: ", 1)[1].split(".\n", 1)[0].replace('"', "")
                 turns = [{"question": f"Tell me about {asked}?", "answer": doc[:60]}]
             else:
                 kind = "extend"
@@ -243,19 +257,20 @@ def test_layout_qrels_and_record(tiny, tmp_path):
     # the earlier turns come from the most relevant document (d3, grade 3) and carry no label
     assert all(t.relevant is None and t.rewrite is None and t.passage_id == "d3"
                for t in c3.turns[:-1])
-    assert c3.turns[0].question == "Tell me about wall, temperature?"
+    assert c3.turns[0].question == "Tell me about wall temperature?"
     assert c3.turns[0].answer == DOCS["d3"][:60]
     # the loader sees the last turns as the judged queries, with their history
     queries, qrels = load_dataset(out).split("test")
     assert {q.id for q in queries} == {"1", "2", "3", "4"}
     q3 = next(q for q in queries if q.id == "3")
-    assert [t.question for t in q3.history] == ["Tell me about wall, temperature?",
+    assert [t.question for t in q3.history] == ["Tell me about wall temperature?",
                                                 "Background question 1?"]
     assert qrels["1"] == {"d1": 2, "d5": 0}
     info = json.loads((out / GENERATION_JSON).read_text())
     assert info["kept"] == 4 and info["kept_share"] == 1.0
     assert info["rejected"] == dict.fromkeys(REASONS, 0)
     assert info["links"] == {"pronoun": 4} and info["llm_calls"] == 8
+    assert info["kept_with_a_lost_term"] == 0
     assert info["identity"]["model"] == "fake-conversation"
     assert set(info["identity"]["prompts"]) == {"contextualize_query", "generate_history",
                                                 "extend_conversation"}
@@ -304,6 +319,22 @@ def test_every_rejection_is_counted(tiny, tmp_path):
     assert "plate" in attempts["4"]["detail"]  # "thin plates" was dropped, never said
     assert report.info["kept_share"] == 0.0 and report.info["runs"][0]["stopped_by"] == \
         "queries"
+
+
+def test_one_lost_term_is_let_go_by_default_and_recorded(tiny, tmp_path):
+    # query 4's follow-up drops "thin plates"; the turns bring back "thin" only
+    script = {QUERIES["4"]: {"history": json.dumps({"turns": [
+        {"question": "Why do thin panels flutter?",
+         "answer": "Panel flutter appears above a critical dynamic pressure value."},
+        {"question": "Is it common?", "answer": "Yes, above a critical pressure."}]})}}
+    report = _gen(tiny, tmp_path / "one", ConversationLLM(script))
+    assert report.kept == 4 and report.info["kept_with_a_lost_term"] == 1
+    attempts = {a["query_id"]: a for a in map(json.loads,
+                                              (tmp_path / "one" / ATTEMPTS).open())}
+    assert attempts["4"]["lost"] == ["plate"] and attempts["3"]["lost"] == []
+    strict = _gen(tiny, tmp_path / "strict", ConversationLLM(script),
+                  settings=ConversationSettings(n=4, max_lost=0))
+    assert strict.kept == 3 and strict.info["rejected"]["unrecoverable"] == 1
 
 
 def test_resume_after_an_interrupted_log(tiny, tmp_path):

@@ -15,7 +15,9 @@ that holds rejecting the conversation:
                     give ``q``
 ``repeats_query``   an earlier question has every key term of ``q`` (the conversation already
                     asked it), or has the same words as ``c``
-``unrecoverable``   a missing term occurs nowhere in ``H``: no rewriter could bring it back
+``unrecoverable``   more than ``max_lost`` missing terms occur nowhere in ``H``: no rewriter
+                    could bring them back (``max_lost`` = 0: every term must be recoverable;
+                    the generator's default 1 lets one term go, and records it)
 ``unsupported``     under ``min_support`` of the earlier answers' content words occur in the
                     source document (:func:`.filters.support_share`)
 
@@ -64,6 +66,22 @@ def missing_terms(question: str, query: str) -> set[str]:
     return key_terms(query) - key_terms(question)
 
 
+def dropped_phrases(question: str, query: str) -> list[str]:
+    """The runs of ``query``'s words that ``question`` leaves out: maximal spans from a word
+    whose stem is a missing term to the next such word, with only non-key words between
+    (e.g. "triacylglycerols in fruit flies"), in query order."""
+    missing = missing_terms(question, query)
+    tokens = query.split()
+    hits = [i for i, tok in enumerate(tokens) if key_terms(tok) & missing]
+    spans: list[list[int]] = []
+    for i in hits:
+        if spans and all(not key_terms(t) for t in tokens[spans[-1][-1] + 1:i]):
+            spans[-1].append(i)
+        else:
+            spans.append([i])
+    return [" ".join(tokens[s[0]:s[-1] + 1]).strip(".,;:?!()") for s in spans]
+
+
 def link_kind(question: str, query: str) -> str:
     """``"pronoun"`` when ``question`` has a reference word ``query`` lacks, else
     ``"ellipsis"``."""
@@ -107,9 +125,14 @@ def history_terms(turns: Iterable[Mapping[str, str]]) -> set[str]:
     return out
 
 
+def lost_terms(question: str, query: str, turns: Iterable[Mapping[str, str]]) -> set[str]:
+    """Key terms of ``query`` found neither in ``question`` nor in the earlier ``turns``."""
+    return missing_terms(question, query) - history_terms(turns)
+
+
 def history_problem(question: str, query: str, turns: Sequence[Mapping[str, str]],
-                    document: str, min_support: float = 0.5, recoverable: bool = True
-                    ) -> Problem | None:
+                    document: str, min_support: float = 0.5, recoverable: bool = True,
+                    max_lost: int = 0) -> Problem | None:
     """``repeats_query``, ``unrecoverable`` (unless ``recoverable`` is False: turns put
     before others that already recover the terms) or ``unsupported`` for earlier ``turns``
     before the contextual ``question`` (see the module docstring), or None."""
@@ -119,8 +142,8 @@ def history_problem(question: str, query: str, turns: Sequence[Mapping[str, str]
             return "repeats_query", f"earlier question {i} already asks the query"
         if words(t["question"]) == words(question):
             return "repeats_query", f"earlier question {i} is the contextual question"
-    lost = missing_terms(question, query) - history_terms(turns) if recoverable else set()
-    if lost:
+    lost = lost_terms(question, query, turns) if recoverable else set()
+    if len(lost) > max_lost:
         return "unrecoverable", (f"{len(lost)} key term(s) of the query occur neither in the "
                                  f"question nor in the conversation: "
                                  f"{', '.join(sorted(lost)[:8])}")

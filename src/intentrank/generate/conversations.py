@@ -49,10 +49,10 @@ from intentrank.errors import ConfigError, DataError
 from intentrank.extras import package_versions
 from intentrank.generate.conversation_filters import (
     contextual_problem,
+    dropped_phrases,
     history_problem,
-    key_terms,
     link_kind,
-    missing_terms,
+    lost_terms,
 )
 from intentrank.generate.filters import words
 from intentrank.generate.runlog import (
@@ -98,6 +98,7 @@ class ConversationSettings:
     round_turns: int = 5  # at most this many earlier turns per extension call
     min_faithful: float = 0.5  # share of the follow-up's key terms that must be the query's
     min_support: float = 0.5  # share of the answers' content words found in the document
+    max_lost: int = 1  # key terms of the query that neither the question nor the turns hold
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
@@ -114,6 +115,9 @@ class ConversationSettings:
                               f"got {self.split!r}")
         if self.doc_chars < 100:
             raise ConfigError(f"doc_chars must be >= 100, got {self.doc_chars}")
+        if isinstance(self.max_lost, bool) or not isinstance(self.max_lost, int) or \
+                self.max_lost < 0:
+            raise ConfigError(f"max_lost must be a whole number >= 0, got {self.max_lost!r}")
         if not 2 <= self.round_turns <= 10:
             raise ConfigError(f"round_turns must be in [2, 10], got {self.round_turns!r}")
         for name in ("min_faithful", "min_support"):
@@ -153,6 +157,7 @@ class ConversationAttempt:
     status: str = "kept"  # "kept" or one of REASONS
     detail: str = ""
     link: str = ""  # kept: "pronoun" or "ellipsis"
+    lost: list[str] = field(default_factory=list)  # key terms no rewriter can recover
     calls: int = 0
     seconds: float = 0.0
 
@@ -248,18 +253,19 @@ class ConversationWriter:
             return "malformed", f"the follow-up has a character of another script ({m.group(0)!r})"
         if problem := contextual_problem(a.question, a.query, s.min_faithful):
             return problem
-        missing = missing_terms(a.question, a.query)
-        dropped = [w for w in dict.fromkeys(words(a.query)) if key_terms(w) & missing]
+        dropped = dropped_phrases(a.question, a.query)
         first, *more = s.rounds
         value = self._call(a, "generate_history", {
-            "k": first, "words": ", ".join(dropped), "document": document,
+            "k": first, "phrases": "; ".join(f'"{p}"' for p in dropped), "document": document,
             "topic": a.topic.rstrip(".")}, k=first)
         if problem := _turns_problem(value, first):
             return "malformed", f"earlier turns: {problem}"
         a.turns = [{"question": t["question"].strip(), "answer": t["answer"].strip()}
                    for t in value["turns"]]
-        if problem := history_problem(a.question, a.query, a.turns, document, s.min_support):
+        if problem := history_problem(a.question, a.query, a.turns, document, s.min_support,
+                                      max_lost=s.max_lost):
             return problem
+        a.lost = sorted(lost_terms(a.question, a.query, a.turns))
         for k in more:
             value = self._call(a, "extend_conversation", {
                 "k": k, "document": document,
@@ -451,6 +457,7 @@ def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
         "kept_share": round(kept / len(attempts), 3) if attempts else None,
         "kept_share_of_written": round(kept / len(written), 3) if written else None,
         "links": dict(Counter(a.link for a in attempts if a.status == "kept")),
+        "kept_with_a_lost_term": sum(bool(a.lost) for a in attempts if a.status == "kept"),
         "llm_calls": sum(a.calls for a in attempts),
         "runs": runs,
         "seconds_per_attempt": round(total / len(attempts), 1) if attempts else None,
