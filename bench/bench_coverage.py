@@ -32,7 +32,7 @@ from report import DATA, ROOT, header, write_section  # noqa: E402
 RUNS = ROOT / "runs" / "aspects"
 CORPORA = ("scifact", "cranfield")
 METRICS = ("NCOM@10", "alpha_nDCG@10", "ERR_IA@10", "StRecall@10", "nDCG@10")
-SYSTEMS = ("plain", "RAG-Fusion", "MMR", "max-score pool", "pool + CE", "coverage",
+SYSTEMS = ("plain", "dense", "RAG-Fusion", "MMR", "max-score pool", "pool + CE", "coverage",
            "coverage (aspect)", "coverage (cosine)")
 LLMS = {"0.5b": "embedded", "1.5b": "llamacpp:qwen2.5-coder-1.5b"}
 
@@ -132,7 +132,7 @@ def _test(a: dict, b: dict, metric: str) -> Any:
                        {q: v[metric] for q, v in b.items()}, metric, 10_000, 0)
 
 
-def table(res: dict[str, Any], metrics: tuple[str, ...] = METRICS) -> str:
+def table(res: dict[str, Any], metrics: tuple[str, ...] = METRICS, base: str = "plain") -> str:
     per = res["per_query"]
     lines = ["| system | " + " | ".join(metrics) + " | ms/query |",
              "|---|" + "---:|" * (len(metrics) + 1)]
@@ -140,10 +140,10 @@ def table(res: dict[str, Any], metrics: tuple[str, ...] = METRICS) -> str:
         cells = []
         for m in metrics:
             mean = _means(per[name], m)
-            if name == "plain":
+            if name == base:
                 cells.append(f"{mean:.4f}")
                 continue
-            t = _test(per["plain"], per[name], m)
+            t = _test(per[base], per[name], m)
             mark = "*" if t.p_randomization < 0.05 else ""
             cells.append(f"{mean:.4f}{mark} ({t.p_randomization:.3f})")
         total = sum(res["latency"][name].values())
@@ -197,6 +197,9 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> st
     for res in results:
         out += [f"### {res['set']} ({res['n']} questions, explorer {res['llm']})", "",
                 table(res), "",
+                *(["The same against dense alone (p-values of the paired randomization "
+                   "test against `dense`):", "", table(res, METRICS, "dense"), ""]
+                  if "dense" in res["per_query"] else []),
                 f"Aspects per question: mean {res['aspects_mean']:.2f}, histogram "
                 f"{res['aspects_hist']}, explorer fallbacks {res['fallbacks']:.0f}. "
                 f"Wall time {res['seconds']:.0f} s.", "", "Goal (coverage beats RAG-Fusion "
@@ -211,7 +214,9 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> st
                 latency_table(res), ""]
     if ordinary:
         out += [f"### Cost on ordinary SciFact test queries ({ordinary['n']}, seed-0 sample)",
-                "", table(ordinary, ("nDCG@10",)), ""]
+                "", table(ordinary, ("nDCG@10",)), "",
+                *(["Against dense alone:", "", table(ordinary, ("nDCG@10",), "dense"), ""]
+                  if "dense" in ordinary["per_query"] else [])]
     return "\n".join(out)
 
 
