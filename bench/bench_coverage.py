@@ -33,7 +33,8 @@ RUNS = ROOT / "runs" / "aspects"
 CORPORA = ("scifact", "cranfield")
 METRICS = ("NCOM@10", "alpha_nDCG@10", "ERR_IA@10", "StRecall@10", "nDCG@10")
 SYSTEMS = ("plain", "dense", "RAG-Fusion", "MMR", "max-score pool", "pool + CE", "coverage",
-           "coverage (aspect)", "coverage (cosine)")
+           "coverage (aspect)", "coverage (calibrated)", "coverage (cosine)")
+COVERAGE = ("coverage", "coverage (aspect)", "coverage (calibrated)", "coverage (cosine)")
 LLMS = {"0.5b": "embedded", "1.5b": "llamacpp:qwen2.5-coder-1.5b"}
 
 
@@ -153,8 +154,7 @@ def table(res: dict[str, Any], metrics: tuple[str, ...] = METRICS, base: str = "
 
 def goal_lines(res: dict[str, Any]) -> list[str]:
     per, out = res["per_query"], []
-    for mine, other in [(c, o) for c in ("coverage", "coverage (aspect)", "coverage (cosine)")
-                        if c in per for o in ("RAG-Fusion", "MMR")]:
+    for mine, other in [(c, o) for c in COVERAGE if c in per for o in ("RAG-Fusion", "MMR")]:
         for m in ("alpha_nDCG@10", "NCOM@10"):
             t = _test(per[other], per[mine], m)
             verdict = "better, significant" if t.delta > 0 and t.p_randomization < 0.05 else (
@@ -188,7 +188,8 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> st
            "aspects (`aspects: {n: 4}`) and dense top-20 per `query + aspect`: max-score "
            "pool, RAG-Fusion (RRF of the aspect lists), pool + CE (the pool reranked against "
            "the query), MMR (lambda 0.5), coverage (greedy, phi = CE(query + aspect, doc)), "
-           "coverage (aspect) (phi = CE(aspect, doc)) and coverage (cosine). Cells: mean, `*` "
+           "coverage (aspect) (phi = CE(aspect, doc)), coverage (calibrated) (per-aspect min-max "
+           "of the CE logits over the pool) and coverage (cosine). Cells: mean, `*` "
            "when the paired randomization test against "
            "plain gives p < 0.05, the p-value in brackets. NCOM@10: sub-answer = key sentence "
            "of the aspect's best gold document, silver list over the union of every system's "
@@ -206,9 +207,8 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> st
                 "and MMR on alpha-nDCG@10 and NCOM, significantly):", "",
                 *[f"- {line}" for line in goal_lines(res)], "",
                 "Goal met: " + ", ".join(f"{c}: {'yes' if goal_met(res, c) else 'no'}"
-                                         for c in ("coverage", "coverage (aspect)",
-                                                   "coverage (cosine)")
-                                         if c in res["per_query"]) + ".", "",
+                                         for c in COVERAGE if c in res["per_query"]) + ".",
+                "",
                 "Latency per stage (ms/query; `multi_faceted` includes its "
                 "`multi_faceted/dense`):", "",
                 latency_table(res), ""]

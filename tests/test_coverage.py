@@ -418,3 +418,21 @@ def test_aspect_labels_name_the_covered_or_finding_aspects():
     assert aspect_labels(r) == ["one", "one; two", ""]
     plain = Ranking(Query("2", "just me"), [ScoredDoc("a", 1.0, {"coverage.covers": 0.0})])
     assert aspect_labels(plain) == ["just me"]
+
+
+def test_minmax_calibration_by_hand():
+    from intentrank.rerank.coverage import minmax_columns
+
+    phi = np.array([[0.5, 0.2], [0.5, 0.6], [0.5, 0.4]])
+    assert minmax_columns(phi, logits=False) == approx(
+        np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 0.5]]))
+    p = 1 / (1 + np.exp(-np.array([[-1.0], [0.0], [2.0]])))  # logits -1, 0, 2
+    assert minmax_columns(p, logits=True) == approx(np.array([[0.0], [1 / 3], [1.0]]))
+    q = Query("1", "broad").with_derived("aspect", ["one", "two"], "aspects")
+    out = CoverageReranker(Texts(), top_k=3, model=RecordingScorer(), calibrate="minmax")(
+        [Ranking(q, [ScoredDoc(d, 1.0) for d in "abc"])], Trace())[0]
+    # logits -1, 0, 1 for a, b, c on both aspects -> 0, 0.5, 1: c, then b (0.5 * w), then a
+    assert out.doc_ids == ["c", "b", "a"]
+    assert [d.stage_scores["coverage.phi0"] for d in out.docs] == approx([1.0, 0.5, 0.0])
+    with pytest.raises(ParameterError, match="unknown calibrate"):
+        CoverageReranker(Texts(), model=RecordingScorer(), calibrate="z")
