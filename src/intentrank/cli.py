@@ -908,9 +908,6 @@ def reformulate_cmd(
             raise ConfigError(f"--method: unknown {', '.join(map(repr, unknown))}; choose "
                               f"from {', '.join([*METHODS, 'concat_turns'])}")
         _output_file(out_file, "--out")
-        convs = _conversations(conversations)
-        turns = [(c, t, q) for c in convs for t, q in zip(c.turns, c.queries(), strict=True)]
-        turns = turns[:limit] if limit else turns
         llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"]) \
             if any(m in METHODS for m in method) else None
         stages = [ConcatTurns() if m == "concat_turns" else
@@ -918,6 +915,9 @@ def reformulate_cmd(
                                              max_history_words=max_history_words,
                                              max_answer_words=max_answer_words)
                   for m in method]
+        convs = _conversations(conversations)
+        turns = [(c, t, q) for c in convs for t, q in zip(c.turns, c.queries(), strict=True)]
+        turns = turns[:limit] if limit else turns
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     lines, traces = [], []
