@@ -169,6 +169,7 @@ class ConversationLLM:
         self.script = script or {}
         self.calls = 0
         self.query = ""
+        self.extend_prompts: list[str] = []
 
     def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         self.calls += 1
@@ -188,6 +189,7 @@ class ConversationLLM:
                 turns = [{"question": f"Tell me about {asked}?", "answer": doc[:60]}]
             else:
                 kind = "extend"
+                self.extend_prompts.append(prompt)
                 turns = []
             turns += [{"question": f"Background question {len(turns) + j}?",
                        "answer": doc[:40]} for j in range(k - len(turns))]
@@ -272,8 +274,7 @@ def test_layout_qrels_and_record(tiny, tmp_path):
     assert info["links"] == {"pronoun": 4} and info["llm_calls"] == 8
     assert info["kept_with_a_lost_term"] == 0
     assert info["identity"]["model"] == "fake-conversation"
-    assert set(info["identity"]["prompts"]) == {"contextualize_query", "generate_history",
-                                                "extend_conversation"}
+    assert set(info["identity"]["prompts"]) == {"contextualize_query", "generate_history"}
     assert info["runs"][0]["stopped_by"] == "n" and info["usable_queries"] == 4
     assert trace.stages["generate_conversations"].counters["llm_calls"] == 8
     assert len((out / ATTEMPTS).read_text().splitlines()) == 4
@@ -281,7 +282,8 @@ def test_layout_qrels_and_record(tiny, tmp_path):
 
 def test_long_conversations_extend_the_short_ones(tiny, tmp_path):
     _gen(tiny, tmp_path / "3t")
-    _gen(tiny, tmp_path / "11t", turns=11)
+    llm = ConversationLLM()
+    _gen(tiny, tmp_path / "11t", llm, turns=11)
     short = {c.id: c for c in load_conversations(tmp_path / "3t" / "conversations.jsonl")}
     long = {c.id: c for c in load_conversations(tmp_path / "11t" / "conversations.jsonl")}
     for cid, c in long.items():
@@ -292,6 +294,9 @@ def test_long_conversations_extend_the_short_ones(tiny, tmp_path):
         assert len({t.id for t in c.turns}) == 11
     info = json.loads((tmp_path / "11t" / GENERATION_JSON).read_text())
     assert info["rounds"] == [2, 3, 5] and info["llm_calls"] == 4 * 4
+    assert "extend_conversation" in info["identity"]["prompts"]
+    # the extension sees the earlier turns, not the last question (the 0.5B copied it)
+    assert llm.extend_prompts and not any("for them?" in p for p in llm.extend_prompts)
 
 
 def test_every_rejection_is_counted(tiny, tmp_path):

@@ -197,9 +197,10 @@ def _turns_problem(value: Any, k: int) -> str | None:
     return None
 
 
-def _dialog(turns: list[dict[str, str]], last: str) -> str:
-    lines = [f"User: {t['question']}\nAssistant: {t['answer']}" for t in turns]
-    return "\n".join([*lines, f"User: {last}"])
+def _dialog(turns: list[dict[str, str]]) -> str:
+    """The earlier turns as the extension prompt shows them (the last question is left out:
+    the 0.5B copied it into the turns it wrote)."""
+    return "\n".join(f"User: {t['question']}\nAssistant: {t['answer']}" for t in turns)
 
 
 class ConversationWriter:
@@ -269,7 +270,7 @@ class ConversationWriter:
         for k in more:
             value = self._call(a, "extend_conversation", {
                 "k": k, "document": document,
-                "conversation": _dialog(a.turns, a.question)}, k=k)
+                "conversation": _dialog(a.turns)}, k=k)
             if problem := _turns_problem(value, k):
                 return "malformed", f"extension to {len(a.turns) + 1 + k} turns: {problem}"
             new = [{"question": t["question"].strip(), "answer": t["answer"].strip()}
@@ -381,7 +382,8 @@ def generate_conversations(
                 "queries_sha256": _sha256(ds.root / "queries.jsonl")
                 if (ds.root / "queries.jsonl").exists() else None,
                 "qrels_sha256": _sha256(ds.qrels_paths[settings.split]),
-                "prompts": {c: _contract_sha256(c) for c in CONTRACTS}}
+                "prompts": {c: _contract_sha256(c)
+                            for c in CONTRACTS[:2 if len(settings.rounds) == 1 else 3]}}
     out = Path(out_dir)
     open_run(out, identity, "generated conversation set")
     attempts = read_attempts(out / ATTEMPTS, ConversationAttempt)
