@@ -31,7 +31,6 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--cite-llm", nargs="*", default=[],
                    help="LLMs for the citation score (none: skipped)")
     m.add_argument("--cite-n", type=int, default=10)
+    m.add_argument("--cite-methods", nargs="+", default=None,
+                   help="methods compared by the citation score (default: all measured)")
     sub.add_parser("render")
     return p.parse_args(argv)
 
@@ -219,7 +220,8 @@ def measure(args: argparse.Namespace) -> Path:
         result.update(labelled=labelled, rss=rss, robust=robust, per_query=per_query)
         if args.cite_llm:
             cite_ids = {q.id for q in turns[:args.cite_n]}
-            cite_runs = {m: [r for r in runs[m] if r.query.id in cite_ids] for m in args.methods}
+            cite_runs = {m: [r for r in runs[m] if r.query.id in cite_ids]
+                         for m in (args.cite_methods or args.methods)}
             report = citation_scores([load_llm(s) for s in args.cite_llm], cite_runs, golds,
                                      doc_text, k=5)
             result["citation"] = {
