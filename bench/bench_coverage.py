@@ -35,6 +35,7 @@ METRICS = ("NCOM@10", "alpha_nDCG@10", "ERR_IA@10", "StRecall@10", "nDCG@10")
 SYSTEMS = ("plain", "dense", "RAG-Fusion", "MMR", "max-score pool", "pool + CE", "coverage",
            "coverage (aspect)", "coverage (calibrated)", "coverage (cosine)")
 COVERAGE = ("coverage", "coverage (aspect)", "coverage (calibrated)", "coverage (cosine)")
+LLM_OF = "0.5b"
 LLMS = {"0.5b": "embedded", "1.5b": "llamacpp:qwen2.5-coder-1.5b"}
 
 
@@ -181,8 +182,22 @@ def latency_table(res: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> str:
-    out = ["## Coverage-aware list ranking (method 4, RichRAG)", "", header(),
+def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
+           rendered_only: bool = False) -> str:
+    head = header()
+    if rendered_only:  # the numbers come from the runs' JSON files: say which run made them
+        made = {"0.5b": "run --sample 40 --ordinary 40",
+                "1.5b": "run --llm 1.5b --sample 20 --sets cranfield-composed"}[LLM_OF]
+        lines = head.splitlines()
+        lines[0] = (f"- command: `python bench/bench_coverage.py {made}` (per-set results in "
+                    f"runs/aspects/bench-*-{LLM_OF}.json; this text re-rendered from them "
+                    f"with `--render-only`)")
+        stamps = sorted(f.stat().st_mtime for f in RUNS.glob(f"bench-*-{LLM_OF}.json"))
+        if stamps:
+            lines[2] += " (rendered; the runs finished " + ", ".join(
+                time.strftime("%H:%M", time.gmtime(t)) for t in stamps) + " UTC)"
+        head = "\n".join(lines) + "\n"
+    out = [f"## Coverage-aware list ranking (method 4, RichRAG), explorer {LLM_OF}", "", head,
            "Systems (`src/intentrank/experiments/coverage.yaml`, run by the harness): plain = "
            "dense top-100 + the bundled cross-encoder, top 10; the others start from LLM "
            "aspects (`aspects: {n: 4}`) and dense top-20 per `query + aspect`: max-score "
@@ -194,7 +209,8 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None) -> st
            "plain gives p < 0.05, the p-value in brackets. NCOM@10: sub-answer = key sentence "
            "of the aspect's best gold document, silver list over the union of every system's "
            "top 10 and the gold documents (docs/coverage.md). Sets: docs/coverage.md "
-           "\"Aspect-labelled sets\".", ""]
+           "\"Aspect-labelled sets\". What the numbers say (the goal is not met): "
+           "docs/coverage.md, \"Results\".", ""]
     for res in results:
         out += [f"### {res['set']} ({res['n']} questions, explorer {res['llm']})", "",
                 table(res), "",
@@ -254,7 +270,9 @@ def main() -> None:
         path.write_text(json.dumps(run_ordinary(args.ordinary, load_llm(LLMS[args.llm]))))
     if path.exists():
         ordinary = json.loads(path.read_text())
-    md = render(results, ordinary)
+    global LLM_OF
+    LLM_OF = args.llm
+    md = render(results, ordinary, args.render_only)
     (RUNS / f"bench-{args.llm}.md").write_text(md + "\n")
     write_section(f"coverage-{args.llm}", md)
     print(md)
