@@ -404,11 +404,11 @@ def test_real_generation_with_the_embedded_model(data_dir, tmp_path):
     from intentrank.llm.client import load_llm
 
     out = tmp_path / "gen"
-    report = generate_conversations(data_dir / "scifact", out, n=1, max_attempts=2, seed=0,
+    report = generate_conversations(data_dir / "scifact", out, n=1, max_attempts=1, seed=0,
                                     llm=load_llm("embedded", cache=tmp_path / "c.sqlite"),
                                     progress=False)
     attempts = [json.loads(x) for x in (out / ATTEMPTS).open()]
-    assert 1 <= len(attempts) <= 2 and report.info["llm_calls"] >= len(attempts)
+    assert len(attempts) == 1 and report.info["llm_calls"] >= 1
     first = attempts[0]  # constrained decoding: a readable topic and follow-up
     assert first["detail"] != "no topic and follow-up question in the reply", first
     assert first["question"] and first["topic"]
