@@ -416,3 +416,21 @@ def test_real_generation_with_the_embedded_model(data_dir, tmp_path):
     if report.kept:
         queries, qrels = load_dataset(out).split("test")
         assert len(queries) == 1 and len(queries[0].history) == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--turns", "1"], "--turns must be >= 2"),
+    (["--n", "0"], "--n must be >= 1"),
+    (["--split", "nosuch"], "no judgments for split 'nosuch'"),
+    (["--minutes", "-1"], "--minutes"),
+])
+def test_cli_refuses_bad_input_before_writing(args, message, data_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["generate-conversations", str(data_dir / "cranfield"),
+                                 str(out), *args])
+    assert r.exit_code == 2 and message in r.output, r.output
+    assert not out.exists() or not any(out.iterdir())

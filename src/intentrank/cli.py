@@ -970,5 +970,52 @@ def cast_passages_cmd(
     console.print(f"[green]wrote[/] {root} (evaluate with `intentrank eval {root} -p ...`)")
 
 
+@app.command("generate-conversations")
+def generate_conversations_cmd(
+    dataset: Annotated[Path, typer.Argument(help="A judged BEIR collection (corpus, queries, "
+                                            "qrels).")],
+    out_dir: Annotated[Path, typer.Argument(help="Directory for the conversational set "
+                                            "(conversations.jsonl, qrels/, corpus link); an "
+                                            "earlier run there is resumed.")],
+    turns: Annotated[int, typer.Option(help="Turns per conversation, the judged query "
+                                       "last (3, 6, 11, ...).")] = 3,
+    n: Annotated[int, typer.Option("--n", help="Conversations to keep.")] = 50,
+    split: Annotated[str, typer.Option(help="The split whose judged queries end the "
+                                       "conversations.")] = "test",
+    seed: Annotated[int, typer.Option(help="Random seed of the query order.")] = 0,
+    minutes: Annotated[float, typer.Option(help="Stop after this many minutes, keeping what "
+                                           "was generated (0 = no limit).")] = 0.0,
+    max_attempts: Annotated[int, typer.Option(help="Stop after this many attempts (0 = no "
+                                              "limit).")] = 0,
+) -> None:
+    """Generate labelled conversations: LLM-written earlier turns, then the judged query as a
+    contextual follow-up (its original text is the gold rewrite, its qrels label the turn)."""
+    from intentrank.core.params import check_number
+    from intentrank.generate.conversations import generate_conversations
+    from intentrank.llm.client import load_llm
+    from intentrank.types import Trace
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    trace = Trace()
+    try:
+        _check_int("--n", n)
+        _check_int("--turns", turns, 2)
+        _check_int("--max-attempts", max_attempts, 0)
+        check_number("--minutes", minutes, minimum=0)
+        llm = load_llm(LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
+        report = generate_conversations(dataset, out_dir, split=split, n=n, turns=turns,
+                                        seed=seed, llm=llm, minutes=minutes or None,
+                                        max_attempts=max_attempts or None, trace=trace,
+                                        progress=True,
+                                        log=lambda m: console.print(f"  {escape(m)}"))
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    _llm_health(trace)
+    rejected = report.info.get("rejected", {})
+    console.print(f"[green]conversations ready[/] {report.out_dir}: {report.kept} kept of "
+                  f"{report.attempts} attempts; rejected: "
+                  + (", ".join(f"{k} {v}" for k, v in rejected.items() if v) or "none"))
+
+
 if __name__ == "__main__":
     app()
