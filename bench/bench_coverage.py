@@ -228,6 +228,20 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
                 "Latency per stage (ms/query; `multi_faceted` includes its "
                 "`multi_faceted/dense`):", "",
                 latency_table(res), ""]
+    for res in results:  # another explorer: the 0.5B's numbers on the same questions
+        base = RUNS / f"bench-{res['set']}-0.5b.json"
+        if res["llm"] == "0.5b" or not base.exists():
+            continue
+        other, ids = json.loads(base.read_text()), list(res["per_query"]["plain"])
+        out += [f"Explorers on the same {len(ids)} {res['set']} questions (alpha-nDCG@10 / "
+                f"NCOM@10; NCOM's pool is each run's own):", "",
+                f"| system | {res['llm']} | 0.5b |", "|---|---:|---:|"]
+        for name in [s for s in SYSTEMS if s in res["per_query"] and s in other["per_query"]]:
+            cells = [" / ".join(f"{sum(r['per_query'][name][q][m] for q in ids) / len(ids):.4f}"
+                                for m in ("alpha_nDCG@10", "NCOM@10"))
+                     for r in (res, other)]
+            out.append(f"| {name} | {cells[0]} | {cells[1]} |")
+        out.append("")
     if ordinary:
         out += [f"### Cost on ordinary SciFact test queries ({ordinary['n']}, seed-0 sample)",
                 "", table(ordinary, ("nDCG@10",)), "",
