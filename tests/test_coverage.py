@@ -436,3 +436,21 @@ def test_minmax_calibration_by_hand():
     assert [d.stage_scores["coverage.phi0"] for d in out.docs] == approx([1.0, 0.5, 0.0])
     with pytest.raises(ParameterError, match="unknown calibrate"):
         CoverageReranker(Texts(), model=RecordingScorer(), calibrate="z")
+
+
+def test_structured_explorer_sends_the_schema_and_reads_json():
+    class SchemaLLM:
+        name = "fake:schema"
+
+        def __init__(self) -> None:
+            self.schemas: list = []
+
+        def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
+            self.schemas.append(params.json_schema)
+            return LLMReply('{"aspects": ["wind cost", "Wind cost", "solar cost"]}')
+
+    fake = SchemaLLM()
+    out = AspectExplorer(LLMClient(fake, cache=None), n=4, structured=True)(
+        [Ranking(Query("1", "wind versus solar"))], Trace())[0]
+    assert out.query.derived_of("aspect") == ["wind cost", "solar cost"]
+    assert fake.schemas[0]["required"] == ["aspects"] and fake.schemas[0]["title"] == "aspects"
