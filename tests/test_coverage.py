@@ -454,3 +454,32 @@ def test_structured_explorer_sends_the_schema_and_reads_json():
         [Ranking(Query("1", "wind versus solar"))], Trace())[0]
     assert out.query.derived_of("aspect") == ["wind cost", "solar cost"]
     assert fake.schemas[0]["required"] == ["aspects"] and fake.schemas[0]["title"] == "aspects"
+
+
+def test_cli_search_shows_the_aspect_each_result_covers(cranfield_index, fake_openai,
+                                                         tmp_path):
+    """``intentrank search`` with a multi-aspect pipeline on the real Cranfield index: the
+    aspects above the table and an aspect per result (JSON: ``aspects`` and ``aspect``)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    config = tmp_path / "cov.yaml"
+    config.write_text("pipeline:\n  - aspects: {n: 2}\n"
+                      "  - multi_faceted: {retriever: {bm25: {depth: 10}}, merge: max}\n"
+                      "  - coverage: {top_k: 5, scorer: cosine}\n")
+    url, _ = fake_openai("ok", reply="1. boundary layer transition\n2. heat transfer")
+    args = ["--llm", f"openai:fake@{url}", "--no-llm-cache", "search",
+            str(cranfield_index.path), "boundary layer heat transfer", "-p", str(config),
+            "-k", "5"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.stdout[r.stdout.index("["):])
+    assert body[0]["aspects"] == ["boundary layer transition", "heat transfer"]
+    labels = [res["aspect"] for res in body[0]["results"]]
+    assert len(labels) == 5 and set(labels) <= {"boundary layer transition", "heat transfer"}
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0 and "aspects: boundary layer transition; heat transfer" in \
+        table.stdout

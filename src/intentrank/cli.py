@@ -291,22 +291,35 @@ def search(
         result = pipe.run(query)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
+    from intentrank.rerank.coverage import aspect_labels
+
+    # the aspect each result covers, when an aspects stage ran (multi-aspect pipelines)
+    labels = [aspect_labels(r) if r.query.derived_of("aspect") else None
+              for r in result.rankings]
     if as_json:
         out.print_json(json.dumps([
-            {"query": r.query.text, "results": [
+            {"query": r.query.text,
+             **({"aspects": r.query.derived_of("aspect")} if lab is not None else {}),
+             "results": [
                 {"id": d.doc_id, "score": d.score, "stage_scores": d.stage_scores,
-                 "title": idx.doc(d.doc_id).title} for d in r.docs[:k]]}
-            for r in result.rankings]))
+                 "title": idx.doc(d.doc_id).title,
+                 **({"aspect": lab[i]} if lab is not None else {})}
+                for i, d in enumerate(r.docs[:k])]}
+            for r, lab in zip(result.rankings, labels, strict=True)]))
         _llm_health(result.trace)
         return
-    for r in result.rankings:
-        table = Table(title=f"{escape(r.query.text)}  [dim]({escape(pipe.describe())})[/]")
-        for col in ("rank", "id", "score", "title / text"):
+    for r, lab in zip(result.rankings, labels, strict=True):
+        title = f"{escape(r.query.text)}  [dim]({escape(pipe.describe())})[/]"
+        if lab is not None:
+            title += "\n[dim]aspects: " + escape("; ".join(r.query.derived_of("aspect"))) + "[/]"
+        table = Table(title=title)
+        for col in ("rank", "id", "score", "title / text", *(("aspect",) if lab else ())):
             table.add_column(col)
         for rank, d in enumerate(r.docs[:k], 1):
             doc = idx.doc(d.doc_id)
             snippet = (doc.title or doc.text)[:90]
-            table.add_row(str(rank), escape(d.doc_id), f"{d.score:.4f}", escape(snippet))
+            table.add_row(str(rank), escape(d.doc_id), f"{d.score:.4f}", escape(snippet),
+                          *((escape(lab[rank - 1][:60]),) if lab else ()))
         out.print(table)
     _llm_health(result.trace)
 
