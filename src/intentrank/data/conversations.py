@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.core.params import ParameterError
+from intentrank.data.corpus import check_id
 from intentrank.data.readers import iter_jsonl, iter_lines, read_text
 from intentrank.errors import DataError
 from intentrank.types import Query, Turn
@@ -108,16 +109,7 @@ def _ident(value: Any, label: str, path: Path, line: int, name: str) -> str:
     whitespace-separated)."""
     if value is None:
         raise DataError(f"missing {label}", path, line, name)
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise DataError(f"{label} must be a string or an integer, got {type(value).__name__} "
-                        f"{value!r:.40}", path, line, name)
-    text = str(value).strip()
-    if not text:
-        raise DataError(f"empty {label}", path, line, name)
-    if text.split() != [text]:
-        raise DataError(f"{label} {text!r} contains whitespace, which TREC qrels and runs "
-                        f"cannot hold", path, line, name)
-    return text
+    return check_id(value, label, path, line, name)
 
 
 def _string(value: Any, label: str, path: Path, line: int, name: str, *,

@@ -41,6 +41,13 @@ def _id(record: dict[str, Any], fields: tuple[str, ...], path: Path, line: int,
     """An id: a string or an integer, non-empty, without whitespace (TREC runs and qrels are
     whitespace-separated, so such an id could never be judged or written)."""
     name, value = _pick(record, fields, path, line, what)
+    return check_id(value, label, path, line, name)
+
+
+def check_id(value: Any, label: str, path: Path, line: int, name: str) -> str:
+    """``value`` as an id: a string or an integer, non-empty, without whitespace (TREC runs
+    and qrels are whitespace-separated, so such an id could never be judged or written);
+    otherwise a DataError naming ``path``, ``line`` and the field ``name``."""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise DataError(f"{label} must be a string or an integer, got {type(value).__name__} "
                         f"{value!r:.40}", path, line, name)
