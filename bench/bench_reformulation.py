@@ -216,7 +216,9 @@ def measure(args: argparse.Namespace) -> Path:
             if raw_lists is not None and method not in ("raw", "gold"):
                 fused = {r.query.id: rrf([r.doc_ids, raw_lists[r.query.id]])
                          for r in ranked}
-                robust[method] = evaluate(fused, judged, METRICS).aggregate
+                ev_fused = evaluate(fused, judged, METRICS)
+                robust[method] = ev_fused.aggregate
+                per_query[f"RRF(raw, {method})"] = ev_fused.column("nDCG@10")
         result.update(labelled=labelled, rss=rss, robust=robust, per_query=per_query)
         if args.cite_llm:
             cite_ids = {q.id for q in turns[:args.cite_n]}
