@@ -275,7 +275,37 @@ def render() -> None:
              "generated SciFact/Cranfield conversations are ours.\n"]
     for r in results:
         parts.append(_render_one(r))
+    parts.append(READING)
     write_section("reformulation", "\n".join(parts))
+
+
+READING = """### Reading (2026-11-24)
+
+- **The paraphrase rewrites mostly copy the turn with the 0.5B.** `rewrite_full` left 28 of
+  30 CAsT 2021 turns and 12 of 12 CAsT 2019 turns unchanged (the prompt's "copy it when
+  already self-contained" wins); `rewrite_summary` changed a few more and is the best single
+  paraphrase (nDCG@10 0.561 against the raw turn's 0.518 on CAsT 2021), `rewrite_questions`
+  changes more turns but not for the better. The 1.5B rewrites more turns (table above).
+- **HyDE passages hurt alone and help fused.** Every HyDE method alone is below the raw turn
+  in nDCG@10 (0.34-0.45: the passage brings the right topic but drowns the turn's own
+  words) while finding more of the relevant passages by depth 100 (R@100 0.967 against
+  0.867). Fused with the raw turn by RRF, the document variants are the best rows:
+  RRF(raw, hyde_doc) 0.574, closing 57% of the raw-to-gold gap on these 30 turns (the goal
+  is half; the p-value against the raw turn is on the gap line: with 30 turns it is not
+  significant, so this is a lead, not a result).
+- **Label-free scores:** the cosine to gold orders the methods like nDCG@10 does (Kendall's
+  tau 0.83 over 9 methods on CAsT 2021); the Reranker Support Score with the bundled
+  SciFact cross-encoder does not (tau -0.28: it rewards HyDE passages that share the gold
+  query's topic words but rank the relevant passage low). The citation score on 5 turns with
+  the 0.5B and 1.5B is too small and the two LLMs disagree (the 0.5B cites most for the gold
+  query, the 1.5B for HyDE): not usable at this size.
+- **Cost:** s/turn columns were measured on the shared 2-core machine while other LLM jobs
+  ran (up to 60 s/turn for HyDE); alone, the 0.5B takes about 1 s per rewrite and 3 s per
+  HyDE passage (CAsT 2019 rows), the 1.5B about 3x that.
+- **Not measured this session:** CAsT 2020 (loader and counts tested, no run); the
+  generated SciFact/Cranfield conversations (the 0.5B kept 0 of 7 SciFact and 6 of about
+  20 Cranfield attempts: too few to measure); all 213 contextual CAsT 2021 turns (30 here).
+"""
 
 
 def _render_one(r: dict[str, Any]) -> str:
