@@ -285,14 +285,18 @@ READING = """### Reading (2026-11-24)
   30 CAsT 2021 turns and 12 of 12 CAsT 2019 turns unchanged (the prompt's "copy it when
   already self-contained" wins); `rewrite_summary` changed a few more and is the best single
   paraphrase (nDCG@10 0.561 against the raw turn's 0.518 on CAsT 2021), `rewrite_questions`
-  changes more turns but not for the better. The 1.5B rewrites more turns (table above).
+  changes more turns but not for the better.
+- **The 1.5B's full-dialog rewrite is the best method measured:** on 20 CAsT 2021 turns it
+  rewrote 13 (cosine to gold +0.088) and reached nDCG@10 0.623 against the raw turn's 0.488
+  and the gold rewrite's 0.667: 75% of the gap, above the goal of half, but on 20 turns
+  (paired randomization p = 0.11), so a lead to confirm on all 213 contextual turns. Its
+  summary-then-rewrite is worse (0.480): the summary loses the entity.
 - **HyDE passages hurt alone and help fused.** Every HyDE method alone is below the raw turn
   in nDCG@10 (0.34-0.45: the passage brings the right topic but drowns the turn's own
   words) while finding more of the relevant passages by depth 100 (R@100 0.967 against
   0.867). Fused with the raw turn by RRF, the document variants are the best rows:
-  RRF(raw, hyde_doc) 0.574, closing 57% of the raw-to-gold gap on these 30 turns (the goal
-  is half; the p-value against the raw turn is on the gap line: with 30 turns it is not
-  significant, so this is a lead, not a result).
+  RRF(raw, hyde_doc) 0.574, closing 57% of the raw-to-gold gap on these 30 turns with the
+  0.5B (p = 0.33 against the raw turn: not significant on 30 turns).
 - **Label-free scores:** the cosine to gold orders the methods like nDCG@10 does (Kendall's
   tau 0.83 over 9 methods on CAsT 2021); the Reranker Support Score with the bundled
   SciFact cross-encoder does not (tau -0.28: it rewards HyDE passages that share the gold
