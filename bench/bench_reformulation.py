@@ -234,7 +234,7 @@ def measure(args: argparse.Namespace) -> Path:
                 "fallbacks": [run.fallbacks for run in report.runs]}
     OUT.mkdir(parents=True, exist_ok=True)
     slug = args.set.replace("gen:", "").replace("/", "_").replace("@", "-")
-    path = OUT / f"{slug}--{args.llm.replace(':', '_')}.json"
+    path = OUT / f"{slug}--{args.llm.replace(':', '_')}--n{args.n}.json"
     result["command"] = header()
     path.write_text(json.dumps(result, indent=1, default=float))
     print(f"[bench] wrote {path}", file=sys.stderr)
