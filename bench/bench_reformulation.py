@@ -137,13 +137,10 @@ def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any
     return out, info
 
 
-def bm25_run(index: Any, queries: list[Any], rerank: Any = None) -> list[Any]:
+def bm25_run(index: Any, queries: list[Any]) -> list[Any]:
     from intentrank.retrieve.retrievers import BM25Retriever
 
-    stage = BM25Retriever(index, DEPTH)
-    if rerank is not None:
-        stage = stage >> rerank
-    return stage.run(queries).rankings
+    return BM25Retriever(index, DEPTH).run(queries).rankings
 
 
 def measure(args: argparse.Namespace) -> Path:
@@ -161,6 +158,7 @@ def measure(args: argparse.Namespace) -> Path:
     from intentrank.models.cross_encoder import load_cross_encoder
     from intentrank.models.embedder import load_embedder
     from intentrank.query.reformulate import METHODS as LLM
+    from intentrank.types import Trace
 
     queries, golds, index, qrels, genre = load_set(args.set)
     turns = sample(queries, golds, qrels, args.n, args.seed)
@@ -207,7 +205,7 @@ def measure(args: argparse.Namespace) -> Path:
                           judged, METRICS)
             labelled[method] = ev.aggregate
             per_query[method] = ev.column("nDCG@10")
-            reranked = bm25_run(index, reformulated[method], ce)
+            reranked = ce(ranked, Trace())  # the same BM25 lists, reranked
             rss[method] = {
                 "bm25@5": reranker_support(ranked, golds, doc_text, scorer, k=5).mean,
                 "bm25>>ce@5": reranker_support(reranked, golds, doc_text, scorer, k=5).mean}

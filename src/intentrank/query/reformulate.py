@@ -110,7 +110,8 @@ def unmask(text: str) -> str:
 
 
 def _same(a: str, b: str) -> bool:
-    return a.split() == b.split() or a.casefold().split() == b.casefold().split()
+    """Equal up to case and spacing."""
+    return a.casefold().split() == b.casefold().split()
 
 
 class ConversationalReformulator(Stage):
@@ -159,7 +160,7 @@ class ConversationalReformulator(Stage):
             summaries = run_step(
                 self.llm, self.contracts[0], items, trace=trace, stage=stage, query_ids=ids,
                 parse=lambda reply, item: clean_passage(reply.text),
-                fallback=lambda item: item["dialog"], max_tokens=None)
+                fallback=lambda item: item["dialog"])
             items = [{**item, "summary": s.value} for item, s in zip(items, summaries,
                                                                      strict=True)]
         parse = clean_rewrite if self.method.group == "paraphrase" else clean_passage
