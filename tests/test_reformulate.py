@@ -333,3 +333,11 @@ def test_the_shipped_experiment_runs_on_real_conversations(data_dir, tmp_path):
     assert set(scores) == {"raw turn", "concat turns"} and report["n_queries"] == 40
     assert "rewrite (full dialog)" in report["skipped"]
     assert 0.3 < scores["raw turn"] < 0.8 and 0.3 < scores["concat turns"] < 0.8
+
+
+def test_cli_cast_passages_refuses_a_file_as_output(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("x")
+    r = _cli(["cast-passages", str(target)])
+    assert r.exit_code == 2 and "is a file; give a directory" in r.output
+    assert target.read_text() == "x"
