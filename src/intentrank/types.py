@@ -29,17 +29,40 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """A generated answer grounded in numbered documents.
+
+    ``sources`` are the documents the generator was given, in prompt order (``[1]`` is
+    ``sources[0]``); ``citations`` the 1-based numbers the answer cites that exist among them
+    (first-cited order, no repeats); ``fallback`` names why the reply was not used as written
+    (``no_documents``, ``no_citation``, ``bad_citation``, ``empty``, ...), empty when it was."""
+
+    text: str
+    sources: tuple[str, ...]
+    citations: tuple[int, ...]
+    stage: str
+    fallback: str = ""
+
+    @property
+    def cited_ids(self) -> list[str]:
+        """The document ids the answer cites, in citation order."""
+        return [self.sources[n - 1] for n in self.citations]
+
+
+@dataclass(frozen=True)
 class Query:
     """A query with its conversation history (the earlier turns, oldest first; empty for a
     standalone query) and a stack of derived texts.
 
     A reformulation stage replaces ``text`` (what later stages search and score) and pushes
-    the text it replaced as kind ``original``; :attr:`turn` is the user's own words."""
+    the text it replaced as kind ``original``; :attr:`turn` is the user's own words. An
+    answer stage sets :attr:`answer` (what the pipeline says, citing its documents)."""
 
     id: str
     text: str
     history: tuple[Turn, ...] = ()
     derived: tuple[DerivedText, ...] = ()
+    answer: Answer | None = None
 
     @property
     def turn(self) -> str:
