@@ -23,7 +23,7 @@ LAYERS = {
     "intentrank.eval.coverage": 2,
     "intentrank.index": 3,
     "intentrank.retrieve": 4, "intentrank.fuse": 4, "intentrank.query": 4,
-    "intentrank.rerank": 4,
+    "intentrank.rerank": 4, "intentrank.answer": 4,
     "intentrank.tune": 5, "intentrank.training": 5, "intentrank.pipelines": 5,
     "intentrank.generate": 5,
     "intentrank.eval": 6, "intentrank.report": 6,
