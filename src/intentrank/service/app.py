@@ -1,0 +1,408 @@
+"""The FastAPI app: routes, API keys, limits, the worker pool and the access log.
+
+Every endpoint but ``/health`` and the static page needs an API key (``Authorization:
+Bearer <key>`` or ``X-API-Key: <key>``) unless keys are turned off; a key restricted to some
+pipelines gets 403 for the others. Work runs on a bounded pool (503 + Retry-After when its
+queue is full) under a timeout (504). Errors are ``{"error": message, "request_id": id}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from intentrank import __version__
+from intentrank.service.auth import ApiKey
+from intentrank.service.engine import Engine, RequestError, Served, make_query, redact
+from intentrank.service.models import (
+    AnswerResponse,
+    ErrorOut,
+    EvaluateRequest,
+    EvaluateResponse,
+    HealthResponse,
+    PipelinesResponse,
+    ReportInfo,
+    RerankRequest,
+    SearchRequest,
+    SearchResponse,
+)
+from intentrank.service.pool import Overloaded, WorkerPool
+from intentrank.service.reports import list_reports
+from intentrank.service.settings import ServiceSettings
+from intentrank.types import Document
+
+STATIC = Path(__file__).resolve().parent / "static"
+_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": text} for code, text in (
+        (401, "no API key, or an unknown one"), (403, "the key may not use this pipeline"),
+        (413, "the body is over the size limit"), (422, "a limit or a field is violated"),
+        (503, "the worker queue is full (see Retry-After)"), (504, "the request timed out"))}
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class AccessLog:
+    """One JSON object per request and line: request id, method, path, status, latency,
+    key name, index, pipeline, fallbacks (and the error message for 4xx/5xx)."""
+
+    def __init__(self, target: Any) -> None:
+        self._lock = threading.Lock()
+        self._own = None
+        if target is False:
+            self._stream = None
+        elif target is None:
+            self._stream = sys.stderr
+        elif isinstance(target, (str, Path)):
+            self._own = self._stream = open(target, "a", encoding="utf-8")  # noqa: SIM115
+        else:
+            self._stream = target
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._stream is None:
+            return
+        line = redact(json.dumps(record, ensure_ascii=False))
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+
+class Gate:
+    """Pure ASGI middleware: request id, body-size limit, access log."""
+
+    def __init__(self, app: Any, max_body: int, log: AccessLog) -> None:
+        self.app, self.max_body, self.log = app, max_body, log
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        rid = given if 0 < len(given) <= 64 and set(given) <= _ID_OK else uuid.uuid4().hex[:16]
+        info: dict[str, Any] = {"request_id": rid}
+        scope["intentrank"] = info
+        start, status, received = time.perf_counter(), [0], [0]
+
+        async def send_logged(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-request-id", rid.encode()),
+                                      (b"x-content-type-options", b"nosniff")]
+            await send(message)
+
+        async def receive_limited() -> dict:
+            message = await receive()
+            if message["type"] == "http.request":
+                received[0] += len(message.get("body", b""))
+                if received[0] > self.max_body:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            length = int(headers.get(b"content-length", b"0") or 0)
+        except ValueError:
+            length = 0
+        try:
+            if length > self.max_body:
+                raise _BodyTooLarge
+            await self.app(scope, receive_limited, send_logged)
+        except _BodyTooLarge:
+            info["error"] = f"the body is over the limit of {self.max_body} bytes"
+            if status[0] == 0:
+                body = json.dumps({"error": info["error"], "request_id": rid}).encode()
+                await send_logged({"type": "http.response.start", "status": 413,
+                                   "headers": [(b"content-type", b"application/json"),
+                                               (b"content-length", str(len(body)).encode()),
+                                               (b"connection", b"close")]})
+                await send_logged({"type": "http.response.body", "body": body})
+        finally:
+            self.log.write({
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
+                "method": scope.get("method"), "path": scope.get("path"),
+                "status": status[0] or 500,
+                "latency_ms": round(1000 * (time.perf_counter() - start), 2),
+                "bytes_in": max(received[0], length),
+                **{k: v for k, v in info.items() if k != "request_id"}})
+
+
+def _error(status: int, message: str, request: Request,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    info = request.scope.get("intentrank", {})
+    info["error"] = message
+    return JSONResponse({"error": message, "request_id": info.get("request_id", "")},
+                        status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        ctx = next(e.get("ctx", {}) for e in errors if e.get("type") == "json_invalid")
+        return 400, f"malformed JSON: {ctx.get('error', 'cannot be parsed')}"
+    parts = []
+    for e in errors[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    return 422, "; ".join(parts) + more
+
+
+def api_key(request: Request) -> ApiKey | None:
+    """The presented key (``Authorization: Bearer`` or ``X-API-Key``), or 401; None when
+    keys are turned off."""
+    settings: ServiceSettings = request.app.state.settings
+    if not settings.require_keys:
+        return None
+    auth = request.headers.get("authorization", "")
+    presented = auth[7:].strip() if auth[:7].lower() == "bearer " else \
+        request.headers.get("x-api-key", "")
+    if not presented:
+        raise RequestError(401, "an API key is required: send 'Authorization: Bearer "
+                                "<key>' or 'X-API-Key: <key>'")
+    key = settings.keys.lookup(presented) if settings.keys is not None else None
+    if key is None:
+        raise RequestError(401, "unknown API key")
+    request.scope.setdefault("intentrank", {})["key"] = key.name
+    return key
+
+
+Key = Annotated[ApiKey | None, Depends(api_key)]
+
+
+def create_app(settings: ServiceSettings) -> FastAPI:
+    """Load the indexes and pipelines of ``settings`` and return the app serving them."""
+    settings.check()
+    engine = Engine(settings, log=lambda m: None)
+    pool = WorkerPool(settings.workers, settings.queue_limit)
+    access = AccessLog(settings.access_log)
+    limits = settings.limits
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):  # noqa: ANN202
+        yield
+        pool.close()
+        engine.close()
+        access.close()
+
+    app = FastAPI(
+        title="intentrank", version=__version__, lifespan=lifespan,
+        description=(
+            "Intent-aware retrieval and reranking over the indexes and pipelines this server "
+            "loaded at start-up. Send `Authorization: Bearer <key>` (or `X-API-Key`) on every "
+            "endpoint but /health. Limits: "
+            + ", ".join(f"{k} {v}" for k, v in vars(limits).items()) + "."))
+    app.state.engine, app.state.pool, app.state.settings = engine, pool, settings
+    app.add_middleware(Gate, max_body=limits.max_body_bytes, log=access)  # type: ignore[arg-type]
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "X-API-Key", "Content-Type"])
+
+    # -- errors ------------------------------------------------------------------------
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return _error(exc.status, redact(str(exc)), request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message = _validation_message(exc)
+        return _error(status, message, request)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), request, exc.headers)
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        return _error(503, f"busy: {exc}; retry in {settings.retry_after_s} s", request,
+                      {"Retry-After": str(settings.retry_after_s)})
+
+    @app.exception_handler(TimeoutError)
+    async def _timeout(request: Request, exc: TimeoutError) -> JSONResponse:
+        return _error(504, f"the request took longer than {settings.timeout_s:g} s", request)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        info = request.scope.get("intentrank", {})
+        info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
+        return _error(500, f"internal error (request id {info.get('request_id', '')})",
+                      request)
+
+    def allow(request: Request, key: ApiKey | None, served: Served) -> None:
+        request.scope["intentrank"]["pipeline"] = served.name
+        if key is not None and not key.allows(served.name):
+            raise RequestError(403, f"this key may not use pipeline {served.name!r}")
+
+    async def work(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+        result = await pool.run(fn, *args, timeout=settings.timeout_s)
+        info = request.scope["intentrank"]
+        if isinstance(result, dict):
+            result["request_id"] = info["request_id"]
+            if "fallbacks" in result:
+                info["fallbacks"] = result["fallbacks"]
+        return result
+
+    def check_text(field: str, text: str, limit: int, blank_ok: bool = False) -> None:
+        if len(text) > limit:
+            raise RequestError(422, f"{field} is {len(text)} characters; the limit is {limit}")
+        if not blank_ok and not text.strip():
+            raise RequestError(422, f"{field} is empty")
+
+    def check_search(body: SearchRequest) -> tuple[str | None, list[tuple[str, str]] | None]:
+        if (body.query is None) == (body.conversation is None):
+            raise RequestError(422, "give exactly one of 'query' and 'conversation'")
+        if body.top_k > limits.max_top_k:
+            raise RequestError(422, f"top_k is {body.top_k}; the limit is {limits.max_top_k}")
+        if body.query is not None:
+            check_text("query", body.query, limits.max_query_chars)
+            return body.query, None
+        conv = body.conversation
+        assert conv is not None
+        if len(conv.turns) > limits.max_turns:
+            raise RequestError(422, f"the conversation has {len(conv.turns)} earlier turns; "
+                                    f"the limit is {limits.max_turns}")
+        check_text("conversation.question", conv.question, limits.max_query_chars)
+        for i, t in enumerate(conv.turns):
+            check_text(f"conversation.turns[{i}].question", t.question,
+                       limits.max_query_chars)
+            check_text(f"conversation.turns[{i}].answer", t.answer,
+                       limits.max_candidate_chars, blank_ok=True)
+        return conv.question, [(t.question, t.answer) for t in conv.turns]
+
+    def prepared(request: Request, body: SearchRequest, key: ApiKey | None
+                 ) -> tuple[Served, str, Any]:
+        text, turns = check_search(body)
+        index = engine.index_name(body.index)
+        served = engine.pipeline(body.pipeline, "search")
+        request.scope["intentrank"]["index"] = index
+        allow(request, key, served)
+        return served, index, make_query(text, turns)
+
+    # -- endpoints ---------------------------------------------------------------------
+    @app.get("/health", response_model=HealthResponse, tags=["service"])
+    async def health() -> dict[str, Any]:
+        """Liveness and load; needs no key."""
+        return {"status": "ok", "indexes": len(engine.indexes),
+                "pipelines": len(engine.pipelines), "in_flight": pool.in_flight,
+                "workers": pool.workers, "queue_limit": pool.queue_limit}
+
+    @app.get("/pipelines", response_model=PipelinesResponse, responses=ERRORS,
+             tags=["service"])
+    async def pipelines(key: Key) -> dict[str, Any]:
+        """The served indexes, pipelines (search) and rerankers, and the request limits."""
+        return {
+            "indexes": [{"name": n, "documents": len(i)} for n, i in engine.indexes.items()],
+            "pipelines": [{"name": s.name, "kind": s.kind, "description": s.description,
+                           "answers": s.answers, "allowed": key is None or key.allows(s.name)}
+                          for s in engine.pipelines.values()],
+            "default_pipeline": settings.default, "limits": vars(limits)}
+
+    @app.post("/search", response_model=SearchResponse, responses=ERRORS, tags=["retrieval"])
+    async def search(body: SearchRequest, request: Request,
+                     key: Key) -> dict[str, Any]:
+        """Run a pipeline on a query or a conversation: the ranking with every stage's
+        score and rank, and the per-stage trace (seconds, LLM calls, cache hits,
+        fallbacks)."""
+        served, index, query = prepared(request, body, key)
+        return await work(request, engine.search, served, index, query, body.top_k,
+                          body.include_text)
+
+    @app.post("/answer", response_model=AnswerResponse, responses=ERRORS, tags=["retrieval"])
+    async def answer(body: SearchRequest, request: Request,
+                     key: Key) -> dict[str, Any]:
+        """Run a pipeline whose last stage writes an answer: the answer with its numbered
+        citations, and the ranking and trace as /search gives them."""
+        served, index, query = prepared(request, body, key)
+        if not served.answers:
+            answering = [n for n, s in engine.pipelines.items() if s.answers]
+            raise RequestError(422, f"pipeline {served.name!r} does not produce answers "
+                                    f"(answering pipelines: {', '.join(answering) or 'none'})")
+        return await work(request, engine.search, served, index, query, body.top_k,
+                          body.include_text, True)
+
+    @app.post("/rerank", response_model=SearchResponse, responses=ERRORS, tags=["retrieval"])
+    async def rerank(body: RerankRequest, request: Request,
+                     key: Key) -> dict[str, Any]:
+        """Rerank your own passages (in the order given) for a query with a reranker."""
+        check_text("query", body.query, limits.max_query_chars)
+        if len(body.candidates) > limits.max_candidates:
+            raise RequestError(422, f"{len(body.candidates)} candidates; the limit is "
+                                    f"{limits.max_candidates}")
+        if body.top_k is not None and body.top_k > limits.max_top_k:
+            raise RequestError(422, f"top_k is {body.top_k}; the limit is {limits.max_top_k}")
+        docs, seen = [], set()
+        for i, c in enumerate(body.candidates):
+            doc_id = c.id if c.id is not None else f"c{i + 1}"
+            if not doc_id.strip() or len(doc_id) > 200:
+                raise RequestError(422, f"candidates[{i}].id must be 1 to 200 characters")
+            if doc_id in seen:
+                raise RequestError(422, f"candidates[{i}].id {doc_id!r} is given twice")
+            seen.add(doc_id)
+            check_text(f"candidates[{i}].text", c.text, limits.max_candidate_chars)
+            check_text(f"candidates[{i}].title", c.title, limits.max_query_chars,
+                       blank_ok=True)
+            docs.append(Document(doc_id, c.text, c.title))
+        served = engine.pipeline(body.pipeline, "rerank")
+        allow(request, key, served)
+        return await work(request, engine.rerank, served, body.query, docs, body.top_k)
+
+    @app.post("/evaluate", response_model=EvaluateResponse, responses=ERRORS, tags=["evaluation"])
+    async def evaluate(body: EvaluateRequest, request: Request,
+                       key: Key) -> dict[str, Any]:
+        """Metrics (trec_eval semantics) of a TREC run against qrels, both as text."""
+        if not body.metrics or len(body.metrics) > 20:
+            raise RequestError(422, f"give 1 to 20 metrics, got {len(body.metrics)}")
+        return await work(request, engine.evaluate, body.run, body.qrels, body.metrics,
+                          body.per_query)
+
+    @app.get("/reports", response_model=list[ReportInfo], responses=ERRORS, tags=["reports"])
+    async def reports(key: Key) -> list[dict[str, Any]]:
+        """The experiment reports (self-contained HTML) the server was configured with."""
+        return [{"name": n, "bytes": p.stat().st_size}
+                for n, p in list_reports(settings.report_dirs).items()]
+
+    @app.get("/reports/{name}", response_class=HTMLResponse, responses=ERRORS,
+             tags=["reports"])
+    async def report(name: str, key: Key) -> Response:
+        """One report, by a name GET /reports lists."""
+        path = list_reports(settings.report_dirs).get(name)
+        if path is None:
+            raise RequestError(404, f"no report named {name!r}; see GET /reports")
+        return HTMLResponse(path.read_text(encoding="utf-8"),
+                            headers={"Content-Security-Policy": "sandbox allow-scripts"})
+
+    page_headers = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+                    "frame-src blob:; style-src 'self'"}
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        return FileResponse(STATIC / "index.html", headers=page_headers)
+
+    @app.get("/ui/reports", include_in_schema=False)
+    async def reports_page() -> Response:
+        return FileResponse(STATIC / "reports.html", headers=page_headers)
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+

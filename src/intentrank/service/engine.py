@@ -1,0 +1,315 @@
+"""The work behind the endpoints, free of HTTP: the indexes and pipelines a service loaded
+at start-up, and search, rerank, answer and evaluate as plain functions that return
+JSON-ready dicts (run on the worker pool by ``service/app.py``).
+
+A request names an index and a pipeline; both are looked up in the maps built here from the
+server's settings, so nothing a request says reaches a file path."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
+from intentrank.core.registry import BuildContext
+from intentrank.core.stage import Stage
+from intentrank.data.trec import load_qrels, load_run
+from intentrank.errors import ConfigError, DataError, IntentrankError
+from intentrank.eval.metrics import MetricError, evaluate, validate_metrics
+from intentrank.index.store import Index
+from intentrank.pipelines import build_context
+from intentrank.service.settings import ServiceSettings
+from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace, Turn
+
+ANSWER_STAGES = frozenset({"answer"})  # config names of stages that set Query.answer
+INPUT_SCORE = "input"  # the stage-score name of a /rerank candidate's given position
+_SECRET_ENV = re.compile(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+
+
+class RequestError(IntentrankError):
+    """A request the service refuses: HTTP ``status`` with a message naming the problem."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every secret-looking environment variable (``*_API_KEY``,
+    ``*TOKEN``, ``*SECRET``, ``*PASSWORD``) replaced, so LLM backend keys never reach a
+    response or a log line."""
+    for name, value in os.environ.items():
+        if value and len(value) >= 8 and _SECRET_ENV.search(name) and value in text:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
+class CandidateIndex:
+    """An in-memory index over a request's own passages: what rerankers read (``doc``,
+    ``doc_text``); query encoding is the service's first index's (same embedder)."""
+
+    def __init__(self, docs: list[Document], base: Any = None) -> None:
+        self._docs = {d.id: d for d in docs}
+        self.ids = [d.id for d in docs]
+        self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
+        self._base = base
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def doc(self, doc_id: str) -> Document:
+        return self._docs[doc_id]
+
+    def doc_text(self, doc_id: str) -> str:
+        return self._docs[doc_id].full_text()
+
+    def encode_queries(self, texts: list[str]) -> Any:
+        if self._base is None:
+            raise ConfigError("this reranker needs query embeddings and no index is served")
+        return self._base.encode_queries(texts)
+
+
+def _ends_with(node: Any) -> str:
+    """The config name of a pipeline node's last step ("" for a cutoff or a fusion)."""
+    while isinstance(node, list) and node:
+        node = node[-1]
+    if isinstance(node, str):
+        return node
+    if isinstance(node, dict) and len(node) == 1:
+        return str(next(iter(node)))
+    return ""
+
+
+def _description(source: Any, data: dict[str, Any] | None, stage_text: str) -> str:
+    if data and isinstance(data.get("description"), str):
+        return data["description"]
+    if isinstance(source, Path) and source.is_file():
+        for line in source.read_text(encoding="utf-8").splitlines():
+            if line.startswith("#"):
+                return line.lstrip("# ").strip()
+            if line.strip():
+                break
+    return stage_text
+
+
+@dataclass
+class Served:
+    """One named pipeline: its config node and the stage built for each index."""
+
+    name: str
+    kind: str  # "search" or "rerank"
+    node: Any
+    description: str
+    answers: bool
+    stages: dict[str, Stage] = field(default_factory=dict)
+
+
+class Engine:
+    """Indexes and pipelines, loaded once; every method is safe to call from many threads."""
+
+    def __init__(self, settings: ServiceSettings, log: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.indexes: dict[str, Any] = {}
+        self._opened: list[Index] = []
+        for name, where in settings.indexes.items():
+            if isinstance(where, (str, Path)):
+                log(f"opening index {name}: {where}")
+                idx = Index.open(where)
+                self._opened.append(idx)
+                self.indexes[name] = idx
+            else:
+                self.indexes[name] = where
+        template = build_context(None, llm=settings.llm, llm_options=settings.llm_options)
+        self.resources = template.resources  # one LLM client and one loaded model per kind
+        llm_lock = threading.Lock()
+        make = template.make_llm
+
+        def make_llm() -> Any:  # built once, however many pipelines or threads ask
+            with llm_lock:
+                if self.resources.get("llm") is None or isinstance(self.resources["llm"], str):
+                    self.resources["llm"] = make()  # type: ignore[misc]
+                return self.resources["llm"]
+
+        self.make_llm = make_llm
+        self.pipelines: dict[str, Served] = {}
+        for name, source in settings.pipelines.items():
+            node, data, path = self._node(name, source)
+            served = Served(name, "search", node, "", _ends_with(node) in ANSWER_STAGES)
+            for index_name, idx in self.indexes.items():
+                log(f"building pipeline {name} for index {index_name}")
+                try:
+                    served.stages[index_name] = build_pipeline(node, self._ctx(idx))
+                except IntentrankError as exc:
+                    raise ConfigError(f"pipeline {name!r} on index {index_name!r}: "
+                                      f"{exc}") from exc
+            first = next(iter(served.stages.values()))
+            served.description = _description(path, data, first.describe())
+            self.pipelines[name] = served
+        first_index = next(iter(self.indexes.values()))
+        for name, node in settings.rerankers.items():
+            probe = CandidateIndex([Document("probe", "probe")], first_index)
+            try:  # built once now: loads its model and checks the config
+                stage = build_pipeline(node, self._ctx(probe))
+            except IntentrankError as exc:
+                raise ConfigError(f"reranker {name!r}: {exc}") from exc
+            self.pipelines[name] = Served(name, "rerank", node, stage.describe(),
+                                          _ends_with(node) in ANSWER_STAGES)
+
+    def _ctx(self, index: Any) -> BuildContext:
+        return BuildContext(index, self.resources, self.make_llm)
+
+    @staticmethod
+    def _node(name: str, source: Any) -> tuple[Any, dict[str, Any] | None, Path | None]:
+        if isinstance(source, (str, Path)):
+            path = resolve_pipeline(source)
+            data = load_config(path)
+            return data["pipeline"], data, path
+        return source, None, None
+
+    def close(self) -> None:
+        for idx in self._opened:
+            idx.close()
+
+    # -- lookups -----------------------------------------------------------------------
+    def index_name(self, name: str | None) -> str:
+        if name is None:
+            return next(iter(self.indexes))
+        if name not in self.indexes:
+            raise RequestError(422, f"unknown index {name!r}; served: "
+                                    f"{', '.join(self.indexes)}")
+        return name
+
+    def pipeline(self, name: str | None, kind: str) -> Served:
+        if name is None:
+            name = self.settings.default if kind == "search" else next(
+                (n for n, s in self.pipelines.items() if s.kind == "rerank"), "")
+        served = self.pipelines.get(name)
+        if served is None or served.kind != kind:
+            names = [n for n, s in self.pipelines.items() if s.kind == kind]
+            what = "pipeline" if kind == "search" else "reranker"
+            raise RequestError(422, f"unknown {what} {name!r}; served: "
+                                    f"{', '.join(names) or 'none'}")
+        return served
+
+    # -- work (run on the worker pool) --------------------------------------------------
+    def search(self, served: Served, index_name: str, query: Query, top_k: int,
+               include_text: bool, need_answer: bool = False) -> dict[str, Any]:
+        """Run a search pipeline on one query; the response body."""
+        trace, start = Trace(), time.perf_counter()
+        ranking = served.stages[index_name]([Ranking(query)], trace)[0]
+        seconds = time.perf_counter() - start
+        if need_answer and ranking.query.answer is None:
+            raise RequestError(422, f"pipeline {served.name!r} ran but set no answer")
+        return _response(ranking, trace, self.indexes[index_name], top_k, include_text,
+                         served.name, index_name, seconds)
+
+    def rerank(self, served: Served, query: str, docs: list[Document],
+               top_k: int | None) -> dict[str, Any]:
+        """Rerank the request's own passages (given order first) with a reranker."""
+        candidates = CandidateIndex(docs, next(iter(self.indexes.values())))
+        stage = build_pipeline(served.node, self._ctx(candidates))
+        n = len(docs)
+        ranking = Ranking(Query("q", query), [ScoredDoc(d.id, float(n - i),
+                                                        {INPUT_SCORE: float(n - i)})
+                                              for i, d in enumerate(docs)])
+        trace, start = Trace(), time.perf_counter()
+        ranking = stage([ranking], trace)[0]
+        seconds = time.perf_counter() - start
+        return _response(ranking, trace, candidates, top_k or n, True, served.name, None,
+                         seconds)
+
+    def evaluate(self, run_text: str, qrels_text: str, metrics: list[str],
+                 per_query: bool) -> dict[str, Any]:
+        """Metrics of a TREC run against qrels, both given as text."""
+        try:
+            names = validate_metrics(metrics)
+        except MetricError as exc:
+            raise RequestError(422, str(exc)) from None
+        with tempfile.TemporaryDirectory(prefix="intentrank-eval-") as tmp:
+            (Path(tmp) / "run").write_text(run_text, encoding="utf-8")
+            (Path(tmp) / "qrels").write_text(qrels_text, encoding="utf-8")
+            try:
+                run = load_run(Path(tmp) / "run")
+                qrels = load_qrels(Path(tmp) / "qrels")
+                result = evaluate(run, qrels, names)
+            except (DataError, MetricError) as exc:
+                raise RequestError(422, str(exc).replace(tmp + os.sep, "")) from None
+        return {"metrics": result.aggregate, "queries": len(result.per_query),
+                "skipped": result.skipped,
+                "per_query": result.per_query if per_query else None}
+
+
+def _stage_ranks(ranking: Ranking) -> dict[str, dict[str, int]]:
+    """doc id -> {stage-score name: the document's rank by that score}, 1-based."""
+    columns: dict[str, list[tuple[float, str]]] = {}
+    for d in ranking.docs:
+        for name, value in d.stage_scores.items():
+            columns.setdefault(name, []).append((-value, d.doc_id))
+    ranks: dict[str, dict[str, int]] = {}
+    for name, column in columns.items():
+        for rank, (_, doc_id) in enumerate(sorted(column), 1):
+            ranks.setdefault(doc_id, {})[name] = rank
+    return ranks
+
+
+def _trace_rows(trace: Trace) -> list[dict[str, Any]]:
+    rows = []
+    for st in trace.stages.values():
+        c = st.counters
+        rows.append({"stage": st.name, "seconds": st.seconds, "calls": st.calls,
+                     "queries": st.queries, "llm_calls": int(c.get("llm_calls", 0)),
+                     "cache_hits": int(c.get("llm_cache_hits", 0)),
+                     "fallbacks": int(c.get("fallbacks", 0)),
+                     "counters": {k: float(v) for k, v in c.items()}})
+    return rows
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return redact(str(value))[:500]
+
+
+def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_text: bool,
+              pipeline: str, index_name: str | None, seconds: float) -> dict[str, Any]:
+    ranks = _stage_ranks(ranking)
+    results = []
+    for rank, d in enumerate(ranking.docs[:top_k], 1):
+        doc = index.doc(d.doc_id)
+        results.append({"rank": rank, "doc_id": d.doc_id, "score": d.score,
+                        "title": doc.title, "text": doc.text if include_text else "",
+                        "stage_scores": d.stage_scores, "stage_ranks": ranks.get(d.doc_id, {})})
+    q = ranking.query
+    events = [{"stage": e.stage, "event": e.kind.value, "query_id": e.query_id,
+               "details": _plain(dict(e.details))} for e in trace.events]
+    stages = _trace_rows(trace)
+    answer = None
+    if q.answer is not None:
+        a = q.answer
+        answer = {"text": a.text, "fallback": a.fallback, "stage": a.stage,
+                  "citations": [{"n": n, "doc_id": a.sources[n - 1],
+                                 "text": index.doc(a.sources[n - 1]).full_text()}
+                                for n in a.citations if 0 < n <= len(a.sources)]}
+    return {"index": index_name, "pipeline": pipeline, "query": q.turn, "searched": q.text,
+            "derived": [{"kind": d.kind, "text": d.text, "stage": d.stage} for d in q.derived],
+            "results": results, "stages": stages, "events": events,
+            "fallbacks": sum(s["fallbacks"] for s in stages), "seconds": seconds,
+            "answer": answer}
+
+
+def make_query(text: str | None, turns: list[tuple[str, str]] | None) -> Query:
+    """A one-off query, or the last question of a conversation with its earlier turns."""
+    if turns is None:
+        return Query("q", text or "")
+    return Query("q", text or "", history=tuple(Turn(q, a) for q, a in turns))

@@ -1,0 +1,212 @@
+"""Request and response bodies of the service (pydantic; they make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TurnIn(_Model):
+    """An earlier turn of a conversation."""
+
+    question: str = Field(description="What the user asked.")
+    answer: str = Field("", description="What the system answered (optional).")
+
+
+class ConversationIn(_Model):
+    """A conversation: the earlier turns, oldest first, and the question to answer now."""
+
+    turns: list[TurnIn] = Field(default_factory=list)
+    question: str
+
+
+class SearchRequest(_Model):
+    """A query (``query``) or a conversation (``conversation``), exactly one of them."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"query": "ALDH1 expression in breast cancer", "pipeline": "rrf", "top_k": 5},
+        {"conversation": {"turns": [{"question": "What is ALDH1?",
+                                     "answer": "A marker of stem-like cancer cells."}],
+                          "question": "Is it expressed in breast cancer?"},
+         "pipeline": "bm25", "top_k": 3},
+    ]})
+
+    query: str | None = Field(None, description="The question (or give `conversation`).")
+    conversation: ConversationIn | None = None
+    index: str | None = Field(None, description="An index name from GET /pipelines "
+                                                "(default: the first).")
+    pipeline: str | None = Field(None, description="A pipeline name from GET /pipelines.")
+    top_k: int = Field(10, ge=1, description="How many results to return.")
+    include_text: bool = Field(True, description="Return each passage's text.")
+
+
+class CandidateIn(_Model):
+    """One of the user's own passages."""
+
+    id: str | None = Field(None, description="Its id (default c1, c2, ... in order).")
+    text: str
+    title: str = ""
+
+
+class RerankRequest(_Model):
+    """Rerank the user's candidate passages for a query with a reranker."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"query": "Does vitamin D reduce fractures?", "pipeline": "cross_encoder",
+         "candidates": [{"id": "a", "text": "Vitamin D supplementation did not reduce hip "
+                                           "fractures in older adults."},
+                        {"id": "b", "text": "Aspirin lowers the risk of colorectal cancer."}]},
+    ]})
+
+    query: str
+    candidates: list[CandidateIn] = Field(min_length=1)
+    pipeline: str | None = Field(None, description="A reranker name from GET /pipelines.")
+    top_k: int | None = Field(None, ge=1, description="How many results to return "
+                                                      "(default: all).")
+
+
+class EvaluateRequest(_Model):
+    """A TREC run (``qid Q0 docid rank score tag``) and qrels (TREC or BEIR TSV) as text."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"run": "1 Q0 d1 1 2.0 demo\n1 Q0 d2 2 1.0 demo\n2 Q0 d3 1 1.5 demo\n",
+         "qrels": "1 0 d2 1\n2 0 d3 2\n", "metrics": ["nDCG@10", "MRR@10"]},
+    ]})
+
+    run: str
+    qrels: str
+    metrics: list[str] = Field(default_factory=lambda: ["nDCG@10", "MRR@10", "MAP@100",
+                                                        "Recall@100", "P@10"])
+    per_query: bool = False
+
+
+class DerivedOut(BaseModel):
+    kind: str
+    text: str
+    stage: str
+
+
+class ResultOut(BaseModel):
+    """A ranked passage with every stage's score and its rank in that stage's list."""
+
+    rank: int
+    doc_id: str
+    score: float
+    title: str = ""
+    text: str = ""
+    stage_scores: dict[str, float] = Field(default_factory=dict)
+    stage_ranks: dict[str, int] = Field(default_factory=dict)
+
+
+class StageTraceOut(BaseModel):
+    """What one stage cost in this request."""
+
+    stage: str
+    seconds: float
+    calls: int
+    queries: int
+    llm_calls: int = 0
+    cache_hits: int = 0
+    fallbacks: int = 0
+    counters: dict[str, float] = Field(default_factory=dict)
+
+
+class EventOut(BaseModel):
+    stage: str
+    event: str
+    query_id: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class CitationOut(BaseModel):
+    """A numbered source the answer cites: ``[n]`` in the text is ``doc_id``."""
+
+    n: int
+    doc_id: str
+    text: str
+
+
+class AnswerOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"text": "Yes: ALDH1 marks stem-like cells in breast tumours [1].",
+         "citations": [{"n": 1, "doc_id": "4983", "text": "ALDH1 is a marker ..."}],
+         "fallback": "", "stage": "answer"},
+    ]})
+
+    text: str
+    citations: list[CitationOut] = Field(default_factory=list)
+    fallback: str = Field("", description="Why the reply was not used as written; empty "
+                                          "when it was.")
+    stage: str = ""
+
+
+class SearchResponse(BaseModel):
+    request_id: str
+    index: str | None
+    pipeline: str
+    query: str = Field(description="The user's question (the last turn).")
+    searched: str = Field(description="The text the pipeline searched (a rewrite, for a "
+                                      "conversational pipeline).")
+    derived: list[DerivedOut] = Field(default_factory=list)
+    results: list[ResultOut]
+    stages: list[StageTraceOut]
+    events: list[EventOut] = Field(default_factory=list)
+    fallbacks: int = 0
+    seconds: float
+    answer: AnswerOut | None = None
+
+
+class AnswerResponse(SearchResponse):
+    answer: AnswerOut  # type: ignore[assignment]
+
+
+class EvaluateResponse(BaseModel):
+    metrics: dict[str, float]
+    queries: int = Field(description="Judged queries averaged over.")
+    skipped: list[str] = Field(default_factory=list, description="Queries with no relevant "
+                                                                 "document (not averaged).")
+    per_query: dict[str, dict[str, float]] | None = None
+
+
+class IndexInfo(BaseModel):
+    name: str
+    documents: int
+
+
+class PipelineInfo(BaseModel):
+    name: str
+    kind: str = Field(description="search (over an index) or rerank (over your passages)")
+    description: str
+    answers: bool = Field(description="Whether POST /answer can use it.")
+    allowed: bool = Field(description="Whether your key may use it.")
+
+
+class PipelinesResponse(BaseModel):
+    indexes: list[IndexInfo]
+    pipelines: list[PipelineInfo]
+    default_pipeline: str
+    limits: dict[str, int]
+
+
+class HealthResponse(BaseModel):
+    status: str
+    indexes: int
+    pipelines: int
+    in_flight: int
+    workers: int
+    queue_limit: int
+
+
+class ReportInfo(BaseModel):
+    name: str
+    bytes: int
+
+
+class ErrorOut(BaseModel):
+    error: str
+    request_id: str = ""
