@@ -390,10 +390,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if path is None:
             raise RequestError(404, f"no report named {name!r}; see GET /reports")
         return HTMLResponse(path.read_text(encoding="utf-8"),
-                            headers={"Content-Security-Policy": "sandbox allow-scripts"})
+                            headers={"Content-Security-Policy": "sandbox"})
 
     page_headers = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                    "frame-src blob:; style-src 'self'"}
+                    "frame-src blob:; style-src 'self' 'unsafe-inline'"}
 
     @app.get("/", include_in_schema=False)
     async def page() -> Response:
