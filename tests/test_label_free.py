@@ -32,7 +32,6 @@ from intentrank.eval.label_free import (
     cosine_rows,
     cosine_to_gold,
     cosine_to_gold_queries,
-    format_passages,
     length_bucket,
     method_agreement,
     reranker_support,
@@ -294,6 +293,8 @@ def test_citation_scores_per_llm_and_averaged():
 
 
 def test_format_passages_numbers_and_clips():
+    from intentrank.answer.citations import format_passages
+
     assert format_passages(["a b c", "d  e\nf"], max_words=2) == "[1] a b\n[2] d e"
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from intentrank.core.stage import Stage
 
 BUILTIN_PACKAGES = ("intentrank.retrieve", "intentrank.fuse", "intentrank.query",
-                    "intentrank.rerank")
+                    "intentrank.rerank", "intentrank.answer")
 
 
 @dataclass

@@ -18,8 +18,8 @@ that need a gold standalone rewrite of each turn but no relevance judgments.
 (5-9) and ``>=10`` (10 or more); the paper's ``5-10`` and ``>= 10`` overlap at 10, and a
 10-turn conversation goes to ``>=10``.
 
-Runtimes (embedder, cross-encoder, LLM clients) are passed in as objects; this module only
-imports from layers 0-2.
+Runtimes (embedder, cross-encoder, LLM clients) are passed in as objects; passages are
+numbered as the answer stage numbers them (``answer/citations.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from intentrank.answer.citations import format_passages
 from intentrank.core.params import ParameterError, check_int
 from intentrank.core.protocols import LLMLike
 from intentrank.errors import DataError
@@ -292,12 +293,6 @@ def read_citations(obj: dict[str, Any], n_passages: int) -> CitedAnswer | Repair
     if dropped:
         return Repaired(value, f"dropped citation numbers outside 1..{n_passages}: {dropped}")
     return value
-
-
-def format_passages(texts: Sequence[str], max_words: int = 150) -> str:
-    """Numbered passages, ``[1] text`` (each cut to ``max_words`` words), one per line."""
-    return "\n".join(f"[{i}] {' '.join(t.split()[:max_words])}"
-                     for i, t in enumerate(texts, 1))
 
 
 @dataclass

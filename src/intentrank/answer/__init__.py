@@ -1,0 +1,2 @@
+"""Grounded answers: generate an answer from a ranking's top documents with numbered
+citations (``answer`` stage), and read and validate those citations."""

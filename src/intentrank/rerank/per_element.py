@@ -1,0 +1,80 @@
+"""Per-element reranking (knowledge-aware diverse reranking, method 5): rerank the top
+``top_k`` (N_rank) once per knowledge element, with ``question + element`` as the query, and
+interleave the per-element lists (alternating picks, no repeats) into the final order.
+
+The elements are those a ``knowledge`` stage pushed; a query without any keeps its ranking
+(counted ``no_elements``). The interleaved head scores ``1 / position``; every document keeps
+its earlier scores and gets the inner reranker's score for element ``i`` as
+``<path>.element<i>``; documents below ``top_k`` stay below, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from intentrank.core.params import ParameterError, check_int
+from intentrank.core.registry import BuildContext, register_stage
+from intentrank.core.stage import Stage
+from intentrank.fuse.interleave import interleave
+from intentrank.query.knowledge import knowledge_of
+from intentrank.rerank.base import rerank_head
+from intentrank.types import Query, Ranking, Trace
+
+SEP = "\x1f"
+
+
+def element_query(question: str, element: str) -> str:
+    """What the reranker scores against for one element: ``question + element``."""
+    return f"{question} {element}"
+
+
+class PerElementRerank(Stage):
+    """Rerank the head once per knowledge element and interleave (see the module doc)."""
+
+    def __init__(self, reranker: Stage, top_k: int = 100, name: str = "per_element") -> None:
+        if not isinstance(reranker, Stage):
+            raise ParameterError(f"reranker must be a stage, got {reranker!r}")
+        self.reranker, self.top_k, self.name = reranker, check_int("top_k", top_k), name
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        path_id = trace.path_of(self)
+        expanded = []
+        for r in rankings:
+            head = r.docs[:self.top_k]
+            for i, element in enumerate(knowledge_of(r)):
+                query = Query(f"{r.query.id}{SEP}{i}", element_query(r.query.text, element))
+                expanded.append(Ranking(query, list(head)))
+        lists: dict[str, list[Ranking]] = {}
+        for out in (self.reranker(expanded, trace) if expanded else []):
+            lists.setdefault(out.query.id.rsplit(SEP, 1)[0], []).append(out)
+        trace.count(path_id, "element_queries", len(expanded))
+        result = []
+        for r in rankings:
+            mine = lists.get(r.query.id, [])
+            if not mine:
+                trace.count(path_id, "no_elements")
+                result.append(r)
+                continue
+            order = interleave([m.doc_ids[:self.top_k] for m in mine])
+            extra: dict[str, dict[str, float]] = {}
+            for i, m in enumerate(mine):
+                for d in m.docs[:self.top_k]:
+                    extra.setdefault(d.doc_id, {})[f"{path_id}.element{i}"] = float(d.score)
+            scores = {doc: 1.0 / pos for pos, doc in enumerate(order, start=1)}
+            result.append(rerank_head(r, scores, path_id, extra))
+        return result
+
+    def describe(self) -> str:
+        return self.described(self.reranker.describe(), top_k=self.top_k)
+
+
+@register_stage("per_element")
+def _per_element(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    """``per_element: {reranker: <node>, top_k: 100}``: rerank the top ``top_k`` once per
+    knowledge element (``question + element``) and interleave; the reranker defaults to the
+    bundled cross-encoder."""
+    from intentrank.core.config import build_pipeline
+
+    reranker = build_pipeline(params.pop("reranker", "cross_encoder"), ctx,
+                              "per_element.reranker")
+    return PerElementRerank(reranker, **params)

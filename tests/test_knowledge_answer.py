@@ -1,0 +1,232 @@
+"""Knowledge-aware reranking (knowledge elements, per-element rerank) and grounded answers
+with citations: parsing, fallbacks and bad input with scripted LLMs, then the shipped
+``knowledge`` config on the real Cranfield index."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from intentrank.answer.citations import check_citations, is_abstention
+from intentrank.answer.generate import AnswerGenerator, make_answer
+from intentrank.core.config import resolve_pipeline
+from intentrank.core.params import ParameterError
+from intentrank.core.stage import Stage
+from intentrank.llm.base import ChatParams, LLMReply, Message
+from intentrank.llm.client import LLMClient
+from intentrank.pipelines import pipeline_from_config
+from intentrank.query.knowledge import (
+    KnowledgeElements,
+    element_support,
+    knowledge_of,
+    parse_declaration,
+    parse_summary,
+    top_supported,
+)
+from intentrank.rerank.per_element import PerElementRerank
+from intentrank.types import Query, Ranking, ScoredDoc, Trace
+
+
+class Docs:
+    """An index stand-in: document texts by id."""
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+
+    def doc_text(self, doc_id: str) -> str:
+        return self.texts[doc_id]
+
+
+class ByPrompt:
+    """Replies by what the prompt asks (declaration, summary, answer)."""
+
+    name = "fake:knowledge"
+
+    def __init__(self, declare=None, summary: str = "", answer: str = "") -> None:
+        self.declare, self.summary, self.answer = declare, summary, answer
+        self.prompts: list[str] = []
+
+    def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
+        text = messages[-1]["content"]
+        self.prompts.append(text)
+        if "Pick the two most important" in text:
+            return LLMReply(self.summary)
+        if "knowledge elements needed" in text:
+            return LLMReply(self.declare(text) if callable(self.declare) else self.declare)
+        return LLMReply(self.answer(text) if callable(self.answer) else self.answer)
+
+
+def ranking(qid: str, text: str, ids: list[str]) -> Ranking:
+    return Ranking(Query(qid, text), [ScoredDoc(d, float(len(ids) - i)) for i, d in
+                                      enumerate(ids)])
+
+
+def test_declaration_keeps_provided_numbers_inside_the_list():
+    d = parse_declaration('{"needed": ["boundary layer", "Boundary layer!", "shock"], '
+                          '"provided": [2, 5, 0, 2, true]}')
+    assert d.needed == ("boundary layer", "shock")  # duplicates (case, punctuation) dropped
+    assert d.provided == (2,) and d.violations == (5, 0, True)
+    assert parse_declaration('{"needed": ["a b c"]}').provided == ()  # question-only prompt
+    for bad in ('{"needed": []}', '{"needed": ["  "]}', "no json", '{"needed": "x"}'):
+        with pytest.raises(ValueError):
+            parse_declaration(bad)
+
+
+def test_support_counts_documents_and_the_fallback_keeps_the_best_supported():
+    decls = [parse_declaration('{"needed": ["lift", "drag"], "provided": [2]}'),
+             parse_declaration('{"needed": ["Drag", "heat"], "provided": [1, 2]}')]
+    support = element_support(decls)
+    assert support == {"lift": 0, "drag": 2, "heat": 1}
+    assert top_supported(support) == ["drag", "heat"]
+    assert parse_summary('{"elements": ["x y", "z w"]}') == ["x y", "z w"]
+    for bad in ('{"elements": ["only one"]}', '{"elements": ["same", "SAME"]}', "[]"):
+        with pytest.raises(ValueError):
+            parse_summary(bad)
+
+
+def test_knowledge_stage_declares_per_document_and_summarises():
+    def declare(prompt: str) -> str:
+        if "doc-b" in prompt:
+            return '{"needed": ["lift", "drag", "heat"], "provided": [3, 9]}'
+        return '{"needed": ["lift", "drag"], "provided": [1]}'
+
+    fake = ByPrompt(declare, summary='{"elements": ["lift at speed", "heat load"]}')
+    stage = KnowledgeElements(LLMClient(fake, cache=None),
+                              Docs({"a": "doc-a text", "b": "doc-b text", "c": "doc-c"}),
+                              n_know=2)
+    trace = Trace()
+    out = stage([ranking("1", "wing?", ["a", "b", "c"])], trace)
+    assert knowledge_of(out[0]) == ["lift at speed", "heat load"]
+    assert out[0].doc_ids == ["a", "b", "c"]  # the ranking is not changed
+    counters = trace.stage("knowledge").counters
+    assert counters["declarations"] == 2 and counters["subset_violations"] == 1
+    assert sum("Document: doc-c" in p for p in fake.prompts) == 0  # only the top n_know
+    # an unreadable summary keeps the two best-supported elements, counted
+    fake2 = ByPrompt(declare, summary="lift and heat")
+    trace2 = Trace()
+    out2 = KnowledgeElements(LLMClient(fake2, cache=None), Docs({"a": "doc-a", "b": "doc-b"}),
+                             n_know=2)([ranking("1", "wing?", ["a", "b"])], trace2)
+    assert knowledge_of(out2[0]) == ["lift", "heat"]
+    assert trace2.stage("knowledge").counters["summary_fallbacks"] == 1
+
+
+def test_knowledge_without_documents_and_with_nothing_declared():
+    fake = ByPrompt('{"needed": ["alpha part", "beta part"]}')
+    trace = Trace()
+    out = KnowledgeElements(LLMClient(fake, cache=None), None, n_know=0)(
+        [ranking("1", "q", [])], trace)
+    assert knowledge_of(out[0]) == ["alpha part", "beta part"]  # two: no summary call
+    assert len(fake.prompts) == 1 and "Document:" not in fake.prompts[0]
+    bad = ByPrompt("I don't know")
+    trace = Trace()
+    out = KnowledgeElements(LLMClient(bad, cache=None), Docs({"a": "x"}), n_know=3)(
+        [ranking("1", "q", ["a"]), ranking("2", "q2", [])], trace)
+    assert [knowledge_of(r) for r in out] == [[], []]
+    assert trace.stage("knowledge").counters["no_elements"] == 2
+    assert trace.stage("knowledge").counters["fallbacks"] == 1
+    with pytest.raises(ParameterError, match="needs an index"):
+        KnowledgeElements(LLMClient(bad, cache=None), None, n_know=2)
+    with pytest.raises(ParameterError, match="n_know"):
+        KnowledgeElements(LLMClient(bad, cache=None), None, n_know=-1)
+
+
+class WordOverlap(Stage):
+    """A fake reranker: score = words the query shares with the document text."""
+
+    name = "overlap"
+
+    def __init__(self, texts: dict[str, str]) -> None:
+        self.texts = texts
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        out = []
+        for r in rankings:
+            words = set(r.query.text.split())
+            scores = {d.doc_id: len(words & set(self.texts[d.doc_id].split())) + 1e-3 * d.score
+                      for d in r.docs}
+            out.append(Ranking.from_scores(r.query, scores, trace.path_of(self), r))
+        return out
+
+
+def test_per_element_interleaves_one_list_per_element():
+    texts = {"a": "lift", "b": "heat", "c": "lift drag", "d": "heat hot", "e": "none"}
+    query = Query("1", "wing").with_derived("knowledge", ["lift drag", "heat hot"], "k")
+    start = Ranking(query, [ScoredDoc(d, 5.0 - i) for i, d in enumerate("abcde")])
+    trace = Trace()
+    out = PerElementRerank(WordOverlap(texts), top_k=4)([start], trace)[0]
+    # element 0 orders c, a, ...; element 1 orders d, b, ...; interleaved; e stays below
+    assert out.doc_ids == ["c", "d", "a", "b", "e"]
+    assert out.docs[0].stage_scores["per_element.element0"] == pytest.approx(2 + 3e-3)
+    assert out.docs[0].score == 1.0 and out.docs[1].score == 0.5
+    assert trace.stage("per_element").counters["element_queries"] == 2
+    plain = Ranking(Query("2", "wing"), [ScoredDoc("e", 1.0), ScoredDoc("a", 0.5)])
+    trace = Trace()
+    assert PerElementRerank(WordOverlap(texts))([plain], trace)[0].doc_ids == ["e", "a"]
+    assert trace.stage("per_element").counters["no_elements"] == 1
+
+
+def test_citations_are_checked_against_the_documents_given():
+    c = check_citations("Lift rises [1][7]. Drag too [2, 3] and [4-5] [9].", 5)
+    assert c.valid == (1, 2, 3, 4, 5) and c.dropped == (7, 9)
+    assert c.text == "Lift rises [1]. Drag too [2][3] and [4][5]."
+    assert is_abstention("The documents do not answer this question.")
+    assert make_answer("See [7].", ("a", "b", "c", "d", "e"), "answer").fallback == \
+        "bad_citation"
+    assert make_answer("No citation here.", ("a",), "answer").fallback == "no_citation"
+    assert make_answer("   ", ("a",), "answer").fallback == "empty"
+    ok = make_answer("Yes [2], also [1] and [2].", ("a", "b"), "answer")
+    assert ok.fallback == "" and ok.citations == (2, 1) and ok.cited_ids == ["b", "a"]
+    assert make_answer("The documents do not answer this question.", ("a",),
+                       "answer").fallback == ""
+
+
+def test_answer_stage_clips_long_documents_and_counts_fallbacks():
+    long = " ".join(f"w{i}" for i in range(5000))
+    docs = Docs({"a": long, "b": "short text", "c": "c text"})
+    replies = {"1": "Long [1] and short [2] and [7].", "2": "", "3": "Nothing cited."}
+
+    def answer(prompt: str) -> str:
+        return replies[prompt.split("Question: ", 1)[1].split("\n", 1)[0]]
+
+    fake = ByPrompt(answer=answer)
+    stage = AnswerGenerator(LLMClient(fake, cache=None), docs, top_k=2, doc_words=300,
+                            context_words=400)
+    trace = Trace()
+    rankings = [ranking("q1", "1", ["a", "b", "c"]), ranking("q2", "2", ["c"]),
+                ranking("q3", "3", ["b"]), Ranking(Query("q4", "4"))]
+    out = stage(rankings, trace)
+    a = [r.query.answer for r in out]
+    assert a[0].sources == ("a", "b") and a[0].citations == (1, 2)
+    assert a[0].fallback == "bad_citation" and "[7]" not in a[0].text
+    assert [x.fallback for x in a[1:]] == ["empty", "no_citation", "no_documents"]
+    assert len(fake.prompts) == 3  # no call without documents
+    first = fake.prompts[0]
+    assert "w199" in first and "w200" not in first  # 400 words shared by two documents
+    counters = trace.stage("answer").counters
+    assert counters["fallbacks"] == 4 and counters["clipped_documents"] == 1
+    assert counters["fallback.bad_citation"] == 1 and counters["citations"] == 2
+    assert out[0].doc_ids == ["a", "b", "c"]  # the ranking is not changed
+    with pytest.raises(ParameterError, match="top_k"):
+        AnswerGenerator(LLMClient(fake, cache=None), docs, top_k=0)
+
+
+def test_shipped_knowledge_config_on_real_cranfield(cranfield_index):
+    def declare(prompt: str) -> str:
+        return json.dumps({"needed": ["heat transfer at the wall", "boundary layer flow",
+                                      "pressure gradient"], "provided": [1]})
+
+    fake = ByPrompt(declare, summary='{"elements": ["heat transfer", "boundary layer"]}',
+                    answer="Heat transfer rises [1].")
+    llm = LLMClient(fake, cache=None)
+    pipe = pipeline_from_config(resolve_pipeline("knowledge"), cranfield_index, llm=llm)
+    q = Query("1", "how does the boundary layer affect heat transfer in hypersonic flow")
+    result = pipe.run([q])
+    r = result.rankings[0]
+    assert knowledge_of(r) == ["heat transfer", "boundary layer"]
+    assert len(r.doc_ids) == 100 and len(set(r.doc_ids)) == 100
+    assert "per_element.element1" in r.docs[0].stage_scores
+    assert "per_element/cross_encoder" in result.trace.stages
+    assert result.trace.stage("knowledge").counters["declarations"] == 5
+    answered = AnswerGenerator(llm, cranfield_index, top_k=3)(result.rankings, Trace())
+    assert answered[0].query.answer.cited_ids == [r.doc_ids[0]]
