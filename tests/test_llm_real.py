@@ -128,3 +128,27 @@ def test_json_schema_constrains_the_embedded_model(client):
     # the same messages, another request: the schema is part of the reply-cache key
     assert trace.stage("free").counters["llm_calls"] == 1
     assert trace.stage("schema").counters["llm_calls"] == 1
+
+
+def test_answer_cites_the_given_passages_and_the_judge_scores_on_scale(llm):
+    from intentrank.answer.generate import AnswerGenerator
+    from intentrank.eval.answer_judge import JudgeItem, judge_answers
+
+    client = LLMClient(llm, cache=None)
+    ranking = Ranking(Query("q", "how are hypersonic heat transfer rates measured"),
+                      [ScoredDoc(d, 1.0) for d in ("c1", "c2", "c3")])
+    trace = Trace()
+    answer = AnswerGenerator(client, Texts(), top_k=3, max_words=40)([ranking], trace)[0] \
+        .query.answer
+    assert answer.sources == ("c1", "c2", "c3") and answer.text
+    assert set(answer.citations) <= {1, 2, 3}  # checked against the three given
+    reference = "Surface heat transfer rates are measured on a flat plate at Mach 7."
+    judged = judge_answers(client, [
+        JudgeItem("q", ranking.query.text, reference, (PASSAGES["c1"],), a)
+        for a in (reference, answer.text, "")], trace)
+    assert judged[2].relevance == 0 and judged[2].fallback == "empty_answer"
+    for j in judged[:2]:  # on the scales, or a counted fallback
+        assert j.relevance in (-1, 0, 1, 2) or j.fallback
+        assert j.faithfulness in (-1, 0, 1) or j.fallback
+    assert trace.stage("answer_judge").counters.get("fallbacks", 0) == \
+        sum(j.relevance is None for j in judged)

@@ -10,9 +10,10 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from intentrank.data.conversations import Conversation, load_conversations
-from intentrank.data.corpus import iter_corpus, load_queries
+from intentrank.data.corpus import _records, iter_corpus, load_queries
 from intentrank.data.readers import check_file
 from intentrank.data.trec import Qrels, load_qrels
 from intentrank.errors import DataError
@@ -72,6 +73,30 @@ class Dataset:
         the dataset has no conversations)."""
         return {t.id: t.rewrite for c in self.conversations or () for t in c.turns
                 if t.rewrite is not None}
+
+    def query_metadata(self) -> dict[str, dict[str, Any]]:
+        """``{query id: metadata}`` from a JSONL queries file's ``metadata`` objects (what
+        ``intentrank generate`` writes: ``answer``, ``kind``, ``documents``, ...); empty for
+        other query files. A line whose ``metadata`` is not an object is a DataError."""
+        path = next((self.root / n for n in QUERY_NAMES if (self.root / n).is_file()), None)
+        if path is None or ".jsonl" not in path.name:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for line, rec in _records(path, "utf-8"):
+            meta = rec.get("metadata")
+            if meta is None:
+                continue
+            if not isinstance(meta, dict):
+                raise DataError(f"metadata must be an object, got {type(meta).__name__}",
+                                path, line, "metadata")
+            out[str(rec.get("_id", rec.get("id")))] = meta
+        return out
+
+    def reference_answers(self) -> dict[str, str]:
+        """``{query id: reference answer}`` for the queries whose metadata has a non-empty
+        ``answer`` string (generated question sets)."""
+        return {q: m["answer"].strip() for q, m in self.query_metadata().items()
+                if isinstance(m.get("answer"), str) and m["answer"].strip()}
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
