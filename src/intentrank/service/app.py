@@ -49,7 +49,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 _ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text} for code, text in (
-        (401, "no API key, or an unknown one"), (403, "the key may not use this pipeline"),
+        (400, "malformed JSON"), (401, "no API key, or an unknown one"),
+        (403, "the key may not use this pipeline"), (404, "no such report"),
         (413, "the body is over the size limit"), (422, "a limit or a field is violated"),
         (503, "the worker queue is full (see Retry-After)"), (504, "the request timed out"))}
 
@@ -112,14 +113,6 @@ class Gate:
                                       (b"x-content-type-options", b"nosniff")]
             await send(message)
 
-        async def receive_limited() -> dict:
-            message = await receive()
-            if message["type"] == "http.request":
-                received[0] += len(message.get("body", b""))
-                if received[0] > self.max_body:
-                    raise _BodyTooLarge
-            return message
-
         try:
             length = int(headers.get(b"content-length", b"0") or 0)
         except ValueError:
@@ -127,16 +120,32 @@ class Gate:
         try:
             if length > self.max_body:
                 raise _BodyTooLarge
-            await self.app(scope, receive_limited, send_logged)
+            body, more = [], True  # read (bounded) before the app sees it: chunked bodies too
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                body.append(message.get("body", b""))
+                received[0] += len(body[-1])
+                more = message.get("more_body", False)
+                if received[0] > self.max_body:
+                    raise _BodyTooLarge
+            replay = [{"type": "http.request", "body": b"".join(body), "more_body": False}]
+
+            async def receive_buffered() -> dict:
+                return replay.pop() if replay else await receive()
+
+            await self.app(scope, receive_buffered, send_logged)
         except _BodyTooLarge:
             info["error"] = f"the body is over the limit of {self.max_body} bytes"
             if status[0] == 0:
-                body = json.dumps({"error": info["error"], "request_id": rid}).encode()
+                body_out = json.dumps({"error": info["error"], "request_id": rid}).encode()
                 await send_logged({"type": "http.response.start", "status": 413,
                                    "headers": [(b"content-type", b"application/json"),
-                                               (b"content-length", str(len(body)).encode()),
+                                               (b"content-length",
+                                                str(len(body_out)).encode()),
                                                (b"connection", b"close")]})
-                await send_logged({"type": "http.response.body", "body": body})
+                await send_logged({"type": "http.response.body", "body": body_out})
         finally:
             self.log.write({
                 "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,

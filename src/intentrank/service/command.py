@@ -1,0 +1,136 @@
+"""``intentrank serve``: settings from command-line values, then uvicorn.
+
+:func:`serve` is what the CLI calls; :func:`build_settings` is the same without starting a
+server (tests, embedding the app elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from intentrank.core.config import builtin_pipelines
+from intentrank.errors import ConfigError
+from intentrank.service.auth import ENV_VAR, ApiKey, KeyStore, generate_key, hash_key
+from intentrank.service.settings import REPO_REPORTS, Limits, ServiceSettings
+
+DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
+
+
+def _named(items: list[str], what: str) -> dict[str, str]:
+    """``name=value`` or ``value`` (named by its file stem) -> {name: value}."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            name, value = Path(item).stem if item not in builtin_pipelines() else item, item
+        if name in out:
+            raise ConfigError(f"two {what}s are named {name!r}; name them NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def _default_index(dataset: Path, index_dir: Path, log: Any) -> Any:
+    """The quickstart's index (SciFact by default): opened, or built once if missing."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index, open_or_build
+
+    if not Index.exists(index_dir):
+        log(f"building index {index_dir} from {dataset} (once; a few minutes on 2 cores)")
+    ds = load_dataset(dataset)
+    return open_or_build(ds.corpus, index_dir, source=str(dataset), log=log)
+
+
+def build_settings(
+    index_dirs: list[str] | None = None,
+    pipelines: list[str] | None = None,
+    keys_file: Path | None = None,
+    no_keys: bool = False,
+    workers: int = 2,
+    queue_limit: int = 32,
+    timeout: float = 60.0,
+    cors_origins: list[str] | None = None,
+    report_dirs: list[Path] | None = None,
+    access_log: Path | None = None,
+    dataset: Path | None = None,
+    llm: str = "embedded",
+    llm_options: dict[str, Any] | None = None,
+    limits: Limits | None = None,
+    log: Any = print,
+) -> tuple[ServiceSettings, str | None]:
+    """Service settings and, when no key is configured, a generated key (else None).
+
+    ``index_dirs``: ``DIR`` or ``NAME=DIR``; none: the quickstart's index of ``dataset``
+    (default ``$INTENTRANK_DATA/scifact`` into ``indexes/<dataset name>``, built if missing).
+    ``pipelines``: shipped names or ``[NAME=]config.yaml``; none: the default set.
+    Keys: ``keys_file``, else ``$INTENTRANK_API_KEYS``, else one generated for this run."""
+    if index_dirs:
+        indexes: dict[str, Any] = {n: Path(p) for n, p in _named(index_dirs, "index").items()}
+    else:
+        dataset = Path(dataset or DEFAULT_DATA / "scifact")
+        indexes = {dataset.name: _default_index(dataset, Path("indexes") / dataset.name, log)}
+    generated = None
+    if no_keys:
+        keys = None
+    elif keys_file is not None:
+        keys = KeyStore.from_file(keys_file)
+    elif os.environ.get(ENV_VAR, "").strip():
+        keys = KeyStore.from_env(os.environ[ENV_VAR])
+    else:
+        generated = generate_key()
+        keys = KeyStore([ApiKey("generated", hash_key(generated))])
+    extra: dict[str, Any] = {}
+    if pipelines:
+        extra["pipelines"] = _named(pipelines, "pipeline")
+    settings = ServiceSettings(
+        indexes=indexes, keys=keys, require_keys=not no_keys, workers=workers,
+        queue_limit=queue_limit, timeout_s=timeout, cors_origins=list(cors_origins or []),
+        report_dirs=list(report_dirs) if report_dirs else [REPO_REPORTS],
+        access_log=access_log, llm=llm, llm_options=dict(llm_options or {}),
+        limits=limits or Limits(), **extra)
+    return settings.check(), generated
+
+
+def serve(
+    index_dirs: list[str] | None = None,
+    pipelines: list[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    keys_file: Path | None = None,
+    no_keys: bool = False,
+    workers: int = 2,
+    queue_limit: int = 32,
+    timeout: float = 60.0,
+    cors_origins: list[str] | None = None,
+    report_dirs: list[Path] | None = None,
+    access_log: Path | None = None,
+    dataset: Path | None = None,
+    llm: str = "embedded",
+    llm_options: dict[str, Any] | None = None,
+) -> None:
+    """Load everything, print the URL (and the generated key, if any) and serve until
+    interrupted. Raises ConfigError / IntentrankError before listening on bad settings."""
+    import uvicorn
+
+    from intentrank.service.app import create_app
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    settings, generated = build_settings(
+        index_dirs, pipelines, keys_file, no_keys, workers, queue_limit, timeout,
+        cors_origins, report_dirs, access_log, dataset, llm, llm_options, log=log)
+    app = create_app(settings)
+    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
+    url = f"http://{shown}:{port}/"
+    print(f"intentrank service: {url}", flush=True)
+    if generated:
+        print(f"API key (generated for this run; set ${ENV_VAR} or --keys-file to keep "
+              f"one): {generated}", flush=True)
+        print(f"open in a browser: {url}#key={generated}", flush=True)
+    elif no_keys:
+        print("warning: API keys are off; anyone who can reach this port can use it",
+              flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                timeout_keep_alive=5)
