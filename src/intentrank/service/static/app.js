@@ -5,7 +5,7 @@
 (() => {
   const {api, el} = IR;
   const $ = (id) => document.getElementById(id);
-  const STOP = new Set("a an and are as at be by do does for from has have how in is it its of on or that the this to was what when where which who why with".split(" "));
+  const STOP = new Set("a an and are as at be by do does for from has have how in is it its of on or over that the this to was what when where which who why with".split(" "));
   let pipelines = [];
 
   function setStatus(text, cls) { $("status").textContent = text; $("status").className = cls || ""; }
@@ -60,7 +60,7 @@
     const out = document.createDocumentFragment();
     if (!words.length) { out.append(text); return out; }
     const esc = words.map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
-    const re = new RegExp(`(${esc.join("|")})`, "giu");
+    const re = new RegExp(`(?<![\\p{L}\\p{N}])(${esc.join("|")})(?![\\p{L}\\p{N}])`, "giu");
     let last = 0;
     for (const m of text.matchAll(re)) {
       out.append(text.slice(last, m.index), el("mark", {text: m[0]}));
@@ -102,17 +102,23 @@
     $("results-box").hidden = false;
   }
 
+  // Stages as a timeline: top-level stages one after another, a stage's sub-stages
+  // (path ids below it, e.g. rrf/bm25 under rrf) one after another from its start.
   function renderTrace(res) {
-    const total = Math.max(res.seconds, 1e-6);
-    const start = {};
-    let cursor = 0;
-    const rows = [];
+    const total = Math.max(res.seconds, ...res.stages.map((s) => s.seconds), 1e-6);
+    const byId = Object.fromEntries(res.stages.map((s) => [s.stage, s]));
+    const parentOf = (id) => {
+      let p = id;
+      while (p.includes("/")) { p = p.slice(0, p.lastIndexOf("/")); if (p in byId) return p; }
+      return null;
+    };
+    const children = {}, tops = [];
     for (const s of res.stages) {
-      const parent = s.stage.includes("/") ? s.stage.slice(0, s.stage.lastIndexOf("/")) : null;
-      const depth = (s.stage.match(/\//g) || []).length;
-      const begin = parent && parent in start ? start[parent].next : cursor;
-      if (parent && parent in start) start[parent].next += s.seconds; else cursor += s.seconds;
-      start[s.stage] = {next: begin};
+      const p = parentOf(s.stage);
+      if (p) (children[p] = children[p] || []).push(s); else tops.push(s);
+    }
+    const rows = [];
+    const place = (s, begin, depth) => {
       const bar = el("div", {class: "bar" + (s.fallbacks ? " fallback" : "")});
       bar.style.marginLeft = (100 * begin / total).toFixed(2) + "%";
       bar.style.width = Math.max(0.5, 100 * s.seconds / total).toFixed(2) + "%";
@@ -122,7 +128,11 @@
       name.style.paddingLeft = depth + "em";
       rows.push(el("div", {class: "trace-row"}, name, el("div", {class: "track"}, bar),
                    el("div", {class: "secs", text: `${(1000 * s.seconds).toFixed(1)} ms ${extra}`})));
-    }
+      let at = begin;
+      for (const c of children[s.stage] || []) { place(c, at, depth + 1); at += c.seconds; }
+    };
+    let cursor = 0;
+    for (const s of tops) { place(s, cursor, 0); cursor += s.seconds; }
     $("timeline").replaceChildren(...rows, el("p", {class: "muted",
       text: `total ${(1000 * res.seconds).toFixed(1)} ms in the pipeline · ${res.fallbacks} fallbacks · request ${res.request_id}`}));
     $("trace-box").hidden = false;
