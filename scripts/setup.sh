@@ -8,4 +8,13 @@ PYTHON=${PYTHON:-python3}
 quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 quiet .venv/bin/pip install -q torch==2.13.0
 quiet .venv/bin/pip install -q -e ".[all,dev]"
+# Headless Chromium for the service's browser test (tests/test_service_browser.py skips,
+# saying why, where it cannot be installed); never fails the setup.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
+    { $SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { $SUDO apt-get update -q >/dev/null 2>&1 \
+           && $SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
+      || echo "note: could not install chromium (the browser test will skip)" >&2
+fi
 echo "intentrank installed in .venv ($(.venv/bin/python -c 'import intentrank; print(intentrank.__version__)'))"
