@@ -30,7 +30,7 @@ from intentrank.errors import DataError, IndexMismatchError
 from intentrank.extras import package_versions
 from intentrank.index import layout
 from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
-from intentrank.index.entities import build_entity_graph, extract_entities, pagerank
+from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
 from intentrank.index.errors import (
     IndexBuildInterrupted,
     IndexCorruptError,
@@ -38,15 +38,19 @@ from intentrank.index.errors import (
 )
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
+from intentrank.index.shards import build_bm25_shards, shard_bounds
 from intentrank.index.store import FORMAT_VERSION, Index, bm25_tokenize
 from intentrank.types import Document
 
 Progress = Callable[[str], None]
+# Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
+# dense leg's model by default; intentrank.scale passes a Ray Data encoder).
+Encoder = Callable[[list[str]], np.ndarray]
 
 
 def _versions() -> dict[str, str]:
     return package_versions(("intentrank", "bm25s", "sentence-transformers", "scikit-learn",
-                             "networkx", "numpy", "torch"))
+                             "scipy", "numpy", "torch", "faiss-cpu"))
 
 
 def _doc_lines(docs: Iterable[Document], settings: IndexSettings
@@ -92,10 +96,14 @@ def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
     return kept, digest.hexdigest()
 
 
-def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: bool) -> None:
+def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: bool
+                ) -> dict[str, Any] | None:
     import bm25s
 
     s = settings.bm25
+    if settings.shards > 1:
+        return build_bm25_shards(texts, s, out.parent, shard_bounds(len(texts),
+                                                                    settings.shards), progress)
     tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
     if not any(tokens):
         raise DataError(f"no document has a BM25 term after tokenising (stopwords "
@@ -104,6 +112,7 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
     retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
     retriever.index(bm25s.tokenization.Tokenized(*_to_ids(tokens)), show_progress=progress)
     retriever.save(str(out))
+    return None
 
 
 def _to_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
@@ -113,15 +122,19 @@ def _to_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
 
 
 def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress: bool,
-                 cache: EmbeddingCache | None) -> dict[str, int]:
-    from intentrank.models.embedder import load_embedder
-
+                 cache: EmbeddingCache | None, encoder: Encoder | None = None
+                 ) -> dict[str, Any]:
     s = settings.dense
-    embedder = load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
-                             passage_prefix=s.passage_prefix)
+    if encoder is None:
+        from intentrank.models.embedder import load_embedder
 
-    def encode(batch: list[str]) -> np.ndarray:
-        return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
+        embedder = load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
+                                 passage_prefix=s.passage_prefix)
+
+        def encode(batch: list[str]) -> np.ndarray:
+            return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
+    else:
+        encode = encoder
 
     if cache is None:
         vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
@@ -130,9 +143,25 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
         before_hits, before_miss = cache.hits, cache.misses
         vecs = cache.encode(key, texts, encode)
         stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}
+    vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+    if vecs.shape[0] != len(texts):
+        raise ValueError(f"the encoder returned {vecs.shape[0]} vectors for {len(texts)} "
+                         f"passages")
     out.mkdir()
-    np.save(out / "embeddings.npy", np.ascontiguousarray(vecs, dtype=np.float32))
+    np.save(out / "embeddings.npy", vecs)
+    if s.ann.method != "exact":
+        stats["ann"] = _build_ann(np.load(out / "embeddings.npy", mmap_mode="r"), settings, out)
     return stats
+
+
+def _build_ann(vecs: np.ndarray, settings: IndexSettings, out: Path) -> list[dict[str, Any]]:
+    """One faiss structure per shard (``dense/ann.faiss`` when unsharded)."""
+    from intentrank.index.ann import ann_file, build_ann
+
+    sharded = settings.shards > 1
+    return [build_ann(vecs[a:e], settings.dense.ann,
+                      out.parent / ann_file(i if sharded else None))
+            for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
 
 
 def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:
@@ -153,15 +182,13 @@ def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:
 def _build_graph(texts: list[str], settings: IndexSettings, out: Path) -> dict[str, int]:
     s = settings.graph
     entities = [extract_entities(t) for t in texts]
-    graph = build_entity_graph(entities, window=s.window, min_shared=s.min_shared)
-    pr = pagerank(graph, s.damping)
+    edges = entity_edges(entities, window=s.window, min_shared=s.min_shared)
+    pr = pagerank_sparse(len(entities), edges, s.damping)
     out.mkdir()
     (out / "entities.json").write_text(json.dumps([sorted(e) for e in entities]))
     np.save(out / "pagerank.npy", pr)
-    edges = np.array([(u, v, d["weight"]) for u, v, d in graph.edges(data=True)],
-                     dtype=np.int64).reshape(-1, 3)
     np.save(out / "edges.npy", edges)
-    return {"edges": int(graph.number_of_edges()),
+    return {"edges": int(len(edges)),
             "docs_with_entities": int(sum(1 for e in entities if e))}
 
 
@@ -174,6 +201,7 @@ def build_index(
     progress: bool = False,
     embedding_cache: EmbeddingCache | None | bool = True,
     log: Progress | None = None,
+    encoder: Encoder | None = None,
 ) -> Index:
     """Build (or reuse) the index at ``path`` from ``docs``.
 
@@ -182,7 +210,9 @@ def build_index(
     always rebuilds (also over a damaged or older-format index). Only one build may run per
     directory: another one fails at once with :class:`IndexBusyError`. Any error (or SIGTERM)
     while reading the corpus or building leaves the previous index as it was, removes the
-    temporary generation and any directory this call created.
+    temporary generation and any directory this call created. ``encoder`` replaces the
+    dense leg's own model for passages (it must encode with the same model: the manifest
+    records ``settings.dense``), e.g. :func:`intentrank.scale.encode.ray_encoder`.
     """
     settings = settings or IndexSettings()
     if not isinstance(settings, IndexSettings):
@@ -194,13 +224,14 @@ def build_index(
                                  f"new directory")
     with _sigterm_raises(path) as guard:
         return _build_locked(docs, path, settings, guard, overwrite=overwrite,
-                             progress=progress, embedding_cache=embedding_cache, say=say)
+                             progress=progress, embedding_cache=embedding_cache, say=say,
+                             encoder=encoder)
 
 
 def _build_locked(
     docs: Iterable[Document], path: Path, settings: IndexSettings, guard: _Guard, *,
     overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
-    say: Progress,
+    say: Progress, encoder: Encoder | None = None,
 ) -> Index:
     created = _make_dirs(path)
     try:
@@ -220,7 +251,7 @@ def _build_locked(
         (tmp / layout.READERS_LOCK).touch()
         reused = _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
                                    progress=progress, embedding_cache=embedding_cache,
-                                   say=say, path=path)
+                                   say=say, path=path, encoder=encoder)
         if reused is not None:
             shutil.rmtree(tmp)
             return reused
@@ -366,7 +397,7 @@ def _existing_index(path: Path, overwrite: bool, say: Progress) -> tuple[Index |
 def _build_generation(
     docs: Iterable[Document], tmp: Path, settings: IndexSettings, existing: Index | None, *,
     overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
-    say: Progress, path: Path,
+    say: Progress, path: Path, encoder: Encoder | None = None,
 ) -> Index | None:
     """Write a complete generation into ``tmp``; return ``existing`` instead if it is up to
     date (and we do not overwrite)."""
@@ -376,6 +407,7 @@ def _build_generation(
     timings["docs"] = time.perf_counter() - t0
     if not kept:
         raise ValueError("the corpus holds no documents")
+    shard_bounds(len(kept), settings.shards)  # more shards than documents: refused here
     if existing is not None and not overwrite:
         if (existing.corpus_sha256 == corpus_hash
                 and not existing.settings.differences(settings)):
@@ -389,9 +421,12 @@ def _build_generation(
         say(f"building {leg} over {len(texts)} documents")
         t = time.perf_counter()
         if leg == "bm25":
-            _build_bm25(texts, settings, tmp / "bm25", progress)
+            bm25_stats = _build_bm25(texts, settings, tmp / "bm25", progress)
+            if bm25_stats:
+                stats["bm25"] = bm25_stats
         elif leg == "dense":
-            stats["dense"] = _build_dense(texts, settings, tmp / "dense", progress, cache)
+            stats["dense"] = _build_dense(texts, settings, tmp / "dense", progress, cache,
+                                          encoder)
         elif leg == "tfidf":
             _build_tfidf(texts, settings, tmp / "tfidf")
         elif leg == "graph":

@@ -11,6 +11,7 @@ from intentrank.index.errors import IndexSettingsError
 LEGS = ("bm25", "dense", "tfidf", "graph")
 BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
 DENSE_BACKENDS = ("sentence-transformers", "st", "onnx")
+ANN_METHODS = ("exact", "hnsw", "ivfpq")
 # The stopword list names bm25s 0.2 knows (bm25s.tokenization._infer_stopwords); a name not
 # listed here is still accepted if the installed bm25s accepts it.
 BM25_STOPWORDS = ("english", "en", "english_plus", "en_plus", "german", "de", "dutch", "nl",
@@ -77,6 +78,47 @@ class BM25Settings:
 
 
 @dataclass(frozen=True)
+class AnnSettings:
+    """How the dense leg is searched: ``exact`` (the default: every vector, memory-mapped),
+    ``hnsw`` (faiss HNSW graph over the full vectors) or ``ivfpq`` (faiss inverted lists of
+    product-quantised codes, candidates rescored with the exact vectors)."""
+
+    method: str = "exact"
+    hnsw_m: int = 16  # graph neighbours per node (hnsw)
+    ef_construction: int = 64  # candidate list while building the graph (hnsw)
+    ef_search: int = 128  # candidate list while searching (hnsw; raised to k if smaller)
+    nlist: int = 0  # inverted lists (ivfpq); 0 = 4 * sqrt(n), at most n / 39
+    nprobe: int = 32  # lists visited per query (ivfpq)
+    pq_m: int = 48  # sub-quantizers (ivfpq); must divide the vector dimension
+    pq_bits: int = 8  # bits per sub-quantizer code (ivfpq)
+    refine: int = 4  # ivfpq: rescore refine * k candidates with the exact vectors (1 = off)
+
+    def __post_init__(self) -> None:
+        if self.method not in ANN_METHODS:
+            raise _bad(f"dense.ann.method {self.method!r} is not one of {list(ANN_METHODS)}")
+        for name, minimum in (("hnsw_m", 2), ("ef_construction", 1), ("ef_search", 1),
+                              ("nlist", 0), ("nprobe", 1), ("pq_m", 1), ("refine", 1)):
+            _integer(f"dense.ann.{name}", getattr(self, name), minimum)
+        if _integer("dense.ann.pq_bits", self.pq_bits, 1) > 16:
+            raise _bad(f"dense.ann.pq_bits must be at most 16, got {self.pq_bits!r}")
+
+    @classmethod
+    def from_value(cls, value: Any) -> AnnSettings:
+        """An AnnSettings, a dict of its fields, or a method name."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls(method=value)
+        if not isinstance(value, dict):
+            raise _bad(f"dense.ann must be a method name or a mapping, got {value!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise _bad(f"unknown dense.ann setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**value)
+
+
+@dataclass(frozen=True)
 class DenseSettings:
     model: str = "minilm"  # "minilm" (bundled), a hub name or a local directory
     backend: str = "sentence-transformers"  # or "onnx"
@@ -84,8 +126,10 @@ class DenseSettings:
     query_prefix: str = ""
     passage_prefix: str = ""
     batch_size: int = 64
+    ann: AnnSettings = field(default_factory=AnnSettings)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "ann", AnnSettings.from_value(self.ann))
         if not isinstance(self.model, str) or not self.model.strip():
             raise _bad(f"dense.model must be a model name or directory, got {self.model!r}")
         if self.backend not in DENSE_BACKENDS:
@@ -132,6 +176,7 @@ class IndexSettings:
     graph: GraphSettings = field(default_factory=GraphSettings)
     chunk_size: int | None = None  # words per passage; None keeps documents whole
     chunk_overlap: int = 50
+    shards: int = 1  # the bm25 and dense legs are built and searched as this many row ranges
 
     def __post_init__(self) -> None:
         if isinstance(self.legs, str) or not isinstance(self.legs, tuple | list):
@@ -148,6 +193,7 @@ class IndexSettings:
         if self.chunk_size is not None:
             _integer("chunk_size", self.chunk_size, 0)
         _integer("chunk_overlap", self.chunk_overlap, 0)
+        _integer("shards", self.shards, 1)
         if self.chunk_size and self.chunk_overlap >= self.chunk_size:
             raise _bad(f"chunk_overlap must be smaller than chunk_size, got chunk_overlap="
                        f"{self.chunk_overlap} with chunk_size={self.chunk_size}")
@@ -171,6 +217,12 @@ class IndexSettings:
                 continue
             value = d[f.name]
             if f.name in sub:
+                known = {g.name for g in fields(sub[f.name])}
+                if not isinstance(value, dict):
+                    raise _bad(f"{f.name} must be a mapping, got {value!r}")
+                unknown = sorted(set(value) - known)
+                if unknown:
+                    raise _bad(f"unknown {f.name} setting(s) {unknown}; known: {sorted(known)}")
                 value = sub[f.name](**value)
             elif f.name == "legs":
                 value = tuple(value)

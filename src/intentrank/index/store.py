@@ -9,7 +9,9 @@ the live one. Layout of a generation::
     doc_offsets.npy      byte offset of each line in docs.jsonl
     ids.json             document ids, row order
     bm25/                bm25s index
-    dense/embeddings.npy L2-normalised float32 vectors, row i = document i
+    dense/embeddings.npy L2-normalised float32 vectors, row i = document i (memory-mapped)
+    dense/ann*.faiss     approximate search structure(s), with dense.ann.method hnsw / ivfpq
+    bm25/shard-<i>/      with shards > 1: one bm25s index per row range (global statistics)
     tfidf/vectorizer.pkl, tfidf/matrix.npz
     graph/entities.json, graph/pagerank.npy, graph/edges.npy
 """
@@ -17,20 +19,19 @@ the live one. Layout of a generation::
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import pickle
-import threading
 import time
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any
 
 import numpy as np
 
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
+from intentrank.index.ann import EXACT_BLOCK
 from intentrank.index.entities import extract_entities
 from intentrank.index.errors import (
     IndexCorruptError,
@@ -38,65 +39,13 @@ from intentrank.index.errors import (
     IndexNotFoundError,
     rebuild_hint,
 )
+from intentrank.index.hits import NO_HITS, Hits, bm25_tokenize, check_k, top_k
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
 from intentrank.types import Document
 
 FORMAT_VERSION = 2
 _MANIFEST_KEYS = ("format", "corpus_sha256", "n_docs", "settings", "files")
-
-
-class Hits(NamedTuple):
-    """One query's results from a leg: index rows and their scores, best first."""
-
-    rows: np.ndarray
-    scores: np.ndarray
-
-    def pairs(self) -> list[tuple[int, float]]:
-        return list(zip(self.rows.tolist(), self.scores.tolist(), strict=True))
-
-
-NO_HITS = Hits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
-
-
-def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
-    """Indices and scores of the ``k`` largest scores, best first (ties by index).
-
-    With ``positive_only`` (lexical legs) documents scoring 0 are not returned."""
-    check_k(k)
-    k = min(k, scores.shape[0])
-    if k <= 0:
-        return NO_HITS
-    idx = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(len(scores))
-    idx = idx[np.lexsort((idx, -scores[idx]))]
-    if positive_only:
-        idx = idx[scores[idx] > 0]
-    return Hits(idx.astype(np.int64), scores[idx].astype(np.float64))
-
-
-def check_k(k: Any) -> None:
-    """``k`` must be a positive integer (a search for k < 1 results would silently be empty)."""
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"k must be a positive integer (the number of results), got {k!r}")
-
-
-def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
-                  progress: bool = False) -> list[list[str]]:
-    """The tokenizer used for both documents and queries (bm25s rules)."""
-    import bm25s
-
-    stem = _stemmer(stemmer, threading.get_ident())
-    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=stem, return_ids=False,
-                          show_progress=progress)
-
-
-@functools.lru_cache(maxsize=64)
-def _stemmer(language: str | None, thread: int) -> Any:
-    """One PyStemmer instance per language and thread (building one per query batch costs
-    time; a stemmer is not safe to share between threads)."""
-    import Stemmer
-
-    return Stemmer.Stemmer(language) if language else None
 
 
 class Index:
@@ -306,11 +255,59 @@ class Index:
     # -- legs ---------------------------------------------------------------------------
     @cached_property
     def bm25(self) -> Any:
+        """The bm25s index (a list of them, one per shard, for a sharded index)."""
         import bm25s
 
         self._require("bm25")
+        if self.sharded:
+            from intentrank.index.shards import bm25_shard_dir
+
+            out = []
+            for i in range(self.settings.shards):
+                d = bm25_shard_dir(self.gen_dir, i)
+                with self._reading(d.relative_to(self.gen_dir).as_posix()):
+                    out.append(bm25s.BM25.load(str(d), mmap=False))
+            return out
         with self._reading("bm25"):
             return bm25s.BM25.load(str(self.gen_dir / "bm25"), mmap=False)
+
+    @property
+    def sharded(self) -> bool:
+        return self.settings.shards > 1
+
+    @cached_property
+    def shard_bounds(self) -> list[tuple[int, int]]:
+        """(start, end) rows of each shard (one range covering every row if unsharded)."""
+        from intentrank.index.shards import shard_bounds
+
+        return shard_bounds(len(self), self.settings.shards)
+
+    @cached_property
+    def ann(self) -> list[Any]:
+        """One faiss searcher per shard (dense.ann.method hnsw / ivfpq)."""
+        from intentrank.index.ann import AnnSearcher, ann_file
+
+        self._require("dense")
+        out = []
+        for i, (start, end) in enumerate(self.shard_bounds):
+            rel = ann_file(i if self.sharded else None)
+            with self._reading(rel):
+                out.append(AnnSearcher(self.gen_dir / rel, self.embeddings[start:end],
+                                       self.settings.dense.ann))
+        return out
+
+    def set_ann_search(self, **params: int | None) -> None:
+        """Search-time ANN parameters (``ef_search``, ``nprobe``, ``refine``) overriding the
+        index's settings for this open Index."""
+        unknown = sorted(set(params) - {"ef_search", "nprobe", "refine"})
+        if unknown:
+            raise ValueError(f"unknown ANN search parameter(s) {unknown}; use ef_search, "
+                             f"nprobe or refine")
+        for name, value in params.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._ann_params = {k: v for k, v in params.items() if v is not None}
 
     @cached_property
     def embeddings(self) -> np.ndarray:
@@ -361,6 +358,10 @@ class Index:
         check_k(k)
         s = self.settings.bm25
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
+        if self.sharded:
+            from intentrank.index.shards import search_bm25_shards
+
+            return search_bm25_shards(self.bm25, self.shard_bounds, tokens, k)
         out: list[Hits] = [NO_HITS for _ in texts]
         live = [i for i, t in enumerate(tokens) if any(tok in self.bm25.vocab_dict for tok in t)]
         if live:
@@ -382,8 +383,27 @@ class Index:
         if q.ndim != 2 or q.shape[1] != self.embeddings.shape[1]:
             raise ValueError(f"query vectors of shape {q.shape} do not fit {self.path}'s "
                              f"{self.embeddings.shape[1]}-dimensional embeddings")
-        scores = np.asarray(self.embeddings @ q.T, dtype=np.float32)  # (n_docs, n_queries)
-        return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
+        if self.settings.dense.ann.method == "exact" and not self.sharded \
+                and len(self) <= EXACT_BLOCK:
+            scores = np.asarray(self.embeddings @ q.T, dtype=np.float32)  # (n_docs, n_queries)
+            return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
+        return self._search_dense_scaled(q, k)
+
+    def _search_dense_scaled(self, q: np.ndarray, k: int) -> list[Hits]:
+        """Exact search block by block over the memory map, or ANN, per shard, merged."""
+        from intentrank.index.ann import exact_search
+        from intentrank.index.shards import merge_hits
+
+        per_shard: list[list[Hits]] = []
+        for i, (start, end) in enumerate(self.shard_bounds):
+            if self.settings.dense.ann.method == "exact":
+                rows, scores = exact_search(self.embeddings[start:end], q, k)
+            else:
+                rows, scores = self.ann[i].search(q, k, **getattr(self, "_ann_params", {}))
+            rows = np.where(rows >= 0, rows + start, -1)
+            per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
+                                                                               strict=True)])
+        return merge_hits(per_shard, k)
 
     def search_tfidf(self, texts: list[str], k: int) -> list[Hits]:
         check_k(k)

@@ -1,0 +1,169 @@
+"""Dense search: exact over memory-mapped vectors, or approximate through faiss (HNSW,
+IVF-PQ).
+
+Exact search stays the default and needs nothing beyond numpy; faiss is imported only when an
+index was built with ``dense.ann.method`` ``hnsw`` or ``ivfpq`` (the ``scale`` extra). An
+ANN structure is one file per shard (``dense/ann.faiss``, or ``dense/ann-<i>.faiss`` for
+shard ``i``) next to ``dense/embeddings.npy``, which stays the source of truth: IVF-PQ
+candidates are rescored with those exact vectors, so ANN scores are true cosines.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from intentrank.errors import IntentrankError
+from intentrank.index.settings import AnnSettings, IndexSettingsError
+
+EXACT_BLOCK = 1 << 18  # rows per block of exact search over large (memory-mapped) matrices
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as exc:  # pragma: no cover - the scale extra is missing
+        raise IntentrankError("approximate dense search (dense.ann.method hnsw/ivfpq) needs "
+                              "faiss: pip install 'intentrank[scale]'") from exc
+    return faiss
+
+
+def ann_file(shard: int | None) -> str:
+    """The ANN file of a shard, relative to the generation directory."""
+    return "dense/ann.faiss" if shard is None else f"dense/ann-{shard:03d}.faiss"
+
+
+def nlist_for(n: int, s: AnnSettings) -> int:
+    """Inverted lists for ``n`` vectors: ``s.nlist`` or sqrt(n), at most n / 39 (faiss wants
+    39 training points per centroid), at least 1."""
+    want = s.nlist or int(math.sqrt(n))
+    return max(1, min(want, n // 39))
+
+
+def _top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` columns of each row of ``scores`` (best first, ties by column)."""
+    k = min(k, scores.shape[1])
+    if k < scores.shape[1]:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
+    vals = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -vals), axis=1)
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def exact_search(vectors: np.ndarray, q: np.ndarray, k: int,
+                 block: int = EXACT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top ``k`` of each query over ``vectors`` (a memory-mapped matrix
+    is read block by block, so memory stays ``block x queries``). Returns (rows, scores),
+    each of shape (queries, min(k, n)), best first, ties by row."""
+    n = vectors.shape[0]
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    best_rows: np.ndarray | None = None
+    best_scores: np.ndarray | None = None
+    for start in range(0, n, block):
+        part = np.asarray(vectors[start:start + block] @ q.T, dtype=np.float32).T
+        rows, scores = _top_rows(part, k)
+        rows = rows + start
+        if best_rows is None:
+            best_rows, best_scores = rows, scores
+            continue
+        both_rows = np.concatenate([best_rows, rows], axis=1)
+        both_scores = np.concatenate([best_scores, scores], axis=1)
+        top, vals = _top_rows(both_scores, k)
+        # ties between blocks: the earlier block's rows come first in both_rows (smaller)
+        best_rows, best_scores = np.take_along_axis(both_rows, top, axis=1), vals
+    assert best_rows is not None and best_scores is not None
+    return best_rows, best_scores
+
+
+def build_ann(vectors: np.ndarray, s: AnnSettings, path: Path) -> dict[str, Any]:
+    """Build the faiss structure ``s`` asks for over ``vectors`` and write it to ``path``;
+    return what the manifest records about it (nlist for IVF-PQ)."""
+    faiss = _faiss()
+    n, dim = vectors.shape
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    if s.method == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, s.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = s.ef_construction
+        index.add(x)
+        info: dict[str, Any] = {"method": "hnsw"}
+    elif s.method == "ivfpq":
+        if dim % s.pq_m:
+            raise IndexSettingsError(f"invalid index settings: dense.ann.pq_m={s.pq_m} does "
+                                     f"not divide the vector dimension {dim}")
+        if n < 2 ** s.pq_bits:
+            raise IndexSettingsError(
+                f"invalid index settings: dense.ann.method 'ivfpq' with pq_bits={s.pq_bits} "
+                f"needs at least {2 ** s.pq_bits} vectors to train, the corpus has {n}; use "
+                f"'exact' or 'hnsw'")
+        nlist = nlist_for(n, s)
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(quantizer, dim, nlist, s.pq_m, s.pq_bits,
+                                 faiss.METRIC_INNER_PRODUCT)
+        train_n = min(n, max(40 * nlist, 10_000))
+        sample = np.random.default_rng(0).choice(n, train_n, replace=False)
+        index.train(x[np.sort(sample)])
+        index.add(x)
+        info = {"method": "ivfpq", "nlist": nlist, "trained_on": int(train_n)}
+    else:
+        raise ValueError(f"no ANN structure for dense.ann.method {s.method!r}")
+    faiss.write_index(index, str(path))
+    return info
+
+
+class AnnSearcher:
+    """One shard's faiss structure; rows are the shard's own (0-based)."""
+
+    def __init__(self, path: Path, vectors: np.ndarray, s: AnnSettings) -> None:
+        faiss = _faiss()
+        self.index = faiss.read_index(str(path))
+        if self.index.ntotal != vectors.shape[0] or self.index.d != vectors.shape[1]:
+            raise ValueError(f"{path} holds {self.index.ntotal} vectors of dimension "
+                             f"{self.index.d}; the embeddings have shape {vectors.shape}")
+        self.vectors, self.settings = vectors, s
+        self.ivf = faiss.extract_index_ivf(self.index) if s.method == "ivfpq" else None
+
+    def search(self, q: np.ndarray, k: int, ef_search: int | None = None,
+               nprobe: int | None = None, refine: int | None = None,
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (rows, scores) per query; rows of -1 (score -inf) pad short results."""
+        s = self.settings
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        k = min(k, self.index.ntotal)
+        if s.method == "hnsw":
+            self.index.hnsw.efSearch = max(ef_search or s.ef_search, k)
+            scores, rows = self.index.search(q, k)
+            return _clean(rows, scores)
+        self.ivf.nprobe = min(nprobe or s.nprobe, self.ivf.nlist)
+        depth = min(k * (refine or s.refine), self.index.ntotal)
+        _, cand = self.index.search(q, depth)
+        if (refine or s.refine) <= 1:
+            return _clean(cand, _rescore(self.vectors, q, cand))
+        exact = _rescore(self.vectors, q, cand)
+        top, vals = _top_rows(exact, k)
+        return _clean(np.take_along_axis(cand, top, axis=1), vals)
+
+
+def _rescore(vectors: np.ndarray, q: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Exact inner products of each query with its candidate rows (-inf for -1 padding)."""
+    out = np.full(cand.shape, -np.inf, dtype=np.float32)
+    for j in range(cand.shape[0]):
+        rows = cand[j]
+        ok = rows >= 0
+        live = rows[ok]
+        order = np.argsort(live)  # sorted rows: sequential reads from the memory map
+        vecs = np.asarray(vectors[live[order]], dtype=np.float32)
+        vals = np.empty(len(live), dtype=np.float32)
+        vals[order] = vecs @ q[j]
+        out[j, ok] = vals
+    return out
+
+
+def _clean(rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rows = rows.astype(np.int64)
+    scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
+    return rows, scores

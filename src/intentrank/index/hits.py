@@ -1,0 +1,63 @@
+"""What every leg's search returns (:class:`Hits`), top-k selection and the BM25 tokenizer,
+shared by the whole index, sharded or not."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Hits(NamedTuple):
+    """One query's results from a leg: index rows and their scores, best first."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+
+    def pairs(self) -> list[tuple[int, float]]:
+        return list(zip(self.rows.tolist(), self.scores.tolist(), strict=True))
+
+
+NO_HITS = Hits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
+def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
+    """Indices and scores of the ``k`` largest scores, best first (ties by index).
+
+    With ``positive_only`` (lexical legs) documents scoring 0 are not returned."""
+    check_k(k)
+    k = min(k, scores.shape[0])
+    if k <= 0:
+        return NO_HITS
+    idx = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(len(scores))
+    idx = idx[np.lexsort((idx, -scores[idx]))]
+    if positive_only:
+        idx = idx[scores[idx] > 0]
+    return Hits(idx.astype(np.int64), scores[idx].astype(np.float64))
+
+
+def check_k(k: Any) -> None:
+    """``k`` must be a positive integer (a search for k < 1 results would silently be empty)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"k must be a positive integer (the number of results), got {k!r}")
+
+
+def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
+                  progress: bool = False) -> list[list[str]]:
+    """The tokenizer used for both documents and queries (bm25s rules)."""
+    import bm25s
+
+    stem = _stemmer(stemmer, threading.get_ident())
+    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=stem, return_ids=False,
+                          show_progress=progress)
+
+
+@functools.lru_cache(maxsize=64)
+def _stemmer(language: str | None, thread: int) -> Any:
+    """One PyStemmer instance per language and thread (building one per query batch costs
+    time; a stemmer is not safe to share between threads)."""
+    import Stemmer
+
+    return Stemmer.Stemmer(language) if language else None

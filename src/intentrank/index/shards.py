@@ -1,0 +1,160 @@
+"""Sharded legs: the bm25 and dense legs built and searched as N contiguous row ranges.
+
+BM25 shards are scored with the *global* statistics (document frequencies, number of
+documents, average length), computed over every shard before any is written, with bm25s's
+own scoring code: a shard's scores are those of the unsharded index, bit for bit, and the
+top-k merge of the shards' results is exact. Dense shards are row ranges of the one
+memory-mapped ``dense/embeddings.npy`` (exact search) plus, for ANN, one faiss file per
+shard. Layout inside a generation::
+
+    bm25/shard-000/ ... bm25/shard-<N-1>/   bm25s indexes (global statistics)
+    dense/embeddings.npy                     all vectors, global row order
+    dense/ann-000.faiss ...                  one ANN structure per shard (hnsw / ivfpq)
+
+TF-IDF and the entity graph stay whole (one per index): they are the small-corpus legs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from intentrank.errors import DataError
+from intentrank.index.hits import NO_HITS, Hits, bm25_tokenize
+from intentrank.index.settings import BM25Settings, IndexSettingsError
+
+
+def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
+    """``shards`` contiguous (start, end) row ranges of near-equal size covering ``n`` rows."""
+    if shards > n:
+        raise IndexSettingsError(f"invalid index settings: shards={shards} is more than the "
+                                 f"{n} documents of the corpus")
+    edges = np.linspace(0, n, shards + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def bm25_shard_dir(root: Path, shard: int) -> Path:
+    return root / "bm25" / f"shard-{shard:03d}"
+
+
+class _ShardTokens:
+    """One shard's corpus as token ids (shard-local vocabulary) and its document
+    frequencies."""
+
+    def __init__(self, tokens: list[list[str]]) -> None:
+        vocab: dict[str, int] = {}
+        self.ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
+        self.vocab = vocab
+        df = np.zeros(len(vocab), dtype=np.int64)
+        for doc in self.ids:
+            if doc:
+                df[np.unique(np.asarray(doc, dtype=np.int64))] += 1
+        self.df = df
+        self.total_len = sum(len(doc) for doc in self.ids)
+
+
+def _global_bm25(k1: float, b: float, method: str, global_df: dict[str, int], n_docs: int,
+                 avg_len: float) -> Any:
+    """A bm25s.BM25 whose ``build_index_from_ids`` scores with global statistics."""
+    import bm25s
+
+    class GlobalStatsBM25(bm25s.BM25):
+        def build_index_from_ids(self, unique_token_ids: list[int],  # noqa: ARG002
+                                 corpus_token_ids: list[list[int]], show_progress: bool = True,
+                                 leave_progress: bool = False) -> dict[str, Any]:
+            vocab, local_df = self._shard_vocab, self._shard_df
+            doc_frequencies = {i: global_df[t] for t, i in vocab.items()}
+            idf_fn = bm25s._select_idf_scorer(self.idf_method)
+            if self.method in self.methods_requiring_nonoccurrence:
+                self.nonoccurrence_array = bm25s._build_nonoccurrence_array(
+                    doc_frequencies=doc_frequencies, n_docs=n_docs, compute_idf_fn=idf_fn,
+                    calculate_tfc_fn=bm25s._select_tfc_scorer(self.method), l_d=avg_len,
+                    l_avg=avg_len, k1=self.k1, b=self.b, delta=self.delta, dtype=self.dtype)
+            else:
+                self.nonoccurrence_array = None
+            idf = bm25s._build_idf_array(doc_frequencies=doc_frequencies, n_docs=n_docs,
+                                         compute_idf_fn=idf_fn, dtype=self.dtype)
+            scores, doc_idx, vocab_idx = bm25s._build_scores_and_indices_for_matrix(
+                corpus_token_ids=corpus_token_ids, idf_array=idf, avg_doc_len=avg_len,
+                doc_frequencies=local_df, k1=self.k1, b=self.b, delta=self.delta,
+                show_progress=show_progress, leave_progress=leave_progress, dtype=self.dtype,
+                int_dtype=self.int_dtype, method=self.method,
+                nonoccurrence_array=self.nonoccurrence_array)
+            shape = (len(corpus_token_ids), len(vocab))
+            data, indices, indptr = self._np_csc(data=scores, rows=doc_idx, cols=vocab_idx,
+                                                 shape=shape)
+            return {"data": data.astype(self.dtype), "indices": indices, "indptr": indptr,
+                    "num_docs": len(corpus_token_ids)}
+
+    return GlobalStatsBM25(method=method, k1=k1, b=b)
+
+
+def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
+                      bounds: list[tuple[int, int]], progress: bool = False) -> dict[str, Any]:
+    """Tokenise every shard, add up the global statistics, then write each shard's bm25s
+    index scored with them; return the statistics the manifest records."""
+    import bm25s
+
+    shards = [_ShardTokens(bm25_tokenize(list(texts[a:e]), s.stopwords, s.stemmer,
+                                         progress=progress)) for a, e in bounds]
+    if not any(sh.total_len for sh in shards):
+        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
+                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
+                        f"only stopwords")
+    global_df: Counter[str] = Counter()
+    for sh in shards:
+        for token, i in sh.vocab.items():
+            global_df[token] += int(sh.df[i])
+    n_docs = sum(e - a for a, e in bounds)
+    # np.mean of the lengths, as bm25s computes it for one index
+    avg_len = float(np.array([len(d) for sh in shards for d in sh.ids]).mean())
+    for i, sh in enumerate(shards):
+        retriever = _global_bm25(s.k1, s.b, s.method, global_df, n_docs, avg_len)
+        retriever._shard_vocab = sh.vocab
+        # sizes the score arrays: the (document, term) pairs of this shard
+        retriever._shard_df = {i: int(c) for i, c in enumerate(sh.df)}
+        retriever.index(bm25s.tokenization.Tokenized(sh.ids, sh.vocab),
+                        show_progress=progress)
+        out = bm25_shard_dir(root, i)
+        out.parent.mkdir(exist_ok=True)
+        retriever.save(str(out))
+        shards[i] = None  # type: ignore[call-overload]  # free the shard's tokens
+    return {"n_docs": n_docs, "avg_len": avg_len, "vocabulary": len(global_df)}
+
+
+def search_bm25_shards(retrievers: Sequence[Any], bounds: list[tuple[int, int]],
+                       tokens: list[list[str]], k: int) -> list[Hits]:
+    """Each shard's positive top ``k`` for each tokenised query, merged exactly."""
+    per_shard: list[list[Hits]] = []
+    for retriever, (start, end) in zip(retrievers, bounds, strict=True):
+        out: list[Hits] = [NO_HITS for _ in tokens]
+        live = [i for i, t in enumerate(tokens)
+                if any(tok in retriever.vocab_dict for tok in t)]
+        if live:
+            res = retriever.retrieve([tokens[i] for i in live], k=min(k, end - start),
+                                     show_progress=False)
+            ends = (res.scores > 0).sum(axis=1).tolist()
+            for j, i in enumerate(live):
+                out[i] = Hits(res.documents[j, :ends[j]].astype(np.int64) + start,
+                              res.scores[j, :ends[j]])
+        per_shard.append(out)
+    return merge_hits(per_shard, k)
+
+
+def merge_hits(per_shard: Sequence[Sequence[Hits]], k: int) -> list[Hits]:
+    """Merge each query's results from every shard (global rows) into one top ``k``, best
+    first, ties by row."""
+    n_queries = len(per_shard[0]) if per_shard else 0
+    merged: list[Hits] = []
+    for j in range(n_queries):
+        rows = np.concatenate([np.asarray(sh[j].rows, dtype=np.int64) for sh in per_shard])
+        scores = np.concatenate([np.asarray(sh[j].scores) for sh in per_shard])
+        keep = rows >= 0
+        rows, scores = rows[keep], scores[keep]
+        order = np.lexsort((rows, -scores))[:k]
+        merged.append(Hits(rows[order], scores[order]) if len(order) else NO_HITS)
+    return merged
