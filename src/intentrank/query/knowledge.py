@@ -183,8 +183,8 @@ class KnowledgeElements(Stage):
         results = run_step(
             self.llm, self.summarize,
             [{"query": rankings[i].query.text.strip(),
-              "elements": "\n".join(f"- {e} ({n} of {len(declared[i])} documents)"
-                                    for e, n in supports[i].items())} for i in todo],
+              "elements": "\n".join(f"{n}. {e}" for n, e in enumerate(
+                  top_supported(supports[i], len(supports[i])), 1))} for i in todo],
             parse=lambda reply, item: parse_summary(reply.text),
             fallback=lambda item: None, trace=trace, stage=path_id,
             query_ids=[rankings[i].query.id for i in todo], structured=self.structured)
