@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import time
 from pathlib import Path
 
 import httpx
@@ -111,6 +112,21 @@ def test_search_returns_the_in_process_ranking_with_stage_scores_and_trace(clien
     assert set(stages) == {"rrf/bm25", "rrf/dense", "rrf"}
     assert all(s["seconds"] > 0 and s["calls"] == 1 for s in stages.values())
     assert body["fallbacks"] == 0 and body["answer"] is None and body["request_id"]
+
+
+def test_concurrent_searches_read_the_right_documents(served, index):
+    """Worker threads read passages at the same time (Index.doc shares one file handle)."""
+    def one(i: int) -> httpx.Response:
+        return httpx.post(f"{served[0].url}/search", headers=AUTH, timeout=30, json={
+            "query": ["shock wave", "heat transfer", "boundary layer", "wing flutter"][i % 4],
+            "pipeline": "bm25", "top_k": 20})
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(one, range(32)))
+    assert [r.status_code for r in responses] == [200] * 32
+    for r in responses:
+        for d in r.json()["results"]:
+            assert d["title"] == index.doc(d["doc_id"]).title
 
 
 def test_search_takes_a_conversation(client):
@@ -291,8 +307,12 @@ def test_cors_is_off_unless_configured(client):
 def test_access_log_is_json_lines_without_keys(client, served):
     client.post("/search", json={"query": "shock waves", "pipeline": "bm25"},
                 headers={**AUTH, "X-Request-ID": "req-abc.1"})
-    records = [json.loads(line) for line in served[1].read_text().splitlines()]
-    mine = [r for r in records if r["request_id"] == "req-abc.1"]
+    for _ in range(100):  # the line is written just after the response is sent
+        records = [json.loads(line) for line in served[1].read_text().splitlines()]
+        mine = [r for r in records if r["request_id"] == "req-abc.1"]
+        if mine:
+            break
+        time.sleep(0.02)
     assert len(mine) == 1
     rec = mine[0]
     assert rec["status"] == 200 and rec["pipeline"] == "bm25" and rec["key"] == "all"

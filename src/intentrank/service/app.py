@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -146,6 +147,17 @@ class Gate:
                                                 str(len(body_out)).encode()),
                                                (b"connection", b"close")]})
                 await send_logged({"type": "http.response.body", "body": body_out})
+        except Exception as exc:  # anything unhandled: logged (redacted), answered 500
+            info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
+            print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
+            if status[0] == 0:
+                body_out = json.dumps({"error": f"internal error (request id {rid})",
+                                       "request_id": rid}).encode()
+                await send_logged({"type": "http.response.start", "status": 500,
+                                   "headers": [(b"content-type", b"application/json"),
+                                               (b"content-length",
+                                                str(len(body_out)).encode())]})
+                await send_logged({"type": "http.response.body", "body": body_out})
         finally:
             self.log.write({
                 "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
@@ -250,13 +262,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     @app.exception_handler(TimeoutError)
     async def _timeout(request: Request, exc: TimeoutError) -> JSONResponse:
         return _error(504, f"the request took longer than {settings.timeout_s:g} s", request)
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> JSONResponse:
-        info = request.scope.get("intentrank", {})
-        info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
-        return _error(500, f"internal error (request id {info.get('request_id', '')})",
-                      request)
 
     def allow(request: Request, key: ApiKey | None, served: Served) -> None:
         request.scope["intentrank"]["pipeline"] = served.name

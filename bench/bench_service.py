@@ -1,0 +1,301 @@
+"""Load benchmark of the HTTP service on loopback: requests/s and p50/p95/p99 latency at 1,
+4, 16 and 64 concurrent clients for `bm25`, `rrf` and the cascade's cross-encoder part
+(weighted tri-modal fusion -> int8 cross-encoder over the top 100 -> top 10; the LLM
+listwise step is left out: no LLM jobs on this shared machine), against the same pipelines
+called in-process by the same number of threads, in the same run.
+
+The server runs in its own process (uvicorn, 2 workers, queue limit 32, keys on, access log
+to a file), the clients are asyncio + httpx in this process; a client that gets 503 waits
+0.1 s before its next request. Every level is bounded in requests and seconds.
+
+    .venv/bin/python bench/bench_service.py            # SciFact test queries, all levels
+    .venv/bin/python bench/bench_service.py --quick    # fewer requests (smoke run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import DATA, ROOT, header, write_section  # noqa: E402
+
+KEY = "bench-key"
+LEVELS = (1, 4, 16, 64)
+WORKERS, QUEUE_LIMIT = 2, 32
+CASCADE_CE = [
+    {"fuse": {"method": "weighted", "weights": [0.50, 0.35, 0.15],
+              "inputs": [{"dense": {"depth": 100}}, {"sparse": {"depth": 100}},
+                         {"graph": {"depth": 100}}]}},
+    {"cutoff": 100},
+    {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}},
+    {"cutoff": 10},
+]
+PIPELINES = {"bm25": "bm25", "rrf": "rrf", "cascade-ce": CASCADE_CE}
+# (requests, seconds) per level: whichever ends first
+BOUNDS = {"bm25": (400, 8.0), "rrf": (300, 15.0), "cascade-ce": (24, 25.0)}
+QUICK = {"bm25": (60, 3.0), "rrf": (40, 4.0), "cascade-ce": (4, 8.0)}
+
+
+def _settings(index_dir: Path, access_log: Path):  # noqa: ANN202
+    from intentrank.service import ServiceSettings
+    from intentrank.service.auth import ApiKey, KeyStore, hash_key
+
+    return ServiceSettings(indexes={"scifact": index_dir}, pipelines=dict(PIPELINES),
+                           keys=KeyStore([ApiKey("bench", hash_key(KEY))]),
+                           workers=WORKERS, queue_limit=QUEUE_LIMIT, timeout_s=300,
+                           retry_after_s=1, access_log=access_log)
+
+
+def serve_child(port: int, index_dir: Path, access_log: Path) -> None:
+    """The server process."""
+    import uvicorn
+
+    from intentrank.service import create_app
+
+    uvicorn.run(create_app(_settings(index_dir, access_log)), host="127.0.0.1", port=port,
+                log_level="warning", access_log=False)
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        v = values[0] if values else float("nan")
+        return {"p50": v, "p95": v, "p99": v}
+    q = statistics.quantiles(values, n=100, method="inclusive")
+    return {"p50": q[49], "p95": q[94], "p99": q[98]}
+
+
+async def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
+                seconds: float) -> dict:
+    import httpx
+
+    latencies, codes, errors = [], {}, 0
+    sent = 0
+    stop_at = time.perf_counter() + seconds
+    headers = {"Authorization": f"Bearer {KEY}"}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
+        async def client() -> None:
+            nonlocal sent, errors
+            while sent < count and time.perf_counter() < stop_at:
+                q = queries[sent % len(queries)]
+                sent += 1
+                t = time.perf_counter()
+                try:
+                    r = await http.post("/search", headers=headers, json={
+                        "query": q, "pipeline": pipeline, "top_k": 10, "include_text": False})
+                    code = r.status_code
+                except httpx.HTTPError as exc:
+                    code = -1
+                    errors += 1
+                    if errors <= 3:
+                        print(f"[bench] {type(exc).__name__}: {exc}", file=sys.stderr)
+                codes[code] = codes.get(code, 0) + 1
+                if code == 200:
+                    latencies.append(time.perf_counter() - t)
+                elif code == 503:
+                    await asyncio.sleep(0.1)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        wall = time.perf_counter() - start
+    ok = codes.get(200, 0)
+    total = sum(codes.values())
+    bad = total - ok - codes.get(503, 0)
+    return {"requests": total, "ok": ok, "rps": ok / wall, "wall_s": wall,
+            "n503": codes.get(503, 0), "errors": bad, "codes": codes,
+            "error_rate": bad / max(total, 1),
+            **{k: 1000 * v for k, v in _percentiles(latencies).items()}}
+
+
+def _in_process(stage, queries: list[str], threads: int, count: int, seconds: float) -> dict:
+    """The same pipeline called directly by ``threads`` threads (what the service wraps)."""
+    from intentrank.types import Query, Ranking, Trace
+
+    lock, state = threading.Lock(), {"sent": 0}
+    stop_at = time.perf_counter() + seconds
+    latencies: list[float] = []
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if state["sent"] >= count or time.perf_counter() >= stop_at:
+                    return
+                q = queries[state["sent"] % len(queries)]
+                state["sent"] += 1
+            t = time.perf_counter()
+            stage([Ranking(Query("q", q))], Trace())
+            with lock:
+                latencies.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        for f in [pool.submit(worker) for _ in range(threads)]:
+            f.result()
+    wall = time.perf_counter() - start
+    return {"requests": len(latencies), "rps": len(latencies) / wall,
+            **{k: 1000 * v for k, v in _percentiles(latencies).items()}}
+
+
+class PeakRSS:
+    """Samples a process's resident memory every 0.1 s."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.proc, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self.peak = max(self.peak, self.proc.memory_info().rss)
+            except Exception:  # noqa: BLE001 (the process ended)
+                return
+
+    def take(self) -> int:
+        peak, self.peak = self.peak, 0
+        return peak
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def to_markdown(results: list[dict], meta: dict) -> str:
+    lines = [
+        "## HTTP service under load (`intentrank serve`)", "",
+        header().rstrip(),
+        f"- data: SciFact test queries ({meta['queries']} distinct, cycled), index "
+        f"`{meta['index']}` ({meta['documents']} documents)",
+        f"- server: one uvicorn process, {WORKERS} pipeline workers, queue limit "
+        f"{QUEUE_LIMIT}, API key checked, JSON-lines access log to a file; clients: asyncio + "
+        f"httpx in the bench process, on 127.0.0.1; `include_text: false`, top 10",
+        "- in-process: the same built pipeline called by as many threads as there are "
+        "clients, in the same run, just before the HTTP level",
+        "- `cascade-ce` is the cascade without its LLM listwise step (weighted fusion -> int8 "
+        "cross-encoder over the top 100 -> top 10): no LLM jobs on this shared machine",
+        f"- load on the machine during the run (1-minute load average, 2 cores): "
+        f"{meta['load_before']:.1f} before, {meta['load_after']:.1f} after; other agents' jobs "
+        f"ran at the same time, so absolute numbers are noisy; the ratio compares "
+        f"back-to-back runs", "",
+        "| pipeline | clients | HTTP req/s | p50 ms | p95 ms | p99 ms | 503s | errors | "
+        "in-process req/s | in-process p50 ms | HTTP / in-process | server peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        h, p = r["http"], r["inproc"]
+        lines.append(
+            f"| {r['pipeline']} | {r['clients']} | {h['rps']:.1f} | {h['p50']:.0f} | "
+            f"{h['p95']:.0f} | {h['p99']:.0f} | {h['n503']} | {h['errors']} "
+            f"({100 * h['error_rate']:.1f}%) | {p['rps']:.1f} | {p['p50']:.0f} | "
+            f"{h['rps'] / p['rps']:.2f} | {r['rss_mib']:.0f} |")
+    goal = next((r for r in results if r["pipeline"] == "rrf" and r["clients"] == 16), None)
+    if goal:
+        ratio = goal["http"]["rps"] / goal["inproc"]["rps"]
+        lines += ["", f"Goal (`rrf`, 16 clients, HTTP >= 80% of in-process throughput): "
+                      f"{100 * ratio:.0f}% -> {'met' if ratio >= 0.8 else 'not met'} in this run."]
+    lines += ["", f"Server peak RSS over the whole run: {meta['peak_rss_mib']:.0f} MiB. "
+                  f"503s appear only where clients exceed workers + queue limit "
+                  f"({WORKERS + QUEUE_LIMIT}); errors counts every other non-200 answer "
+                  f"and connection failure."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--serve", nargs=3, metavar=("PORT", "INDEX", "LOG"), help=argparse.SUPPRESS)
+    ap.add_argument("--index", type=Path, default=ROOT / "indexes" / "scifact")
+    ap.add_argument("--quick", action="store_true", help="few requests per level (smoke run)")
+    ap.add_argument("--pipelines", default=",".join(PIPELINES))
+    ap.add_argument("--no-write", action="store_true", help="print, do not edit the docs")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.serve:
+        serve_child(int(args.serve[0]), Path(args.serve[1]), Path(args.serve[2]))
+        return
+
+    import socket
+
+    import httpx
+
+    from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index, open_or_build
+    from intentrank.pipelines import build_context
+    from intentrank.service.engine import ThreadSafeIndex
+
+    ds = load_dataset(DATA / "scifact")
+    queries = [q.text for q in ds.split("test")[0]]
+    idx = open_or_build(ds.corpus, args.index, source=str(DATA / "scifact"))
+    n_docs = len(idx)
+    idx.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl"
+    load_before = os.getloadavg()[0]
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port),
+                               str(args.index), str(log)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None:
+                sys.exit("the server process ended before it was ready")
+            time.sleep(0.25)
+        rss = PeakRSS(server.pid)
+        idx = Index.open(args.index)
+        ctx = build_context(ThreadSafeIndex(idx))  # as the service does: doc reads locked
+        results, overall = [], 0
+        bounds = QUICK if args.quick else BOUNDS
+        for name in args.pipelines.split(","):
+            source = PIPELINES[name]
+            node = load_config(resolve_pipeline(source))["pipeline"] \
+                if isinstance(source, str) else source
+            stage = build_pipeline(node, ctx)
+            count, seconds = bounds[name]
+            _in_process(stage, queries, 2, 4, 60)  # warm both sides
+            asyncio.run(_load(url, name, queries, 2, 4, 60))
+            for clients in LEVELS:
+                print(f"[bench] {name} x{clients}", file=sys.stderr, flush=True)
+                inproc = _in_process(stage, queries, clients, count, seconds)
+                rss.take()
+                http = asyncio.run(_load(url, name, queries, clients, count, seconds))
+                peak = rss.take()
+                overall = max(overall, peak)
+                results.append({"pipeline": name, "clients": clients, "http": http,
+                                "inproc": inproc, "rss_mib": peak / 2**20})
+                print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        rss.stop()
+    finally:
+        server.terminate()
+        server.wait(30)
+    meta = {"queries": len(queries), "index": str(args.index.relative_to(ROOT))
+            if args.index.is_relative_to(ROOT) else str(args.index), "documents": n_docs,
+            "load_before": load_before, "load_after": os.getloadavg()[0],
+            "peak_rss_mib": overall / 2**20}
+    text = to_markdown(results, meta)
+    print(text)
+    out = ROOT / "runs" / "bench_service.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    if not args.no_write and not args.quick:
+        write_section("service", text)
+
+
+if __name__ == "__main__":
+    main()
