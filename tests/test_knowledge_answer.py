@@ -230,3 +230,53 @@ def test_shipped_knowledge_config_on_real_cranfield(cranfield_index):
     assert result.trace.stage("knowledge").counters["declarations"] == 5
     answered = AnswerGenerator(llm, cranfield_index, top_k=3)(result.rankings, Trace())
     assert answered[0].query.answer.cited_ids == [r.doc_ids[0]]
+
+
+def test_cli_answer_prints_checked_citations(cranfield_index, fake_openai):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    url, _ = fake_openai("ok", "ok", "ok", reply="Sweep lowers the lift slope [1] [9].")
+    runner = CliRunner()
+    where = str(cranfield_index.path)
+    res = runner.invoke(app, ["--llm", f"openai:m@{url}", "answer", where,
+                              "effect of sweep on wing lift", "-p", "bm25", "--n-ans", "3"])
+    assert res.exit_code == 0, res.output
+    assert "answer stage added to bm25: top 3" in res.output
+    assert "Sweep lowers the lift slope [1]." in res.output and "[9]" not in res.output
+    assert "answer fallback: bad_citation" in res.output
+    res = runner.invoke(app, ["--llm", f"openai:m@{url}", "answer", where, "sweep", "-p",
+                              "bm25", "--json"])
+    data = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
+    assert data["citations"][0]["n"] == 1 and len(data["sources"]) == 10
+    bad = runner.invoke(app, ["answer", where, "  "])
+    assert bad.exit_code == 2 and "the question is empty" in bad.output
+
+
+def test_cli_eval_judges_answers_against_reference_answers(cranfield_index, fake_openai,
+                                                           tmp_path, data_dir):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    root = tmp_path / "gen"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").symlink_to(data_dir / "cranfield" / "corpus.jsonl")
+    (root / "queries.jsonl").write_text(
+        json.dumps({"_id": "g1", "text": "effect of sweep on lift",
+                    "metadata": {"answer": "Sweep lowers the lift slope."}}) + "\n" +
+        json.dumps({"_id": "g2", "text": "heat transfer at hypersonic speed"}) + "\n")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\ng1\t1\t1\ng2\t2\t1\n")
+    url, script = fake_openai(*["ok"] * 6, reply='{"relevance": 2, "faithfulness": 0}')
+    runner = CliRunner()
+    res = runner.invoke(app, ["--llm", f"openai:m@{url}", "eval", str(root), "--index",
+                              str(cranfield_index.path), "-p", "answer", "-p", "bm25",
+                              "--judge", "--metrics", "nDCG@10"])
+    assert res.exit_code == 0, res.output
+    row = next(ln for ln in res.output.splitlines() if ln.startswith("│ answer "))
+    assert "2.00" in row and "0.00" in row  # one answer judged (g2 has no reference)
+    assert "pipeline bm25 sets no answers" in res.output
+    none = runner.invoke(app, ["eval", str(data_dir / "cranfield"), "--index",
+                               str(cranfield_index.path), "-p", "bm25", "--judge"])
+    assert none.exit_code == 2 and "has no reference answers" in none.output

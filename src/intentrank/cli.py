@@ -324,6 +324,60 @@ def search(
     _llm_health(result.trace)
 
 
+@app.command("answer")
+def answer_cmd(
+    index_dir: Annotated[Path, typer.Argument(help="Index directory.")],
+    question: Annotated[str, typer.Argument(help="The question to answer.")],
+    pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
+                                          "a shipped name (answer, knowledge-answer, rrf, "
+                                          "knowledge, ...); one that does not end in an "
+                                          "answer stage gets one.")] = "answer",
+    n_ans: Annotated[int, typer.Option("--n-ans", help="Documents the added answer stage "
+                                       "answers from (a pipeline's own answer stage keeps "
+                                       "its top_k).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] =
+        False,
+) -> None:
+    """Answer a question from an index: the answer with numbered citations and the cited
+    passages."""
+    from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
+    from intentrank.index import Index
+    from intentrank.pipelines import build_context, ends_with_answer, with_answer
+
+    try:
+        _check_int("--n-ans", n_ans)
+        if not question.strip():
+            raise ConfigError("the question is empty")
+        node = load_config(resolve_pipeline(pipeline))["pipeline"]
+        added = not ends_with_answer(node)
+        idx = Index.open(index_dir)
+        pipe = build_pipeline(with_answer(node, n_ans), build_context(idx, **LLM_SETTINGS),
+                              str(pipeline))
+        result = pipe.run([question])
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    answer = result.rankings[0].query.answer
+    cited = [(n, answer.sources[n - 1]) for n in answer.citations]
+    if as_json:
+        out.print_json(json.dumps({
+            "question": question, "answer": answer.text, "fallback": answer.fallback,
+            "sources": list(answer.sources),
+            "citations": [{"n": n, "id": d, "text": idx.doc_text(d)} for n, d in cited]}))
+        _llm_health(result.trace)
+        return
+    if added:
+        out.print(f"[dim](answer stage added to {escape(str(pipeline))}: top {n_ans})[/]")
+    out.print(f"\n[bold]{escape(question)}[/]\n\n{escape(answer.text or '(no answer)')}\n")
+    if answer.fallback:
+        _warn(f"answer fallback: {answer.fallback}")
+    for n, doc_id in cited:
+        doc = idx.doc(doc_id)
+        text = " ".join(doc.text.split()[:60])
+        out.print(f"[bold][{n}][/] {escape(doc_id)}  {escape(doc.title)}\n    "
+                  f"[dim]{escape(text)}[/]")
+    _llm_health(result.trace)
+
+
 @app.command("eval")
 def evaluate_cmd(
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory (corpus, "
@@ -346,6 +400,12 @@ def evaluate_cmd(
     round_grades: Annotated[bool, typer.Option("--round-grades", help="Round fractional "
                                                "relevance grades in the qrels to integers "
                                                "(by default they are an error).")] = False,
+    judge: Annotated[bool, typer.Option("--judge", help="Judge the answers of pipelines "
+                                        "with an answer stage (relevance -1..2 against the "
+                                        "dataset's reference answers, faithfulness -1..1 "
+                                        "against the gold documents).")] = False,
+    judge_llm: Annotated[str, typer.Option("--judge-llm", help="LLM spec of the judge "
+                                           "(default: the --llm option's).")] = "",
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
     from intentrank.core.config import load_config, resolve_pipeline
@@ -375,6 +435,10 @@ def evaluate_cmd(
         notes = _DatasetWarnings(ds)
         notes.flush()
         queries, qrels = ds.split(split)
+        references = ds.reference_answers() if judge else {}
+        if judge and not references:
+            raise ConfigError(f"--judge: {dataset} has no reference answers (a queries.jsonl "
+                              f"with metadata.answer, as `intentrank generate` writes)")
         notes.flush()
         idx = _open_or_build(dataset, index_dir)
         ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
@@ -402,7 +466,38 @@ def evaluate_cmd(
             _write(report, table + "\n")
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
+    if judge:
+        _judge_answers(res, idx, qrels, references, judge_llm)
     _llm_health({r.name: r.trace for r in res.pipelines}, separate=len(res.pipelines) > 1)
+
+
+def _judge_answers(res: Any, idx: Any, qrels: Any, references: dict[str, str],
+                   judge_llm: str) -> None:
+    """Judge each answering pipeline's answers and print one row per pipeline."""
+    from intentrank.eval.answer_judge import judge_rankings, summarize
+    from intentrank.llm.client import load_llm
+    from intentrank.pipelines import build_context
+
+    try:
+        llm = load_llm(judge_llm, **LLM_SETTINGS["llm_options"]) if judge_llm else \
+            build_context(None, **LLM_SETTINGS).llm()
+        gold = {q: [idx.doc_text(d) for d, g in j.items() if g > 0 and d in idx.row_of]
+                for q, j in qrels.items()}
+        table = Table(title="answers judged (relevance -1..2, faithfulness -1..1)")
+        for col in ("pipeline", "answers", "judged", "relevance", "faithfulness", "fallbacks"):
+            table.add_column(col)
+        for r in res.pipelines:
+            if not any(x.query.answer is not None for x in r.rankings):
+                _warn(f"--judge: pipeline {r.name} sets no answers (add an answer stage)")
+                continue
+            s = summarize(list(judge_rankings(llm, r.rankings, references, gold).values()))
+            table.add_row(escape(r.name), str(s.n), str(s.n_relevance),
+                          "-" if s.relevance is None else f"{s.relevance:.2f}",
+                          "-" if s.faithfulness is None else f"{s.faithfulness:.2f}",
+                          escape(", ".join(f"{k} {v}" for k, v in s.fallbacks.items()) or "-"))
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    out.print(table)
 
 
 def _compare_pipelines(nodes: dict[str, Any], idx: Any, ds: Any, queries: Any, qrels: Any,

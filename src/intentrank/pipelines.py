@@ -42,3 +42,17 @@ def pipeline_from_config(
         where = Index.open(Path(path).parent / where if not Path(where).is_absolute()
                            and index is None else where)
     return build_pipeline(data["pipeline"], build_context(where, **resources))
+
+
+def ends_with_answer(node: Any) -> bool:
+    """Whether a config's pipeline node (a list of steps or one step) ends in an ``answer``
+    stage."""
+    last = node[-1] if isinstance(node, list) and node else node
+    return (last == "answer") or (isinstance(last, dict) and "answer" in last)
+
+
+def with_answer(node: Any, top_k: int = 10) -> Any:
+    """The pipeline node with an ``answer: {top_k}`` step appended unless it ends in one."""
+    if ends_with_answer(node):
+        return node
+    return [*(node if isinstance(node, list) else [node]), {"answer": {"top_k": top_k}}]

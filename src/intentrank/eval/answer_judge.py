@@ -183,3 +183,15 @@ def judge_agreement(judged: Mapping[str, Mapping[str, Judgement]]) -> Agreement:
     return Agreement(pairs, right / pairs if pairs else float("nan"),
                      {k: kind_mean(k, "relevance") for k in kinds},
                      {k: kind_mean(k, "faithfulness") for k in kinds}, fallbacks)
+
+
+def judge_rankings(llm: LLMLike, rankings: Sequence[Any], references: Mapping[str, str],
+                   gold_texts: Mapping[str, Sequence[str]], trace: Trace | None = None
+                   ) -> dict[str, Judgement]:
+    """Judge the answers a pipeline set (``Query.answer``) for the queries that have a
+    reference answer, against their gold documents' texts: ``{query id: Judgement}``."""
+    items = [JudgeItem(r.query.id, r.query.turn, references[r.query.id],
+                       tuple(gold_texts.get(r.query.id, ())), r.query.answer.text)
+             for r in rankings if r.query.answer is not None and r.query.id in references]
+    return {item.query_id: j for item, j in
+            zip(items, judge_answers(llm, items, trace), strict=True)}
