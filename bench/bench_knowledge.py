@@ -55,6 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     j.add_argument("set")
     j.add_argument("--llm", default="embedded")
     j.add_argument("--n", type=int, default=20)
+    s = sub.add_parser("stream")
+    s.add_argument("set")
+    s.add_argument("--llm", default="embedded")
+    s.add_argument("--n", type=int, default=8)
+    s.add_argument("--batch-size", type=int, default=2)
     sub.add_parser("render")
     return p.parse_args(argv)
 
@@ -233,6 +238,43 @@ def judge_check(args: argparse.Namespace) -> None:
     print(json.dumps(out, indent=1))
 
 
+def stream(args: argparse.Namespace) -> None:
+    """Throughput of the method-5 chain run stage after stage over all questions against
+    streamed (one thread per stage, micro-batches), both cold (no LLM reply cache), in turn."""
+    from intentrank.core.config import build_pipeline
+    from intentrank.core.streaming import run_streamed
+    from intentrank.llm.client import load_llm
+    from intentrank.pipelines import build_context
+
+    ds, queries, gold, kind, refs = load_set(args.set, args.n, ["pair", "single"])
+    idx = open_index(args.set)
+    node = [{"fuse": {"method": "interleave", "inputs": [{"bm25": {"depth": 100}},
+                                                         {"dense": {"depth": 100}}]}},
+            {"cutoff": 100}, {"cross_encoder": {"top_k": 100, "backend": "onnx",
+                                                "max_length": 128}},
+            {"knowledge": {"n_know": 2, "doc_words": 150}},
+            {"per_element": {"top_k": 50}}, {"answer": {"top_k": 3}}]
+    runs: dict[str, list[float]] = {"sequential": [], "streamed": []}
+    answers: dict[str, list[str]] = {}
+    for mode in ("sequential", "streamed", "sequential", "streamed"):
+        pipe = build_pipeline(node, build_context(idx, llm=load_llm(args.llm, cache=None)),
+                              "stream")
+        t0 = time.perf_counter()
+        result = pipe.run(queries) if mode == "sequential" else \
+            run_streamed(pipe, queries, batch_size=args.batch_size)
+        runs[mode].append(len(queries) / (time.perf_counter() - t0))
+        answers[mode] = [r.query.answer.text for r in result.rankings]
+        print(f"  {mode}: {runs[mode][-1]:.3f} questions/s", flush=True)
+    out = {"set": args.set, "llm": args.llm, "n": len(queries), "batch_size": args.batch_size,
+           "qps": runs, "same_answers": sum(a == b for a, b in zip(
+               answers["sequential"], answers["streamed"], strict=True)),
+           "pipeline": "interleave(bm25, dense) % 100 >> cross_encoder >> knowledge(n_know=2)"
+                       " >> per_element(top_k=50) >> answer(top_k=3)"}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"stream--{args.set}--{args.llm}.json").write_text(json.dumps(out, indent=1))
+    print(json.dumps(out))
+
+
 def _f(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -261,7 +303,7 @@ def render() -> None:
              "N_ret = 2000, a strong reranker and Falcon3-10B): two-document R@10 CE .53, "
              "KA 0/2/5/8 .52/.53/.55/.54; single-document .85 vs .82/.84/.85/.84.", ""]
     results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))
-               if not p.name.startswith("judge-check")]
+               if not p.name.startswith(("judge-check", "stream"))]
     for kind in ("pair", "single"):
         title = "two-document" if kind == "pair" else "single-document"
         lines += [f"**Tables 3/4 and 6/7, {title} questions** (R@k x100)", "",
@@ -326,6 +368,20 @@ def render() -> None:
             lines.append(f"| {c['set']} | {c['llm']} | {c['n']} | {c['pairs']} | "
                          f"{c['agreement']:.2f} | " + " | ".join(cells) +
                          f" | {c['fallbacks']} | {c['seconds_per_answer']:.1f} |")
+    streams = [json.loads(p.read_text()) for p in sorted(OUT.glob("stream--*.json"))]
+    if streams:
+        lines += ["", "**Streaming** (`core/streaming.run_streamed`: one thread per stage over "
+                  "micro-batches, bounded queues) against running each stage over all questions "
+                  "before the next, cold (no LLM reply cache), alternated twice; questions/s.", "",
+                  "| set | LLM | questions | batch | pipeline | sequential q/s | streamed q/s | "
+                  "ratio (mean) | same answers |", "|---|---|---|---|---|---|---|---|---|"]
+        for st in streams:
+            seq, par = st["qps"]["sequential"], st["qps"]["streamed"]
+            ratio = (sum(par) / len(par)) / (sum(seq) / len(seq))
+            lines.append(f"| {st['set']} | {st['llm']} | {st['n']} | {st['batch_size']} | "
+                         f"`{st['pipeline']}` | {', '.join(f'{x:.3f}' for x in seq)} | "
+                         f"{', '.join(f'{x:.3f}' for x in par)} | {ratio:.2f}x | "
+                         f"{st['same_answers']}/{st['n']} |")
     lines += ["", READING]
     write_section("knowledge", "\n".join(lines))
 
@@ -339,6 +395,8 @@ def main(argv: list[str] | None = None) -> None:
         measure(args)
     elif args.cmd == "judge-check":
         judge_check(args)
+    elif args.cmd == "stream":
+        stream(args)
     else:
         render()
 
