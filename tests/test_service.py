@@ -19,6 +19,7 @@ from intentrank.errors import ConfigError
 from intentrank.llm.client import LLMClient
 from intentrank.service import Limits, ServiceSettings, create_app
 from intentrank.service.auth import ApiKey, KeyStore, hash_key
+from intentrank.service.models import AnswerResponse, EvaluateResponse, SearchResponse
 
 pytest.importorskip("fastapi")
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -100,6 +101,7 @@ def test_search_returns_the_in_process_ranking_with_stage_scores_and_trace(clien
                     headers=AUTH)
     assert r.status_code == 200, r.text
     body = r.json()
+    SearchResponse.model_validate(body)
     expected = pipeline_from_config(resolve_pipeline("rrf"), index=index).search(text, k=5)
     assert [d["doc_id"] for d in body["results"]] == expected.doc_ids
     for got, want in zip(body["results"], expected.docs, strict=True):
@@ -192,6 +194,7 @@ def test_rerank_orders_the_users_own_passages(client):
     r = client.post("/rerank", json={"query": "boundary layer growth on a flat plate",
                                      "candidates": cands}, headers=AUTH)
     assert r.status_code == 200, r.text
+    SearchResponse.model_validate(r.json())
     results = r.json()["results"]
     assert results[0]["doc_id"] == "bl" and {d["doc_id"] for d in results} == {"sky", "bl", "c3"}
     assert results[0]["stage_ranks"] == {"input": 2, "cross_encoder": 1}
@@ -229,6 +232,7 @@ def test_answer_with_citations_and_a_failing_llm_degrades_to_counted_fallbacks(
                                      "pipeline": "qa"}, headers=AUTH)
     assert r.status_code == 200, r.text
     body = r.json()
+    AnswerResponse.model_validate(body)
     first = body["results"][0]["doc_id"]
     assert body["answer"]["text"] == "The boundary layer thickens downstream [1]."
     assert body["answer"]["citations"][0]["n"] == 1
@@ -255,6 +259,7 @@ def test_evaluate_matches_the_metrics_code(client):
                                        "metrics": ["nDCG@10", "MRR@10", "Recall@100"]},
                     headers=AUTH)
     assert r.status_code == 200, r.text
+    EvaluateResponse.model_validate(r.json())
     want = evaluate({"1": {"d1": 3.0, "d2": 2.0}, "2": {"d3": 1.0, "d9": 0.5}},
                     {"1": {"d2": 1}, "2": {"d3": 2, "d4": 1}, "3": {"d5": 0}},
                     ["nDCG@10", "MRR@10", "Recall@100"])
@@ -368,6 +373,7 @@ def test_schemathesis_finds_no_server_error(served):
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis.errors import Unsatisfiable
     from schemathesis.generation import GenerationMode
+    from schemathesis.specs.openapi.checks import response_schema_conformance
 
     url = served[0].url
     schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
@@ -379,6 +385,8 @@ def test_schemathesis_finds_no_server_error(served):
             label = f"{case.method.upper()} {case.path}"
             seen.append((label, response.status_code))
             assert response.status_code < 500, (label, case.body, response.text[:300])
+            if response.status_code == 200 and "json" in response.headers["content-type"]:
+                case.validate_response(response, checks=[response_schema_conformance])
         return fuzz
 
     for result in schema.get_all_operations():
