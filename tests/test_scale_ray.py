@@ -4,6 +4,7 @@ the single-process run. And without --ray nothing imports Ray (or faiss)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -84,3 +85,34 @@ def test_ray_evaluation_equals_single_process(cluster, cranfield, cranfield_inde
     for m in metrics:
         assert scores.aggregate[m] == pytest.approx(expected.aggregate[m], rel=F32_REL)
     assert remote.trace.stages and remote.trace.stages.keys() == local.trace.stages.keys()
+
+
+def test_service_on_ray_serve_answers_like_the_index(cluster, cranfield_index):
+    import socket
+    import urllib.request
+
+    from ray import serve
+
+    from intentrank.scale.serve import run
+    from intentrank.service.settings import ServiceSettings
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = ServiceSettings(indexes={"cranfield": str(cranfield_index.path)},
+                               pipelines={"bm25": "bm25"}, rerankers={}, require_keys=False,
+                               workers=1)
+    run(settings, replicas=1, cpus_per_replica=0.5, port=port)
+    try:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/search", method="POST",
+            data=json.dumps({"query": "boundary layer flow", "pipeline": "bm25"}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            body = json.loads(resp.read())
+    finally:
+        serve.shutdown()
+    from intentrank.retrieve.retrievers import BM25Retriever
+
+    expected = BM25Retriever(cranfield_index, depth=10).search("boundary layer flow")
+    assert [r["doc_id"] for r in body["results"]][:10] == expected.doc_ids[:10]
