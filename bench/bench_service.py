@@ -209,9 +209,10 @@ def to_markdown(results: list[dict], meta: dict) -> str:
               "which share the 2 cores) is nearly all of the cost: the service reaches a "
               "fraction of in-process throughput. For `rrf` (query embedding + dense search) "
               "and the cross-encoder, the pipeline dominates and the service keeps up.",
-              "- In-process, more caller threads than cores can be slower than fewer (torch "
-              "and BLAS thread pools oversubscribed); the service's 2 workers cap that, which "
-              "is why HTTP beats in-process at 64 clients. The 1-client in-process rows were "
+              "- In-process, more caller threads than cores oversubscribe the torch and BLAS "
+              "thread pools, while the service caps the work at its 2 workers; which of the two "
+              "is faster at 16 and 64 clients varied between runs on this loaded machine (rrf "
+              "at 64 clients: 0.67 to 3.1 in three runs). The 1-client in-process rows were "
               "also slow in this bench process (the same pipeline ran about 10x faster from a "
               "worker thread than from the main thread of a separate script while the machine "
               "was loaded; cause not pinned down), so the 1-client ratios mean little.",
