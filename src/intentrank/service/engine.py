@@ -149,6 +149,10 @@ class Engine:
                 self.indexes[name] = ThreadSafeIndex(idx)
             else:
                 self.indexes[name] = ThreadSafeIndex(where)
+        for name, idx in self.indexes.items():  # load the query embedder now, not on the
+            if getattr(idx, "has", lambda leg: False)("dense"):  # first user's request
+                log(f"loading the query embedder of index {name}")
+                idx.encode_queries(["warm-up"])
         template = build_context(None, llm=settings.llm, llm_options=settings.llm_options)
         self.resources = template.resources  # one LLM client and one loaded model per kind
         llm_lock = threading.Lock()
