@@ -85,3 +85,24 @@ def test_streamed_equals_a_plain_run_on_real_cranfield(cranfield, cranfield_inde
     for name, st in plain.trace.stages.items():
         assert streamed.trace.stages[name].queries == st.queries
         assert streamed.trace.stages[name].counters == st.counters
+
+
+def test_index_documents_read_from_many_threads_at_once(cranfield_index):
+    """Streamed stages read documents concurrently (positional reads, no shared seek)."""
+    ids = cranfield_index.ids
+    wrong: list[str] = []
+
+    def read(k: int) -> None:
+        for i in range(1500):
+            doc_id = ids[(i * 7 + k * 13) % len(ids)]
+            if cranfield_index.doc(doc_id).id != doc_id:
+                wrong.append(doc_id)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    last = ids[-1]
+    assert cranfield_index.doc(last).id == last  # the last line ends at the file's end

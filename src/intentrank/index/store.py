@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pickle
 import time
 from collections.abc import Iterator
@@ -223,8 +224,11 @@ class Index:
         row = self.row_of.get(doc_id)
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
-        self._docs_fh.seek(int(self._offsets[row]))
-        line = self._docs_fh.readline()
+        # a positional read (no shared file position): safe from many threads at once
+        start = int(self._offsets[row])
+        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
+            os.fstat(self._docs_fh.fileno()).st_size
+        line = os.pread(self._docs_fh.fileno(), end - start, start)
         try:
             rec = json.loads(line)
             if rec["id"] != doc_id:
