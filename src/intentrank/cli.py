@@ -378,6 +378,46 @@ def answer_cmd(
     _llm_health(result.trace)
 
 
+@app.command()
+def serve(
+    index: Annotated[list[str], typer.Option("--index", help="Index to serve: DIR or NAME=DIR; "
+                                             "repeat (default: the quickstart's SciFact "
+                                             "index, built if missing).")] = None,  # type: ignore[assignment]
+    pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Shipped name or "
+                                                "[NAME=]config.yaml; repeat (default: bm25 "
+                                                "dense tfidf sparse graph rrf weighted cascade "
+                                                "answer).")] = None,  # type: ignore[assignment]
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    keys_file: Annotated[Path, typer.Option(help="API keys file (sha256 digests); else "
+                                            "$INTENTRANK_API_KEYS; else one is generated and "
+                                            "printed.")] = None,  # type: ignore[assignment]
+    no_keys: Annotated[bool, typer.Option("--no-keys", help="Serve without API keys.")] = False,
+    workers: Annotated[int, typer.Option(help="Pipeline worker threads.")] = 2,
+    queue_limit: Annotated[int, typer.Option(help="Requests that may wait beyond the workers "
+                                             "(more get 503).")] = 32,
+    timeout: Annotated[float, typer.Option(help="Seconds per request, queue wait included "
+                                           "(504).")] = 60.0,
+    cors_origin: Annotated[list[str], typer.Option(help="Allowed CORS origin; repeat "
+                                                   "(default: CORS off).")] = None,  # type: ignore[assignment]
+    report_dir: Annotated[list[Path], typer.Option(help="Directory of HTML reports to list "
+                                                   "(default docs/ablation).")] = None,  # type: ignore[assignment]
+    access_log: Annotated[Path, typer.Option(help="JSON-lines access log file (default "
+                                             "stderr).")] = None,  # type: ignore[assignment]
+    dataset: Annotated[Path, typer.Option(help="Dataset of the default index.")] =
+        DEFAULT_DATA / "scifact",
+) -> None:
+    """Serve indexes and pipelines over HTTP, with a web page."""
+    from intentrank.service.command import serve as run_service
+
+    try:
+        run_service(index, pipeline, host, port, keys_file, no_keys, workers, queue_limit,
+                    timeout, cors_origin, report_dir, access_log, dataset,
+                    llm=LLM_SETTINGS["llm"], llm_options=LLM_SETTINGS["llm_options"])
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+
+
 @app.command("eval")
 def evaluate_cmd(
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory (corpus, "

@@ -12,7 +12,8 @@ from intentrank.errors import ConfigError
 
 # What the service serves when not told: every shipped retrieval pipeline that needs no LLM,
 # plus the cascade (fusion -> cross-encoder -> LLM listwise).
-DEFAULT_PIPELINES = ("bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted", "cascade")
+DEFAULT_PIPELINES = ("bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted", "cascade",
+                     "answer")
 # Rerankers for POST /rerank: config nodes run over the request's own candidates.
 DEFAULT_RERANKERS: dict[str, Any] = {
     "cross_encoder": {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}},
