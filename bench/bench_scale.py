@@ -1,0 +1,435 @@
+"""Scale-out benchmark: ANN vs exact dense search, a 1M-passage corpus, and Ray.
+
+    python bench/bench_scale.py shipped   # SciFact, Vaswani: recall@100, nDCG@10, q/s, bytes
+    python bench/bench_scale.py big       # >= 1M passages: ANN, BM25 + dense + RRF latency
+    python bench/bench_scale.py bm25      # BM25 ms/query against the shard size
+    python bench/bench_scale.py ray       # Ray encoding / evaluation, 1 and 2 workers vs local
+    python bench/bench_scale.py render    # docs/benchmarks.md section "scale" from the JSON
+
+Each part stores its numbers in bench/scale_results.json and re-renders the section. The
+1M corpus is the shipped corpora replicated with perturbation, for speed and memory only:
+the vectors are perturbed copies of the real MiniLM vectors (never re-encoded: encoding 1M
+passages on 2 cores would take about a day), the BM25 texts are the real token lists with
+random token dropout; its queries are the real SciFact and Vaswani test queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import DATA, ROOT, header, write_section  # noqa: E402
+
+RESULTS = ROOT / "bench" / "scale_results.json"
+INDEXES = ROOT / "indexes"
+
+
+def _load() -> dict:
+    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+
+
+def _save(key: str, value: dict) -> None:
+    data = _load()
+    data[key] = value | {"header": header(), "load_average": os.getloadavg()[0]}
+    RESULTS.write_text(json.dumps(data, indent=1))
+
+
+def _rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _recall(exact_rows: np.ndarray, rows: np.ndarray, k: int = 100) -> float:
+    return float(np.mean([len(set(e[:k].tolist()) & set(r[:k].tolist())) / k
+                          for e, r in zip(exact_rows, rows, strict=True)]))
+
+
+def _per_query_ms(search, q: np.ndarray, repeat: int = 1) -> float:
+    """Mean ms per query, one query at a time (latency, not batch throughput)."""
+    t = time.perf_counter()
+    for _ in range(repeat):
+        for j in range(len(q)):
+            search(q[j:j + 1])
+    return (time.perf_counter() - t) * 1000 / (len(q) * repeat)
+
+
+def _ann_methods() -> dict:
+    from intentrank.index.settings import AnnSettings
+
+    return {"hnsw": AnnSettings("hnsw"), "ivfpq": AnnSettings("ivfpq")}
+
+
+# -- shipped corpora ------------------------------------------------------------------------
+def shipped() -> None:
+    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.metrics import evaluate
+    from intentrank.index import Index
+    from intentrank.index.ann import AnnSearcher, build_ann, exact_search
+
+    out = {}
+    for name in ("scifact", "vaswani"):
+        ds = load_dataset(DATA / name)
+        queries, qrels = ds.split("test")
+        idx = Index(INDEXES / name)
+        vecs = idx.embeddings
+        t = time.perf_counter()
+        q = idx.encode_queries([x.text for x in queries])
+        encode_ms = (time.perf_counter() - t) * 1000 / len(queries)
+        ex_rows, ex_scores = exact_search(vecs, q, 100)
+
+        def run_of(rows, scores, ids=idx.ids, queries=queries):
+            return {qq.id: {ids[r]: float(s) for r, s in zip(rr, ss, strict=True) if r >= 0}
+                    for qq, rr, ss in zip(queries, rows, scores, strict=True)}
+
+        ndcg_exact = evaluate(run_of(ex_rows, ex_scores), qrels, ["nDCG@10"]).aggregate["nDCG@10"]
+        exact_ms = _per_query_ms(lambda x, v=vecs: exact_search(v, x, 100), q)
+        rows_out = {"exact": {"recall@100": 1.0, "nDCG@10": ndcg_exact, "ms/query": exact_ms,
+                              "bytes/doc": vecs.shape[1] * 4, "build_s": 0.0}}
+        for method, s in _ann_methods().items():
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "ann.faiss"
+                t = time.perf_counter()
+                build_ann(vecs, s, path)
+                build_s = time.perf_counter() - t
+                searcher = AnnSearcher(path, vecs, s)
+                rows, scores = searcher.search(q, 100)
+                extra = os.path.getsize(path) - (vecs.nbytes if method == "hnsw" else 0)
+                rows_out[method] = {
+                    "recall@100": _recall(ex_rows, rows),
+                    "nDCG@10": evaluate(run_of(rows, scores), qrels,
+                                        ["nDCG@10"]).aggregate["nDCG@10"],
+                    "ms/query": _per_query_ms(lambda x, s_=searcher: s_.search(x, 100), q),
+                    # hnsw holds the vectors itself; ivfpq codes + the memory-mapped vectors
+                    "bytes/doc": (os.path.getsize(path) if method == "hnsw"
+                                  else extra + vecs.nbytes) / len(vecs),
+                    "build_s": build_s}
+        out[name] = {"docs": len(vecs), "queries": len(queries), "encode_ms": encode_ms,
+                     "methods": rows_out}
+        idx.close()
+        print(name, json.dumps(out[name], indent=1), flush=True)
+    _save("shipped", out)
+
+
+# -- the 1M corpus --------------------------------------------------------------------------
+def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
+    """Real vectors and BM25 token lists of SciFact, Vaswani and Cranfield; real queries."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index
+    from intentrank.index.hits import bm25_tokenize
+
+    vecs, tokens, qtexts = [], [], []
+    for name in ("scifact", "vaswani", "cranfield"):
+        idx = Index(INDEXES / name)
+        vecs.append(np.asarray(idx.embeddings))
+        s = idx.settings.bm25
+        tokens += bm25_tokenize([idx.doc_text(i) for i in idx.ids], s.stopwords, s.stemmer)
+        if name != "cranfield":
+            queries, _ = load_dataset(DATA / name).split("test")
+            qtexts += [x.text for x in queries]
+        encoder = idx
+    q = encoder.encode_queries(qtexts)
+    return np.concatenate(vecs), tokens, q, qtexts
+
+
+def big(n: int, hnsw: bool) -> None:
+    import bm25s
+
+    from intentrank.index.ann import AnnSearcher, build_ann, exact_search
+    from intentrank.index.hits import bm25_tokenize
+
+    rng = np.random.default_rng(0)
+    base, tokens, q, qtexts = _sources()
+    m, dim = base.shape
+    out: dict = {"docs": n, "source_docs": m, "queries": len(q)}
+    work = Path(tempfile.mkdtemp(prefix="scale1m-", dir=ROOT / ".cache"))
+    # vectors: normalise(v_i + 0.6 * v_j + 0.25 * gaussian), i a source doc, j a random one
+    t = time.perf_counter()
+    vec_path = work / "embeddings.npy"
+    vecs = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float32, shape=(n, dim))
+    src = np.arange(n) % m
+    for a in range(0, n, 100_000):
+        e = min(n, a + 100_000)
+        v = base[src[a:e]] + 0.6 * base[rng.integers(0, m, e - a)] \
+            + (0.25 / np.sqrt(dim)) * rng.standard_normal((e - a, dim)).astype(np.float32)
+        vecs[a:e] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    vecs.flush()
+    del vecs
+    vecs = np.load(vec_path, mmap_mode="r")
+    out["make_vectors_s"] = time.perf_counter() - t
+    # BM25 first (its token lists are the peak of memory; freed before the ANN builds): the
+    # real token lists, each copy with 10% of its tokens dropped, in one bm25s index (a
+    # sharded build scores identically, tests/test_scale_index.py)
+    t = time.perf_counter()
+    vocab: dict[str, int] = {}
+    src_ids = [np.array([vocab.setdefault(tok, len(vocab)) for tok in doc], dtype=np.int32)
+               for doc in tokens]
+    del tokens
+    corpus_ids = []
+    for i in range(n):
+        d = src_ids[src[i]]
+        keep = rng.random(len(d)) >= 0.1 if i >= m else np.ones(len(d), bool)
+        corpus_ids.append(d[keep])  # numpy: 4 bytes a token, not a Python int
+    out["make_tokens_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    bm = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    bm.index(bm25s.tokenization.Tokenized(corpus_ids, vocab), show_progress=False)
+    del corpus_ids
+    out["bm25"] = {"build_s": time.perf_counter() - t,
+                   "bytes/doc": sum(bm.scores[k].nbytes for k in ("data", "indices", "indptr"))
+                   / n}
+    qtok = bm25_tokenize(qtexts, "en", "english")
+    qtok = [[tok for tok in toks if tok in vocab] or [""] for toks in qtok]
+
+    def bm25_search(j: int) -> tuple[np.ndarray, np.ndarray]:
+        res = bm.retrieve([qtok[j]], k=100, show_progress=False, n_threads=1)
+        return res.documents[0], res.scores[0]
+
+    t = time.perf_counter()
+    for j in range(len(q)):
+        bm25_search(j)
+    out["bm25"]["ms/query"] = (time.perf_counter() - t) * 1000 / len(q)
+    t = time.perf_counter()
+    ex_rows, _ = exact_search(vecs, q, 100)
+    out["exact"] = {"ms/query": _per_query_ms(lambda x: exact_search(vecs, x, 100), q[:40]),
+                    "batch_ms/query": (time.perf_counter() - t) * 1000 / len(q),
+                    "bytes/doc": dim * 4}
+    print("exact", out["exact"], flush=True)
+    searchers = {}
+    for method, s in _ann_methods().items():
+        if method == "hnsw" and not hnsw:
+            continue
+        path = work / f"{method}.faiss"
+        t = time.perf_counter()
+        info = build_ann(vecs, s, path)
+        build_s = time.perf_counter() - t
+        searcher = AnnSearcher(path, vecs, s)
+        rows, _ = searcher.search(q, 100)
+        size = os.path.getsize(path)
+        res = {"build_s": build_s, "recall@100": _recall(ex_rows, rows), "info": info,
+               "ms/query": _per_query_ms(lambda x, s_=searcher: s_.search(x, 100), q),
+               "file_bytes/doc": size / n,
+               "bytes/doc": size / n if method == "hnsw" else size / n + dim * 4,
+               "rss_gib": _rss_gib()}
+        sweep = {}
+        for p in ((64, 128, 256, 512) if method == "hnsw" else (16, 32, 64, 128)):
+            kw = {"ef_search": p} if method == "hnsw" else {"nprobe": p}
+            r, _ = searcher.search(q, 100, **kw)
+            sweep[p] = {"recall@100": _recall(ex_rows, r), "ms/query": _per_query_ms(
+                lambda x, s_=searcher, kw=kw: s_.search(x, 100, **kw), q[:100])}
+        res["sweep"] = sweep
+        out[method] = res
+        searchers[method] = searcher
+        print(method, json.dumps(res, indent=1), flush=True)
+    for method, searcher in searchers.items():
+        t = time.perf_counter()
+        for j in range(len(q)):
+            b_rows, _ = bm25_search(j)
+            d_rows, _ = searcher.search(q[j:j + 1], 100)
+            fused: dict[int, float] = {}
+            for ranked in (b_rows, d_rows[0]):
+                for rank, r in enumerate(ranked.tolist(), 1):
+                    fused[r] = fused.get(r, 0.0) + 1.0 / (60 + rank)
+            sorted(fused.items(), key=lambda x: -x[1])[:100]
+        out[f"hybrid_{method}_ms/query"] = (time.perf_counter() - t) * 1000 / len(q)
+    out["rss_gib"] = _rss_gib()
+    print(json.dumps(out, indent=1), flush=True)
+    for p in work.iterdir():
+        p.unlink()
+    work.rmdir()
+    _save("big", out)
+
+
+def bm25_sizes(sizes: list[int]) -> None:
+    """BM25 ms/query against the number of documents in one bm25s index (the shard size)."""
+    import bm25s
+
+    from intentrank.index.hits import bm25_tokenize
+
+    _, tokens, q, qtexts = _sources()
+    vocab: dict[str, int] = {}
+    src = [np.array([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32)
+           for d in tokens]
+    qtok = [[t for t in toks if t in vocab] or [""]
+            for toks in bm25_tokenize(qtexts, "en", "english")]
+    out = {}
+    for n in sizes:
+        rng = np.random.default_rng(0)
+        corpus = [src[i % len(src)][rng.random(len(src[i % len(src)])) >= 0.1]
+                  if i >= len(src) else src[i] for i in range(n)]
+        bm = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+        bm.index(bm25s.tokenization.Tokenized(corpus, vocab), show_progress=False)
+        del corpus
+        t = time.perf_counter()
+        for toks in qtok:
+            bm.retrieve([toks], k=100, show_progress=False, n_threads=1)
+        out[n] = (time.perf_counter() - t) * 1000 / len(qtok)
+        print(n, out[n], flush=True)
+        del bm
+    _save("bm25_sizes", {"ms/query": out, "queries": len(qtok)})
+
+
+# -- Ray ------------------------------------------------------------------------------------
+def ray_part() -> None:
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index
+    from intentrank.models.embedder import load_embedder
+    from intentrank.scale.cluster import LocalCluster
+    from intentrank.scale.encode import ray_encode
+    from intentrank.scale.evaluate import build_pipeline_for, ray_run
+
+    ds = load_dataset(DATA / "cranfield")
+    texts = [d.full_text(" ") for d in ds.corpus()][:600]
+    queries, _ = ds.split("test")
+    idx = Index(INDEXES / "cranfield")
+    out: dict = {"passages": len(texts), "queries": len(queries), "pipeline": "rrf"}
+    t = time.perf_counter()
+    emb = load_embedder()
+    load_s = time.perf_counter() - t
+    t = time.perf_counter()
+    emb.encode_passages(texts)
+    out["local"] = {"encode_p/s": len(texts) / (time.perf_counter() - t),
+                    "encode_load_s": load_s}
+    pipe = build_pipeline_for("rrf", idx)
+    pipe.run(queries[:5])
+    t = time.perf_counter()
+    pipe.run(queries)
+    out["local"]["eval_q/s"] = len(queries) / (time.perf_counter() - t)
+    print(out, flush=True)
+    t = time.perf_counter()
+    cluster = LocalCluster(workers=1, cpus_per_node=1)
+    out["cluster_start_s"] = time.perf_counter() - t
+    try:
+        for workers in (1, 2):
+            t = time.perf_counter()
+            ray_encode(texts, workers=workers, batch_size=64)
+            enc_s = time.perf_counter() - t
+            t = time.perf_counter()
+            ray_run("rrf", idx.path, queries, tasks=workers)
+            cold_s = time.perf_counter() - t  # worker processes start, import, load models
+            t = time.perf_counter()
+            ray_run("rrf", idx.path, queries, tasks=workers)
+            ev_s = time.perf_counter() - t  # warm: Ray reuses the worker processes
+            t = time.perf_counter()
+            ray_run("rrf", idx.path, queries[:8], tasks=workers)
+            small_s = time.perf_counter() - t
+            out[f"ray{workers}"] = {"encode_p/s": len(texts) / enc_s,
+                                    "eval_q/s": len(queries) / ev_s,
+                                    "eval_cold_q/s": len(queries) / cold_s,
+                                    "eval_8_queries_s": small_s}
+            print(workers, out[f"ray{workers}"], flush=True)
+    finally:
+        cluster.shutdown()
+    t = time.perf_counter()
+    pipe.run(queries[:8])
+    out["local"]["eval_8_queries_s"] = time.perf_counter() - t
+    _save("ray", out)
+
+
+# -- rendering ------------------------------------------------------------------------------
+def render() -> None:
+    data = _load()
+    parts = ["## Scale: ANN, 1M passages, Ray (`bench/bench_scale.py`)\n",
+             "Machine shared with other agents' LLM jobs (2 cores, 24 GiB, no GPU): the load "
+             "average at each run is given; latencies are one query at a time, query "
+             "encoding excluded (it is listed separately). Numbers: docs/scale.md reads "
+             "them.\n"]
+    if "shipped" in data:
+        d = data["shipped"]
+        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts.append("| corpus | docs | search | recall@100 vs exact | nDCG@10 | ms/query | "
+                     "bytes/doc (dense) | build s |\n|---|---|---|---|---|---|---|---|")
+        for name in ("scifact", "vaswani"):
+            c = d[name]
+            for method, r in c["methods"].items():
+                parts.append(f"| {name} | {c['docs']} | {method} | {r['recall@100']:.3f} | "
+                             f"{r['nDCG@10']:.4f} | {r['ms/query']:.2f} | "
+                             f"{r['bytes/doc']:.0f} | {r['build_s']:.1f} |")
+        enc = ", ".join(f"{n} {d[n]['encode_ms']:.1f}" for n in ("scifact", "vaswani"))
+        parts.append(f"\nQuery encoding (MiniLM, batch of all test queries), ms/query: {enc}.\n")
+    if "big" in data:
+        d = data["big"]
+        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts.append(f"{d['docs']:,} passages ({d['source_docs']:,} real SciFact + Vaswani + "
+                     f"Cranfield vectors and token lists, replicated with perturbation), "
+                     f"{d['queries']} real queries; peak RSS {d['rss_gib']:.2f} GiB.\n")
+        parts.append("| leg | recall@100 vs exact | ms/query | bytes/doc | build s |\n"
+                     "|---|---|---|---|---|")
+        ex = d["exact"]
+        parts.append(f"| dense exact (memory-mapped) | 1.000 | {ex['ms/query']:.1f} | "
+                     f"{ex['bytes/doc']:.0f} | 0 |")
+        for method in ("hnsw", "ivfpq"):
+            if method in d:
+                r = d[method]
+                parts.append(f"| dense {method} | {r['recall@100']:.3f} | "
+                             f"{r['ms/query']:.2f} | {r['bytes/doc']:.0f} | "
+                             f"{r['build_s']:.0f} |")
+        b = d["bm25"]
+        parts.append(f"| bm25 (bm25s) | - | {b['ms/query']:.2f} | {b['bytes/doc']:.0f} | "
+                     f"{b['build_s']:.0f} |")
+        for method in ("hnsw", "ivfpq"):
+            key = f"hybrid_{method}_ms/query"
+            if key in d:
+                parts.append(f"| bm25 + dense {method} + RRF | - | {d[key]:.2f} | - | - |")
+        for method in ("hnsw", "ivfpq"):
+            if method in d:
+                what = "ef_search" if method == "hnsw" else "nprobe"
+                sweep = "; ".join(f"{what} {p}: recall {v['recall@100']:.3f}, "
+                                  f"{v['ms/query']:.2f} ms" for p, v in d[method]["sweep"].items())
+                parts.append(f"\n{method} sweep: {sweep}.")
+    if "ray" in data:
+        d = data["ray"]
+        parts.append("\n" + d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        lo = d["local"]
+        parts.append(f"Cranfield, {d['passages']} passages encoded, {d['queries']} queries "
+                     f"through `{d['pipeline']}`; Ray: a local cluster (head + 1 worker node, "
+                     f"1 CPU each, started in {d['cluster_start_s']:.1f} s).\n")
+        parts.append("| run | encode passages/s | ratio | eval queries/s (warm) | ratio | "
+                     "eval queries/s (first run, cold workers) | 8 queries, s |"
+                     "\n|---|---|---|---|---|---|---|")
+        parts.append(f"| single process (2 threads) | {lo['encode_p/s']:.1f} | 1.00 | "
+                     f"{lo['eval_q/s']:.1f} | 1.00 | - | {lo['eval_8_queries_s']:.2f} |")
+        for w in (1, 2):
+            r = d.get(f"ray{w}")
+            if r:
+                parts.append(f"| Ray, {w} worker(s) | {r['encode_p/s']:.1f} | "
+                             f"{r['encode_p/s'] / lo['encode_p/s']:.2f} | {r['eval_q/s']:.1f} | "
+                             f"{r['eval_q/s'] / lo['eval_q/s']:.2f} | "
+                             f"{r.get('eval_cold_q/s', float('nan')):.1f} | "
+                             f"{r['eval_8_queries_s']:.2f} |")
+    if "bm25_sizes" in data:
+        d = data["bm25_sizes"]
+        sizes = "; ".join(f"{int(n):,} docs: {ms:.1f} ms" for n, ms in d["ms/query"].items())
+        parts.append(f"\nBM25 (bm25s numpy backend, one thread) ms/query against the size of one "
+                     f"index, same perturbed corpus, {d['queries']} queries: {sizes} "
+                     f"(load average {d['load_average']:.1f}).\n")
+    write_section("scale", "\n".join(parts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("part", choices=["shipped", "big", "bm25", "ray", "render"])
+    ap.add_argument("--sizes", default="100000,200000,500000,1000000")
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--no-hnsw", action="store_true")
+    args = ap.parse_args()
+    if args.part == "shipped":
+        shipped()
+    elif args.part == "big":
+        big(args.docs, not args.no_hnsw)
+    elif args.part == "bm25":
+        bm25_sizes([int(x) for x in args.sizes.split(",")])
+    elif args.part == "ray":
+        ray_part()
+    render()
+
+
+if __name__ == "__main__":
+    main()
