@@ -37,7 +37,7 @@ from intentrank.index.errors import (
     IndexFormatError,
 )
 from intentrank.index.layout import MANIFEST
-from intentrank.index.settings import IndexSettings
+from intentrank.index.settings import IndexSettings, IndexSettingsError
 from intentrank.index.shards import build_bm25_shards, shard_bounds
 from intentrank.index.store import FORMAT_VERSION, Index, bm25_tokenize
 from intentrank.types import Document
@@ -407,7 +407,15 @@ def _build_generation(
     timings["docs"] = time.perf_counter() - t0
     if not kept:
         raise ValueError("the corpus holds no documents")
-    shard_bounds(len(kept), settings.shards)  # more shards than documents: refused here
+    bounds = shard_bounds(len(kept), settings.shards)  # more shards than documents: refused
+    ann = settings.dense.ann
+    smallest = min(e - a for a, e in bounds)
+    if "dense" in settings.legs and ann.method == "ivfpq" and smallest < 2 ** ann.pq_bits:
+        raise IndexSettingsError(
+            f"invalid index settings: dense.ann.method 'ivfpq' with pq_bits={ann.pq_bits} "
+            f"needs at least {2 ** ann.pq_bits} vectors to train, the corpus has {smallest}"
+            f"{' in its smallest shard' if settings.shards > 1 else ''}; use 'exact' or "
+            f"'hnsw'")
     if existing is not None and not overwrite:
         if (existing.corpus_sha256 == corpus_hash
                 and not existing.settings.differences(settings)):
