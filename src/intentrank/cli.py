@@ -241,24 +241,52 @@ def index(
     encoding: Annotated[str, typer.Option(help="Text encoding of the corpus file.")] = "utf-8",
     overwrite: Annotated[bool, typer.Option(help="Replace an index built with other settings "
                                             "or another corpus.")] = False,
+    ann: Annotated[str, typer.Option(help="Dense search: exact, hnsw or ivfpq (faiss).")] =
+        "exact",
+    ef_search: Annotated[int, typer.Option(help="HNSW candidate list while searching (512 "
+                                           "for recall@100 >= 0.95 at 1M).")] = 128,
+    hnsw_m: Annotated[int, typer.Option(help="HNSW neighbours per node.")] = 16,
+    nlist: Annotated[int, typer.Option(help="IVF-PQ inverted lists (0 = 4 sqrt(n)).")] = 0,
+    nprobe: Annotated[int, typer.Option(help="IVF-PQ lists visited per query.")] = 32,
+    pq_m: Annotated[int, typer.Option(help="IVF-PQ sub-quantizers (divides the vector "
+                                        "dimension).")] = 48,
+    shards: Annotated[int, typer.Option(help="Build BM25 and dense as this many shards "
+                                        "(global BM25 statistics; merged results exact).")] = 1,
+    ray: Annotated[bool, typer.Option("--ray", help="Encode the corpus on Ray (Ray Data, "
+                                      "an actor pool of embedders).")] = False,
+    ray_address: Annotated[str, typer.Option(help="Address of a running Ray cluster "
+                                             "(implies --ray).")] = "",
+    ray_workers: Annotated[int, typer.Option(help="Embedder actors on Ray.")] = 2,
 ) -> None:
     """Build an on-disk hybrid index (BM25, dense, TF-IDF, entity graph) for a corpus."""
     from dataclasses import replace
 
     from intentrank.index import IndexSettings, build_index
+    from intentrank.index.settings import AnnSettings
 
     try:
+        _check_int("--shards", shards)
+        _check_int("--ray-workers", ray_workers)
         base = IndexSettings(legs=tuple(x.strip() for x in legs.split(",") if x.strip()))
         settings = replace(
             base,
             bm25=replace(base.bm25, k1=k1, b=b, stemmer=None if stemmer == "none" else stemmer,
                          stopwords=None if stopwords == "none" else stopwords),
-            dense=replace(base.dense, model=model, backend=backend, batch_size=batch_size),
-            chunk_size=chunk_size or None, chunk_overlap=chunk_overlap,
+            dense=replace(base.dense, model=model, backend=backend, batch_size=batch_size,
+                          ann=AnnSettings(ann, hnsw_m=hnsw_m, ef_search=ef_search,
+                                          nlist=nlist, nprobe=nprobe, pq_m=pq_m)),
+            chunk_size=chunk_size or None, chunk_overlap=chunk_overlap, shards=shards,
         )
+        encoder = None
+        if ray or ray_address:
+            from intentrank.scale.encode import ray_encoder
+
+            encoder = ray_encoder(settings.dense, workers=ray_workers,
+                                  address=ray_address or None)
         start = time.perf_counter()
         idx = build_index(_corpus(source, encoding), out_dir, settings, overwrite=overwrite,
-                          progress=True, log=lambda m: console.print(f"  {escape(m)}"))
+                          progress=True, log=lambda m: console.print(f"  {escape(m)}"),
+                          encoder=encoder)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
     secs = time.perf_counter() - start
@@ -406,14 +434,21 @@ def serve(
                                              "stderr).")] = None,  # type: ignore[assignment]
     dataset: Annotated[Path, typer.Option(help="Dataset of the default index.")] =
         DEFAULT_DATA / "scifact",
+    ray: Annotated[bool, typer.Option("--ray", help="Serve replicas on Ray Serve (a local "
+                                      "cluster unless --ray-address).")] = False,
+    ray_address: Annotated[str, typer.Option(help="Address of a running Ray cluster "
+                                             "(implies --ray).")] = "",
+    replicas: Annotated[int, typer.Option(help="Ray Serve replicas.")] = 2,
 ) -> None:
     """Serve indexes and pipelines over HTTP, with a web page."""
     from intentrank.service.command import serve as run_service
 
     try:
+        _check_int("--replicas", replicas)
         run_service(index, pipeline, host, port, keys_file, no_keys, workers, queue_limit,
                     timeout, cors_origin, report_dir, access_log, dataset,
-                    llm=LLM_SETTINGS["llm"], llm_options=LLM_SETTINGS["llm_options"])
+                    llm=LLM_SETTINGS["llm"], llm_options=LLM_SETTINGS["llm_options"],
+                    ray=ray, ray_address=ray_address or None, replicas=replicas)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
 
@@ -446,6 +481,12 @@ def evaluate_cmd(
                                         "against the gold documents).")] = False,
     judge_llm: Annotated[str, typer.Option("--judge-llm", help="LLM spec of the judge "
                                            "(default: the --llm option's).")] = "",
+    ray: Annotated[bool, typer.Option("--ray", help="Run each pipeline as Ray tasks (a local "
+                                      "cluster unless --ray-address); metrics only, no "
+                                      "significance tests.")] = False,
+    ray_address: Annotated[str, typer.Option(help="Address of a running Ray cluster "
+                                             "(implies --ray).")] = "",
+    ray_tasks: Annotated[int, typer.Option(help="Ray tasks per pipeline.")] = 2,
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
     from intentrank.core.config import load_config, resolve_pipeline
@@ -483,6 +524,13 @@ def evaluate_cmd(
         idx = _open_or_build(dataset, index_dir)
         ds.check_qrels(idx.doc_and_parent_ids, strict=RUN_OPTIONS["strict"])
         notes.flush()
+        if ray or ray_address:
+            if judge:
+                raise ConfigError("--judge runs in one process; leave out --ray")
+            _check_int("--ray-tasks", ray_tasks)
+            _eval_on_ray(configs, idx, queries, qrels, metric_names, ray_tasks,
+                         ray_address or None, runs_dir, run_files)
+            return
         with console.status(f"running {len(names)} pipeline(s) on {len(queries)} queries"):
             res, table = _compare_pipelines(
                 nodes, idx, ds, queries, qrels, metric_names,
@@ -509,6 +557,33 @@ def evaluate_cmd(
     if judge:
         _judge_answers(res, idx, qrels, references, judge_llm)
     _llm_health({r.name: r.trace for r in res.pipelines}, separate=len(res.pipelines) > 1)
+
+
+def _eval_on_ray(configs: dict[str, Path], idx: Any, queries: Any, qrels: Any,
+                 metrics: list[str], tasks: int, address: str | None, runs_dir: Path | None,
+                 run_files: dict[str, str]) -> None:
+    """Each pipeline as Ray tasks over the queries; one row of mean metrics per pipeline."""
+    from intentrank.data.trec import write_run
+    from intentrank.scale.evaluate import ray_evaluate
+
+    table = Table(title=f"{len(queries)} queries, {tasks} Ray task(s) per pipeline")
+    for col in ("pipeline", *metrics):
+        table.add_column(col)
+    traces = {}
+    for name, config in configs.items():
+        result, scores = ray_evaluate(config, idx.path, queries, qrels, metrics, tasks=tasks,
+                                      address=address, resources=_llm_resources_plain())
+        table.add_row(escape(name), *(f"{scores.aggregate[m]:.4f}" for m in metrics))
+        traces[name] = result.trace
+        if runs_dir:
+            write_run(result.to_run(), runs_dir / run_files[name], tag=name)
+    out.print(table)
+    _llm_health(traces, separate=len(traces) > 1)
+
+
+def _llm_resources_plain() -> dict[str, Any]:
+    """The global LLM options as pipeline build resources."""
+    return {"llm": LLM_SETTINGS["llm"], "llm_options": LLM_SETTINGS["llm_options"]}
 
 
 def _judge_answers(res: Any, idx: Any, qrels: Any, references: dict[str, str],

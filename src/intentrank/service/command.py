@@ -108,9 +108,14 @@ def serve(
     dataset: Path | None = None,
     llm: str = "embedded",
     llm_options: dict[str, Any] | None = None,
+    ray: bool = False,
+    ray_address: str | None = None,
+    replicas: int = 2,
 ) -> None:
     """Load everything, print the URL (and the generated key, if any) and serve until
-    interrupted. Raises ConfigError / IntentrankError before listening on bad settings."""
+    interrupted. Raises ConfigError / IntentrankError before listening on bad settings.
+    ``ray`` (or a ``ray_address``): serve ``replicas`` copies on Ray Serve instead of one
+    uvicorn process (:mod:`intentrank.scale.serve`)."""
     import uvicorn
 
     from intentrank.service.app import create_app
@@ -121,7 +126,7 @@ def serve(
     settings, generated = build_settings(
         index_dirs, pipelines, keys_file, no_keys, workers, queue_limit, timeout,
         cors_origins, report_dirs, access_log, dataset, llm, llm_options, log=log)
-    app = create_app(settings)
+    app = None if ray or ray_address else create_app(settings)
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
     url = f"http://{shown}:{port}/"
     print(f"intentrank service: {url}", flush=True)
@@ -132,5 +137,15 @@ def serve(
     elif no_keys:
         print("warning: API keys are off; anyone who can reach this port can use it",
               flush=True)
+    if ray or ray_address:
+        from dataclasses import replace
+
+        from intentrank.scale.serve import run
+
+        dirs = {n: getattr(v, "path", v) for n, v in settings.indexes.items()}
+        print(f"on Ray Serve: {replicas} replica(s)", flush=True)
+        run(replace(settings, indexes=dirs), replicas=replicas, host=host, port=port,
+            address=ray_address, blocking=True)
+        return
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
                 timeout_keep_alive=5)

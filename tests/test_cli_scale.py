@@ -1,0 +1,29 @@
+"""The scale-out options of the CLI: `index --ann/--shards` build what they say (real
+Cranfield), bad values exit 2 naming the setting."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from intentrank.cli import app
+from intentrank.index import Index
+
+runner = CliRunner()
+
+
+def test_index_with_hnsw_and_shards_searches_like_exact(data_dir, tmp_path):
+    corpus = str(data_dir / "cranfield")
+    built = runner.invoke(app, ["index", corpus, str(tmp_path / "hnsw"), "--legs", "bm25,dense",
+                                "--ann", "hnsw", "--ef-search", "256", "--shards", "2"])
+    assert built.exit_code == 0, built.output
+    idx = Index.open(tmp_path / "hnsw")
+    assert idx.settings.dense.ann.method == "hnsw" and idx.settings.dense.ann.ef_search == 256
+    assert idx.settings.shards == 2
+    res = runner.invoke(app, ["search", str(tmp_path / "hnsw"), "heat transfer in hypersonic "
+                              "boundary layers", "-p", "bm25", "-k", "3", "--json"])
+    assert res.exit_code == 0 and '"id"' in res.output
+    bad = runner.invoke(app, ["index", corpus, str(tmp_path / "bad"), "--ann", "nope"])
+    assert bad.exit_code == 2 and "dense.ann.method 'nope'" in bad.output
+    bad = runner.invoke(app, ["index", corpus, str(tmp_path / "bad"), "--shards", "0"])
+    assert bad.exit_code == 2 and "--shards must be >= 1" in bad.output
+    assert not (tmp_path / "bad").exists()
