@@ -386,7 +386,37 @@ def render() -> None:
     write_section("knowledge", "\n".join(lines))
 
 
-READING = "Reading: (filled in after the runs)"
+READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared with other jobs):
+
+- **The goal is not met with the embedded models.** On two-document questions the
+  knowledge-aware rerank does not beat the cross-encoder alone: Vaswani (25 questions, 0.5B)
+  R@10 .48 vs .54 (p = 0.49), Cranfield (9, 0.5B) .50 vs .61, Vaswani with the 1.5B (10)
+  .60 vs .65; more documents for the declaration (N_know 0/2/5/8) does not help (.52/.50/.48/
+  .46 on Vaswani). On single-document questions it loses nothing at R@10 (Vaswani .93 = .93)
+  but loses at R@3. The elements the 0.5B declares are often sentences copied from a
+  document (14 subset violations in 25 questions); the 1.5B's are short and on topic (no
+  violation) and still do not help: `question + element` moves the bundled MiniLM
+  cross-encoder away from the documents the generated questions were written from.
+- **Not comparable to the paper in absolute terms**: the paper reranks 2000 candidates from
+  15M FineWeb documents with a strong reranker and Falcon3-10B; here 100 candidates from a
+  collection of 1.4k-11k abstracts, generated questions that copy document wording (BM25
+  and dense interleaved beat the cross-encoder: Vaswani two-document R@10 .70 vs .54), and a
+  bundled 22M-parameter cross-encoder. What carries over is the shape: the paper's own gain
+  is small (.53 -> .55) and N_know = 0 is its worst setting too.
+- **The judge**: with the reply format showing example scores, both embedded models copied
+  them (relevance 2, faithfulness 1 for every answer, the wrong and the contradicted ones
+  included: agreement 0.44). Without them the 1.5B ranks the reference answer first (1.9)
+  and the wrong-document, negated and abstaining answers well below (0.7, 0.6, 0.2):
+  agreement 0.61 with what no LLM wrote; the 0.5B is near chance (0.49). Judge with a
+  stronger model (`--judge-llm`) for numbers that mean something; Table 5 uses the 1.5B.
+- **Answers**: the 0.5B abstains on most questions (the prompt's exact abstention) and
+  cites little; faithfulness and relevance are measured on 12 single-document questions.
+- **Streaming** the chain (one thread per stage) gives no throughput gain on 2 cores: the
+  LLM is serial and CPU-bound, and the cross-encoder competes for the same cores; the gain
+  needs an LLM served elsewhere (a GPU or a server) so that its latency overlaps local work.
+  Answers differed in 2 of 6 questions between the two modes because the int8 cross-encoder
+  quantises each batch on its own range (its scores depend on what is batched together).
+"""
 
 
 def main(argv: list[str] | None = None) -> None:
