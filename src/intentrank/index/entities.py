@@ -42,13 +42,8 @@ def build_entity_graph(
 
     graph = nx.Graph()
     graph.add_nodes_from(range(len(entities)))
-    for i, ents in enumerate(entities):
-        if len(ents) < min_shared:
-            continue
-        for j in range(i + 1, min(i + 1 + window, len(entities))):
-            shared = len(ents & entities[j])
-            if shared >= min_shared:
-                graph.add_edge(i, j, weight=shared)
+    graph.add_weighted_edges_from((int(i), int(j), int(w)) for i, j, w in
+                                  entity_edges(entities, window, min_shared))
     return graph
 
 
@@ -65,7 +60,8 @@ def pagerank(graph: nx.Graph, damping: float = 0.85) -> np.ndarray:
 
 def entity_edges(entities: Sequence[set[str]], window: int = 50, min_shared: int = 2
                  ) -> np.ndarray:
-    """The edges of :func:`build_entity_graph` as an int64 array of (i, j, shared) rows,
+    """Documents within ``window`` rows of each other sharing at least ``min_shared``
+    entities, as an int64 array of (i, j, shared) rows,
     i < j, in the order they are found."""
     out: list[tuple[int, int, int]] = []
     for i, ents in enumerate(entities):
