@@ -572,18 +572,13 @@ def _eval_on_ray(configs: dict[str, Path], idx: Any, queries: Any, qrels: Any,
     traces = {}
     for name, config in configs.items():
         result, scores = ray_evaluate(config, idx.path, queries, qrels, metrics, tasks=tasks,
-                                      address=address, resources=_llm_resources_plain())
+                                      address=address, resources=dict(LLM_SETTINGS))
         table.add_row(escape(name), *(f"{scores.aggregate[m]:.4f}" for m in metrics))
         traces[name] = result.trace
         if runs_dir:
             write_run(result.to_run(), runs_dir / run_files[name], tag=name)
     out.print(table)
     _llm_health(traces, separate=len(traces) > 1)
-
-
-def _llm_resources_plain() -> dict[str, Any]:
-    """The global LLM options as pipeline build resources."""
-    return {"llm": LLM_SETTINGS["llm"], "llm_options": LLM_SETTINGS["llm_options"]}
 
 
 def _judge_answers(res: Any, idx: Any, qrels: Any, references: dict[str, str],

@@ -6,6 +6,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from intentrank.llm.parsing import normalise
+
 ABSTENTION = "The documents do not answer this question."
 _MARKER = re.compile(r"\[\s*(\d+(?:\s*[,;-]\s*\d+)*)\s*\]")
 _NUMBER = re.compile(r"\d+")
@@ -28,7 +30,7 @@ def _numbers(marker: str) -> list[int]:
 def is_abstention(text: str) -> bool:
     """Whether the answer says the documents do not answer (the prompt's exact words, or
     close to them)."""
-    norm = re.sub(r"\W+", " ", text.lower()).strip()
+    norm = normalise(text)
     return norm.startswith(("the documents do not answer", "the documents don t answer",
                             "no document answers"))
 

@@ -24,7 +24,9 @@ class Parsed(Generic[T]):
     reason: str = ""
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
+    """Lower case, every run of non-word characters one space: how list items, aspects and
+    knowledge elements are compared for duplicates."""
     return re.sub(r"\W+", " ", text.lower()).strip()
 
 
@@ -40,11 +42,11 @@ def parse_numbered_list(
     reason = ""
     if not items:
         items, reason = [ln.strip() for ln in lines], "no numbered lines"
-    seen = {_normalise(e) for e in exclude}
+    seen = {normalise(e) for e in exclude}
     out: list[str] = []
     for item in items:
         item = item.strip().strip('"').strip()
-        key = _normalise(item)
+        key = normalise(item)
         if len(key) < min_chars or key in seen:
             continue
         seen.add(key)

@@ -9,23 +9,23 @@ query alone. One aspect is a valid answer (a question with one part).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_int
 from intentrank.core.protocols import LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.parsing import ParseError, parse_numbered_list, read_json_object
+from intentrank.llm.parsing import (
+    ParseError,
+    normalise,
+    parse_numbered_list,
+    read_json_object,
+)
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Query, Ranking, Trace
 
 KIND = "aspect"
-
-
-def _key(text: str) -> str:
-    return re.sub(r"\W+", " ", text.lower()).strip()
 
 
 def parse_aspects(reply: str, query: str, n: int) -> list[str]:
@@ -42,10 +42,10 @@ def parse_aspects(reply: str, query: str, n: int) -> list[str]:
             items = [a for a in obj["aspects"] if isinstance(a, str)]
     if not items:
         items = parse_numbered_list(reply).value
-    seen, out = {_key(query)}, []
+    seen, out = {normalise(query)}, []
     for item in items:
         text = item.strip().strip("\"'").strip()
-        key = _key(text)
+        key = normalise(text)
         if len(key) < 3 or key in seen:
             continue
         seen.add(key)

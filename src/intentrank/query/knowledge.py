@@ -19,7 +19,6 @@ documents (ties: first declared); a query with nothing declared gets no elements
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from intentrank.core.params import ParameterError, check_int
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.parsing import read_json_object
+from intentrank.llm.parsing import normalise, read_json_object
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
 from intentrank.query.dialog import clip_words
@@ -36,10 +35,6 @@ from intentrank.types import Ranking, Trace
 
 KIND = "knowledge"
 N_ELEMENTS = 2
-
-
-def _key(text: str) -> str:
-    return re.sub(r"\W+", " ", text.lower()).strip()
 
 
 def _clean(items: Any, limit: int) -> list[str]:
@@ -51,7 +46,7 @@ def _clean(items: Any, limit: int) -> list[str]:
     for item in items:
         if not isinstance(item, str):
             continue
-        text, key = item.strip().strip("\"'").strip(), _key(item)
+        text, key = item.strip().strip("\"'").strip(), normalise(item)
         if len(key) >= 3 and key not in seen:
             seen.add(key)
             out.append(text)
@@ -94,7 +89,7 @@ def element_support(declarations: list[Declaration]) -> dict[str, int]:
     spelling: dict[str, str] = {}
     for decl in declarations:
         for i, element in enumerate(decl.needed, 1):
-            key = _key(element)
+            key = normalise(element)
             name = spelling.setdefault(key, element)
             support[name] = support.get(name, 0) + (i in decl.provided)
     return support
