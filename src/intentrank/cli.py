@@ -586,11 +586,9 @@ def _judge_answers(res: Any, idx: Any, qrels: Any, references: dict[str, str],
     """Judge each answering pipeline's answers and print one row per pipeline."""
     from intentrank.eval.answer_judge import judge_rankings, summarize
     from intentrank.llm.client import load_llm
-    from intentrank.pipelines import build_context
 
     try:
-        llm = load_llm(judge_llm, **LLM_SETTINGS["llm_options"]) if judge_llm else \
-            build_context(None, **LLM_SETTINGS).llm()
+        llm = load_llm(judge_llm or LLM_SETTINGS["llm"], **LLM_SETTINGS["llm_options"])
         gold = {q: [idx.doc_text(d) for d, g in j.items() if g > 0 and d in idx.row_of]
                 for q, j in qrels.items()}
         table = Table(title="answers judged (relevance -1..2, faithfulness -1..1)")
