@@ -417,7 +417,8 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
   LLM is serial and CPU-bound, and the cross-encoder competes for the same cores; the gain
   needs an LLM served elsewhere (a GPU or a server) so that its latency overlaps local work.
   Answers differed in 2 of 6 questions between the two modes because the int8 cross-encoder
-  quantises each batch on its own range (its scores depend on what is batched together).
+  then quantised each batch on its own range; since 2026-11-24 it scores one pair at a time, so
+  both modes give the same rankings.
 """
 
 

@@ -6,8 +6,8 @@ next, so retrieval, cross-encoder and LLM work of different batches overlap.
 The output is what running the pipeline batch by batch returns (the rankings in query
 order; the same path ids, because the first batch runs through the whole chain alone before
 the others stream; the trace's stage seconds are each stage's busy time, summed over
-batches). It equals ``pipeline.run(queries)`` except where a stage's scores depend on what is
-batched together (the int8 cross-encoder quantises each batch of pairs on its own range).
+batches). It equals ``pipeline.run(queries)`` (stages must score a query independently of the
+others in its batch; the int8 cross-encoder does, by scoring one pair at a time).
 An exception in any stage stops the stream and is raised. Stages must not keep per-batch
 state that depends on earlier batches (none of the shipped ones does).
 """

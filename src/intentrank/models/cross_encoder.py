@@ -117,11 +117,14 @@ def find_onnx(model: str | Path) -> Path:
 
 
 class OnnxCrossEncoder:
-    """A cross-encoder exported to ONNX, run by onnxruntime (no torch); sigmoid scores."""
+    """A cross-encoder exported to ONNX, run by onnxruntime (no torch); sigmoid scores.
+
+    A dynamically quantised model (the bundled int8 one) scores one pair at a time, so a
+    pair's score never depends on the other pairs of the call (see ``batch_dependent``)."""
 
     def __init__(self, model: str | Path, max_length: int = 256, threads: int | None = None
                  ) -> None:
-        from intentrank.models.onnx_embedder import load_tokenizer, ort_session
+        from intentrank.models.onnx_embedder import batch_dependent, load_tokenizer, ort_session
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.onnx_path = find_onnx(model)
@@ -130,6 +133,7 @@ class OnnxCrossEncoder:
         self.session = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.max_length = max_length
+        self.per_pair = batch_dependent(self.onnx_path)
 
     def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
         from intentrank.models.onnx_embedder import length_batches, pad_encodings
@@ -139,7 +143,8 @@ class OnnxCrossEncoder:
             return out
         encodings = self.tokenizer.encode_batch(
             [tuple(p) for p in _clip_pairs(pairs, self.max_length)])
-        for idx in length_batches([len(e.ids) for e in encodings], batch_size):
+        run_size = 1 if self.per_pair else batch_size
+        for idx in length_batches([len(e.ids) for e in encodings], run_size):
             feeds = pad_encodings([encodings[i] for i in idx])
             logits = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]
             out[idx] = np.asarray(logits, dtype=np.float32).reshape(len(idx), -1)[:, 0]

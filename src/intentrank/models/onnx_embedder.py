@@ -69,6 +69,14 @@ def load_tokenizer(path: str | Path, max_length: int) -> Any:
     return tok
 
 
+def batch_dependent(path: str | Path) -> bool:
+    """True for a dynamically quantised model (``DynamicQuantizeLinear``): it scales
+    activations by the range of the whole batch, so a text's output would change with what it
+    is batched with (up to 0.14 on a cross-encoder's sigmoid score). Such models are run one
+    text at a time."""
+    return b"DynamicQuantizeLinear" in Path(path).read_bytes()
+
+
 def length_batches(lengths: Sequence[int], batch_size: int) -> Iterator[np.ndarray]:
     """Index batches of similar length (longest first), so padding stays small."""
     order = np.argsort(-np.asarray(lengths), kind="stable")
@@ -112,6 +120,7 @@ class OnnxEmbedder(PrefixedEncoder):
         self.tokenizer = load_tokenizer(tokenizer_path or minilm_path(), max_length)
         self.session = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.run_size = 1 if batch_dependent(self.onnx_path) else MAX_RUN_BATCH
         dim = self.session.get_outputs()[0].shape[-1]
         self.dim = int(dim) if isinstance(dim, int) else self._probe_dim()
         self.query_prefix = query_prefix
@@ -136,7 +145,7 @@ class OnnxEmbedder(PrefixedEncoder):
         from intentrank.models.inputs import clip_texts
 
         encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
-        run_size = min(batch_size, MAX_RUN_BATCH)
+        run_size = min(batch_size, self.run_size)
         batches = list(length_batches([len(e.ids) for e in encodings], run_size))
         if progress:
             from tqdm.auto import tqdm
