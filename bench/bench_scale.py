@@ -2,6 +2,7 @@
 
     python bench/bench_scale.py shipped   # SciFact, Vaswani: recall@100, nDCG@10, q/s, bytes
     python bench/bench_scale.py big       # >= 1M passages: ANN, BM25 + dense + RRF latency
+    python bench/bench_scale.py hybrid    # 1M: BM25 numpy vs numba backend, + HNSW + RRF
     python bench/bench_scale.py bm25      # BM25 ms/query against the shard size
     python bench/bench_scale.py ray       # Ray encoding / evaluation, 1 and 2 workers vs local
     python bench/bench_scale.py render    # docs/benchmarks.md section "scale" from the JSON
@@ -139,17 +140,16 @@ def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
     return np.concatenate(vecs), tokens, q, qtexts
 
 
-def big(n: int, hnsw: bool) -> None:
+def _perturbed(n: int, work: Path, out: dict) -> tuple:
+    """The ``n``-passage perturbed corpus: memory-mapped vectors under ``work`` and one bm25s
+    index over the token lists; build times and BM25 bytes/doc go into ``out``. Returns
+    (vectors, bm25s index, vocabulary, query vectors, query texts)."""
     import bm25s
-
-    from intentrank.index.ann import AnnSearcher, build_ann, exact_search
-    from intentrank.index.hits import bm25_tokenize
 
     rng = np.random.default_rng(0)
     base, tokens, q, qtexts = _sources()
     m, dim = base.shape
-    out: dict = {"docs": n, "source_docs": m, "queries": len(q)}
-    work = Path(tempfile.mkdtemp(prefix="scale1m-", dir=ROOT / ".cache"))
+    out.update({"docs": n, "source_docs": m, "queries": len(q)})
     # vectors: normalise(v_i + 0.6 * v_j + 0.25 * gaussian), i a source doc, j a random one
     t = time.perf_counter()
     vec_path = work / "embeddings.npy"
@@ -185,6 +185,17 @@ def big(n: int, hnsw: bool) -> None:
     out["bm25"] = {"build_s": time.perf_counter() - t,
                    "bytes/doc": sum(bm.scores[k].nbytes for k in ("data", "indices", "indptr"))
                    / n}
+    return vecs, bm, vocab, q, qtexts
+
+
+def big(n: int, hnsw: bool) -> None:
+    from intentrank.index.ann import AnnSearcher, build_ann, exact_search
+    from intentrank.index.hits import bm25_tokenize
+
+    out: dict = {}
+    work = Path(tempfile.mkdtemp(prefix="scale1m-", dir=ROOT / ".cache"))
+    vecs, bm, vocab, q, qtexts = _perturbed(n, work, out)
+    dim = vecs.shape[1]
     qtok = bm25_tokenize(qtexts, "en", "english")
     qtok = [[tok for tok in toks if tok in vocab] or [""] for toks in qtok]
 
@@ -245,6 +256,84 @@ def big(n: int, hnsw: bool) -> None:
         p.unlink()
     work.rmdir()
     _save("big", out)
+
+
+def _rrf(*ranked: np.ndarray, k: int = 100) -> list[tuple[int, float]]:
+    fused: dict[int, float] = {}
+    for rows in ranked:
+        for rank, r in enumerate(rows.tolist(), 1):
+            fused[r] = fused.get(r, 0.0) + 1.0 / (60 + rank)
+    return sorted(fused.items(), key=lambda x: -x[1])[:k]
+
+
+def _stats(ms: list[float]) -> dict:
+    return {"ms/query": float(np.mean(ms)), "p50_ms": float(np.percentile(ms, 50)),
+            "p95_ms": float(np.percentile(ms, 95))}
+
+
+def hybrid(n: int, ef_search: int) -> None:
+    """BM25 alone and BM25 + dense HNSW + RRF on the perturbed corpus, with bm25s's numpy
+    and numba backends in one run (queries interleaved between the backends, so both see
+    the same machine load), through the index's own BM25 retrieval
+    (:func:`intentrank.index.bm25.retrieve`: ties by row)."""
+    from intentrank.index.ann import AnnSearcher, build_ann
+    from intentrank.index.bm25 import retrieve
+    from intentrank.index.hits import bm25_tokenize
+    from intentrank.index.settings import AnnSettings
+
+    backends = ("numpy", "numba")
+    out: dict = {"ef_search": ef_search, "backends": list(backends)}
+    work = Path(tempfile.mkdtemp(prefix="scale1m-", dir=ROOT / ".cache"))
+    try:
+        vecs, bm, vocab, q, qtexts = _perturbed(n, work, out)
+        qtok = [[tok for tok in toks if tok in vocab]
+                for toks in bm25_tokenize(qtexts, "en", "english")]
+        first = {}
+        for b in backends:  # the first query of the process: numba compiles here
+            t = time.perf_counter()
+            retrieve(bm, qtok[:1], 100, b)
+            first[b] = time.perf_counter() - t
+        out["first_query_s"] = first
+        ms: dict[str, list[float]] = {b: [] for b in backends}
+        same = 0
+        for toks in qtok:
+            hits = {}
+            for b in backends:
+                t = time.perf_counter()
+                (hits[b],) = retrieve(bm, [toks], 100, b)
+                ms[b].append((time.perf_counter() - t) * 1000)
+            same += hits["numpy"].rows.tolist() == hits["numba"].rows.tolist() and \
+                np.allclose(hits["numpy"].scores, hits["numba"].scores, rtol=1e-5)
+        out["bm25_alone"] = {b: _stats(ms[b]) for b in backends}
+        out["same_rows_and_scores"] = f"{same}/{len(qtok)}"
+        print(json.dumps(out, indent=1), flush=True)
+        s = AnnSettings("hnsw", ef_search=ef_search)
+        path = work / "hnsw.faiss"
+        t = time.perf_counter()
+        build_ann(vecs, s, path)
+        out["hnsw_build_s"] = time.perf_counter() - t
+        searcher = AnnSearcher(path, vecs, s)
+        dense_ms: list[float] = []
+        ms = {b: [] for b in backends}
+        for j, toks in enumerate(qtok):
+            t = time.perf_counter()
+            d_rows, _ = searcher.search(q[j:j + 1], 100)
+            dense_ms.append((time.perf_counter() - t) * 1000)
+            for b in backends:
+                t = time.perf_counter()
+                (hits,) = retrieve(bm, [toks], 100, b)
+                d_rows, _ = searcher.search(q[j:j + 1], 100)
+                _rrf(hits.rows, d_rows[0])
+                ms[b].append((time.perf_counter() - t) * 1000)
+        out["dense_hnsw"] = _stats(dense_ms)
+        out["hybrid"] = {b: _stats(ms[b]) for b in backends}
+        out["rss_gib"] = _rss_gib()
+        print(json.dumps(out, indent=1), flush=True)
+    finally:
+        for p in work.iterdir():
+            p.unlink()
+        work.rmdir()
+    _save("hybrid", out)
 
 
 def bm25_sizes(sizes: list[int]) -> None:
@@ -415,15 +504,18 @@ def render() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("part", choices=["shipped", "big", "bm25", "ray", "render"])
+    ap.add_argument("part", choices=["shipped", "big", "hybrid", "bm25", "ray", "render"])
     ap.add_argument("--sizes", default="100000,200000,500000,1000000")
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--no-hnsw", action="store_true")
+    ap.add_argument("--ef-search", type=int, default=512)
     args = ap.parse_args()
     if args.part == "shipped":
         shipped()
     elif args.part == "big":
         big(args.docs, not args.no_hnsw)
+    elif args.part == "hybrid":
+        hybrid(args.docs, args.ef_search)
     elif args.part == "bm25":
         bm25_sizes([int(x) for x in args.sizes.split(",")])
     elif args.part == "ray":

@@ -420,6 +420,8 @@ def _build_generation(
         if (existing.corpus_sha256 == corpus_hash
                 and not existing.settings.differences(settings)):
             say(f"index at {path} is up to date ({len(existing)} documents); reusing it")
+            if "bm25" in settings.legs:  # search-time only: the requested backend applies
+                existing.set_bm25_backend(settings.bm25.backend)
             return existing
         existing.check(settings, corpus_hash)  # raises IndexMismatchError
     texts = [d.full_text(settings.dense.title_sep) for d in kept]

@@ -10,6 +10,9 @@ from intentrank.index.errors import IndexSettingsError
 
 LEGS = ("bm25", "dense", "tfidf", "graph")
 BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+BM25_BACKENDS = ("numpy", "numba")  # bm25s retrieval backends (numba: the scale extra)
+# settings that only change how an index is searched, not its files: not a mismatch
+SEARCH_TIME = ("bm25.backend",)
 DENSE_BACKENDS = ("sentence-transformers", "st", "onnx")
 ANN_METHODS = ("exact", "hnsw", "ivfpq")
 # The stopword list names bm25s 0.2 knows (bm25s.tokenization._infer_stopwords); a name not
@@ -57,10 +60,14 @@ class BM25Settings:
     b: float = 0.75
     stemmer: str | None = "english"  # a PyStemmer language, or None
     stopwords: str | None = "en"  # a bm25s stopword list name, or None
+    # retrieval only (search time; Index.set_bm25_backend switches it on an open index)
+    backend: str = "numpy"
 
     def __post_init__(self) -> None:
         if self.method not in BM25_METHODS:
             raise _bad(f"bm25.method {self.method!r} is not one of {list(BM25_METHODS)}")
+        if self.backend not in BM25_BACKENDS:
+            raise _bad(f"bm25.backend {self.backend!r} is not one of {list(BM25_BACKENDS)}")
         if _number("bm25.k1", self.k1) < 0:
             raise _bad(f"bm25.k1 must be >= 0, got {self.k1!r}")
         if not 0 <= _number("bm25.b", self.b) <= 1:
@@ -230,10 +237,11 @@ class IndexSettings:
         return cls(**kwargs)
 
     def differences(self, other: IndexSettings) -> list[str]:
-        """Human-readable list of settings that differ from ``other``."""
+        """Human-readable list of settings that differ from ``other`` (search-time-only
+        settings, :data:`SEARCH_TIME`, do not count: the index's files are the same)."""
         a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
         return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k)]
+                if a.get(k) != b.get(k) and k not in SEARCH_TIME]
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -127,21 +127,13 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
 
 
 def search_bm25_shards(retrievers: Sequence[Any], bounds: list[tuple[int, int]],
-                       tokens: list[list[str]], k: int) -> list[Hits]:
-    """Each shard's positive top ``k`` for each tokenised query, merged exactly."""
-    per_shard: list[list[Hits]] = []
-    for retriever, (start, end) in zip(retrievers, bounds, strict=True):
-        out: list[Hits] = [NO_HITS for _ in tokens]
-        live = [i for i, t in enumerate(tokens)
-                if any(tok in retriever.vocab_dict for tok in t)]
-        if live:
-            res = retriever.retrieve([tokens[i] for i in live], k=min(k, end - start),
-                                     show_progress=False)
-            ends = (res.scores > 0).sum(axis=1).tolist()
-            for j, i in enumerate(live):
-                out[i] = Hits(res.documents[j, :ends[j]].astype(np.int64) + start,
-                              res.scores[j, :ends[j]])
-        per_shard.append(out)
+                       tokens: list[list[str]], k: int, backend: str = "numpy") -> list[Hits]:
+    """Each shard's positive top ``k`` for each tokenised query (bm25s ``backend``), merged
+    exactly."""
+    from intentrank.index.bm25 import retrieve
+
+    per_shard = [retrieve(retriever, tokens, k, backend, offset=start)
+                 for retriever, (start, _) in zip(retrievers, bounds, strict=True)]
     return merge_hits(per_shard, k)
 
 

@@ -40,7 +40,7 @@ from intentrank.index.errors import (
     IndexNotFoundError,
     rebuild_hint,
 )
-from intentrank.index.hits import NO_HITS, Hits, bm25_tokenize, check_k, top_k
+from intentrank.index.hits import Hits, bm25_tokenize, check_k, top_k
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
 from intentrank.types import Document
@@ -358,24 +358,32 @@ class Index:
         return inverted, pr
 
     # -- search (row indices and scores) -------------------------------------------------
+    @property
+    def bm25_backend(self) -> str:
+        """The bm25s retrieval backend searches use: the index's ``bm25.backend`` setting
+        unless :meth:`set_bm25_backend` chose another."""
+        return getattr(self, "_bm25_backend", self.settings.bm25.backend)
+
+    def set_bm25_backend(self, backend: str) -> None:
+        """Search this open Index's BM25 leg with ``backend`` (``numpy`` or ``numba``): a
+        search-time choice, the index is not rebuilt. Refused with the backend named if it
+        is unknown, or ``numba`` is not installed."""
+        from intentrank.index.bm25 import check_backend
+
+        self._bm25_backend = check_backend(backend)
+
     def search_bm25(self, texts: list[str], k: int) -> list[Hits]:
+        from intentrank.index.bm25 import check_backend, retrieve
+
         check_k(k)
         s = self.settings.bm25
+        backend = check_backend(self.bm25_backend)
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
-            return search_bm25_shards(self.bm25, self.shard_bounds, tokens, k)
-        out: list[Hits] = [NO_HITS for _ in texts]
-        live = [i for i, t in enumerate(tokens) if any(tok in self.bm25.vocab_dict for tok in t)]
-        if live:
-            res = self.bm25.retrieve([tokens[i] for i in live], k=min(k, len(self)),
-                                     show_progress=False)
-            positive = res.scores > 0  # scores are sorted: keep each row's positive prefix
-            ends = positive.sum(axis=1).tolist()
-            for j, i in enumerate(live):
-                out[i] = Hits(res.documents[j, :ends[j]], res.scores[j, :ends[j]])
-        return out
+            return search_bm25_shards(self.bm25, self.shard_bounds, tokens, k, backend)
+        return retrieve(self.bm25, tokens, k, backend)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(texts)
