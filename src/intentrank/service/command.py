@@ -111,11 +111,14 @@ def serve(
     ray: bool = False,
     ray_address: str | None = None,
     replicas: int = 2,
+    ray_batching: dict[str, Any] | None = None,
 ) -> None:
     """Load everything, print the URL (and the generated key, if any) and serve until
     interrupted. Raises ConfigError / IntentrankError before listening on bad settings.
     ``ray`` (or a ``ray_address``): serve ``replicas`` copies on Ray Serve instead of one
-    uvicorn process (:mod:`intentrank.scale.serve`)."""
+    uvicorn process (:mod:`intentrank.scale.serve`); ``ray_batching`` (keyword arguments of
+    :func:`intentrank.scale.serve.run`: ``cross_encoder``, ``max_batch_size``,
+    ``batch_wait_timeout_s``) scores that cross-encoder in batches shared across requests."""
     import uvicorn
 
     from intentrank.service.app import create_app
@@ -143,9 +146,13 @@ def serve(
         from intentrank.scale.serve import run
 
         dirs = {n: getattr(v, "path", v) for n, v in settings.indexes.items()}
-        print(f"on Ray Serve: {replicas} replica(s)", flush=True)
+        batching = dict(ray_batching or {})
+        spec = batching.get("cross_encoder")
+        print(f"on Ray Serve: {replicas} replica(s)"
+              + (f"; cross-encoder {spec.model} batched across requests (at most "
+                 f"{batching.get('max_batch_size', 8)})" if spec else ""), flush=True)
         run(replace(settings, indexes=dirs), replicas=replicas, host=host, port=port,
-            address=ray_address, blocking=True)
+            address=ray_address, blocking=True, **batching)
         return
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
                 timeout_keep_alive=5)
