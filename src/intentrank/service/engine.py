@@ -153,6 +153,9 @@ class Engine:
             if getattr(idx, "has", lambda leg: False)("dense"):  # first user's request
                 log(f"loading the query embedder of index {name}")
                 idx.encode_queries(["warm-up"])
+            if getattr(idx, "has", lambda leg: False)("bm25") and idx.bm25_backend == "numba":
+                log(f"compiling the numba BM25 search of index {name} (a few seconds)")
+                idx.search_bm25(["warm-up"], 1)
         template = build_context(None, llm=settings.llm, llm_options=settings.llm_options)
         self.resources = template.resources  # one LLM client and one loaded model per kind
         llm_lock = threading.Lock()
