@@ -749,3 +749,20 @@ def test_a_corpus_without_any_bm25_term_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(DataError, match="no document has a BM25 term"):
         build_index(docs, tmp_path / "idx", IndexSettings(legs=("bm25",)))
     assert not (tmp_path / "idx").exists()
+
+
+def test_a_retrained_model_in_the_same_directory_gets_new_cache_keys(tmp_path):
+    """The embedding cache keys a local model by its weights, not only its path: a model
+    retrained into the same directory must not reuse the old model's vectors."""
+    from intentrank.index.embedding_cache import model_key
+
+    model = tmp_path / "my-encoder"
+    (model / "sub").mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"weights v1")
+    (model / "config.json").write_text("{}")
+    first = model_key(str(model))
+    (model / "config.json").write_text('{"note": "not a weight file"}')
+    assert model_key(str(model)) == first
+    (model / "model.safetensors").write_bytes(b"weights v2")
+    assert model_key(str(model)) != first and model_key(str(model)).startswith(str(model))
+    assert model_key("minilm") == "minilm"  # a bundled or hub name is its own key

@@ -29,7 +29,11 @@ from intentrank.data.corpus import chunk_documents
 from intentrank.errors import DataError, IndexMismatchError
 from intentrank.extras import package_versions
 from intentrank.index import layout
-from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
+from intentrank.index.embedding_cache import (
+    EmbeddingCache,
+    EmbeddingCacheWarning,
+    model_key,
+)
 from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
 from intentrank.index.errors import (
     IndexBuildInterrupted,
@@ -139,7 +143,7 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
     if cache is None:
         vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
     else:
-        key = f"{s.backend}:{s.model}:{s.passage_prefix}"
+        key = f"{s.backend}:{model_key(s.model)}:{s.passage_prefix}"
         before_hits, before_miss = cache.hits, cache.misses
         vecs = cache.encode(key, texts, encode)
         stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}

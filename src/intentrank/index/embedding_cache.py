@@ -30,6 +30,27 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt", ".pth")
+
+
+def model_key(model: str) -> str:
+    """``model`` as a cache key: a hub or bundled name as it is; a local directory or file
+    also by the sha256 of its weight files, so a model retrained into the same directory
+    never reuses the old model's vectors."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        return model
+    files = [path] if path.is_file() else sorted(
+        f for f in path.rglob("*") if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(path) if f != path else f.name).encode())
+        with f.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                digest.update(block)
+    return f"{model}@{digest.hexdigest()[:16]}"
+
+
 def _default_warn(message: str) -> None:
     warnings.warn(message, EmbeddingCacheWarning, stacklevel=3)
 
