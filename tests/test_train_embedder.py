@@ -105,3 +105,29 @@ def test_an_index_encodes_with_the_model_directory(scifact, scifact_bm25, tmp_pa
     assert idx.settings.dense.model == str(out)
     hits = idx.search_dense([docs[3].title], 1)[0]
     assert idx.ids[int(hits.rows[0])] == docs[3].id
+
+
+def test_cli_trains_on_real_claims_and_refuses_bad_options(data_dir, scifact_bm25, tmp_path
+                                                           ) -> None:
+    """`intentrank train-embedder` end to end on 8 real SciFact train claims; the test split,
+    a malformed --extra and a bad number exit 2 with the option named, writing nothing."""
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    runner = CliRunner()
+    ds, out = str(data_dir / "scifact"), tmp_path / "emb"
+    for args, message in ((["--split", "test"], "test split"),
+                          (["--extra", "nocolon"], "give DIR:SPLIT"),
+                          (["--batch-size", "1"], "--batch-size")):
+        bad = runner.invoke(app, ["train-embedder", ds, str(out), "--index",
+                                  str(scifact_bm25.path), *args])
+        assert bad.exit_code == 2 and message in bad.output, bad.output
+        assert not out.exists()
+    res = runner.invoke(app, ["train-embedder", ds, str(out), "--index", str(scifact_bm25.path),
+                              "--max-queries", "8", "--batch-size", "4",
+                              "--budget-minutes", "2"])
+    assert res.exit_code == 0, res.output
+    assert "embedder saved" in res.output and "--model" in res.output
+    info = json.loads((out / "training.json").read_text())
+    assert info["n_queries"] == 8 and info["steps_done"] >= 1

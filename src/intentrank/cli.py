@@ -781,6 +781,73 @@ def train_reranker_cmd(
     console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, top_k: 100}}[/]")
 
 
+@app.command("train-embedder")
+def train_embedder_cmd(
+    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory with "
+                                            "qrels/<split>.tsv for the training split.")],
+    out_dir: Annotated[Path, typer.Argument(help="Model directory to write (use it with "
+                                            "`intentrank index --model DIR`).")],
+    index_dir: Annotated[Path, typer.Option("--index", help="Index to mine hard negatives "
+                                            "from (default indexes/<dataset>, built if "
+                                            "missing).")] = None,  # type: ignore[assignment]
+    split: Annotated[str, typer.Option(help="Qrels split to train on ('test' is refused).")] =
+        "train",
+    extra: Annotated[list[str], typer.Option(help="More training questions over the same "
+                                             "corpus: DIR:SPLIT (e.g. a generated set: "
+                                             "runs/gen:generated); repeat.")] = None,  # type: ignore[assignment]
+    budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
+                                                  "after the step that crosses it (0 = no "
+                                                  "limit).")] = 15.0,
+    epochs: Annotated[int, typer.Option(help="Passes over the training questions.")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Questions per step (in-batch negatives).")]
+        = 32,
+    negatives: Annotated[int, typer.Option(help="Hard negatives per question (BM25 and dense "
+                                           "top --depth).")] = 1,
+    depth: Annotated[int, typer.Option(help="Where hard negatives are mined.")] = 30,
+    max_seq_length: Annotated[int, typer.Option(help="Tokens per text while training.")] = 128,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 2e-5,
+    max_queries: Annotated[int, typer.Option(help="Train on at most this many questions (0 = "
+                                             "all).")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 13,
+) -> None:
+    """Fine-tune the MiniLM bi-encoder (the dense leg) on a dataset's train qrels and any
+    generated questions, with BM25/dense hard negatives, on CPU within a time budget."""
+    from intentrank.core.params import check_number
+    from intentrank.training.embedder import train_embedder
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 0),
+                                       ("--depth", depth, 1), ("--batch-size", batch_size, 2),
+                                       ("--max-seq-length", max_seq_length, 8),
+                                       ("--max-queries", max_queries, 0)):
+            _check_int(option, value, minimum)
+        check_number("--lr", lr, above=0)
+        check_number("--budget-minutes", budget_minutes, minimum=0)
+        sources = []
+        for item in extra or []:
+            where, sep, extra_split = item.rpartition(":")
+            if not sep or not where or not extra_split:
+                raise ConfigError(f"--extra {item!r}: give DIR:SPLIT (e.g. runs/gen:generated)")
+            sources.append((Path(where), extra_split))
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"{out_dir} is a file; give a directory")
+        result = train_embedder(  # refuses the test split before opening or building
+            dataset, out_dir, index_dir or Path("indexes") / dataset.name, split=split,
+            extra=sources, negatives_per_query=negatives, depth=depth, epochs=epochs,
+            batch_size=batch_size, max_seq_length=max_seq_length, lr=lr,
+            time_budget_s=budget_minutes * 60 or None, seed=seed,
+            max_queries=max_queries or None, progress=True,
+            log=lambda m: console.print(f"  {escape(m)}"))
+    except (IntentrankError, ValueError, OSError) as exc:
+        _fail(exc)
+    info = result.info
+    console.print(f"[green]embedder saved[/] {result.out_dir}: {info['n_queries']} questions, "
+                  f"{info['steps_done']}/{info['steps_planned']} steps in "
+                  f"{info['seconds']['training']:.0f}s (stopped by {info['stopped_by']})")
+    console.print(f"  use it: [cyan]intentrank index CORPUS DIR --model {result.out_dir}[/]")
+
+
 def _tuning_inputs(dataset: Path, index_dir: Path | None, split: str, metric: str,
                    sample: int, purpose: str):  # noqa: ANN202 (Dataset, Index, metric name)
     """What the tune-* commands share, checked in this order before any work: the split is
