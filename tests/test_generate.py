@@ -214,6 +214,7 @@ def test_filters_are_counted(cranfield_index, data_dir, tmp_path):
         settings=GenerationSettings(n=3, multi_doc=0.0, seed=1), trace=trace, progress=False)
     assert report.info["rejected"]["malformed"] == 2
     assert trace.stages["generate"].counters["fallbacks"] == 2
+    assert trace.stages["generate"].queries == report.info["attempts"]  # health line: attempts
     unsupported = generate_questions(
         cranfield_index, data_dir / "cranfield" / "corpus.jsonl", tmp_path / "uns",
         _client(GenerationLLM(supported=False)),

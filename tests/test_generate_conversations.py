@@ -277,6 +277,7 @@ def test_layout_qrels_and_record(tiny, tmp_path):
     assert set(info["identity"]["prompts"]) == {"contextualize_query", "generate_history"}
     assert info["runs"][0]["stopped_by"] == "n" and info["usable_queries"] == 4
     assert trace.stages["generate_conversations"].counters["llm_calls"] == 8
+    assert trace.stages["generate_conversations"].queries == 4  # the health line counts attempts
     assert len((out / ATTEMPTS).read_text().splitlines()) == 4
 
 

@@ -234,6 +234,7 @@ class ConversationWriter:
     def run(self, a: ConversationAttempt, document: str) -> ConversationAttempt:
         """Write and filter attempt ``a`` (status, detail and the texts are set)."""
         start = time.perf_counter()
+        self.trace.stage(STAGE).queries += 1  # an attempt is the health line's query
         a.status, a.detail = self._write(a, _clip(document, self.settings.doc_chars))
         if a.status == "kept":
             a.link = link_kind(a.question, a.query)

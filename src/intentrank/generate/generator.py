@@ -232,6 +232,7 @@ class Generator:
     def run(self, a: Attempt) -> Attempt:
         """Generate and filter attempt ``a`` (its status and detail are set)."""
         start = time.perf_counter()
+        self.trace.stage(STAGE).queries += 1  # an attempt is the health line's query
         texts = [self._text(d) for d in a.documents]
         user = self.taxonomy.users[a.user].description
         if a.kind == "single":
