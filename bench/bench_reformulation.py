@@ -304,9 +304,23 @@ READING = """### Reading (2026-11-24)
 - **Cost:** s/turn columns were measured on the shared 2-core machine while other LLM jobs
   ran (up to 60 s/turn for HyDE); alone, the 0.5B takes about 1 s per rewrite and 3 s per
   HyDE passage (CAsT 2019 rows), the 1.5B about 3x that.
-- **Not measured this session:** CAsT 2020 (loader and counts tested, no run); the
-  generated SciFact/Cranfield conversations (the 0.5B kept 0 of 7 SciFact and 6 of about
-  20 Cranfield attempts: too few to measure); all 213 contextual CAsT 2021 turns (30 here).
+- **CAsT 2020 (cosine to gold only: its corpus, MS MARCO + CAR, is not shipped).** The 0.5B
+  again copies the turn (rewrite_full unchanged on 39 of 40 turns; cosine 0.701 against the
+  raw turn's 0.694); every HyDE variant moves away from the gold rewrite (-0.09 to -0.19).
+  The 1.5B rewrites 15 of 20 turns and gains +0.015 (0.785 vs 0.769): the raw CAsT 2020
+  turns are already close to their rewrites in MiniLM space, so the cosine moves little
+  even when the rewrite adds the missing entity. Levels (0.69-0.79) are not comparable with
+  the paper's 0.77-0.80: our embedder differs, so read the delta column.
+- **Generated Cranfield conversations (6 turns, 3-turn conversations written by the 0.5B):**
+  the contextual turns lose the query's terms (raw nDCG@10 0.034, gold 0.428), and the
+  generated history is about the gold document itself, so methods that carry the history's
+  words beat the gold query: concat_turns 0.531, hyde_doc_masked 0.597 with the 0.5B; the
+  1.5B's rewrite_full reaches 0.441 (103% of the gap; the 0.5B's paraphrases copy the turn,
+  0%). p = 0.031 is the smallest a paired randomization test can give on 6 turns. This is
+  leakage by construction of the set, not evidence for the methods: the generated sets are
+  too small and too easy to rank methods with.
+- **Not measured:** generated SciFact conversations (the 0.5B kept 0 of 7 attempts, at 3-6
+  minutes an attempt on this CPU); all 213 contextual CAsT 2021 turns (30 and 60 here).
 """
 
 
