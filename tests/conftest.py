@@ -39,6 +39,23 @@ def cranfield_index(cranfield, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def scifact(data_dir: Path):
+    from intentrank.data.dataset import load_dataset
+
+    return load_dataset(data_dir / "scifact")
+
+
+@pytest.fixture(scope="session")
+def scifact_bm25(scifact, tmp_path_factory):
+    """SciFact's BM25 leg only (numpy backend), built once: a dense SciFact index takes
+    minutes to encode on 2 cores. Tests that switch its backend switch it back."""
+    from intentrank.index import IndexSettings, build_index
+
+    return build_index(scifact.corpus(), tmp_path_factory.mktemp("bm25") / "scifact",
+                       IndexSettings(legs=("bm25",)))
+
+
+@pytest.fixture(scope="session")
 def small_cranfield(data_dir, tmp_path_factory):
     """Cranfield (same corpus, so the index fingerprint matches) judged on 4 queries."""
     src = data_dir / "cranfield"

@@ -20,20 +20,6 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("numba")
 
 
-@pytest.fixture(scope="module")
-def scifact(data_dir):
-    from intentrank.data.dataset import load_dataset
-
-    return load_dataset(data_dir / "scifact")
-
-
-@pytest.fixture(scope="module")
-def scifact_bm25(scifact, tmp_path_factory):
-    """SciFact's BM25 leg, built with the default (numpy) backend recorded."""
-    return build_index(scifact.corpus(), tmp_path_factory.mktemp("bm25") / "scifact",
-                       IndexSettings(legs=("bm25",)))
-
-
 def _same(a, b) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):

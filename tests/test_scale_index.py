@@ -32,13 +32,6 @@ def _dense(method: str, **kw: int) -> IndexSettings:
 
 
 @pytest.fixture(scope="module")
-def scifact(data_dir):
-    from intentrank.data.dataset import load_dataset
-
-    return load_dataset(data_dir / "scifact")
-
-
-@pytest.fixture(scope="module")
 def scifact_exact(scifact, tmp_path_factory):
     return build_index(scifact.corpus(), tmp_path_factory.mktemp("sf") / "exact",
                        IndexSettings(legs=("dense",)))

@@ -15,20 +15,6 @@ from intentrank.training.embedder import train_embedder
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def scifact(data_dir):
-    from intentrank.data.dataset import load_dataset
-
-    return load_dataset(data_dir / "scifact")
-
-
-@pytest.fixture(scope="module")
-def scifact_bm25(scifact, tmp_path_factory):
-    """BM25 only (negatives from BM25): a dense SciFact index takes minutes to encode."""
-    return build_index(scifact.corpus(), tmp_path_factory.mktemp("idx") / "scifact",
-                       IndexSettings(legs=("bm25",)))
-
-
 def test_refuses_the_test_split_before_loading_anything(tmp_path) -> None:
     with pytest.raises(DataError, match="refusing to train an embedder on the test split"):
         train_embedder(tmp_path / "no-such-dataset", tmp_path / "m", split="test")

@@ -8,24 +8,9 @@ import random
 import pytest
 
 from intentrank.errors import DataError
-from intentrank.index import IndexSettings, build_index
 from intentrank.training.reranker import mine_negatives, sample_epoch, train_reranker
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def scifact(data_dir):
-    from intentrank.data.dataset import load_dataset
-
-    return load_dataset(data_dir / "scifact")
-
-
-@pytest.fixture(scope="module")
-def scifact_bm25(scifact, tmp_path_factory):
-    """BM25 only: a dense SciFact index takes minutes to encode on 2 cores."""
-    return build_index(scifact.corpus(), tmp_path_factory.mktemp("idx") / "scifact",
-                       IndexSettings(legs=("bm25",)))
 
 
 def test_trains_within_budget_and_records_its_data(scifact, scifact_bm25, tmp_path) -> None:

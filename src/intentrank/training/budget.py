@@ -56,9 +56,10 @@ class _LossOnBar(ProgressCallback):
             self.training_bar.set_postfix(loss=f"{logs['loss']:.3f}")
 
 
-class BudgetTrainer(CrossEncoderTrainer):
-    """A ``CrossEncoderTrainer`` whose learning rate follows :func:`lr_factor` of the budget's
-    progress, that counts the pairs it trains on, and that prints nothing but its bar."""
+class BudgetSchedule:
+    """Mixin for a transformers ``Trainer``: stopped by a :class:`TimeBudget`, its learning
+    rate follows :func:`lr_factor` of the budget's progress, and it prints nothing but its
+    bar (used by the cross-encoder and the bi-encoder trainers)."""
 
     def __init__(self, *args: Any, budget: TimeBudget, **kwargs: Any) -> None:
         super().__init__(*args, callbacks=[budget], **kwargs)
@@ -75,6 +76,10 @@ class BudgetTrainer(CrossEncoderTrainer):
                 optimizer or self.optimizer,
                 lambda step: lr_factor(self.budget.progress(step, num_training_steps), warmup))
         return self.lr_scheduler
+
+
+class BudgetTrainer(BudgetSchedule, CrossEncoderTrainer):
+    """A ``CrossEncoderTrainer`` on the budget's schedule that counts the pairs it trains on."""
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any
                      ) -> Any:

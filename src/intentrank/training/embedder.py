@@ -291,29 +291,12 @@ def _save(model: Any, out: Path, info: dict[str, Any]) -> Path:
 
 def _budget_trainer() -> type:
     """A ``SentenceTransformerTrainer`` with the reranker trainer's time budget and schedule
-    (:mod:`intentrank.training.budget`), printing nothing but its bar."""
+    (:class:`intentrank.training.budget.BudgetSchedule`), printing nothing but its bar."""
     from sentence_transformers import SentenceTransformerTrainer
-    from torch.optim.lr_scheduler import LambdaLR
-    from transformers import PrinterCallback, ProgressCallback
 
-    from intentrank.training.budget import TimeBudget, _LossOnBar, lr_factor
+    from intentrank.training.budget import BudgetSchedule
 
-    class BudgetSTTrainer(SentenceTransformerTrainer):
-        def __init__(self, *args: Any, budget: TimeBudget, **kwargs: Any) -> None:
-            super().__init__(*args, callbacks=[budget], **kwargs)
-            self.budget = budget
-            self.remove_callback(PrinterCallback)
-            if not self.args.disable_tqdm:
-                self.remove_callback(ProgressCallback)
-                self.add_callback(_LossOnBar)
-
-        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
-            if self.lr_scheduler is None:
-                warmup = self.budget.warmup
-                self.lr_scheduler = LambdaLR(
-                    optimizer or self.optimizer,
-                    lambda step: lr_factor(self.budget.progress(step, num_training_steps),
-                                           warmup))
-            return self.lr_scheduler
+    class BudgetSTTrainer(BudgetSchedule, SentenceTransformerTrainer):
+        pass
 
     return BudgetSTTrainer
