@@ -90,8 +90,9 @@ def to_markdown(res: dict) -> str:
              "in batches of 8 pairs of similar length (how every bundled-CE number in this "
              "file measured before 2026-11-24 was scored) and one pair at a time (how it "
              "scores now), in the same run. nDCG@10 x100; p = paired randomization test; "
-             "top-10 changed = queries whose top-10 list (order included) differs between the two modes; speed = the "
-             "first 200 pairs, the two modes interleaved, best of 3.", "",
+             "top-10 changed = queries whose top-10 list (order included) differs between "
+             "the two modes; speed = the first 200 pairs, the two modes interleaved, best of "
+             "3.", "",
              "| collection | queries | BM25 | CE batched | CE per pair | p | max abs score "
              "diff | mean abs diff | top-10 changed | speed per pair / batched |",
              "|---|---|---|---|---|---|---|---|---|---|"]
