@@ -149,11 +149,12 @@ class Engine:
                 self.indexes[name] = ThreadSafeIndex(idx)
             else:
                 self.indexes[name] = ThreadSafeIndex(where)
-        for name, idx in self.indexes.items():  # load the query embedder now, not on the
-            if getattr(idx, "has", lambda leg: False)("dense"):  # first user's request
+        for name, idx in self.indexes.items():  # load the query embedder and compile numba
+            has = getattr(idx, "has", lambda leg: False)  # now, not on the first request
+            if has("dense"):
                 log(f"loading the query embedder of index {name}")
                 idx.encode_queries(["warm-up"])
-            if getattr(idx, "has", lambda leg: False)("bm25") and idx.bm25_backend == "numba":
+            if has("bm25") and idx.bm25_backend == "numba":
                 log(f"compiling the numba BM25 search of index {name} (a few seconds)")
                 idx.search_bm25(["warm-up"], 1)
         template = build_context(None, llm=settings.llm, llm_options=settings.llm_options)

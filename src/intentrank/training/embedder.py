@@ -18,9 +18,7 @@ import json
 import math
 import os
 import random
-import shutil
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from intentrank.training.reranker import (
     _open_index,
     _versions,
     mine_negatives,
+    swap_into_place,
     training_queries,
 )
 from intentrank.types import Query
@@ -270,23 +269,13 @@ def _fit(base: str, max_seq_length: int, rows: dict[str, list[str]], budget: Any
 
 
 def _save(model: Any, out: Path, info: dict[str, Any]) -> Path:
-    """Write the model and ``training.json`` into a temporary sibling, then swap it in."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
+    """The model and ``training.json``, swapped into place."""
+
+    def write(tmp: Path) -> None:
         model.save(str(tmp))
         (tmp / TRAINING_JSON).write_text(json.dumps(info, indent=1))
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return swap_into_place(out, write)
 
 
 def _budget_trainer() -> type:

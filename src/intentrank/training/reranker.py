@@ -310,12 +310,31 @@ def _mean(xs: list[float]) -> float | None:
     return round(sum(xs) / len(xs), 4) if xs else None
 
 
-def _save(model: Any, tokenizer: Any, out: Path, info: dict[str, Any], onnx: bool,
-          max_length: int, say: Log) -> Path:
-    """Write into a temporary sibling, then swap it into place."""
+def swap_into_place(out: Path, write: Callable[[Path], None]) -> Path:
+    """Let ``write`` fill a temporary sibling of ``out``, then swap it into place: a failed or
+    interrupted write leaves ``out`` as it was and no temporary directory behind."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
+        write(tmp)
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _save(model: Any, tokenizer: Any, out: Path, info: dict[str, Any], onnx: bool,
+          max_length: int, say: Log) -> Path:
+    """The model, tokenizer, optional int8 ONNX and training.json, swapped into place."""
+
+    def write(tmp: Path) -> None:
         model.config.sentence_transformers = {"activation_fn": "torch.nn.modules.activation."
                                                                 "Sigmoid"}
         model.save_pretrained(tmp)
@@ -333,17 +352,8 @@ def _save(model: Any, tokenizer: Any, out: Path, info: dict[str, Any], onnx: boo
                     f"find a model")
                 info["onnx"] = {"error": str(exc)}
         (tmp / TRAINING_JSON).write_text(json.dumps(info, indent=1))
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return swap_into_place(out, write)
 
 
 def export_onnx_int8(model_dir: str | Path, model: Any = None) -> Path:
