@@ -56,3 +56,6 @@ def test_bm25_backend_options(data_dir, tmp_path):
     assert ray.exit_code == 2 and "each Ray task opens the index" in ray.output
     serve = runner.invoke(app, ["serve", "--ray-ce", "some-model"])
     assert serve.exit_code == 2 and "add --ray" in serve.output
+    for option, value in (("--ray-batch-size", "0"), ("--ray-batch-wait-ms", "-5")):
+        bad = runner.invoke(app, ["serve", "--ray", "--ray-ce", "m", option, value])
+        assert bad.exit_code == 2 and option in bad.output, bad.output
