@@ -1,5 +1,5 @@
 """Tuning the static tri-modal weights on the real Cranfield index: never on test; the
-re-weighted stage scores reproduce weighted fusion; cross-validated per-query weights."""
+re-weighted stage scores reproduce weighted fusion; the CLI saves weights a config loads."""
 
 from __future__ import annotations
 
@@ -14,12 +14,9 @@ from intentrank.tune.grid import feature_matrix
 from intentrank.tune.modality import (
     FEATURES,
     SCORES,
-    PerQueryWeightedFusion,
-    cross_validated_modality_weights,
     modality_rankings,
     simplex_grid,
     tune_modality_on_split,
-    tune_modality_weights,
 )
 
 
@@ -75,23 +72,6 @@ def test_reweighting_stage_scores_reproduces_weighted_fusion(cranfield_index, sa
         score = dict(zip(ids, mat @ np.array([0.5, 0.35, 0.15]), strict=True))
         for d in tri[r.query.id].docs[:10]:
             assert score[d.doc_id] == pytest.approx(d.score, rel=F32_REL, abs=F32_ABS)
-
-
-def test_cross_validated_weights_apply_per_query(cranfield_index, sample) -> None:
-    queries, qrels = sample
-    rankings = modality_rankings(cranfield_index, queries, depth=30)
-    cv = cross_validated_modality_weights(rankings, qrels, step=0.1, folds=3, seed=1)
-    assert len(cv.folds) == 3 and set(cv.by_query) == {q.id for q in queries}
-    assert all(sum(w) == pytest.approx(1) for w in cv.by_query.values())
-    assert set(cv.run) == {q.id for q in queries}
-    best = tune_modality_weights(rankings, qrels, step=0.1)
-    assert sum(best.best.values()) == pytest.approx(1)
-    fusion = PerQueryWeightedFusion(_legs(cranfield_index, 30), cv.by_query, (0.5, 0.35, 0.15))
-    for r in fusion.run(queries[:3]).rankings:
-        ids, mat = feature_matrix(r, SCORES, normalise=True)
-        score = dict(zip(ids, mat @ np.array(cv.by_query[r.query.id]), strict=True))
-        top = r.docs[0]
-        assert score[top.doc_id] == pytest.approx(top.score, rel=F32_REL, abs=F32_ABS)
 
 
 def test_cli_tune_modality_saves_weights_a_config_can_load(cranfield, cranfield_index, tmp_path,

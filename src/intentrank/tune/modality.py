@@ -7,26 +7,22 @@ not return counts 0) gives exactly the scores of
 :class:`~intentrank.fuse.weighted.WeightedFusion` with those weights. The grid is
 the simplex of weights summing to 1 in steps of ``step`` (0.1: 66 points, 0.05: 231).
 
-With a train or validation split the weights are picked there
-(:func:`tune_modality_on_split`, which refuses ``test``). Without one (Cranfield, Vaswani)
-each fold of the evaluation queries gets weights tuned on the other folds
-(:func:`cross_validated_modality_weights`); :class:`PerQueryWeightedFusion` applies them.
+The weights are picked on a train or validation split (:func:`tune_modality_on_split`, which
+refuses ``test``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from intentrank.core.protocols import IndexLike
-from intentrank.core.stage import Stage
 from intentrank.data.dataset import refuse_test_split
-from intentrank.data.trec import Qrels, Run
+from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError
-from intentrank.fuse.weighted import WeightedFusion, weighted_minmax
-from intentrank.tune.grid import TuneResult, cross_validated_run, grid_search, kfold
-from intentrank.types import Query, Ranking, Trace
+from intentrank.fuse.weighted import WeightedFusion
+from intentrank.tune.grid import TuneResult, grid_search
+from intentrank.types import Query, Ranking
 
 FEATURES = ("dense", "sparse", "graph")
 # the legs' stage scores in a weighted fusion's output (their path ids below the fusion)
@@ -90,36 +86,6 @@ def tune_modality_weights(rankings: Sequence[Ranking], qrels: Qrels, metric: str
     return simplex.translate(res)
 
 
-@dataclass
-class CrossValidatedWeights:
-    """A run where each fold is ranked with weights tuned on the other folds."""
-
-    run: Run
-    folds: list[TuneResult]
-    by_query: dict[str, ModalityWeights] = field(default_factory=dict)
-
-
-def cross_validated_modality_weights(
-    rankings: Sequence[Ranking], qrels: Qrels, metric: str = "nDCG@10", step: float = 0.1,
-    folds: int = 5, seed: int = 0,
-) -> CrossValidatedWeights:
-    """k-fold cross-validation over queries (for collections without a train split)."""
-    _check_scored(rankings)
-    ids = list({r.query.id: None for r in rankings})
-    if len(ids) < 2:
-        raise ConfigError("cross-validation needs at least 2 queries")
-    folds = min(folds, len(ids))
-    simplex = _Simplex(step)
-    run, results = cross_validated_run(rankings, qrels, SCORES, simplex.grid,
-                                       simplex.to_weights, metric, normalise=True,
-                                       folds=folds, seed=seed)
-    by_query: dict[str, ModalityWeights] = {}
-    for held_out, res in zip(kfold(ids, folds, seed), results, strict=True):
-        w = simplex.to_weights(res.best)
-        by_query.update({q: (w[0], w[1], w[2]) for q in held_out})
-    return CrossValidatedWeights(run, [simplex.translate(r) for r in results], by_query)
-
-
 def tune_modality_on_split(dataset: Any, index: IndexLike, split: str = "train",
                            metric: str = "nDCG@10", step: float = 0.1, sample: int = 0,
                            seed: int = 0, depth: int = 100) -> TuneResult:
@@ -129,29 +95,5 @@ def tune_modality_on_split(dataset: Any, index: IndexLike, split: str = "train",
     return tune_modality_weights(modality_rankings(index, queries, depth), qrels, metric, step)
 
 
-class PerQueryWeightedFusion(WeightedFusion):
-    """Weighted min-max fusion with weights looked up per query id (``default`` otherwise),
-    e.g. the per-fold weights of :func:`cross_validated_modality_weights`."""
-
-    def __init__(self, branches: Sequence[Stage], weights_by_query: Mapping[str, Sequence[float]],
-                 default: Sequence[float]) -> None:
-        super().__init__(branches, default)
-        n = len(self.branches)
-        bad = [q for q, w in weights_by_query.items() if len(w) != n or min(w) < 0]
-        if bad:
-            raise ConfigError(f"per-query weights need {n} non-negative numbers (bad for "
-                              f"queries {bad[:3]})")
-        self.by_query = {q: [float(x) for x in w] for q, w in weights_by_query.items()}
-
-    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
-        weights = self.by_query.get(rankings[0].query.id, self.weights)
-        return weighted_minmax([{d.doc_id: d.score for d in r.docs} for r in rankings], weights)
-
-    def describe(self) -> str:
-        inner = " | ".join(b.describe() for b in self.branches)
-        return f"{self.method}({inner}, per-query weights for {len(self.by_query)} queries)"
-
-
-__all__ = ["FEATURES", "SCORES", "CrossValidatedWeights", "PerQueryWeightedFusion",
-           "cross_validated_modality_weights", "modality_rankings",
-           "simplex_grid", "tune_modality_on_split", "tune_modality_weights"]
+__all__ = ["FEATURES", "SCORES", "modality_rankings", "simplex_grid", "tune_modality_on_split",
+           "tune_modality_weights"]
