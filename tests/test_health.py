@@ -225,4 +225,4 @@ def test_ablation_health_counts_each_llm_request_once(monkeypatch):
 
 def test_stage_health_defaults():
     h = StageHealth("x")
-    assert h.requests == 0 and h.fallback_share == 0.0 and not h.degraded()
+    assert h.requests == 0 and h.fallback_share == 0.0 and not warnings_for([h])

@@ -9,13 +9,6 @@ from types import ModuleType
 
 from intentrank.errors import IntentrankError
 
-# extra -> what it is for (pyproject.toml's [project.optional-dependencies] lists the packages)
-EXTRAS = {
-    "llm": "LLM stages (embedded llama.cpp model, OpenAI-compatible client)",
-    "train": "training a cross-encoder (train-reranker) and exporting it to ONNX",
-    "report": "plots in HTML reports",
-}
-
 
 class MissingExtraError(IntentrankError):
     """An optional dependency is not installed; the message names the extra."""

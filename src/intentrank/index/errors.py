@@ -10,8 +10,6 @@ from pathlib import Path
 
 from intentrank.errors import ConfigError, IndexMismatchError, IntentrankError
 
-REBUILD_HINT = "rebuild with `intentrank index SRC DIR --overwrite`"
-
 
 def rebuild_hint(index_dir: str | Path) -> str:
     """What to run to replace a damaged or outdated index at ``index_dir``."""

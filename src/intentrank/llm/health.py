@@ -59,9 +59,6 @@ class StageHealth:
         sent = self.requests - self.cache_hits
         return sent > 0 and self.failed >= sent
 
-    def degraded(self, threshold: float = DEFAULT_THRESHOLD) -> bool:
-        return self.all_failed or self.fallback_share > threshold
-
     def as_dict(self) -> dict[str, object]:
         return {"stage": self.stage, "queries": self.queries, "requests": self.requests,
                 "calls": self.calls, "retries": self.retries, "errors": self.errors,
