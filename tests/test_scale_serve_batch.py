@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 from tolerances import F32_REL
 
-from intentrank.scale.serve import BatchedScorer, ScorerSpec, route_cross_encoder
+from intentrank.errors import ConfigError
+from intentrank.scale.serve import (
+    BatchedScorer,
+    ScorerSpec,
+    route_cross_encoder,
+    routed_settings,
+)
+from intentrank.service.settings import ServiceSettings
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +58,35 @@ def test_matching_cross_encoder_steps_are_routed_others_kept():
     assert routed[0]["fuse"]["inputs"][1][1] == {"cross_encoder": {"model": proxy, "top_k": 5}}
     assert routed[2:] == node[2:]  # another model, another backend: scored in the replica
     assert node[1]["cross_encoder"]["model"] == "/m/ce"  # the input is not changed
+
+
+def test_a_batched_cross_encoder_no_served_step_names_is_refused_before_ray(monkeypatch):
+    """The shipped pipelines and the default reranker name the bundled ONNX cross-encoder:
+    a torch spec would batch nothing, so it is refused, naming the spec and the steps seen,
+    before the cluster is touched."""
+    import intentrank.scale.cluster as cluster
+    from intentrank.scale.serve import run
+
+    settings = ServiceSettings(indexes={"x": "indexes/x"})
+    spec = ScorerSpec("/m/ce", "torch", 128)
+    with pytest.raises(ConfigError) as err:
+        routed_settings(settings, None, spec)
+    message = str(err.value)
+    assert "model /m/ce, backend torch, max_length 128" in message
+    assert "cross_encoder steps served: model (not given), backend onnx, max_length 128" \
+        in message
+    monkeypatch.setattr(cluster, "connect", lambda *a, **k: pytest.fail("Ray was started"))
+    with pytest.raises(ConfigError, match="would batch nothing"):
+        run(settings, cross_encoder=spec)
+    empty = ServiceSettings(indexes={"x": "indexes/x"}, pipelines={"b": "bm25"}, rerankers={})
+    with pytest.raises(ConfigError, match="cross_encoder steps served: none"):
+        routed_settings(empty, None, spec)
+    served = ServiceSettings(indexes={"x": "indexes/x"}, pipelines={"b": "bm25", "ce": [
+        {"bm25": {"depth": 50}}, _step("/m/ce", top_k=5)]}, rerankers={})
+    proxy = BatchedScorer(handle=None, spec=spec)
+    routed = routed_settings(served, proxy, spec)
+    assert routed.pipelines["b"] == "bm25"
+    assert routed.pipelines["ce"][1] == {"cross_encoder": {"model": proxy, "top_k": 5}}
 
 
 @pytest.mark.ray

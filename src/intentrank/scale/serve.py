@@ -62,47 +62,70 @@ class BatchedScorer:
         return f"BatchedScorer({self.spec.model!r})"
 
 
-def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec) -> tuple[Any, int]:
+def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec,
+                        seen: list[dict[str, Any]] | None = None) -> tuple[Any, int]:
     """A copy of a pipeline config node whose ``cross_encoder`` steps naming ``spec`` score
-    with ``scorer``; and how many steps were routed."""
+    with ``scorer``; and how many steps were routed. Every ``cross_encoder`` step's
+    parameters are appended to ``seen`` when given."""
     if isinstance(node, list):
         out, n = [], 0
         for item in node:
-            new, k = route_cross_encoder(item, scorer, spec)
+            new, k = route_cross_encoder(item, scorer, spec, seen)
             out.append(new)
             n += k
         return out, n
+    if node == "cross_encoder" and seen is not None:  # a step with default parameters
+        seen.append({})
     if isinstance(node, dict):
-        if set(node) == {"cross_encoder"} and isinstance(node["cross_encoder"], dict) \
-                and spec.matches(node["cross_encoder"]):
-            params = {k: v for k, v in node["cross_encoder"].items()
-                      if k not in ("backend", "max_length", "threads")}
-            return {"cross_encoder": params | {"model": scorer}}, 1
+        step = node.get("cross_encoder") if set(node) == {"cross_encoder"} else None
+        if isinstance(step, dict):
+            if seen is not None:
+                seen.append(step)
+            if spec.matches(step):
+                params = {k: v for k, v in step.items()
+                          if k not in ("backend", "max_length", "threads")}
+                return {"cross_encoder": params | {"model": scorer}}, 1
         out_d, n = {}, 0
         for key, value in node.items():
-            out_d[key], k = route_cross_encoder(value, scorer, spec)
+            out_d[key], k = route_cross_encoder(value, scorer, spec, seen)
             n += k
         return out_d, n
     return node, 0
 
 
-def routed_settings(settings: Any, scorer: Any, spec: ScorerSpec) -> tuple[Any, int]:
-    """``settings`` with every served pipeline's and reranker's matching ``cross_encoder``
-    steps routed to ``scorer``; pipelines without one are left as given."""
-    from intentrank.core.config import load_config, resolve_pipeline
+def _describe(params: dict[str, Any]) -> str:
+    """``model M, backend B, max_length L`` of a step's (or spec's) parameters."""
+    return ", ".join(f"{key} {'(not given)' if params.get(key) is None else params[key]}"
+                     for key in ("model", "backend", "max_length"))
 
-    pipelines, total = {}, 0
+
+def routed_settings(settings: Any, scorer: Any, spec: ScorerSpec) -> Any:
+    """``settings`` with every served pipeline's and reranker's matching ``cross_encoder``
+    steps routed to ``scorer``; pipelines without one are left as given. Raises
+    :class:`~intentrank.errors.ConfigError` naming ``spec`` and the steps it saw when no
+    step matches (the scorer would batch nothing)."""
+    from intentrank.core.config import load_config, resolve_pipeline
+    from intentrank.errors import ConfigError
+
+    pipelines, total, seen = {}, 0, []
     for name, source in settings.pipelines.items():
         node = load_config(resolve_pipeline(source))["pipeline"] \
             if isinstance(source, str | Path) else source
-        new, n = route_cross_encoder(node, scorer, spec)
+        new, n = route_cross_encoder(node, scorer, spec, seen)
         pipelines[name] = new if n else source
         total += n
     rerankers = {}
     for name, node in settings.rerankers.items():
-        rerankers[name], n = route_cross_encoder(node, scorer, spec)
+        rerankers[name], n = route_cross_encoder(node, scorer, spec, seen)
         total += n
-    return replace(settings, pipelines=pipelines, rerankers=rerankers), total
+    if not total:
+        steps = "; ".join(sorted({_describe(p) for p in seen})) or "none"
+        raise ConfigError(
+            f"no served pipeline or reranker has a cross_encoder step for the batched "
+            f"cross-encoder ({_describe(vars(spec))}): it would batch nothing. The "
+            f"cross_encoder steps served: {steps}. Name the model, backend and max_length "
+            f"as a step does (--ray-ce, --ray-ce-backend, --ray-ce-max-length)")
+    return replace(settings, pipelines=pipelines, rerankers=rerankers)
 
 
 class _Scorer:
@@ -175,8 +198,8 @@ class _Service:
 
         settings = self.settings
         if self.scorer is not None and self.spec is not None:
-            settings, _ = routed_settings(settings, BatchedScorer(self.scorer, self.spec),
-                                          self.spec)
+            settings = routed_settings(settings, BatchedScorer(self.scorer, self.spec),
+                                       self.spec)
         return create_app(settings)
 
 
@@ -203,9 +226,12 @@ def run(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
         pair_batch_size: int = 32, scorer_replicas: int = 1, scorer_cpus: float = 1.0) -> Any:
     """Deploy the service on Ray Serve at http://host:port/ (``intentrank serve --ray``);
     with ``cross_encoder`` its matching cross-encoder steps are scored by a
-    :func:`scorer_deployment` batching across requests."""
+    :func:`scorer_deployment` batching across requests (refused before Ray starts when no
+    served step names it)."""
     from intentrank.scale.cluster import connect
 
+    if cross_encoder is not None:
+        routed_settings(settings, None, cross_encoder)
     connect(address)
     from ray import serve
 
