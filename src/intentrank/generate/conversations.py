@@ -6,9 +6,20 @@ writes a conversation that ends with the query asked as a follow-up, so the quer
 gold rewrite of the last turn and its judgments label it:
 
 1. ``contextualize_query``: the query's topic and the query as a follow-up question (the
-   topic replaced by a pronoun or left out);
+   topic replaced by a pronoun or left out). ``follow_up`` says who writes the follow-up:
+   ``llm`` (the LLM's), ``rule`` (the query with the topic span replaced by a pronoun,
+   :mod:`.follow_up_rule`: no other key term is lost) or ``llm_or_rule`` (the default: the
+   LLM's, unless it would be rejected as ``self_contained``, ``drifted`` or
+   ``unrecoverable``, then the rule's, counted in ``rule_follow_ups`` and marked on the
+   attempt). "Would be unrecoverable" is judged before the history is written: the LLM's
+   follow-up leaves out more than ``max_lost`` key terms that are not the topic's (the
+   history is written about the topic; the 0.5B's histories did not bring such terms back).
+   A topic the rule cannot use (not a span of the query, all of it, an abbreviation in
+   parentheses) rejects the attempt as ``unusable_topic`` where the rule is needed;
 2. ``generate_history``: the earlier turns (at most 2), short questions with one-sentence
-   answers taken from the document, asked to use the words the follow-up left out;
+   answers taken from the document, asked to use the words the follow-up left out (the
+   topic, for a rule follow-up); the prompt's JSON schema restricts the texts to Latin,
+   Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes);
 3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
    in rounds that grow the conversation through the paper's lengths 3, 6, 11 (so a 6-turn
    set extends the 3-turn set of the same seed, and an 11-turn set the 6-turn one, their
@@ -17,7 +28,8 @@ gold rewrite of the last turn and its judgments label it:
 Calls stop at the first rejection; the filters (:mod:`.conversation_filters`) are counted
 per reason in ``generation.json``: ``malformed`` (no usable JSON reply, the wrong number of
 turns, an empty or over-long field), ``identical``, ``self_contained``, ``drifted``,
-``repeats_query``, ``unrecoverable``, ``unsupported``.
+``repeats_query``, ``unrecoverable``, ``unsupported``, ``unusable_topic``. The filters judge
+the final follow-up, whoever wrote it.
 
 ``OUT`` holds ``conversations.jsonl`` (one conversation per kept attempt: earlier turns
 ``c<qid>_<j>`` with the answer's ``passage_id``, and a last turn whose id is the query id,
@@ -48,13 +60,17 @@ from intentrank.data.dataset import load_dataset
 from intentrank.errors import ConfigError, DataError
 from intentrank.extras import package_versions
 from intentrank.generate.conversation_filters import (
+    Problem,
     contextual_problem,
     dropped_phrases,
     history_problem,
+    key_terms,
     link_kind,
     lost_terms,
+    missing_terms,
 )
 from intentrank.generate.filters import words
+from intentrank.generate.follow_up_rule import UnusableTopic, rule_follow_up
 from intentrank.generate.runlog import (
     ATTEMPTS,
     GENERATION_JSON,
@@ -74,7 +90,9 @@ from intentrank.types import Trace
 STAGE = "generate_conversations"
 CONTRACTS = ("contextualize_query", "generate_history", "extend_conversation")
 REASONS = ("malformed", "identical", "self_contained", "drifted", "repeats_query",
-           "unrecoverable", "unsupported")
+           "unrecoverable", "unsupported", "unusable_topic")
+FOLLOW_UPS = ("llm", "rule", "llm_or_rule")
+RULE_REPLACES = ("self_contained", "drifted", "unrecoverable")  # llm_or_rule
 PAPER_LENGTHS = (3, 6, 11)
 MAX_TURN_WORDS = 40
 # the 0.5B model slips Chinese words into English text ("high-speed飞行")
@@ -99,8 +117,12 @@ class ConversationSettings:
     min_faithful: float = 0.5  # share of the follow-up's key terms that must be the query's
     min_support: float = 0.5  # share of the answers' content words found in the document
     max_lost: int = 1  # key terms of the query that neither the question nor the turns hold
+    follow_up: str = "llm_or_rule"  # who writes the follow-up: llm, rule or llm_or_rule
 
     def __post_init__(self) -> None:
+        if self.follow_up not in FOLLOW_UPS:
+            raise ConfigError(f"--follow-up must be one of {', '.join(FOLLOW_UPS)}, "
+                              f"got {self.follow_up!r}")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             raise ConfigError(f"--n must be a whole number >= 1, got {self.n!r}")
         if isinstance(self.turns, bool) or not isinstance(self.turns, int) or \
@@ -157,6 +179,9 @@ class ConversationAttempt:
     status: str = "kept"  # "kept" or one of REASONS
     detail: str = ""
     link: str = ""  # kept: "pronoun" or "ellipsis"
+    follow_up_by: str = ""  # "llm" or "rule": who wrote ``question``
+    llm_follow_up: str = ""  # the LLM's follow-up the rule replaced (llm_or_rule)
+    replaced: str = ""  # why it was replaced: self_contained, drifted or unrecoverable
     lost: list[str] = field(default_factory=list)  # key terms no rewriter can recover
     calls: int = 0
     seconds: float = 0.0
@@ -195,6 +220,17 @@ def _turns_problem(value: Any, k: int) -> str | None:
     if len(set(asked)) < len(asked):
         return "two earlier turns ask the same question"
     return None
+
+
+def _question_problem(question: str, query: str, settings: ConversationSettings
+                      ) -> Problem | None:
+    """Why a follow-up is unusable: ``malformed`` (length, another script), ``identical``,
+    ``self_contained`` or ``drifted``; None if it is usable."""
+    if not 2 <= len(words(question)) <= MAX_TURN_WORDS:
+        return "malformed", f"the follow-up has {len(words(question))} words"
+    if m := _FOREIGN.search(question):
+        return "malformed", f"the follow-up has a character of another script ({m.group(0)!r})"
+    return contextual_problem(question, query, settings.min_faithful)
 
 
 def _dialog(turns: list[dict[str, str]]) -> str:
@@ -241,6 +277,43 @@ class ConversationWriter:
         a.seconds = round(time.perf_counter() - start, 3)
         return a
 
+    def _follow_up(self, a: ConversationAttempt, llm_question: str) -> Problem | None:
+        """Set ``a.question`` by ``follow_up`` (see the module docstring); the problem that
+        rejects the attempt, or None."""
+        mode = self.settings.follow_up
+        if mode == "rule":
+            return self._rule(a) or _question_problem(a.question, a.query, self.settings)
+        a.question, a.follow_up_by = llm_question, "llm"
+        problem = _question_problem(a.question, a.query, self.settings)
+        if mode == "llm" or problem and problem[0] not in RULE_REPLACES:
+            return problem
+        problem = problem or self._beyond_topic(a)
+        if problem is None:
+            return None
+        if failed := self._rule(a):
+            return failed[0], f"the LLM's follow-up was {problem[0]} ({problem[1]}); {failed[1]}"
+        a.llm_follow_up, a.replaced = llm_question, problem[0]
+        return _question_problem(a.question, a.query, self.settings)
+
+    def _rule(self, a: ConversationAttempt) -> Problem | None:
+        """The rule's follow-up into ``a.question``, or ``unusable_topic``."""
+        try:
+            a.question = rule_follow_up(a.query, a.topic)
+        except UnusableTopic as exc:
+            return "unusable_topic", str(exc)
+        a.follow_up_by = "rule"
+        return None
+
+    def _beyond_topic(self, a: ConversationAttempt) -> Problem | None:
+        """``unrecoverable`` foreseen: the follow-up leaves out more than ``max_lost`` key
+        terms of the query that are not the topic's (the history is written about the
+        topic)."""
+        beyond = missing_terms(a.question, a.query) - key_terms(a.topic)
+        if len(beyond) > self.settings.max_lost:
+            return "unrecoverable", (f"it leaves out {len(beyond)} key term(s) of the query "
+                                     f"beyond the topic: {', '.join(sorted(beyond)[:8])}")
+        return None
+
     def _write(self, a: ConversationAttempt, document: str) -> tuple[str, str]:
         s = self.settings
         value = self._call(a, "contextualize_query", {"query": a.query})
@@ -248,14 +321,13 @@ class ConversationWriter:
                 isinstance(value.get(f), str) and value[f].strip()
                 for f in ("topic", "follow_up")):
             return "malformed", "no topic and follow-up question in the reply"
-        a.topic, a.question = value["topic"].strip(), value["follow_up"].strip()
-        if not 2 <= len(words(a.question)) <= MAX_TURN_WORDS:
-            return "malformed", f"the follow-up has {len(words(a.question))} words"
-        if m := _FOREIGN.search(a.question):
-            return "malformed", f"the follow-up has a character of another script ({m.group(0)!r})"
-        if problem := contextual_problem(a.question, a.query, s.min_faithful):
+        a.topic = value["topic"].strip()
+        if problem := self._follow_up(a, value["follow_up"].strip()):
             return problem
-        dropped = dropped_phrases(a.question, a.query)
+        if a.follow_up_by == "rule":
+            dropped = [a.topic.strip(" .,;:?!\"'()")]
+        else:
+            dropped = dropped_phrases(a.question, a.query)
         first, *more = s.rounds
         value = self._call(a, "generate_history", {
             "k": first, "phrases": "; ".join(f'"{p}"' for p in dropped), "document": document,
@@ -346,6 +418,7 @@ def generate_conversations(
     llm: LLMLike | str | None = None,
     minutes: float | None = None,
     max_attempts: int | None = None,
+    follow_up: str = "llm_or_rule",
     settings: ConversationSettings | None = None,
     trace: Trace | None = None,
     progress: bool = True,
@@ -355,12 +428,13 @@ def generate_conversations(
     of the BEIR collection ``dataset_dir`` into ``out_dir`` (resuming what is there).
 
     ``llm``: an LLM client, a backend spec for :func:`~intentrank.llm.client.load_llm`, or
-    None for the embedded model. ``settings`` (when given) replaces ``split`` ... ``max_attempts``.
+    None for the embedded model. ``follow_up``: ``llm``, ``rule`` or ``llm_or_rule`` (see the
+    module docstring). ``settings`` (when given) replaces ``split`` ... ``follow_up``.
     Everything is checked before anything is written.
     """
     settings = settings or ConversationSettings(
         n=n, turns=turns, seed=seed, split=split, max_minutes=minutes,
-        max_attempts=max_attempts)
+        max_attempts=max_attempts, follow_up=follow_up)
     say = log or (lambda msg: None)
     ds = load_dataset(dataset_dir)
     if settings.split not in ds.qrels:
@@ -461,6 +535,12 @@ def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
         "kept_share_of_written": round(kept / len(written), 3) if written else None,
         "links": dict(Counter(a.link for a in attempts if a.status == "kept")),
         "kept_with_a_lost_term": sum(bool(a.lost) for a in attempts if a.status == "kept"),
+        "follow_up": settings.follow_up,
+        # attempts whose follow-up the rule wrote (llm_or_rule: replacing the LLM's)
+        "rule_follow_ups": sum(a.follow_up_by == "rule" for a in attempts),
+        "rule_replaced": dict(Counter(a.replaced for a in attempts if a.replaced)),
+        "kept_follow_ups": dict(Counter(a.follow_up_by for a in attempts
+                                        if a.status == "kept")),
         "llm_calls": sum(a.calls for a in attempts),
         "runs": runs,
         "seconds_per_attempt": round(total / len(attempts), 1) if attempts else None,
