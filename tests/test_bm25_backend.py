@@ -68,7 +68,7 @@ def test_a_tie_across_the_kth_place_is_resolved_by_row(scifact, scifact_bm25):
     scifact_bm25.set_bm25_backend("numpy")
 
 
-def test_the_backend_switches_on_a_sharded_index(cranfield, tmp_path):
+def test_the_backend_switches_on_a_sharded_index(cranfield, tmp_path, monkeypatch):
     legs = ("bm25",)
     whole = build_index(cranfield.corpus(), tmp_path / "whole", IndexSettings(legs=legs))
     sharded = build_index(cranfield.corpus(), tmp_path / "sharded",
@@ -90,6 +90,13 @@ def test_the_backend_switches_on_a_sharded_index(cranfield, tmp_path):
     assert again.generation == sharded.generation and again.bm25_backend == "numpy"
     reopened = Index(tmp_path / "sharded")
     assert reopened.bm25_backend == "numba"
+    # the recorded numba is checked once, when the BM25 leg loads: refused without numba
+    monkeypatch.setitem(sys.modules, "numba", None)
+    with pytest.raises(IntentrankError, match=r"pip install 'intentrank\[scale\]'"):
+        reopened.search_bm25(texts[:1], 10)
+    reopened.set_bm25_backend("numpy")
+    assert reopened.search_bm25(texts[:1], 10)[0].rows.tolist() == \
+        numba_hits[0].rows[:10].tolist()
     for idx in (whole, sharded, again, reopened):
         idx.close()
 

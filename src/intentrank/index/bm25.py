@@ -20,17 +20,16 @@ import numpy as np
 
 from intentrank.errors import IntentrankError
 from intentrank.index.hits import NO_HITS, Hits
-from intentrank.index.settings import BM25_BACKENDS, IndexSettingsError
+from intentrank.index.settings import check_bm25_backend
 
 _EXTRA = 16  # results retrieved beyond k, to see whether a tie crosses the k-th place
 
 
 def check_backend(backend: str) -> str:
-    """``backend`` if it is known and usable here; a named error otherwise."""
-    if backend not in BM25_BACKENDS:
-        raise IndexSettingsError(f"invalid index settings: bm25.backend {backend!r} is not "
-                                 f"one of {list(BM25_BACKENDS)}")
-    if backend == "numba":
+    """``backend`` if it is known and usable here; a named error otherwise. Checked once,
+    when a backend is chosen (:meth:`intentrank.index.Index.set_bm25_backend`, or the
+    index's own setting when its BM25 leg loads); searches trust the chosen value."""
+    if check_bm25_backend(backend) == "numba":
         try:
             import numba  # noqa: F401
         except ImportError as exc:

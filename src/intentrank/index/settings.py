@@ -27,6 +27,13 @@ def _bad(message: str) -> IndexSettingsError:
     return IndexSettingsError(f"invalid index settings: {message}")
 
 
+def check_bm25_backend(backend: str) -> str:
+    """``backend`` if it names a bm25s retrieval backend, else a named settings error."""
+    if backend not in BM25_BACKENDS:
+        raise _bad(f"bm25.backend {backend!r} is not one of {list(BM25_BACKENDS)}")
+    return backend
+
+
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _bad(f"{name} must be a finite number, got {value!r}")
@@ -66,8 +73,7 @@ class BM25Settings:
     def __post_init__(self) -> None:
         if self.method not in BM25_METHODS:
             raise _bad(f"bm25.method {self.method!r} is not one of {list(BM25_METHODS)}")
-        if self.backend not in BM25_BACKENDS:
-            raise _bad(f"bm25.backend {self.backend!r} is not one of {list(BM25_BACKENDS)}")
+        check_bm25_backend(self.backend)
         if _number("bm25.k1", self.k1) < 0:
             raise _bad(f"bm25.k1 must be >= 0, got {self.k1!r}")
         if not 0 <= _number("bm25.b", self.b) <= 1:

@@ -61,6 +61,7 @@ class Index:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock: IO[bytes] | None = None
+        self._bm25_backend: str | None = None  # checked when set or when the leg loads
         self.generation, self.gen_dir, lock = self._pin_generation()
         self._lock = lock or None
         try:
@@ -259,10 +260,13 @@ class Index:
     # -- legs ---------------------------------------------------------------------------
     @cached_property
     def bm25(self) -> Any:
-        """The bm25s index (a list of them, one per shard, for a sharded index)."""
+        """The bm25s index (a list of them, one per shard, for a sharded index); loading it
+        checks that the index's own ``bm25.backend`` is usable here, unless one was set."""
         import bm25s
 
         self._require("bm25")
+        if self._bm25_backend is None:
+            self.set_bm25_backend(self.settings.bm25.backend)
         if self.sharded:
             from intentrank.index.shards import bm25_shard_dir
 
@@ -362,7 +366,7 @@ class Index:
     def bm25_backend(self) -> str:
         """The bm25s retrieval backend searches use: the index's ``bm25.backend`` setting
         unless :meth:`set_bm25_backend` chose another."""
-        return getattr(self, "_bm25_backend", self.settings.bm25.backend)
+        return self._bm25_backend or self.settings.bm25.backend
 
     def set_bm25_backend(self, backend: str) -> None:
         """Search this open Index's BM25 leg with ``backend`` (``numpy`` or ``numba``): a
@@ -373,17 +377,17 @@ class Index:
         self._bm25_backend = check_backend(backend)
 
     def search_bm25(self, texts: list[str], k: int) -> list[Hits]:
-        from intentrank.index.bm25 import check_backend, retrieve
+        from intentrank.index.bm25 import retrieve
 
         check_k(k)
         s = self.settings.bm25
-        backend = check_backend(self.bm25_backend)
+        bm25 = self.bm25  # loading it checks the index's own backend
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
-            return search_bm25_shards(self.bm25, self.shard_bounds, tokens, k, backend)
-        return retrieve(self.bm25, tokens, k, backend)
+            return search_bm25_shards(bm25, self.shard_bounds, tokens, k, self.bm25_backend)
+        return retrieve(bm25, tokens, k, self.bm25_backend)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(texts)
