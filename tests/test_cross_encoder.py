@@ -162,7 +162,7 @@ def test_bundled_scores_do_not_depend_on_the_batch(cranfield) -> None:
     from intentrank.models.onnx_embedder import batch_dependent
 
     scorer = load_cross_encoder()
-    assert scorer.per_pair and batch_dependent(scorer.onnx_path)
+    assert scorer.per_pair and batch_dependent(scorer.onnx_path.read_bytes())
     query = next(iter(cranfield.queries.values())).text
     docs = [d.full_text() for d in list(cranfield.corpus())[:12]]
     pairs = [(query, d) for d in docs]

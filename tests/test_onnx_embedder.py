@@ -78,3 +78,28 @@ def test_clipping_long_texts_does_not_change_embeddings(onnx_embedder, data_dir)
     for idx in length_batches([len(e.ids) for e in encodings], 8):
         raw[idx] = onnx_embedder._run([encodings[i] for i in idx])
     assert np.array_equal(onnx_embedder.encode_passages(picked), raw)
+
+
+def test_a_model_with_external_data_loads_from_its_bytes(tmp_path) -> None:
+    """The file is read once (session and batch check share the bytes); weights kept in an
+    external data file next to it are still found."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from intentrank.models.onnx_embedder import ort_session
+
+    w = np.arange(64 * 8, dtype=np.float32).reshape(64, 8) / 100
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True,
+                    location="m.onnx.data", size_threshold=0)
+    session, per_text = ort_session(tmp_path / "m.onnx", threads=1)
+    x = np.ones((1, 64), dtype=np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ w, rtol=1e-5)
+    assert not per_text
+    with pytest.raises(ModelError, match="cannot load ONNX model .*missing.onnx"):
+        ort_session(tmp_path / "missing.onnx")

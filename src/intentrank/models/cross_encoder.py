@@ -124,16 +124,15 @@ class OnnxCrossEncoder:
 
     def __init__(self, model: str | Path, max_length: int = 256, threads: int | None = None
                  ) -> None:
-        from intentrank.models.onnx_embedder import batch_dependent, load_tokenizer, ort_session
+        from intentrank.models.onnx_embedder import load_tokenizer, ort_session
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.onnx_path = find_onnx(model)
         self.name = str(model)
         self.tokenizer = load_tokenizer(self.onnx_path.parent, max_length)
-        self.session = ort_session(self.onnx_path, threads)
+        self.session, self.per_pair = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.max_length = max_length
-        self.per_pair = batch_dependent(self.onnx_path)
 
     def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
         from intentrank.models.onnx_embedder import length_batches, pad_encodings

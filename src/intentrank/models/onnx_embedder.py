@@ -40,18 +40,25 @@ def minilm_int8_onnx_path() -> Path:
                      f"reinstall it")
 
 
-def ort_session(path: str | Path, threads: int | None = None) -> Any:
-    """A CPU onnxruntime session; ``threads`` caps intra-op threads (default: all cores)."""
+def ort_session(path: str | Path, threads: int | None = None) -> tuple[Any, bool]:
+    """A CPU onnxruntime session for the ONNX file at ``path`` (read once) and whether the
+    model is :func:`batch_dependent`; ``threads`` caps intra-op threads (default: all
+    cores). External data files are looked up next to ``path``."""
     import onnxruntime as ort
 
+    path = Path(path)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads or 0
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                  str(path.resolve().parent))
     try:
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types
+        model = path.read_bytes()
+        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # OSError, or onnxruntime's own exception types
         raise ModelError(f"cannot load ONNX model {path}: {exc}") from exc
+    return session, batch_dependent(model)
 
 
 def load_tokenizer(path: str | Path, max_length: int) -> Any:
@@ -69,12 +76,12 @@ def load_tokenizer(path: str | Path, max_length: int) -> Any:
     return tok
 
 
-def batch_dependent(path: str | Path) -> bool:
-    """True for a dynamically quantised model (``DynamicQuantizeLinear``): it scales
-    activations by the range of the whole batch, so a text's output would change with what it
-    is batched with (up to 0.14 on a cross-encoder's sigmoid score). Such models are run one
-    text at a time."""
-    return b"DynamicQuantizeLinear" in Path(path).read_bytes()
+def batch_dependent(model: bytes) -> bool:
+    """True for a dynamically quantised model (``DynamicQuantizeLinear`` in the ONNX file's
+    bytes): it scales activations by the range of the whole batch, so a text's output would
+    change with what it is batched with (up to 0.14 on a cross-encoder's sigmoid score). Such
+    models are run one text at a time."""
+    return b"DynamicQuantizeLinear" in model
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> Iterator[np.ndarray]:
@@ -118,9 +125,9 @@ class OnnxEmbedder(PrefixedEncoder):
         self.onnx_path = Path(onnx_path) if onnx_path else minilm_int8_onnx_path()
         self.name = "minilm-int8-onnx" if onnx_path is None else self.onnx_path.stem
         self.tokenizer = load_tokenizer(tokenizer_path or minilm_path(), max_length)
-        self.session = ort_session(self.onnx_path, threads)
+        self.session, per_text = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
-        self.run_size = 1 if batch_dependent(self.onnx_path) else MAX_RUN_BATCH
+        self.run_size = 1 if per_text else MAX_RUN_BATCH
         dim = self.session.get_outputs()[0].shape[-1]
         self.dim = int(dim) if isinstance(dim, int) else self._probe_dim()
         self.query_prefix = query_prefix
