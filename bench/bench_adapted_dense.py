@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, machine, write_section  # noqa: E402
+from report import DATA, ROOT, machine, publish, save_json  # noqa: E402
 
 DENSE = {"dense": {"depth": 100}}
 SPARSE = {"sparse": {"depth": 100}}
@@ -342,16 +342,11 @@ def main(argv: list[str] | None = None) -> None:
             continue
         results[name]["run"] = {"command": command(),
                                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2))
+        save_json(args.out, results, indent=2)
     if args.warm_only:
         return
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    text = markdown(results)
-    print(text)
-    if not args.no_write:
-        write_section("adapted-dense", text)
+    save_json(args.out, results, indent=2)
+    publish("adapted-dense", markdown(results), not args.no_write)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_generated import open_index  # noqa: E402
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, publish, save_json  # noqa: E402
 
 DEPTH = 100
 
@@ -158,18 +158,13 @@ def main(argv: list[str] | None = None) -> None:
         done = args.models / f"ce-{name}-generated{suffix}" / "bench.json"  # its result
         if args.retrain or not done.exists():
             print(f"[bench] {name}{suffix}", file=sys.stderr, flush=True)
-            done.parent.mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(one(name, args), indent=2))
+            save_json(done, one(name, args), indent=2)
         for kind in ("-zero-shot", "", "-from-base"):  # every variant measured, one table
             path = args.models / f"ce-{name}-generated{kind}" / "bench.json"
             if path.exists():
                 results[f"{name}{kind}"] = json.loads(path.read_text())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    text = markdown(results)
-    print(text)
-    if not args.no_write:
-        write_section("adapted-reranker", text)
+    save_json(args.out, results, indent=2)
+    publish("adapted-reranker", markdown(results), not args.no_write)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_models import COLLECTIONS, candidate_pairs, log, open_index  # noqa: E402
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, publish, save_json  # noqa: E402
 
 RESULTS = ROOT / "runs" / "bench_ce_batching.json"
 
@@ -135,12 +135,8 @@ def main() -> None:
         for name in args.only or COLLECTIONS:
             res[name] = measure(name, args.k, Path(tmp))
             log(json.dumps(res[name]))
-            RESULTS.parent.mkdir(parents=True, exist_ok=True)
-            RESULTS.write_text(json.dumps(res, indent=1))
-    md = to_markdown(res)
-    print(md)
-    if not args.no_write:
-        write_section("ce-batching", md)
+            save_json(RESULTS, res)
+    publish("ce-batching", to_markdown(res), not args.no_write)
 
 
 if __name__ == "__main__":

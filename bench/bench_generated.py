@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, publish, save_json  # noqa: E402
 
 CUTS = (10, 100, 200, 400, 1000)
 DEPTH = 1000
@@ -201,12 +201,8 @@ def main(argv: list[str] | None = None) -> None:
         results[name] = r
     tau = tau_on_scifact(results["scifact"]["ndcg_generated"]) if "scifact" in results \
         else None
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"results": results, "tau": tau}, indent=2))
-    text = markdown(results, tau)
-    print(text)
-    if not args.no_write:
-        write_section("generated-sets", text)
+    save_json(args.out, {"results": results, "tau": tau}, indent=2)
+    publish("generated-sets", markdown(results, tau), not args.no_write)
 
 
 if __name__ == "__main__":

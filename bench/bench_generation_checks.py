@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_generated import open_index  # noqa: E402
-from report import ROOT, header, write_section  # noqa: E402
+from report import ROOT, header, publish  # noqa: E402
 
 MADE_UP = "The value is 42 kilograms per second, measured on Mars in 1850."
 NONSENSE = ["What is the boiling point of water on Mars in winter?",
@@ -87,10 +87,7 @@ def main(argv: list[str] | None = None) -> None:
               "|---|---|---|"]
     for kind, ys in arows.items():
         lines.append(f"| {kind} | {len(ys)} | {int(sum(ys))} |")
-    text_md = "\n".join(lines)
-    print(text_md)
-    if not args.no_write:
-        write_section("generation-checks", text_md)
+    publish("generation-checks", "\n".join(lines), not args.no_write)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import header, run_each_in_subprocess, write_section  # noqa: E402
+from report import header, publish, run_each_in_subprocess, save_json  # noqa: E402
 
 PROMPTS = [
     "A user searched for: boundary layer transition on a flat plate. Write 3 short follow-up "
@@ -151,12 +151,9 @@ def main() -> None:
         print(json.dumps(run_one(args.one)))
         return
     results = run_each_in_subprocess(__file__, args.threads.split(","), " thread(s)")
-    md = to_markdown(results)
-    print(md)
+    publish("llm", to_markdown(results), not args.no_write)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    if not args.no_write:
-        write_section("llm", md)
+        save_json(args.json, results)
 
 
 if __name__ == "__main__":

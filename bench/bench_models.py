@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, machine, write_section  # noqa: E402
+from report import DATA, ROOT, header, machine, publish, save_json  # noqa: E402
 
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")
@@ -323,12 +323,8 @@ def main() -> None:
                                             args.only or list(COLLECTIONS))}
             else:
                 sys.exit(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
-            RESULTS.parent.mkdir(parents=True, exist_ok=True)
-            RESULTS.write_text(json.dumps(res, indent=1))
-    md = to_markdown(res)
-    print(md)
-    if not args.no_write:
-        write_section("models", md)
+            save_json(RESULTS, res)
+    publish("models", to_markdown(res), not args.no_write)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, run_each_in_subprocess, write_section  # noqa: E402
+from report import (  # noqa: E402
+    DATA,
+    ROOT,
+    header,
+    publish,
+    run_each_in_subprocess,
+    save_json,
+    write_section,
+)
 
 COLLECTIONS = {"scifact": "test", "cranfield": "test", "vaswani": "test"}
 SYSTEMS = ["bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted"]
@@ -160,12 +168,9 @@ def main() -> None:
         print(json.dumps(run_one(args.one, COLLECTIONS[args.one])))
         return
     results = run_each_in_subprocess(__file__, list(args.only or COLLECTIONS))
-    md = to_markdown(results)
-    print(md)
+    publish("retrieval", to_markdown(results), not args.no_write)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
-    if not args.no_write:
-        write_section("retrieval", md)
+        save_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, header, write_section  # noqa: E402
+from report import DATA, header, publish  # noqa: E402
 
 MODES = ("free", "schema")
 
@@ -178,9 +178,7 @@ def main() -> None:
             "on a replay, the seconds the cached replies took when generated); shared 2-core "
             "machine, so timings are noisy." + same + "\n\n" + "\n".join(rows) +
             "\n\nReading: " + " ".join(reading))
-    print(text)
-    if not args.no_write:
-        write_section("structured-output", text)
+    publish("structured-output", text, not args.no_write)
 
 
 if __name__ == "__main__":

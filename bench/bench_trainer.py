@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header  # noqa: E402
+from report import DATA, ROOT, header, save_json  # noqa: E402
 
 OLD_REV = "dba91ca"  # the last commit with the hand-written loop
 OLD_PATH = "src/intentrank/training/reranker.py"
@@ -124,8 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         same = [r for r in res["runs"] if r["seed"] == seed]
         assert same[0]["query_ids"] == same[1]["query_ids"], "the trainers saw other queries"
         assert same[0]["pairs_trained"] == same[1]["pairs_trained"], "other pairs or steps"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1, default=str))
+    save_json(args.out, res, default=str)
     print(to_markdown(res, list(trainers)))
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -9,6 +9,7 @@ import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
@@ -47,6 +48,21 @@ def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
         text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def save_json(path: Path, data: Any, indent: int = 1, **options: Any) -> None:
+    """Write ``data`` as JSON to ``path`` (``json.dumps`` ``options``), creating its folder."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=indent, **options))
+
+
+def publish(name: str, markdown: str, write: bool = True) -> None:
+    """Print ``markdown``; with ``write``, make it docs/benchmarks.md's section ``name``."""
+    print(markdown)
+    if write:
+        write_section(name, markdown)
 
 
 def run_each_in_subprocess(script: str, keys: list[str], label: str = "") -> list[dict]:
