@@ -71,6 +71,30 @@ LLM_SETTINGS: dict = {"llm": "embedded", "llm_options": {}}
 RUN_OPTIONS: dict = {"strict": False}
 
 
+# Options several commands share, one help text each.
+IndexOption = Annotated[Path, typer.Option(
+    "--index", help="Index directory (default indexes/<dataset>, built if missing).")]
+MiningIndexOption = Annotated[Path, typer.Option(
+    "--index", help="Index to mine hard negatives from (default indexes/<dataset>, built if "
+    "missing).")]
+TrainSplitOption = Annotated[str, typer.Option(
+    help="Qrels split to train on ('test' is refused).")]
+TuneSplitOption = Annotated[str, typer.Option(
+    help="Qrels split to tune on ('test' is refused).")]
+SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]
+RayAddressOption = Annotated[str, typer.Option(
+    help="Address of a running Ray cluster (implies --ray).")]
+SearchBm25Option = Annotated[str, typer.Option(
+    help="Search BM25 with numpy or numba (default: the index's setting).")]
+MinutesOption = Annotated[float, typer.Option(
+    help="Stop after this many minutes, keeping what was generated (0 = no limit).")]
+TrainingDatasetArg = Annotated[Path, typer.Argument(
+    help="BEIR-layout dataset directory with qrels/<split>.tsv for the training split.")]
+TuningDatasetArg = Annotated[Path, typer.Argument(
+    help="BEIR-layout dataset with a training split.")]
+IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
+
+
 @app.callback()
 def main(
     llm: Annotated[str, typer.Option(help="LLM for LLM stages: 'embedded' (Qwen2.5-Coder-0.5B "
@@ -254,8 +278,7 @@ def index(
                                         "(global BM25 statistics; merged results exact).")] = 1,
     ray: Annotated[bool, typer.Option("--ray", help="Encode the corpus on Ray (Ray Data, "
                                       "an actor pool of embedders).")] = False,
-    ray_address: Annotated[str, typer.Option(help="Address of a running Ray cluster "
-                                             "(implies --ray).")] = "",
+    ray_address: RayAddressOption = "",
     ray_workers: Annotated[int, typer.Option(help="Embedder actors on Ray.")] = 2,
     bm25_backend: Annotated[str, typer.Option(help="BM25 retrieval: numpy, or numba (about "
                                               "100x faster at 1M documents; the scale "
@@ -301,7 +324,7 @@ def index(
 
 @app.command()
 def search(
-    index_dir: Annotated[Path, typer.Argument(help="Index directory.")],
+    index_dir: IndexDirArg,
     query: Annotated[list[str], typer.Argument(help="One or more query strings.")],
     pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
                                           "a shipped name (bm25, dense, tfidf, sparse, graph, "
@@ -309,8 +332,7 @@ def search(
     k: Annotated[int, typer.Option("-k", help="Results shown per query.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] =
         False,
-    bm25_backend: Annotated[str, typer.Option(help="Search BM25 with numpy or numba "
-                                              "(default: the index's setting).")] = "",
+    bm25_backend: SearchBm25Option = "",
 ) -> None:
     """Answer queries from an index with a pipeline."""
     from intentrank.core.config import resolve_pipeline
@@ -362,7 +384,7 @@ def search(
 
 @app.command("answer")
 def answer_cmd(
-    index_dir: Annotated[Path, typer.Argument(help="Index directory.")],
+    index_dir: IndexDirArg,
     question: Annotated[str, typer.Argument(help="The question to answer.")],
     pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
                                           "a shipped name (answer, knowledge-answer, rrf, "
@@ -444,8 +466,7 @@ def serve(
         DEFAULT_DATA / "scifact",
     ray: Annotated[bool, typer.Option("--ray", help="Serve replicas on Ray Serve (a local "
                                       "cluster unless --ray-address).")] = False,
-    ray_address: Annotated[str, typer.Option(help="Address of a running Ray cluster "
-                                             "(implies --ray).")] = "",
+    ray_address: RayAddressOption = "",
     replicas: Annotated[int, typer.Option(help="Ray Serve replicas.")] = 2,
     ray_ce: Annotated[str, typer.Option(help="With --ray: score this cross-encoder (as the "
                                         "pipelines' cross_encoder steps name their model) "
@@ -493,8 +514,7 @@ def evaluate_cmd(
     pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Pipeline config "
                                                 "file or shipped name; repeat to compare "
                                                 "several.")] = None,  # type: ignore[assignment]
-    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
-                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
+    index_dir: IndexOption = None,  # type: ignore[assignment]
     split: Annotated[str, typer.Option(help="Qrels split to evaluate.")] = "test",
     metrics: Annotated[str, typer.Option(help="Comma-separated metrics.")] =
         "nDCG@10,MRR@10,MAP@100,Recall@100,P@10,HitRate@10",
@@ -517,11 +537,9 @@ def evaluate_cmd(
     ray: Annotated[bool, typer.Option("--ray", help="Run each pipeline as Ray tasks (a local "
                                       "cluster unless --ray-address); metrics only, no "
                                       "significance tests.")] = False,
-    ray_address: Annotated[str, typer.Option(help="Address of a running Ray cluster "
-                                             "(implies --ray).")] = "",
+    ray_address: RayAddressOption = "",
     ray_tasks: Annotated[int, typer.Option(help="Ray tasks per pipeline.")] = 2,
-    bm25_backend: Annotated[str, typer.Option(help="Search BM25 with numpy or numba "
-                                              "(default: the index's setting).")] = "",
+    bm25_backend: SearchBm25Option = "",
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
     from intentrank.core.config import load_config, resolve_pipeline
@@ -715,16 +733,12 @@ def quickstart(
 
 @app.command("train-reranker")
 def train_reranker_cmd(
-    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory with "
-                                            "qrels/<split>.tsv for the training split.")],
+    dataset: TrainingDatasetArg,
     out_dir: Annotated[Path, typer.Option("--out", help="Model directory to write (default: "
                                           "<cache>/models/cross-encoder-<dataset>, where the "
                                           "cross_encoder stage looks).")] = None,  # type: ignore[assignment]
-    index_dir: Annotated[Path, typer.Option("--index", help="Index to mine hard negatives "
-                                            "from (default indexes/<dataset>, built if "
-                                            "missing).")] = None,  # type: ignore[assignment]
-    split: Annotated[str, typer.Option(help="Qrels split to train on ('test' is refused).")] =
-        "train",
+    index_dir: MiningIndexOption = None,  # type: ignore[assignment]
+    split: TrainSplitOption = "train",
     budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
                                                   "after the step that crosses it and saves "
                                                   "what it has (0 = no limit).")] = 15.0,
@@ -783,15 +797,11 @@ def train_reranker_cmd(
 
 @app.command("train-embedder")
 def train_embedder_cmd(
-    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory with "
-                                            "qrels/<split>.tsv for the training split.")],
+    dataset: TrainingDatasetArg,
     out_dir: Annotated[Path, typer.Argument(help="Model directory to write (use it with "
                                             "`intentrank index --model DIR`).")],
-    index_dir: Annotated[Path, typer.Option("--index", help="Index to mine hard negatives "
-                                            "from (default indexes/<dataset>, built if "
-                                            "missing).")] = None,  # type: ignore[assignment]
-    split: Annotated[str, typer.Option(help="Qrels split to train on ('test' is refused).")] =
-        "train",
+    index_dir: MiningIndexOption = None,  # type: ignore[assignment]
+    split: TrainSplitOption = "train",
     extra: Annotated[list[str], typer.Option(help="More training questions over the same "
                                              "corpus: DIR:SPLIT (e.g. a generated set: "
                                              "runs/gen:generated); repeat.")] = None,  # type: ignore[assignment]
@@ -869,19 +879,17 @@ def _tuning_inputs(dataset: Path, index_dir: Path | None, split: str, metric: st
 
 @app.command("tune-fuq")
 def tune_fuq_cmd(
-    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset with a training split.")],
+    dataset: TuningDatasetArg,
     name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
                                       "(use it as `fuq: {params: NAME}`); default "
                                       "fuq-<dataset>.")] = "",
-    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
-                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
-    split: Annotated[str, typer.Option(help="Qrels split to tune on ('test' is refused).")] =
-        "train",
+    index_dir: IndexOption = None,  # type: ignore[assignment]
+    split: TuneSplitOption = "train",
     metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
         "nDCG@3",
     sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
                                         "queries (0 = all; each costs one LLM call).")] = 0,
-    seed: Annotated[int, typer.Option(help="Seed of the query sample.")] = 0,
+    seed: SampleSeedOption = 0,
 ) -> None:
     """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
     from intentrank.core.saved_params import save_params
@@ -913,19 +921,17 @@ def tune_fuq_cmd(
 
 @app.command("tune-modality")
 def tune_modality_cmd(
-    dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset with a training split.")],
+    dataset: TuningDatasetArg,
     name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
                                       "(use it as `fuse: {method: weighted, params: NAME}`); "
                                       "default modality-<dataset>.")] = "",
-    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
-                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
-    split: Annotated[str, typer.Option(help="Qrels split to tune on ('test' is refused).")] =
-        "train",
+    index_dir: IndexOption = None,  # type: ignore[assignment]
+    split: TuneSplitOption = "train",
     metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@10.")] = "nDCG@10",
     step: Annotated[float, typer.Option(help="Grid step on the weight simplex.")] = 0.1,
     sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
                                         "queries (0 = all).")] = 0,
-    seed: Annotated[int, typer.Option(help="Seed of the query sample.")] = 0,
+    seed: SampleSeedOption = 0,
 ) -> None:
     """Grid-search the static dense/sparse/graph weights of the weighted fusion on a training
     split and save them by name."""
@@ -953,8 +959,7 @@ def tune_modality_cmd(
 @app.command()
 def ablate(
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory.")],
-    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default "
-                                            "indexes/<dataset>, built if missing).")] = None,  # type: ignore[assignment]
+    index_dir: IndexOption = None,  # type: ignore[assignment]
     split: Annotated[str, typer.Option(help="Qrels split to evaluate on.")] = "test",
     sample: Annotated[int, typer.Option(help="Fixed-seed sample of this many queries (0 = "
                                         "the whole split).")] = 0,
@@ -1110,8 +1115,7 @@ def generate_cmd(
     n: Annotated[int, typer.Option("--n", help="Questions to keep.")] = 100,
     multi_doc: Annotated[float, typer.Option(help="Share of attempts that are two-document "
                                              "questions.")] = 0.5,
-    minutes: Annotated[float, typer.Option(help="Stop after this many minutes, keeping "
-                                           "what was generated (0 = no limit).")] = 0.0,
+    minutes: MinutesOption = 0.0,
     max_attempts: Annotated[int, typer.Option(help="Stop after this many attempts (0 = 5 x "
                                               "--n).")] = 0,
     split: Annotated[str, typer.Option(help="Write qrels/<split>.tsv ('train' for training "
@@ -1307,8 +1311,7 @@ def generate_conversations_cmd(
     split: Annotated[str, typer.Option(help="The split whose judged queries end the "
                                        "conversations.")] = "test",
     seed: Annotated[int, typer.Option(help="Random seed of the query order.")] = 0,
-    minutes: Annotated[float, typer.Option(help="Stop after this many minutes, keeping what "
-                                           "was generated (0 = no limit).")] = 0.0,
+    minutes: MinutesOption = 0.0,
     max_attempts: Annotated[int, typer.Option(help="Stop after this many attempts (0 = no "
                                               "limit).")] = 0,
 ) -> None:
