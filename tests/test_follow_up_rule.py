@@ -231,13 +231,18 @@ def test_history_schemas_allow_latin_greek_and_punctuation_only(name):
         assert pattern.fullmatch("Les études de Müller; naïve T cells [CD4+] & IL-2.")
         for bad in ("What is high-speed飞行?", "控制", "한국", 'say "hi"', "a\\b", "tab\t"):
             assert not pattern.fullmatch(bad), bad
+        # the length is in the pattern: llama.cpp's JSON-schema-to-GBNF converter ignores
+        # maxLength beside a pattern (the embedded server's answers ran to max_tokens)
+        limit = item[field]["maxLength"]
+        assert pattern.fullmatch("a" * limit) and not pattern.fullmatch("a" * (limit + 1))
 
 
 def test_history_schema_compiles_to_a_llamacpp_grammar():
     xllamacpp = pytest.importorskip("xllamacpp")
     for name in ("generate_history", "extend_conversation"):
         grammar = xllamacpp.json_schema_to_grammar(json.dumps(load_contract(name).schema))
-        # llama.cpp hands the schema to llguidance, whose regex syntax the pattern is in
+        # xllamacpp's converter hands the schema to llguidance (the pattern's syntax is
+        # common to llguidance and llama.cpp's GBNF converter: ^, $, [ranges], \\uXXXX, {m,n})
         assert grammar.startswith("%llguidance") and "u0370-" in grammar
 
 
@@ -267,4 +272,5 @@ def test_history_schema_compiles_with_llguidance():
         return not m.is_error() and m.is_accepting()
 
     assert accepted("Does TNF-α rise ≥ 2-fold – at 5 µm?")
+    assert not accepted("a" * 121)
     assert not accepted("What is high-speed飞行?")
