@@ -15,7 +15,6 @@ index setting ``dense.model``) with ``training.json`` (settings, data counts, ti
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.data.dataset import Dataset, load_dataset, refuse_test_split
-from intentrank.errors import ConfigError, DataError, ModelError
+from intentrank.errors import ConfigError, DataError
 from intentrank.extras import require
 from intentrank.index.store import Index
 from intentrank.training.reranker import (
@@ -32,11 +31,15 @@ from intentrank.training.reranker import (
     Log,
     TrainResult,
     _hf_quiet,
-    _mean,
     _open_index,
     _versions,
+    draw_negatives,
+    load_base,
     mine_negatives,
+    run_record,
+    run_trainer,
     swap_into_place,
+    time_budget,
     training_queries,
 )
 from intentrank.types import Query
@@ -91,15 +94,7 @@ def sample_triples(queries: list[Query], qrels: dict[str, dict[str, int]],
     rows: list[Triple] = []
     for q in queries:
         for pos in sorted(qrels[q.id]):
-            draws = {leg: rng.sample(ids, len(ids)) for leg, ids in pools[q.id].items()}
-            chosen: list[str] = []
-            while len(chosen) < n_neg and any(draws.values()):
-                for ids in draws.values():
-                    while ids and len(chosen) < n_neg:
-                        d = ids.pop()
-                        if d not in chosen:
-                            chosen.append(d)
-                            break
+            chosen = draw_negatives(pools[q.id], n_neg, rng)
             if n_neg and not chosen:
                 continue  # no negative at all (a tiny corpus): skip rather than pad with text
             while len(chosen) < n_neg:
@@ -171,10 +166,8 @@ def train_embedder(
     import torch
 
     from intentrank.models.inputs import minilm_path
-    from intentrank.training.budget import TimeBudget
 
-    budget = TimeBudget(start, time_budget_s if time_budget_s and time_budget_s > 0
-                        else math.inf, warmup)
+    budget = time_budget(start, time_budget_s, warmup)
     base = base_model or minilm_path()
     options = dict(per_device_train_batch_size=batch_size, learning_rate=lr, seed=seed,
                    disable_tqdm=not progress)
@@ -201,9 +194,7 @@ def train_embedder(
                      "max_queries": max_queries, "batch_sampler": "no_duplicates",
                      "trainer": "sentence-transformers SentenceTransformerTrainer",
                      "threads": torch.get_num_threads(), "device": "cpu"},
-        "steps_done": steps, "steps_planned": total, "stopped_by": budget.stopped_by,
-        "loss_first10": _mean(budget.losses[:10]), "loss_last10": _mean(budget.losses[-10:]),
-        "seconds": {"mining": round(mining_s, 2), "training": round(train_s, 2)},
+        **run_record(trainer, budget, mining_s, train_s, 10),
         "versions": _versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
     }
@@ -233,10 +224,6 @@ def _fit(base: str, max_seq_length: int, rows: dict[str, list[str]], budget: Any
          options: dict[str, Any]) -> tuple[Any, Any, float]:
     """Train ``base`` on ``rows`` with ``SentenceTransformerTrainer``; returns the model, the
     trainer and the seconds trained."""
-    import tempfile
-
-    import transformers
-    from datasets import Dataset as Rows
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import (
@@ -244,26 +231,15 @@ def _fit(base: str, max_seq_length: int, rows: dict[str, list[str]], budget: Any
         SentenceTransformerTrainingArguments,
     )
 
-    transformers.set_seed(options["seed"])
-    try:
-        model = SentenceTransformer(base, device="cpu")
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load base model {base!r} for the embedder: {exc}") from exc
+    model = load_base(lambda: SentenceTransformer(base, device="cpu"), base, "embedder",
+                      options["seed"])
     model.max_seq_length, options["base_max_seq_length"] = (max_seq_length,
                                                              model.max_seq_length)
     loss = MultipleNegativesRankingLoss(model, scale=scale)
-    with tempfile.TemporaryDirectory(prefix="intentrank-train-embedder-") as scratch:
-        trainer = _budget_trainer()(
-            model=model, train_dataset=Rows.from_dict(rows), loss=loss, budget=budget,
-            args=SentenceTransformerTrainingArguments(
-                output_dir=scratch, num_train_epochs=1, weight_decay=0.01, max_grad_norm=1.0,
-                data_seed=options["seed"], logging_steps=1, save_strategy="no", report_to=[],
-                use_cpu=True, dataloader_pin_memory=False,
-                batch_sampler=BatchSamplers.NO_DUPLICATES,
-                **{k: v for k, v in options.items() if k != "base_max_seq_length"}))
-        started = time.perf_counter()
-        trainer.train()
-        seconds = time.perf_counter() - started
+    trainer, seconds = run_trainer(
+        _budget_trainer(), SentenceTransformerTrainingArguments, model, rows, loss, budget,
+        {k: v for k, v in options.items() if k != "base_max_seq_length"}
+        | {"batch_sampler": BatchSamplers.NO_DUPLICATES}, "intentrank-train-embedder-")
     model.max_seq_length = options["base_max_seq_length"]  # encode as the base model did
     return model, trainer, seconds
 

@@ -105,18 +105,78 @@ def sample_epoch(queries: list[Query], qrels: Qrels, pools: dict[str, dict[str, 
     out: list[Example] = []
     for q in queries:
         out += [(q.id, d, 1.0) for d, rel in sorted(qrels[q.id].items()) if rel > 0 and d in known]
-        draws = {leg: rng.sample(ids, len(ids)) for leg, ids in pools[q.id].items()}
-        chosen: list[str] = []
-        while len(chosen) < n_neg and any(draws.values()):
-            for ids in draws.values():
-                while ids and len(chosen) < n_neg:
-                    d = ids.pop()
-                    if d not in chosen:
-                        chosen.append(d)
-                        break
-        out += [(q.id, d, 0.0) for d in chosen]
+        out += [(q.id, d, 0.0) for d in draw_negatives(pools[q.id], n_neg, rng)]
     rng.shuffle(out)
     return out
+
+
+def draw_negatives(pool: dict[str, list[str]], n_neg: int, rng: random.Random) -> list[str]:
+    """Up to ``n_neg`` distinct documents drawn alternately from each leg's shuffled pool."""
+    draws = {leg: rng.sample(ids, len(ids)) for leg, ids in pool.items()}
+    chosen: list[str] = []
+    while len(chosen) < n_neg and any(draws.values()):
+        for ids in draws.values():
+            while ids and len(chosen) < n_neg:
+                d = ids.pop()
+                if d not in chosen:
+                    chosen.append(d)
+                    break
+    return chosen
+
+
+def time_budget(start: float, time_budget_s: float | None, warmup: float) -> Any:
+    """The :class:`~intentrank.training.budget.TimeBudget` of a run started at ``start``
+    (no limit when ``time_budget_s`` is None or not positive)."""
+    from intentrank.training.budget import TimeBudget
+
+    return TimeBudget(start, time_budget_s if time_budget_s and time_budget_s > 0
+                      else math.inf, warmup)
+
+
+def load_base(load: Callable[[], Any], base: str, what: str, seed: int) -> Any:
+    """``load()`` the base model after seeding (a new head's initialisation); a model that
+    cannot be loaded is a :class:`ModelError` naming ``base``."""
+    import transformers
+
+    transformers.set_seed(seed)
+    try:
+        return load()
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load base model {base!r} for the {what}: {exc}") from exc
+
+
+def run_trainer(trainer_cls: type, args_cls: type, model: Any, rows: dict[str, list[Any]],
+                loss: Any, budget: Any, options: dict[str, Any], prefix: str
+                ) -> tuple[Any, float]:
+    """Train ``model`` on ``rows`` for one pass on CPU in a scratch directory (no
+    checkpoints, a loss log every step, ``options`` added to the training arguments);
+    returns the trainer and the seconds trained."""
+    from datasets import Dataset as Rows
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
+        trainer = trainer_cls(
+            model=model, train_dataset=Rows.from_dict(rows), loss=loss, budget=budget,
+            args=args_cls(
+                output_dir=scratch, num_train_epochs=1, weight_decay=0.01, max_grad_norm=1.0,
+                data_seed=options["seed"], logging_steps=1, save_strategy="no", report_to=[],
+                use_cpu=True, dataloader_pin_memory=False, **options))
+        started = time.perf_counter()
+        trainer.train()
+        return trainer, time.perf_counter() - started
+
+
+def run_record(trainer: Any, budget: Any, mining_s: float, train_s: float, losses: int
+               ) -> dict[str, Any]:
+    """What both trainers record the same way in ``training.json``: steps, why the run
+    stopped, the mean loss of the first and last ``losses`` steps, mining and training
+    seconds."""
+    return {
+        "steps_done": trainer.state.global_step, "steps_planned": trainer.state.max_steps,
+        "stopped_by": budget.stopped_by,
+        f"loss_first{losses}": _mean(budget.losses[:losses]),
+        f"loss_last{losses}": _mean(budget.losses[-losses:]),
+        "seconds": {"mining": round(mining_s, 2), "training": round(train_s, 2)},
+    }
 
 
 LOSSES = ("bce", "listwise")
@@ -191,7 +251,6 @@ def train_reranker(
     import torch
 
     from intentrank.models.inputs import minilm_path
-    from intentrank.training.budget import TimeBudget
 
     start = time.perf_counter()
     idx = _open_index(index, ds, say)
@@ -209,8 +268,7 @@ def train_reranker(
         raise DataError(f"no training pairs: the {split} judgments name no indexed documents "
                         f"(or no negatives were found)", ds.root)
     group = max(len(d) for d in rows["docs"]) if loss == "listwise" else 1
-    budget = TimeBudget(start, time_budget_s if time_budget_s and time_budget_s > 0
-                        else math.inf, warmup)
+    budget = time_budget(start, time_budget_s, warmup)
     options = dict(per_device_train_batch_size=max(1, batch_size // group), learning_rate=lr,
                    learning_rate_mapping={HEAD_PARAMS: lr * head_lr_scale}, seed=seed,
                    disable_tqdm=not progress)
@@ -241,9 +299,7 @@ def train_reranker(
                      "time_budget_s": time_budget_s, "seed": seed, "max_queries": max_queries,
                      "trainer": "sentence-transformers CrossEncoderTrainer",
                      "threads": torch.get_num_threads(), "device": "cpu"},
-        "steps_done": steps, "steps_planned": total_steps, "stopped_by": budget.stopped_by,
-        "loss_first50": _mean(budget.losses[:50]), "loss_last50": _mean(budget.losses[-50:]),
-        "seconds": {"mining": round(mining_s, 2), "training": round(train_s, 2)},
+        **run_record(trainer, budget, mining_s, train_s, 50),
         "pairs_per_s": round(budget.pairs / train_s, 2) if train_s else None,
         "versions": _versions(), "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -257,30 +313,18 @@ def _fit(base: str, max_length: int, rows: dict[str, list[Any]], loss: str, budg
          options: dict[str, Any]) -> tuple[Any, Any, float]:
     """Load the base model with a new 1-logit head and train it on ``rows`` with
     ``CrossEncoderTrainer``; returns the model, the trainer and the seconds trained."""
-    import transformers
-    from datasets import Dataset as Rows
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss
 
     from intentrank.training.budget import BudgetTrainer
 
-    transformers.set_seed(options["seed"])  # the new head's initialisation
-    try:
-        model = CrossEncoder(base, num_labels=1, max_length=max_length, device="cpu")
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load base model {base!r} for the reranker: {exc}") from exc
+    model = load_base(lambda: CrossEncoder(base, num_labels=1, max_length=max_length,
+                                           device="cpu"), base, "reranker", options["seed"])
     objective = (BinaryCrossEntropyLoss(model) if loss == "bce"
                  else ListNetLoss(model, mini_batch_size=-1))  # one forward pass per step
-    with tempfile.TemporaryDirectory(prefix="intentrank-train-") as scratch:
-        trainer = BudgetTrainer(
-            model=model, train_dataset=Rows.from_dict(rows), loss=objective, budget=budget,
-            args=CrossEncoderTrainingArguments(
-                output_dir=scratch, num_train_epochs=1, weight_decay=0.01, max_grad_norm=1.0,
-                data_seed=options["seed"], logging_steps=1, save_strategy="no", report_to=[],
-                use_cpu=True, dataloader_pin_memory=False, **options))
-        started = time.perf_counter()
-        trainer.train()
-        return model, trainer, time.perf_counter() - started
+    trainer, seconds = run_trainer(BudgetTrainer, CrossEncoderTrainingArguments, model, rows,
+                                   objective, budget, options, "intentrank-train-")
+    return model, trainer, seconds
 
 
 @contextlib.contextmanager
