@@ -527,6 +527,13 @@ def serve_batch(n_queries: int, clients: int, depth: int) -> None:
 
 
 # -- rendering ------------------------------------------------------------------------------
+def _opening(d: dict, title: str = "", command: str = "") -> list[str]:
+    """A section's heading (when it has a title) and its machine header with the load
+    average of its run."""
+    heading = [f"\n### {title} (`bench_scale.py {command}`)\n"] if title else []
+    return heading + [d["header"] + f"- load average: {d['load_average']:.1f}\n"]
+
+
 def render() -> None:
     data = _load()
     parts = ["## Scale: ANN, 1M passages, Ray (`bench/bench_scale.py`)\n",
@@ -536,7 +543,7 @@ def render() -> None:
              "them.\n"]
     if "shipped" in data:
         d = data["shipped"]
-        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts += _opening(d)
         parts.append("| corpus | docs | search | recall@100 vs exact | nDCG@10 | ms/query | "
                      "bytes/doc (dense) | build s |\n|---|---|---|---|---|---|---|---|")
         for name in ("scifact", "vaswani"):
@@ -549,7 +556,7 @@ def render() -> None:
         parts.append(f"\nQuery encoding (MiniLM, batch of all test queries), ms/query: {enc}.\n")
     if "big" in data:
         d = data["big"]
-        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts += _opening(d)
         parts.append(f"{d['docs']:,} passages ({d['source_docs']:,} real SciFact + Vaswani + "
                      f"Cranfield vectors and token lists, replicated with perturbation), "
                      f"{d['queries']} real queries; peak RSS {d['rss_gib']:.2f} GiB.\n")
@@ -579,9 +586,7 @@ def render() -> None:
                 parts.append(f"\n{method} sweep: {sweep}.")
     if "hybrid" in data:
         d = data["hybrid"]
-        parts.append("\n### BM25 backends on 1M passages: numpy vs numba (`bench_scale.py "
-                     "hybrid`)\n")
-        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts += _opening(d, "BM25 backends on 1M passages: numpy vs numba", "hybrid")
         parts.append(f"The same {d['docs']:,}-passage perturbed corpus and {d['queries']} "
                      f"queries as above, one bm25s index (lucene, k1 1.5, b 0.75), searched "
                      f"one query at a time through the index's own BM25 retrieval "
@@ -619,9 +624,7 @@ def render() -> None:
                      f"HNSW build {d['hnsw_build_s']:.0f} s.\n")
     if "serve_batch" in data:
         d = data["serve_batch"]
-        parts.append("\n### Ray Serve: cross-encoder calls batched across requests "
-                     "(`bench_scale.py serve`)\n")
-        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts += _opening(d, "Ray Serve: cross-encoder calls batched across requests", "serve")
         parts.append(f"Cranfield (BM25 top {d['pairs/query']} -> cross-encoder over those "
                      f"{d['pairs/query']} pairs), {d['queries']} test queries sent by "
                      f"{d['clients']} concurrent clients over HTTP to Ray Serve on 127.0.0.1 "
@@ -660,8 +663,7 @@ def render() -> None:
                          f"here). One run at a high load average: the ratios are noisy.")
     if "ray" in data:
         d = data["ray"]
-        parts.append("\n### Ray: encoding and evaluation (`bench_scale.py ray`)\n")
-        parts.append(d["header"] + f"- load average: {d['load_average']:.1f}\n")
+        parts += _opening(d, "Ray: encoding and evaluation", "ray")
         lo = d["local"]
         parts.append(f"Cranfield, {d['passages']} passages encoded, {d['queries']} queries "
                      f"through `{d['pipeline']}`; Ray: a local cluster (head + 1 worker node, "
