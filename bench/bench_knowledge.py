@@ -32,11 +32,6 @@ from report import ROOT, header, write_section  # noqa: E402
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)
-PAPER = {  # R@10 of gold documents (Tables 3/4, 6/7), with the paper's reranker
-    "pair": {"ce": 0.53, "0": 0.52, "2": 0.53, "5": 0.55, "8": 0.54},
-    "single": {"ce": 0.85, "0": 0.82, "2": 0.84, "5": 0.85, "8": 0.84},
-}
-PAPER_ANS = {3: (1.40, 0.48), 10: (1.42, 0.48), 30: (1.23, 0.36)}  # single-doc rel/faith
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -424,14 +419,8 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    if args.cmd == "measure":
-        measure(args)
-    elif args.cmd == "judge-check":
-        judge_check(args)
-    elif args.cmd == "stream":
-        stream(args)
-    else:
-        render()
+    commands = {"measure": measure, "judge-check": judge_check, "stream": stream}
+    commands.get(args.cmd, lambda _: render())(args)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ from report import DATA, ROOT, header, machine, publish, save_json  # noqa: E402
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
-ANCHOR = "BEIR BM25 + CE (ms-marco-MiniLM-L-6-v2) on SciFact: nDCG@10 68.8"
 
 
 def run_line() -> tuple[str, str]:
