@@ -28,12 +28,8 @@ from intentrank.generate.filters import (
     one_document_only,
     unsupported,
 )
-from intentrank.generate.generator import (
-    ATTEMPTS,
-    GENERATION_JSON,
-    GenerationSettings,
-    generate_questions,
-)
+from intentrank.generate.generator import GenerationSettings, generate_questions
+from intentrank.generate.runlog import ATTEMPTS, GENERATION_JSON
 from intentrank.llm.client import LLMClient
 from intentrank.types import Trace
 

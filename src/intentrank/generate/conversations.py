@@ -44,13 +44,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
 import random
 import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,7 @@ from intentrank.core.protocols import LLMLike
 from intentrank.data.conversations import Conversation, ConversationTurn, write_conversations
 from intentrank.data.dataset import load_dataset
 from intentrank.errors import ConfigError, DataError
-from intentrank.extras import package_versions
+from intentrank.generate import runlog
 from intentrank.generate.conversation_filters import (
     Problem,
     contextual_problem,
@@ -71,18 +70,6 @@ from intentrank.generate.conversation_filters import (
 )
 from intentrank.generate.filters import words
 from intentrank.generate.follow_up_rule import UnusableTopic, rule_follow_up
-from intentrank.generate.runlog import (
-    ATTEMPTS,
-    GENERATION_JSON,
-    Budget,
-    append_attempt,
-    atomic_write,
-    link_corpus,
-    open_run,
-    previous_runs,
-    read_attempts,
-    run_entry,
-)
 from intentrank.llm.prompts import PromptContract, load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Trace
@@ -97,13 +84,13 @@ PAPER_LENGTHS = (3, 6, 11)
 MAX_TURN_WORDS = 40
 # the 0.5B model slips Chinese words into English text ("high-speed飞行")
 _FOREIGN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
-BUDGET_FIELDS = {"n", "max_minutes", "max_attempts"}
+ConversationReport = runlog.RunReport
 
 Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class ConversationSettings:
+class ConversationSettings(runlog.RunSettings):
     """What a generated conversation set depends on; recorded in ``generation.json``."""
 
     n: int = 50  # conversations to keep
@@ -123,20 +110,10 @@ class ConversationSettings:
         if self.follow_up not in FOLLOW_UPS:
             raise ConfigError(f"--follow-up must be one of {', '.join(FOLLOW_UPS)}, "
                               f"got {self.follow_up!r}")
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ConfigError(f"--n must be a whole number >= 1, got {self.n!r}")
         if isinstance(self.turns, bool) or not isinstance(self.turns, int) or \
                 not 2 <= self.turns <= 31:
             raise ConfigError(f"--turns must be a whole number in [2, 31], got {self.turns!r}")
-        if self.max_minutes is not None and not self.max_minutes > 0:
-            raise ConfigError(f"--minutes must be > 0, got {self.max_minutes!r}")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigError(f"--max-attempts must be >= 1, got {self.max_attempts!r}")
-        if not self.split or not self.split.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"--split must be a plain name (letters, digits, - or _), "
-                              f"got {self.split!r}")
-        if self.doc_chars < 100:
-            raise ConfigError(f"doc_chars must be >= 100, got {self.doc_chars}")
+        self.check_run()
         if isinstance(self.max_lost, bool) or not isinstance(self.max_lost, int) or \
                 self.max_lost < 0:
             raise ConfigError(f"max_lost must be a whole number >= 0, got {self.max_lost!r}")
@@ -145,11 +122,6 @@ class ConversationSettings:
         for name in ("min_faithful", "min_support"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
-
-    def identity(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the first one."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in BUDGET_FIELDS}
 
     @property
     def rounds(self) -> list[int]:
@@ -185,20 +157,6 @@ class ConversationAttempt:
     lost: list[str] = field(default_factory=list)  # key terms no rewriter can recover
     calls: int = 0
     seconds: float = 0.0
-
-
-@dataclass
-class ConversationReport:
-    """What a run produced: the output directory, the counts and the recorded JSON."""
-
-    out_dir: Path
-    kept: int
-    attempts: int
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-def _clip(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
 
 
 def _turns_problem(value: Any, k: int) -> str | None:
@@ -271,7 +229,7 @@ class ConversationWriter:
         """Write and filter attempt ``a`` (status, detail and the texts are set)."""
         start = time.perf_counter()
         self.trace.stage(STAGE).queries += 1  # an attempt is the health line's query
-        a.status, a.detail = self._write(a, _clip(document, self.settings.doc_chars))
+        a.status, a.detail = self._write(a, runlog.clip(document, self.settings.doc_chars))
         if a.status == "kept":
             a.link = link_kind(a.question, a.query)
         a.seconds = round(time.perf_counter() - start, 3)
@@ -379,7 +337,7 @@ def write_set(out: Path, attempts: list[ConversationAttempt],
     (out / "qrels").mkdir(exist_ok=True)
     rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t{g}" for a in kept
                                             for d, g in qrels[a.query_id].items()]
-    atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
+    runlog.atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
     return len(kept)
 
 
@@ -460,16 +418,16 @@ def generate_conversations(
                 "prompts": {c: _contract_sha256(c)
                             for c in CONTRACTS[:2 if len(settings.rounds) == 1 else 3]}}
     out = Path(out_dir)
-    open_run(out, identity, "generated conversation set")
-    attempts = read_attempts(out / ATTEMPTS, ConversationAttempt)
+    runlog.open_run(out, identity, "generated conversation set")
+    attempts = runlog.read_attempts(out / runlog.ATTEMPTS, ConversationAttempt)
     if attempts:
         say(f"resuming {out}: {len(attempts)} attempts recorded, "
             f"{sum(a.status == 'kept' for a in attempts)} conversations kept")
     texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
-    linked = link_corpus(ds.corpus_path, out)
+    linked = runlog.link_corpus(ds.corpus_path, out)
     writer = ConversationWriter(llm, settings, trace)
     limit = min(settings.max_attempts or len(usable), len(usable))
-    budget = Budget(settings.n, limit, settings.max_minutes)
+    budget = runlog.Budget(settings.n, limit, settings.max_minutes)
     stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress)
     if stopped_by == "max_attempts" and limit == len(usable):
         stopped_by = "queries"  # every usable query was tried
@@ -490,30 +448,15 @@ def _documents(ds: Any, ids: set[str | None]) -> dict[str, str]:
 
 def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],
           texts: dict[str, str], attempts: list[ConversationAttempt], out: Path,
-          budget: Budget, progress: bool) -> str:
-    from tqdm.auto import tqdm
+          budget: runlog.Budget, progress: bool) -> str:
+    def attempt(i: int) -> ConversationAttempt:
+        q = usable[i]
+        doc = _best_document(qrels[q.id])
+        return writer.run(ConversationAttempt(i, q.id, q.text, doc), texts[doc])
 
-    settings = writer.settings
-    kept = sum(a.status == "kept" for a in attempts)
-    bar = tqdm(total=settings.n, initial=min(kept, settings.n), desc="conversations kept",
-               unit="conv", disable=not progress)
-    try:
-        with (out / ATTEMPTS).open("a", encoding="utf-8") as log_fh:
-            while not (stopped_by := budget.stop(kept, len(attempts))):
-                i = len(attempts)
-                q = usable[i]
-                doc = _best_document(qrels[q.id])
-                a = writer.run(ConversationAttempt(i, q.id, q.text, doc), texts[doc])
-                attempts.append(a)
-                append_attempt(log_fh, a)
-                bar.set_postfix(attempts=len(attempts), refresh=False)
-                if a.status == "kept":
-                    kept += 1
-                    bar.update(1)
-                    write_set(out, attempts, qrels, settings.split)
-            return stopped_by
-    finally:
-        bar.close()
+    return runlog.run_attempts(out, attempts, budget, attempt,
+                        lambda: write_set(out, attempts, qrels, writer.settings.split),
+                        "conversations kept", "conv", progress)
 
 
 def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
@@ -521,11 +464,10 @@ def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
             usable: int, stopped_by: str, seconds: float) -> dict[str, Any]:
     reasons = Counter(a.status for a in attempts)
     kept = reasons.pop("kept", 0)
-    runs = previous_runs(out) + [run_entry(
-        seconds, stopped_by, trace.stages[STAGE].counters if STAGE in trace.stages else {})]
+    runs = runlog.runs_so_far(out, trace, STAGE, stopped_by, seconds)
     total = sum(r["seconds"] for r in runs)
     written = [a for a in attempts if a.status != "malformed" and a.question]
-    info = {
+    return runlog.write_info(out, {
         "identity": identity, "settings": asdict(settings), "rounds": settings.rounds,
         "dataset": str(Path(ds.root).resolve()), "corpus": str(ds.corpus_path.resolve()),
         "corpus_link": linked, "split": settings.split, "usable_queries": usable,
@@ -545,7 +487,4 @@ def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
         "runs": runs,
         "seconds_per_attempt": round(total / len(attempts), 1) if attempts else None,
         "seconds_per_kept": round(total / kept, 1) if kept else None,
-        "versions": package_versions(("intentrank", "xllamacpp", "openai")),
-    }
-    atomic_write(out / GENERATION_JSON, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
-    return info
+    })

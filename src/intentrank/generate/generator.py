@@ -40,7 +40,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ import numpy as np
 
 from intentrank.core.protocols import LLMLike
 from intentrank.errors import ConfigError, DataError
-from intentrank.extras import package_versions
 from intentrank.generate.categories import Taxonomy, load_taxonomy
 from intentrank.generate.filters import (
     DuplicateFilter,
@@ -60,15 +59,17 @@ from intentrank.generate.filters import (
 )
 from intentrank.generate.runlog import (
     ATTEMPTS,
-    GENERATION_JSON,
     Budget,
-    append_attempt,
+    RunReport,
+    RunSettings,
     atomic_write,
+    clip,
     link_corpus,
     open_run,
-    previous_runs,
     read_attempts,
-    run_entry,
+    run_attempts,
+    runs_so_far,
+    write_info,
 )
 from intentrank.index.store import Index
 from intentrank.llm.step import run_step
@@ -77,14 +78,13 @@ from intentrank.types import Trace
 STAGE = "generate"
 REASONS = ("no_partner", "malformed", "copied_wording", "near_duplicate", "unsupported",
            "support_check_failed", "one_doc_suffices")
-# settings that may change when a run is resumed (the budget); all others must match
-BUDGET_FIELDS = {"n", "max_minutes", "max_attempts"}
+GenerationReport = RunReport
 
 Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class GenerationSettings:
+class GenerationSettings(RunSettings):
     """What a generated set depends on; recorded in ``generation.json``."""
 
     n: int = 100  # questions to keep
@@ -102,19 +102,9 @@ class GenerationSettings:
     llm_checks: bool = False  # also ask the LLM (support; one document answers alone)
 
     def __post_init__(self) -> None:
-        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ConfigError(f"--n must be a whole number >= 1, got {self.n!r}")
         if not 0 <= self.multi_doc <= 1:
             raise ConfigError(f"--multi-doc must be in [0, 1], got {self.multi_doc!r}")
-        if self.max_minutes is not None and not self.max_minutes > 0:
-            raise ConfigError(f"--minutes must be > 0, got {self.max_minutes!r}")
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
-        if not self.split or not self.split.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"--split must be a plain name (letters, digits, - or _), "
-                              f"got {self.split!r}")
-        if self.doc_chars < 100:
-            raise ConfigError(f"doc_chars must be >= 100, got {self.doc_chars}")
+        self.check_run()
         if not 0 <= self.min_support <= 1:
             raise ConfigError(f"min_support must be in [0, 1], got {self.min_support!r}")
         if not 0 <= self.min_pair_cosine < self.max_pair_cosine <= 1:
@@ -123,11 +113,6 @@ class GenerationSettings:
     @property
     def attempt_limit(self) -> int:
         return self.max_attempts if self.max_attempts is not None else 5 * self.n
-
-    def identity(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the first one."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in BUDGET_FIELDS}
 
 
 @dataclass
@@ -146,16 +131,6 @@ class Attempt:
     detail: str = ""
     query_id: str | None = None
     seconds: float = 0.0
-
-
-@dataclass
-class GenerationReport:
-    """What a run produced: the output directory, the counts and the recorded JSON."""
-
-    out_dir: Path
-    kept: int
-    attempts: int
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class Sampler:
@@ -204,10 +179,6 @@ class Sampler:
                        pair_type)
 
 
-def _clip(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
-
-
 class Generator:
     """Runs attempts against an LLM and filters them; see the module docstring."""
 
@@ -218,7 +189,7 @@ class Generator:
         self.duplicates = DuplicateFilter()
 
     def _text(self, doc_id: str) -> str:
-        return _clip(self.index.doc_text(doc_id), self.settings.doc_chars)
+        return clip(self.index.doc_text(doc_id), self.settings.doc_chars)
 
     def _properties(self, a: Attempt) -> str:
         lines = [self.taxonomy[k][v].description for k, v in a.categories.items()]
@@ -397,34 +368,19 @@ def _any_pair(sampler: Sampler, tries: int = 50) -> bool:
 
 def _loop(gen: Generator, sampler: Sampler, settings: GenerationSettings,
           attempts: list[Attempt], out: Path, budget: Budget, progress: bool) -> str:
-    from tqdm.auto import tqdm
+    def attempt(i: int) -> Attempt:
+        a = sampler.sample(i)
+        if a is None:  # a two-document draw without a partner: try a single one
+            return Attempt(i, "pair", "", {}, [], status="no_partner")
+        gen.run(a)
+        if a.status == "kept":
+            a.query_id = f"g{i:05d}"
+            gen.duplicates.add(a.query_id, a.question)
+        return a
 
-    kept = sum(a.status == "kept" for a in attempts)
-    bar = tqdm(total=settings.n, initial=min(kept, settings.n), desc="questions kept",
-               unit="q", disable=not progress)
-    try:
-        with (out / ATTEMPTS).open("a", encoding="utf-8") as log_fh:
-            while True:
-                if stopped_by := budget.stop(kept, len(attempts)):
-                    return stopped_by
-                i = len(attempts)
-                a = sampler.sample(i)
-                if a is None:  # a two-document draw without a partner: try a single one
-                    a = Attempt(i, "pair", "", {}, [], status="no_partner")
-                else:
-                    gen.run(a)
-                if a.status == "kept":
-                    kept += 1
-                    a.query_id = f"g{i:05d}"
-                    gen.duplicates.add(a.query_id, a.question)
-                    bar.update(1)
-                attempts.append(a)
-                append_attempt(log_fh, a)
-                bar.set_postfix(attempts=len(attempts), refresh=False)
-                if a.status == "kept":
-                    write_dataset(out, attempts, settings.split)
-    finally:
-        bar.close()
+    return run_attempts(out, attempts, budget, attempt,
+                        lambda: write_dataset(out, attempts, settings.split),
+                        "questions kept", "q", progress)
 
 
 def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
@@ -432,10 +388,8 @@ def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
             corpus_path: Path, stopped_by: str, seconds: float) -> dict[str, Any]:
     reasons = Counter(a.status for a in attempts)
     kept = reasons.pop("kept", 0)
-    path = out / GENERATION_JSON
-    runs = previous_runs(out) + [run_entry(
-        seconds, stopped_by, trace.stages[STAGE].counters if STAGE in trace.stages else {})]
-    info = {
+    runs = runs_so_far(out, trace, STAGE, stopped_by, seconds)
+    return write_info(out, {
         "identity": identity, "settings": asdict(settings),
         "taxonomy": taxonomy.source, "corpus": str(corpus_path.resolve()), "corpus_link": linked,
         "split": settings.split, "kept": kept, "attempts": len(attempts),
@@ -443,7 +397,4 @@ def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
         "yield": yield_table(attempts), "runs": runs,
         "questions_per_minute": round(kept / (sum(r["seconds"] for r in runs) / 60), 2)
         if sum(r["seconds"] for r in runs) else None,
-        "versions": package_versions(("intentrank", "xllamacpp", "openai")),
-    }
-    atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
-    return info
+    })

@@ -12,17 +12,67 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from intentrank.errors import ConfigError, DataError
+from intentrank.extras import package_versions
+from intentrank.types import Trace
 
 ATTEMPTS = "attempts.jsonl"
 GENERATION_JSON = "generation.json"
+# settings that may change when a run is resumed (the budget); all others must match
+BUDGET_FIELDS = {"n", "max_minutes", "max_attempts"}
 
 T = TypeVar("T")
+
+
+class RunSettings:
+    """Mixin for a generator's frozen settings dataclass (fields ``split``, ``doc_chars``,
+    ``n``, ``max_minutes``, ``max_attempts``)."""
+
+    n: int
+    max_minutes: float | None
+    max_attempts: int | None
+    split: str
+    doc_chars: int
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the first one."""
+        return {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
+                if f.name not in BUDGET_FIELDS}
+
+    def check_run(self) -> None:
+        """The budget is positive, the split written is a plain name and documents keep at
+        least 100 characters."""
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ConfigError(f"--n must be a whole number >= 1, got {self.n!r}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ConfigError(f"--minutes must be > 0, got {self.max_minutes!r}")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(f"--max-attempts must be >= 1, got {self.max_attempts!r}")
+        if not self.split or not self.split.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"--split must be a plain name (letters, digits, - or _), "
+                              f"got {self.split!r}")
+        if self.doc_chars < 100:
+            raise ConfigError(f"doc_chars must be >= 100, got {self.doc_chars}")
+
+
+@dataclass
+class RunReport:
+    """What a run produced: the output directory, the counts and the recorded JSON."""
+
+    out_dir: Path
+    kept: int
+    attempts: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def clip(text: str, chars: int) -> str:
+    """``text`` cut at a word boundary to at most ``chars`` characters (marked ``...``)."""
+    return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -140,3 +190,43 @@ def run_entry(seconds: float, stopped_by: str, counters: Mapping[str, Any]) -> d
     return {"seconds": round(seconds, 1), "stopped_by": stopped_by,
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
             "llm": dict(counters)}
+
+
+def runs_so_far(out: Path, trace: Trace, stage: str, stopped_by: str, seconds: float
+                ) -> list[dict[str, Any]]:
+    """The runs ``out/generation.json`` records, plus this one with ``stage``'s counters."""
+    counters = trace.stages[stage].counters if stage in trace.stages else {}
+    return previous_runs(out) + [run_entry(seconds, stopped_by, counters)]
+
+
+def write_info(out: Path, info: dict[str, Any]) -> dict[str, Any]:
+    """Add the package versions to ``info`` and write it as ``out/generation.json``."""
+    info["versions"] = package_versions(("intentrank", "xllamacpp", "openai"))
+    atomic_write(out / GENERATION_JSON, json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    return info
+
+
+def run_attempts(out: Path, attempts: list[Any], budget: Budget, attempt: Callable[[int], Any],
+                 on_kept: Callable[[], None], desc: str, unit: str, progress: bool) -> str:
+    """Make attempts (``attempt(i)``) until the budget is spent, appending each to the
+    attempts log and to ``attempts``, calling ``on_kept()`` after each kept one; returns
+    the budget that stopped the run. A bar counts the kept ones."""
+    from tqdm.auto import tqdm
+
+    kept = sum(a.status == "kept" for a in attempts)
+    bar = tqdm(total=budget.n, initial=min(kept, budget.n), desc=desc, unit=unit,
+               disable=not progress)
+    try:
+        with (out / ATTEMPTS).open("a", encoding="utf-8") as log_fh:
+            while not (stopped_by := budget.stop(kept, len(attempts))):
+                a = attempt(len(attempts))
+                attempts.append(a)
+                append_attempt(log_fh, a)
+                bar.set_postfix(attempts=len(attempts), refresh=False)
+                if a.status == "kept":
+                    kept += 1
+                    bar.update(1)
+                    on_kept()
+            return stopped_by
+    finally:
+        bar.close()
