@@ -481,6 +481,7 @@ def serve(
                                                      "fill.")] = 10.0,
 ) -> None:
     """Serve indexes and pipelines over HTTP, with a web page."""
+    from intentrank.service.command import build_settings, log_stderr
     from intentrank.service.command import serve as run_service
 
     try:
@@ -498,11 +499,12 @@ def serve(
                                                     ray_ce_max_length or None),
                         "max_batch_size": ray_batch_size,
                         "batch_wait_timeout_s": ray_batch_wait_ms / 1000}
-        run_service(index, pipeline, host, port, keys_file, no_keys, workers, queue_limit,
-                    timeout, cors_origin, report_dir, access_log, dataset,
-                    llm=LLM_SETTINGS["llm"], llm_options=LLM_SETTINGS["llm_options"],
-                    ray=ray, ray_address=ray_address or None, replicas=replicas,
-                    ray_batching=batching)
+        settings, generated = build_settings(
+            index, pipeline, keys_file, no_keys, workers, queue_limit, timeout, cors_origin,
+            report_dir, access_log, dataset, LLM_SETTINGS["llm"], LLM_SETTINGS["llm_options"],
+            log=log_stderr)
+        run_service(settings, generated, host, port, ray=ray, ray_address=ray_address or None,
+                    replicas=replicas, ray_batching=batching)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
 

@@ -1,7 +1,7 @@
 """``intentrank serve``: settings from command-line values, then uvicorn.
 
-:func:`serve` is what the CLI calls; :func:`build_settings` is the same without starting a
-server (tests, embedding the app elsewhere)."""
+:func:`build_settings` turns the command line's values into settings (tests and embedding
+the app elsewhere stop there); :func:`serve` starts a server with them."""
 
 from __future__ import annotations
 
@@ -92,43 +92,32 @@ def build_settings(
     return settings.check(), generated
 
 
+def log_stderr(message: str) -> None:
+    """A progress line on stderr (the server's own output goes to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def serve(
-    index_dirs: list[str] | None = None,
-    pipelines: list[str] | None = None,
+    settings: ServiceSettings,
+    generated: str | None = None,
     host: str = "127.0.0.1",
     port: int = 8000,
-    keys_file: Path | None = None,
-    no_keys: bool = False,
-    workers: int = 2,
-    queue_limit: int = 32,
-    timeout: float = 60.0,
-    cors_origins: list[str] | None = None,
-    report_dirs: list[Path] | None = None,
-    access_log: Path | None = None,
-    dataset: Path | None = None,
-    llm: str = "embedded",
-    llm_options: dict[str, Any] | None = None,
     ray: bool = False,
     ray_address: str | None = None,
     replicas: int = 2,
     ray_batching: dict[str, Any] | None = None,
 ) -> None:
-    """Load everything, print the URL (and the generated key, if any) and serve until
-    interrupted. Raises ConfigError / IntentrankError before listening on bad settings.
-    ``ray`` (or a ``ray_address``): serve ``replicas`` copies on Ray Serve instead of one
-    uvicorn process (:mod:`intentrank.scale.serve`); ``ray_batching`` (keyword arguments of
+    """Load everything :func:`build_settings` configured, print the URL (and the
+    ``generated`` key, if any) and serve until interrupted. Raises ConfigError /
+    IntentrankError before listening on bad settings. ``ray`` (or a ``ray_address``): serve
+    ``replicas`` copies on Ray Serve instead of one uvicorn process
+    (:mod:`intentrank.scale.serve`); ``ray_batching`` (keyword arguments of
     :func:`intentrank.scale.serve.run`: ``cross_encoder``, ``max_batch_size``,
     ``batch_wait_timeout_s``) scores that cross-encoder in batches shared across requests."""
     import uvicorn
 
     from intentrank.service.app import create_app
 
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    settings, generated = build_settings(
-        index_dirs, pipelines, keys_file, no_keys, workers, queue_limit, timeout,
-        cors_origins, report_dirs, access_log, dataset, llm, llm_options, log=log)
     app = None if ray or ray_address else create_app(settings)
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0", "::") else host
     url = f"http://{shown}:{port}/"
@@ -137,7 +126,7 @@ def serve(
         print(f"API key (generated for this run; set ${ENV_VAR} or --keys-file to keep "
               f"one): {generated}", flush=True)
         print(f"open in a browser: {url}#key={generated}", flush=True)
-    elif no_keys:
+    elif not settings.require_keys:
         print("warning: API keys are off; anyone who can reach this port can use it",
               flush=True)
     if ray or ray_address:
