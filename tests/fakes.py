@@ -1,5 +1,6 @@
 """Small fakes shared by the tests (importable by subprocesses too): a stage with fixed
-scores, an LLM backend that records its requests, and a scripted question generator."""
+scores, an LLM backend that records its requests, a scripted question generator, and a tiny
+judged collection written from dicts."""
 
 from __future__ import annotations
 
@@ -7,11 +8,26 @@ import json
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from intentrank.core.stage import Stage
 from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.types import Ranking, Trace
+
+
+def write_collection(root: Path, docs: dict[str, str], queries: dict[str, str],
+                     qrels: list[tuple[str, str, int]], split: str = "test") -> Path:
+    """A BEIR-layout collection at ``root``: corpus.jsonl (untitled documents),
+    queries.jsonl and qrels/<split>.tsv from (query id, doc id, grade) rows."""
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()))
+    (root / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": k, "text": v}) + "\n" for k, v in queries.items()))
+    (root / "qrels" / f"{split}.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in qrels))
+    return root
 
 
 class Fixed(Stage):

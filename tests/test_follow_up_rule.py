@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes import write_collection
 
 from intentrank.errors import ConfigError
 from intentrank.generate.conversation_filters import (
@@ -144,15 +145,7 @@ class ScriptedLLM:
 
 @pytest.fixture()
 def collection(tmp_path) -> Path:
-    root = tmp_path / "c"
-    (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in DOCS.items()))
-    (root / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": k, "text": v}) + "\n" for k, v in QUERIES.items()))
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"{k}\td{k}\t1\n" for k in QUERIES))
-    return root
+    return write_collection(tmp_path / "c", DOCS, QUERIES, [(k, f"d{k}", 1) for k in QUERIES])
 
 
 def _run(collection, out, follow_up, llm=None):

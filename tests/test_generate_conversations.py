@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes import write_collection
 
 from intentrank.data.conversations import load_conversations
 from intentrank.data.dataset import load_dataset
@@ -221,15 +222,7 @@ QRELS = [("1", "d1", 2), ("1", "d5", 0), ("2", "d2", 1), ("3", "d3", 3), ("3", "
 
 @pytest.fixture()
 def tiny(tmp_path) -> Path:
-    root = tmp_path / "tiny"
-    (root / "qrels").mkdir(parents=True)
-    (root / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in DOCS.items()))
-    (root / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": k, "text": v}) + "\n" for k, v in QUERIES.items()))
-    (root / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in QRELS))
-    return root
+    return write_collection(tmp_path / "tiny", DOCS, QUERIES, QRELS)
 
 
 def _gen(data, out, llm=None, **kw):
