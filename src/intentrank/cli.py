@@ -879,6 +879,13 @@ def _tuning_inputs(dataset: Path, index_dir: Path | None, split: str, metric: st
     return ds, _open_or_build(dataset, index_dir), metric
 
 
+def _saved_weights(path: Path, res: Any, metric: str, split: str) -> None:
+    """The tune-* commands' last line: where the weights went, the weights, their score."""
+    weights = " ".join(f"{name}={value}" for name, value in res.best.items())
+    console.print(f"[green]saved[/] {escape(str(path))}: {weights} ({metric} {res.score:.4f} "
+                  f"on {res.n_queries} {split} queries)")
+
+
 @app.command("tune-fuq")
 def tune_fuq_cmd(
     dataset: TuningDatasetArg,
@@ -915,10 +922,7 @@ def tune_fuq_cmd(
                            sample=sample, seed=seed)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
-    w = res.best
-    console.print(f"[green]saved[/] {escape(str(path))}: alpha={w['alpha']} beta={w['beta']} "
-                  f"gamma={w['gamma']} ({metric} {res.score:.4f} on {res.n_queries} {split} "
-                  f"queries)")
+    _saved_weights(path, res, metric, split)
 
 
 @app.command("tune-modality")
@@ -952,10 +956,7 @@ def tune_modality_cmd(
                            sample=sample, seed=seed, step=step)
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
-    w = res.best
-    console.print(f"[green]saved[/] {escape(str(path))}: dense={w['dense']} "
-                  f"sparse={w['sparse']} graph={w['graph']} ({metric} {res.score:.4f} on "
-                  f"{res.n_queries} {split} queries)")
+    _saved_weights(path, res, metric, split)
 
 
 @app.command()
