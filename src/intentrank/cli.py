@@ -481,6 +481,7 @@ def serve(
                                                      "fill.")] = 10.0,
 ) -> None:
     """Serve indexes and pipelines over HTTP, with a web page."""
+    from intentrank.extras import require
     from intentrank.service.command import build_settings, log_stderr
     from intentrank.service.command import serve as run_service
 
@@ -499,6 +500,8 @@ def serve(
                                                     ray_ce_max_length or None),
                         "max_batch_size": ray_batch_size,
                         "batch_wait_timeout_s": ray_batch_wait_ms / 1000}
+        for module in ("uvicorn", "fastapi"):  # before the default index is loaded or built
+            require(module, "service", "intentrank serve")
         settings, generated = build_settings(
             index, pipeline, keys_file, no_keys, workers, queue_limit, timeout, cors_origin,
             report_dir, access_log, dataset, LLM_SETTINGS["llm"], LLM_SETTINGS["llm_options"],
