@@ -417,6 +417,7 @@ def test_real_generation_with_the_embedded_model(data_dir, tmp_path):
     (["--n", "0"], "--n must be >= 1"),
     (["--split", "nosuch"], "no judgments for split 'nosuch'"),
     (["--minutes", "-1"], "--minutes"),
+    (["--follow-up", "nosuch"], "--follow-up must be one of llm, rule, llm_or_rule"),
 ])
 def test_cli_refuses_bad_input_before_writing(args, message, data_dir, tmp_path):
     from typer.testing import CliRunner

@@ -1320,6 +1320,11 @@ def generate_conversations_cmd(
     minutes: MinutesOption = 0.0,
     max_attempts: Annotated[int, typer.Option(help="Stop after this many attempts (0 = no "
                                               "limit).")] = 0,
+    follow_up: Annotated[str, typer.Option(
+        "--follow-up", help="Who writes the contextual last turn: llm (the LLM's follow-up), "
+        "rule (the query with its topic replaced by a pronoun, no other term lost) or "
+        "llm_or_rule (the LLM's, unless it would be rejected as self_contained, drifted or "
+        "unrecoverable: then the rule's, counted as rule_follow_ups).")] = "llm_or_rule",
 ) -> None:
     """Generate labelled conversations: LLM-written earlier turns, then the judged query as a
     contextual follow-up (its original text is the gold rewrite, its qrels label the turn)."""
@@ -1339,7 +1344,7 @@ def generate_conversations_cmd(
         report = generate_conversations(dataset, out_dir, split=split, n=n, turns=turns,
                                         seed=seed, llm=llm, minutes=minutes or None,
                                         max_attempts=max_attempts or None, trace=trace,
-                                        progress=True,
+                                        follow_up=follow_up, progress=True,
                                         log=lambda m: console.print(f"  {escape(m)}"))
     except (IntentrankError, ValueError, OSError) as exc:
         _fail(exc)
@@ -1347,7 +1352,8 @@ def generate_conversations_cmd(
     rejected = report.info.get("rejected", {})
     console.print(f"[green]conversations ready[/] {report.out_dir}: {report.kept} kept of "
                   f"{report.attempts} attempts; rejected: "
-                  + (", ".join(f"{k} {v}" for k, v in rejected.items() if v) or "none"))
+                  + (", ".join(f"{k} {v}" for k, v in rejected.items() if v) or "none")
+                  + f"; follow-ups by rule: {report.info.get('rule_follow_ups', 0)}")
 
 
 if __name__ == "__main__":
