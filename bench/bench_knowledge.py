@@ -2,6 +2,7 @@
 method 5), in the paper's layout.
 
     .venv/bin/python bench/bench_knowledge.py measure vaswani --llm embedded
+    .venv/bin/python bench/bench_knowledge.py measure-real ../shared/data/scifact --n 40
     .venv/bin/python bench/bench_knowledge.py judge-check vaswani --llm qwen2.5-coder-1.5b
     .venv/bin/python bench/bench_knowledge.py render
 
@@ -12,23 +13,29 @@ no rerank (BM25 and dense interleaved to 100 unique), the cross-encoder alone, a
 knowledge-aware rerank at each N_know (Tables 3/4 and 6/7); LLM calls and seconds per
 question, fallbacks; then, on the first ``--answer-n`` questions, answers from the top N_ans
 of the knowledge-aware ranking (N_know = 5) judged for relevance and faithfulness against the
-reference answer and the gold documents (Table 5). ``judge-check SET``: the judge on answers
+reference answer and the gold documents (Table 5). ``measure-real DATASET``: the same three
+systems on a fixed-seed sample of a collection's labelled queries (``--split test``) over its
+index (``indexes/<name>``, built if missing): R@3/5/10/20/50 and nDCG@10 against its qrels
+(ir-measures), paired randomization test of KA against CE on R@10 and nDCG@10, written to
+``runs/knowledge/real-<dataset>-<llm>.json``. ``judge-check SET``: the judge on answers
 of known quality (no LLM wrote them). Results go to ``runs/knowledge/``; ``render`` writes the
-``knowledge`` section of docs/benchmarks.md from every result file there.
+``knowledge`` section of docs/benchmarks.md (or ``--out FILE``) from every result file there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import ROOT, header, write_section  # noqa: E402
+from report import BENCHMARKS, ROOT, header, save_json, write_section  # noqa: E402
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)
@@ -50,12 +57,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     j.add_argument("set")
     j.add_argument("--llm", default="embedded")
     j.add_argument("--n", type=int, default=20)
+    r = sub.add_parser("measure-real", help="labelled test queries of a collection")
+    r.add_argument("dataset", type=Path, help="a BEIR-layout collection, e.g. "
+                   "../shared/data/scifact (index: indexes/<its name>, built if missing)")
+    r.add_argument("--split", default="test")
+    r.add_argument("--n", type=int, default=40, help="fixed-seed sample size (0: all)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--llm", default="embedded")
+    r.add_argument("--n-know", type=int, nargs="+", default=[5, 0])
+    r.add_argument("--index", type=Path, default=None, help="default: indexes/<dataset>")
+    r.add_argument("--out", type=Path, default=None,
+                   help="default: runs/knowledge/real-<dataset>-<llm>.json")
     s = sub.add_parser("stream")
     s.add_argument("set")
     s.add_argument("--llm", default="embedded")
     s.add_argument("--n", type=int, default=8)
     s.add_argument("--batch-size", type=int, default=2)
-    sub.add_parser("render")
+    w = sub.add_parser("render")
+    w.add_argument("--out", type=Path, default=BENCHMARKS,
+                   help="the markdown file whose knowledge section is written (a copy of "
+                        "docs/benchmarks.md for a dry run)")
     return p.parse_args(argv)
 
 
@@ -100,29 +121,26 @@ def open_index(name: str) -> Any:
     return Index.open(ROOT / "indexes" / name)
 
 
-def measure(args: argparse.Namespace) -> None:
-    from intentrank.answer.generate import AnswerGenerator
+def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
+                 result: dict[str, Any], save: Callable[[dict[str, list[Any]]], None]
+                 ) -> dict[str, list[Any]]:
+    """The three systems over ``queries``: ``none`` (BM25 and dense interleaved to 100
+    unique), ``ce`` (the bundled cross-encoder over those) and ``ka<N>`` (knowledge-aware
+    rerank at each N_know). Fills ``result["cost"]`` (per query) and ``result["elements"]``,
+    calls ``save(systems)`` after each system and returns ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
-    from intentrank.eval.answer_judge import JudgeItem, judge_answers, summarize
-    from intentrank.llm.client import load_llm
     from intentrank.pipelines import build_context
     from intentrank.query.knowledge import KnowledgeElements, knowledge_of
     from intentrank.rerank.per_element import PerElementRerank
     from intentrank.types import Ranking, Trace
 
-    ds, queries, gold, kind, refs = load_set(args.set, args.limit, args.kinds)
-    idx = open_index(args.set)
-    llm = load_llm(args.llm)
     ctx = build_context(idx)
     first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [
         {"bm25": {"depth": 100}}, {"dense": {"depth": 100}}]}}, {"cutoff": 100}], ctx, "first")
     ce = build_pipeline({"cross_encoder": {"top_k": 100, "backend": "onnx",
                                            "max_length": 128}}, ctx, "ce")
-    path = OUT / f"{args.set}--{args.llm}--{'+'.join(args.kinds)}.json"
-    result: dict[str, Any] = {"set": args.set, "llm": args.llm, "n": len(queries),
-                              "kinds": {k: sum(v == k for v in kind.values()) for k in args.kinds},
-                              "kind": kind, "recall": {}, "cost": {}, "elements": {}}
-    print(f"{args.set}: {len(queries)} questions {result['kinds']}", flush=True)
+    result.setdefault("cost", {})
+    result.setdefault("elements", {})
     trace = Trace()
     t0 = time.perf_counter()
     base = first([Ranking(q) for q in queries], trace)
@@ -133,16 +151,8 @@ def measure(args: argparse.Namespace) -> None:
     systems = {"none": base, "ce": reranked}
     result["cost"]["none"] = {"seconds": t_first / len(queries), "calls": 0}
     result["cost"]["ce"] = {"seconds": (t_first + t_ce) / len(queries), "calls": 0}
-
-    def save() -> None:
-        result["recall"] = {name: {r.query.id: {str(k): recall(r.doc_ids, gold[r.query.id], k)
-                                                for k in CUTS} for r in rankings}
-                            for name, rankings in systems.items()}
-        OUT.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1))
-
-    save()
-    for n_know in args.n_know:
+    save(systems)
+    for n_know in n_knows:
         t = Trace()
         t0 = time.perf_counter()
         known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150)(reranked, t)
@@ -157,9 +167,35 @@ def measure(args: argparse.Namespace) -> None:
             "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")}}
         result["elements"][str(n_know)] = {r.query.id: knowledge_of(r) for r in known}
         systems[f"ka{n_know}"] = out
-        save()
+        save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
               f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
+    return systems
+
+
+def measure(args: argparse.Namespace) -> None:
+    from intentrank.answer.generate import AnswerGenerator
+    from intentrank.eval.answer_judge import JudgeItem, judge_answers, summarize
+    from intentrank.llm.client import load_llm
+    from intentrank.types import Trace
+
+    ds, queries, gold, kind, refs = load_set(args.set, args.limit, args.kinds)
+    idx = open_index(args.set)
+    llm = load_llm(args.llm)
+    path = OUT / f"{args.set}--{args.llm}--{'+'.join(args.kinds)}.json"
+    result: dict[str, Any] = {"set": args.set, "llm": args.llm, "n": len(queries),
+                              "kinds": {k: sum(v == k for v in kind.values()) for k in args.kinds},
+                              "kind": kind, "recall": {}, "cost": {}, "elements": {}}
+    print(f"{args.set}: {len(queries)} questions {result['kinds']}", flush=True)
+
+    def save(systems: dict[str, list[Any]]) -> None:
+        result["recall"] = {name: {r.query.id: {str(k): recall(r.doc_ids, gold[r.query.id], k)
+                                                for k in CUTS} for r in rankings}
+                            for name, rankings in systems.items()}
+        OUT.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1))
+
+    systems = rank_systems(idx, llm, queries, args.n_know, result, save)
     if not args.answer_n or 5 not in args.n_know:
         return
     judge = load_llm(args.judge_llm) if args.judge_llm else llm
@@ -190,9 +226,94 @@ def measure(args: argparse.Namespace) -> None:
                                        "cited": r.query.answer.cited_ids,
                                        "relevance": j.relevance, "faithfulness": j.faithfulness}
                           for r, j in zip(answered, judged, strict=True)}}
-        save()
+        save(systems)
         print(f"  N_ans={n_ans}: relevance {s.relevance}, faithfulness {s.faithfulness}",
               flush=True)
+
+
+REAL_METRICS = (*(f"R@{k}" for k in CUTS), "nDCG@10")
+REAL_TESTS = ("R@10", "nDCG@10")
+
+
+def rank_run(rankings: list[Any]) -> dict[str, dict[str, float]]:
+    """``{query id: {doc id: score}}`` with the score falling with the rank (n, n-1, ...), so
+    ir-measures sees each system's order exactly, without score ties."""
+    return {r.query.id: {d: float(len(r.doc_ids) - i) for i, d in enumerate(r.doc_ids)}
+            for r in rankings}
+
+
+def measure_real(args: argparse.Namespace) -> None:
+    """``measure-real DATASET``: the three systems of ``measure`` on a fixed-seed sample of a
+    collection's labelled queries, scored against its qrels (R@k, nDCG@10 by ir-measures)."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.metrics import evaluate
+    from intentrank.index import open_or_build
+    from intentrank.llm.client import load_llm
+
+    ds = load_dataset(args.dataset)
+    name = ds.root.name
+    queries, qrels = ds.sample(args.split, args.n, args.seed)
+    idx = open_or_build(ds.corpus, args.index or ROOT / "indexes" / name, progress=True,
+                        source=str(ds.root))
+    llm = load_llm(args.llm)
+    path = args.out or OUT / f"real-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}.json"
+    relevant = [sum(g > 0 for g in qrels[q.id].values()) for q in queries]
+    result: dict[str, Any] = {
+        "dataset": name, "source": str(ds.root), "split": args.split, "llm": args.llm,
+        "n": len(queries), "seed": args.seed, "sample": args.n,
+        "relevant_per_query": sum(relevant) / len(queries), "queries": [q.id for q in queries],
+        "metrics": list(REAL_METRICS), "per_query": {}, "cost": {}, "elements": {}}
+    print(f"{name} {args.split}: {len(queries)} queries (seed {args.seed}), "
+          f"{result['relevant_per_query']:.2f} relevant per query", flush=True)
+
+    def save(systems: dict[str, list[Any]]) -> None:
+        result["per_query"] = {s: evaluate(rank_run(r), qrels, REAL_METRICS).per_query
+                               for s, r in systems.items()}
+        save_json(path, result)
+
+    rank_systems(idx, llm, queries, args.n_know, result, save)
+    for row in real_rows(result):
+        print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
+                                                  for m in REAL_METRICS) +
+              "".join(f", p {m} {row['p'][m]:.3f}" for m in row["p"]), flush=True)
+    print(f"wrote {path}", flush=True)
+
+
+def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per system of a ``measure-real`` result: label, metric means, and for the
+    knowledge-aware systems the paired randomization p against CE on R@10 and nDCG@10."""
+    from intentrank.eval.significance import paired_test
+
+    per_query = result["per_query"]
+    rows = []
+    for system in _system_order(per_query):
+        scores = per_query[system]
+        qids = sorted(scores)
+        means = {m: sum(scores[q][m] for q in qids) / len(qids) for m in REAL_METRICS}
+        p = {}
+        if system.startswith("ka") and "ce" in per_query:
+            for m in REAL_TESTS:
+                p[m] = paired_test({q: v[m] for q, v in per_query["ce"].items()},
+                                   {q: v[m] for q, v in scores.items()}, m).p_randomization
+        cost = result["cost"].get(system[2:] if system.startswith("ka") else system, {})
+        rows.append({"system": system, "label": _label(system), "n": len(qids),
+                     "means": means, "p": p, "cost": cost})
+    return rows
+
+
+def _system_order(systems: Any) -> list[str]:
+    """``none``, ``ce``, then ``ka<N>`` by N, of the systems present."""
+    kas = sorted((s for s in systems if s.startswith("ka")), key=lambda s: int(s[2:]))
+    return [s for s in ("none", "ce") if s in systems] + kas
+
+
+def _label(system: str) -> str:
+    return {"none": "none", "ce": "CE"}.get(system, f"KA {system[2:]}")
+
+
+def _fallbacks(cost: dict[str, Any]) -> str:
+    return ", ".join(f"{k.removeprefix('fallback.')} {int(v)}"
+                     for k, v in cost.get("fallbacks", {}).items() if v) or "-"
 
 
 def judge_check(args: argparse.Namespace) -> None:
@@ -280,7 +401,48 @@ def _means(result: dict, system: str, qids: list[str]) -> dict[str, float]:
         and all(q in rows for q in qids) else {}
 
 
-def render() -> None:
+NAMES = {"scifact": "SciFact", "cranfield": "Cranfield", "vaswani": "Vaswani"}
+
+
+def real_section(results: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: the ``measure-real`` results, one table per dataset and split, with
+    the paper's single-document R@10 beside them (empty when there are none)."""
+    lines: list[str] = []
+    for key in sorted({(r["dataset"], r["split"]) for r in results}):
+        name, split = NAMES.get(key[0], key[0]), key[1]
+        lines += [f"**Real {name} {split} queries (single-aspect)** (R@k and nDCG@10 x100, "
+                  "ir-measures against the collection's qrels; the same three systems as above "
+                  "over the collection's index; a fixed-seed sample of the split; p = paired "
+                  "randomization test of KA N against CE)", "",
+                  "| dataset | LLM | n (seed) | system | " +
+                  " | ".join(f"R@{k}" for k in CUTS) + " | nDCG@10 | p R@10 | p nDCG@10 | "
+                  "calls/q | s/q | fallbacks |",
+                  "|---|---|---|---|" + "---|" * len(CUTS) + "---|---|---|---|---|---|"]
+        group = [r for r in results if (r["dataset"], r["split"]) == key]
+        rel = sum(r["relevant_per_query"] for r in group) / len(group)
+        for res in group:
+            for row in real_rows(res):
+                cost = row["cost"]
+                p = [f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in REAL_TESTS]
+                lines.append(f"| {name} | {res['llm']} | {row['n']} ({res['seed']}) | "
+                             f"{row['label']} | " +
+                             " | ".join(f"{100 * row['means'][m]:.1f}" for m in REAL_METRICS) +
+                             f" | {' | '.join(p)} | {cost.get('calls', 0):.1f} | "
+                             f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
+        lines += ["| paper (LiveRAG, single-document) | Falcon3-10B | - | CE / KA 5 | - | - | "
+                  "85.0 / 85.0 | - | - | - | - | - | - | - | - |", "",
+                  f"Comparability: the paper's .85 (CE) and .85 (KA, N_know = 5) are R@10 on "
+                  f"generated single-document questions with one gold document among 15M "
+                  f"FineWeb pages, 2000 candidates, a strong reranker and Falcon3-10B; here "
+                  f"real {name} queries with expert-judged relevant documents ({rel:.2f} per "
+                  f"query in the sample), 100 candidates from a small collection, the "
+                  f"bundled MiniLM cross-encoder and small embedded LLMs, so only the "
+                  f"CE-to-KA difference is comparable (0 in the paper at N_know = 5, -.03 at "
+                  f"N_know = 0), not the levels.", ""]
+    return lines
+
+
+def render(out: Path = BENCHMARKS) -> None:
     from intentrank.eval.significance import paired_test
 
     lines = [header(), "",
@@ -298,7 +460,7 @@ def render() -> None:
              "N_ret = 2000, a strong reranker and Falcon3-10B): two-document R@10 CE .53, "
              "KA 0/2/5/8 .52/.53/.55/.54; single-document .85 vs .82/.84/.85/.84.", ""]
     results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))
-               if not p.name.startswith(("judge-check", "stream"))]
+               if not p.name.startswith(("judge-check", "stream", "real-"))]
     for kind in ("pair", "single"):
         title = "two-document" if kind == "pair" else "single-document"
         lines += [f"**Tables 3/4 and 6/7, {title} questions** (R@k x100)", "",
@@ -310,8 +472,7 @@ def render() -> None:
             if not qids:
                 continue
             ce = {q: res["recall"]["ce"][q]["10"] for q in qids}
-            for system in ["none", "ce", *sorted((s for s in res["recall"] if
-                                                  s.startswith("ka")), key=lambda s: int(s[2:]))]:
+            for system in _system_order(res["recall"]):
                 means = _means(res, system, qids)
                 if not means:
                     continue
@@ -320,15 +481,13 @@ def render() -> None:
                 if system.startswith("ka"):
                     other = {q: res["recall"][system][q]["10"] for q in qids}
                     p = f"{paired_test(ce, other, 'R@10').p_randomization:.3f}"
-                label = {"none": "none", "ce": "CE"}.get(system, f"KA {system[2:]}")
-                fb = cost.get("fallbacks", {})
-                fbs = ", ".join(f"{k.removeprefix('fallback.')} {int(v)}" for k, v in fb.items()
-                                if v) or "-"
-                lines.append(f"| {res['set']} | {res['llm']} | {len(qids)} | {label} | " +
+                lines.append(f"| {res['set']} | {res['llm']} | {len(qids)} | "
+                             f"{_label(system)} | " +
                              " | ".join(f"{100 * means[str(k)]:.1f}" for k in CUTS) +
                              f" | {p} | {cost.get('calls', 0):.1f} | "
-                             f"{cost.get('seconds', 0):.1f} | {fbs} |")
+                             f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
         lines.append("")
+    lines += real_section([json.loads(p.read_text()) for p in sorted(OUT.glob("real-*.json"))])
     lines += ["**Table 5: answers from the KA 5 ranking's top N_ans, judged** (relevance "
               "-1..2 against the reference answer, faithfulness -1..1 against the gold "
               "documents; means over the answers judged; paper, single-document: N_ans 3 "
@@ -378,7 +537,7 @@ def render() -> None:
                          f"{', '.join(f'{x:.3f}' for x in par)} | {ratio:.2f}x | "
                          f"{st['same_answers']}/{st['n']} |")
     lines += ["", READING]
-    write_section("knowledge", "\n".join(lines))
+    write_section("knowledge", "\n".join(lines), out)
 
 
 READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared with other jobs):
@@ -419,8 +578,9 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    commands = {"measure": measure, "judge-check": judge_check, "stream": stream}
-    commands.get(args.cmd, lambda _: render())(args)
+    commands = {"measure": measure, "measure-real": measure_real, "judge-check": judge_check,
+                "stream": stream}
+    commands.get(args.cmd, lambda a: render(a.out))(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""bench/bench_knowledge.py measure-real: the three systems on a collection's labelled
+queries (real Cranfield index and cross-encoder, a scripted LLM), metrics checked against
+recall counted by hand, and the rendered table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bk():
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_knowledge", BENCH / "bench_knowledge.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rank_run_keeps_the_order_without_ties(bk):
+    from intentrank.types import Query, Ranking, ScoredDoc
+
+    r = Ranking(Query("q", "x"), [ScoredDoc("b", 1.0), ScoredDoc("a", 1.0), ScoredDoc("c", 5.0)])
+    run = bk.rank_run([r])
+    assert sorted(run["q"], key=run["q"].get, reverse=True) == ["b", "a", "c"]
+
+
+def test_measure_real_on_cranfield(bk, small_cranfield, cranfield_index, fake_openai, tmp_path):
+    from intentrank.data.dataset import load_dataset
+
+    # element 3 is not among the two declared: a subset violation per declaration
+    url, script = fake_openai("ok", reply='{"needed": ["wing sweep", "lift slope"], '
+                                          '"provided": [1, 3]}')
+    out = tmp_path / "real.json"
+    bk.main(["measure-real", str(small_cranfield), "--n", "3", "--seed", "1", "--llm",
+             f"openai:m@{url}", "--n-know", "2", "--index", str(cranfield_index.path),
+             "--out", str(out)])
+    res = json.loads(out.read_text())
+    queries, qrels = load_dataset(small_cranfield).sample("test", 3, 1)
+    assert res["queries"] == [q.id for q in queries] and res["n"] == 3
+    assert set(res["per_query"]) == {"none", "ce", "ka2"}
+    for system, scores in res["per_query"].items():
+        assert sorted(scores) == sorted(res["queries"]), system
+        for row in scores.values():
+            assert [row[f"R@{k}"] for k in bk.CUTS] == sorted(row[f"R@{k}"] for k in bk.CUTS)
+            assert all(0.0 <= v <= 1.0 for v in row.values())
+    # ir-measures recall against recall counted by hand on the same ranking
+    from intentrank.core.config import build_pipeline
+    from intentrank.pipelines import build_context
+    from intentrank.types import Ranking, Trace
+
+    first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [
+        {"bm25": {"depth": 100}}, {"dense": {"depth": 100}}]}}, {"cutoff": 100}],
+        build_context(cranfield_index), "first")
+    for r in first([Ranking(q) for q in queries], Trace()):
+        assert len(r.doc_ids) == len(set(r.doc_ids)) == 100
+        gold = {d for d, g in qrels[r.query.id].items() if g > 0}
+        for k in bk.CUTS:
+            assert res["per_query"]["none"][r.query.id][f"R@{k}"] == pytest.approx(
+                bk.recall(r.doc_ids, gold, k), rel=1e-5)
+    cost = res["cost"]["2"]
+    assert cost["calls"] == pytest.approx(2.0)  # two declarations, no summary for two elements
+    assert cost["fallbacks"]["subset_violations"] == 6
+    assert res["elements"]["2"][queries[0].id] == ["wing sweep", "lift slope"]
+    rows = {row["system"]: row for row in bk.real_rows(res)}
+    assert set(rows["ka2"]["p"]) == {"R@10", "nDCG@10"} and not rows["ce"]["p"]
+    assert all(0.0 <= p <= 1.0 for p in rows["ka2"]["p"].values())
+
+    res["dataset"] = "scifact"
+    table = bk.real_section([res])
+    assert table[0].startswith("**Real SciFact test queries (single-aspect)**")
+    cells = [ln.count("|") for ln in table if ln.startswith("|")]
+    assert len(cells) == 2 + 3 + 1 and len(set(cells)) == 1  # header, rule, 3 systems, paper
+    assert any("85.0 / 85.0" in ln for ln in table)
+
+
+def test_measure_real_rejects_a_missing_dataset(bk, tmp_path):
+    from intentrank.errors import DataError
+
+    with pytest.raises(DataError, match="nowhere"):
+        bk.main(["measure-real", str(tmp_path / "nowhere"), "--llm", "embedded"])
