@@ -74,17 +74,39 @@ def _doc(prompt: str, label: str = "Document:") -> str:
     return prompt.split(label, 1)[1].strip().split("\n\n", 1)[0]
 
 
+def _fit_length(question: str, prompt: str) -> str:
+    """``question`` fitted to the words the prompt asks for ("of fewer than 7 words", "of 10
+    to 20 words", "of more than 6 words"): its first words dropped, or the first document's
+    later words, in reverse order (so no word pair is copied), added before its "?"."""
+    low = [int(a) for a in re.findall(r"of (\d+) to \d+ words", prompt)]
+    low += [int(n) + 1 for n in re.findall(r"of more than (\d+) words", prompt)]
+    high = [int(n) - 1 for n in re.findall(r"of fewer than (\d+) words", prompt)]
+    high += [int(b) for b in re.findall(r"of \d+ to (\d+) words", prompt)]
+    have = question.split()
+    if high and len(have) > min(high):
+        return " ".join(have[len(have) - min(high):])
+    if not low or len(have) >= max(low):
+        return question
+    label = "Document 1:" if "Document 1:" in prompt else "Document:"
+    spare = re.findall(r"[a-z]{4,}", _doc(prompt, label).lower())[12:][::-1] or ["further"]
+    pad = [spare[i % len(spare)] for i in range(max(low) - len(have))]
+    return " ".join([*have[:-1], have[-1].rstrip("?"), *pad]) + "?"
+
+
 class GenerationLLM:
     """Writes a question from words of the (first) document, checks everything as supported
     and one-document-unanswerable; ``bad`` maps a call number to a reply text to send instead
-    (e.g. malformed JSON); ``delay`` seconds per call."""
+    (e.g. malformed JSON); ``delay`` seconds per call. The question has 8 words, fitted to
+    the length the prompt asks for unless ``follow_length`` is False."""
 
     name, model = "fake:generation", "fake-generation"
 
     def __init__(self, bad: dict[int, str] | None = None, delay: float = 0.0,
-                 supported: bool = True, answerable: bool = False) -> None:
+                 supported: bool = True, answerable: bool = False,
+                 follow_length: bool = True) -> None:
         self.bad, self.delay = bad or {}, delay
         self.supported, self.answerable = supported, answerable
+        self.follow_length = follow_length
         self.calls = 0
 
     def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
@@ -108,5 +130,7 @@ class GenerationLLM:
                 words = re.findall(r"[a-z]{4,}", doc.lower())[:12]
                 question = f"Which result involves {words[7]} then {words[3]} and {words[5]}?"
                 answer = doc[:120]
+            if self.follow_length:
+                question = _fit_length(question, prompt)
             text = json.dumps({"question": question, "answer": answer})
         return LLMReply(text, 100, 20, raw={"finish_reason": "stop"})

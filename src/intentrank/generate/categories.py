@@ -3,7 +3,9 @@
 A categorisation file (YAML; the shipped default is ``default_categories.yaml``) names
 categorisations, each a set of categories with a ``probability`` and a ``description``; one
 category per categorisation is sampled for every question. :func:`load_taxonomy` validates a
-file and raises a :class:`~intentrank.errors.ConfigError` naming the file and the field.
+file and raises a :class:`~intentrank.errors.ConfigError` naming the file and the field. A
+category may also ask for ``checks`` (``distant_wording``) and bound its question's length,
+``words: [min, max]`` (the ``length`` filter; see :func:`.filters.wrong_length`).
 """
 
 from __future__ import annotations
@@ -21,20 +23,22 @@ from intentrank.errors import ConfigError
 
 DEFAULT_FILE = "default_categories.yaml"
 TOP_FIELDS = {"users", "question", "two_document", "two_document_categorisations"}
-CATEGORY_FIELDS = {"probability", "description", "checks"}
+CATEGORY_FIELDS = {"probability", "description", "checks", "words"}
 CHECKS = {"distant_wording"}  # filters a category may ask for
 SUM_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
 class Category:
-    """One category: its name, what the prompt says of it, how likely it is, and the
-    filters a question of this category must pass (e.g. ``distant_wording``)."""
+    """One category: its name, what the prompt says of it, how likely it is, the filters a
+    question of this category must pass (e.g. ``distant_wording``) and, if set, the
+    ``(min, max)`` words its question must have (the ``length`` filter)."""
 
     name: str
     description: str
     probability: float
     checks: tuple[str, ...] = ()
+    words: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,21 @@ def _category(where: str, field: str, name: Any, spec: Any) -> Category:
     if not isinstance(checks, list) or any(c not in CHECKS for c in checks):
         raise _bad(where, f"{field}.checks", f"must list checks among {sorted(CHECKS)}, "
                                              f"got {checks!r}")
-    return Category(name, desc.strip(), float(p), tuple(checks))
+    return Category(name, desc.strip(), float(p), tuple(checks),
+                    _word_bounds(where, f"{field}.words", spec.get("words")))
+
+
+def _word_bounds(where: str, field: str, value: Any) -> tuple[int, int] | None:
+    """``words: [min, max]`` as a pair of whole numbers with 1 <= min <= max (None if unset)."""
+    if value is None:
+        return None
+    ok = (isinstance(value, list) and len(value) == 2
+          and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+          and 1 <= value[0] <= value[1])
+    if not ok:
+        raise _bad(where, field, f"must be [min, max], whole numbers with 1 <= min <= max, "
+                                 f"got {value!r}")
+    return value[0], value[1]
 
 
 def _categorisation(where: str, field: str, name: str, spec: Any) -> Categorisation:

@@ -54,6 +54,23 @@ def malformed(value: Any) -> str | None:
     return None
 
 
+def written_words(text: str) -> int:
+    """Words as a writer counts them: whitespace-separated tokens with a letter or digit
+    ("shock-tube", "78.847" and "(Mach" are one word each; a lone "-" is none). The
+    ``length`` filter counts these, since the prompt asks for "fewer than 10 words"."""
+    return sum(1 for token in text.split() if _WORD.search(token))
+
+
+def wrong_length(question: str, bounds: Mapping[str, tuple[int, int]]) -> str | None:
+    """A reason when the question's length (:func:`written_words`) is outside the
+    ``(min, max)`` words of one of its categories (``bounds``: category name -> bounds)."""
+    n = written_words(question)
+    for name, (low, high) in bounds.items():
+        if not low <= n <= high:
+            return f"the question has {n} words; {name} asks for {low} to {high}"
+    return None
+
+
 def _bigrams(tokens: list[str]) -> set[tuple[str, str]]:
     return set(zip(tokens, tokens[1:], strict=False))
 

@@ -8,6 +8,8 @@ neighbours that are not near-duplicates). The LLM writes a question and a refere
 run in order, the first failure rejecting the attempt:
 
 ``malformed``            no usable ``{question, answer}`` (see :func:`.filters.malformed`)
+``length``               the question's word count is outside a category's ``words: [min,
+                         max]`` (e.g. a "short search query" of 25 words)
 ``copied_wording``       a "distant" question that copies the document's word pairs
 ``near_duplicate``       nearly the same words as a question already kept
 ``unsupported``          under half of the answer's content words occur in the source(s) (or,
@@ -56,6 +58,7 @@ from intentrank.generate.filters import (
     one_document_only,
     unsupported,
     words,
+    wrong_length,
 )
 from intentrank.generate.runlog import (
     ATTEMPTS,
@@ -76,8 +79,8 @@ from intentrank.llm.step import run_step
 from intentrank.types import Trace
 
 STAGE = "generate"
-REASONS = ("no_partner", "malformed", "copied_wording", "near_duplicate", "unsupported",
-           "support_check_failed", "one_doc_suffices")
+REASONS = ("no_partner", "malformed", "length", "copied_wording", "near_duplicate",
+           "unsupported", "support_check_failed", "one_doc_suffices")
 GenerationReport = RunReport
 
 Log = Callable[[str], None]
@@ -223,8 +226,13 @@ class Generator:
         if problem:
             return "malformed", problem
         a.question, a.answer = value["question"].strip(), value["answer"].strip()
-        checks = {c for k, v in a.categories.items()
-                  for c in self.taxonomy[k][v].checks}
+        chosen = [self.taxonomy[k][v] for k, v in a.categories.items()]
+        sized = [self.taxonomy.users[a.user], *chosen] + (
+            [self.taxonomy.two_document[a.pair_type]] if a.pair_type else [])
+        bounds = {c.name: c.words for c in sized if c.words is not None}
+        if problem := wrong_length(a.question, bounds):
+            return "length", problem
+        checks = {c for cat in chosen for c in cat.checks}
         if "distant_wording" in checks and (problem := copies_wording(a.question, texts)):
             return "copied_wording", problem
         if problem := self.duplicates.check(a.question):
@@ -258,24 +266,27 @@ class Generator:
 # --- the output directory ----------------------------------------------------------------
 
 
-def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, int]]]:
-    """``{categorisation: {category: {"attempts": n, "kept": k}}}`` (users, two-document
-    types and kinds included)."""
-    table: dict[str, dict[str, dict[str, int]]] = {}
+def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{categorisation: {category: {"attempts": n, "kept": k, "rejected": {reason: r}}}}``
+    (users, two-document types and kinds included; ``rejected`` lists the reasons met)."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
 
-    def add(group: str, name: str, kept: bool) -> None:
-        row = table.setdefault(group, {}).setdefault(name, {"attempts": 0, "kept": 0})
+    def add(group: str, name: str, status: str) -> None:
+        row = table.setdefault(group, {}).setdefault(
+            name, {"attempts": 0, "kept": 0, "rejected": {}})
         row["attempts"] += 1
-        row["kept"] += kept
+        if status == "kept":
+            row["kept"] += 1
+        else:
+            row["rejected"][status] = row["rejected"].get(status, 0) + 1
 
     for a in attempts:
-        kept = a.status == "kept"
-        add("kind", a.kind, kept)
-        add("user", a.user, kept)
+        add("kind", a.kind, a.status)
+        add("user", a.user, a.status)
         if a.pair_type:
-            add("two_document", a.pair_type, kept)
+            add("two_document", a.pair_type, a.status)
         for k, v in a.categories.items():
-            add(k, v, kept)
+            add(k, v, a.status)
     return table
 
 
