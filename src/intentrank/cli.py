@@ -1178,11 +1178,12 @@ def generate_cmd(
                   f"kept of {report.attempts} attempts (stopped by "
                   f"{info['runs'][-1]['stopped_by']}); rejected: "
                   + (", ".join(f"{k} {v}" for k, v in info["rejected"].items()) or "none"))
-    table = Table("categorisation", "category", "attempts", "kept", "yield")
+    table = Table("categorisation", "category", "attempts", "kept", "yield", "too long/short")
     for group, rows in info["yield"].items():
         for cat, row in rows.items():
             share = f"{row['kept'] / row['attempts']:.0%}" if row["attempts"] else "-"
-            table.add_row(group, cat, str(row["attempts"]), str(row["kept"]), share)
+            table.add_row(group, cat, str(row["attempts"]), str(row["kept"]), share,
+                          str(row.get("rejected", {}).get("length", 0)))
     console.print(table)
 
 
