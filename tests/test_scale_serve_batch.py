@@ -81,6 +81,14 @@ def test_a_batched_cross_encoder_no_served_step_names_is_refused_before_ray(monk
     empty = ServiceSettings(indexes={"x": "indexes/x"}, pipelines={"b": "bm25"}, rerankers={})
     with pytest.raises(ConfigError, match="cross_encoder steps served: none"):
         routed_settings(empty, None, spec)
+    # a step with default parameters, written `cross_encoder` or `cross_encoder:` (null),
+    # is a step served, not "none"
+    for default in ("cross_encoder", {"cross_encoder": None}):
+        bare = ServiceSettings(indexes={"x": "indexes/x"}, rerankers={},
+                               pipelines={"ce": [{"bm25": {"depth": 50}}, default]})
+        with pytest.raises(ConfigError, match=r"cross_encoder steps served: model \(not "
+                                              r"given\), backend \(not given\), max_length"):
+            routed_settings(bare, None, spec)
     served = ServiceSettings(indexes={"x": "indexes/x"}, pipelines={"b": "bm25", "ce": [
         {"bm25": {"depth": 50}}, _step("/m/ce", top_k=5)]}, rerankers={})
     proxy = BatchedScorer(handle=None, spec=spec)

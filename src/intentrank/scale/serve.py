@@ -78,6 +78,8 @@ def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec,
         seen.append({})
     if isinstance(node, dict):
         step = node.get("cross_encoder") if set(node) == {"cross_encoder"} else None
+        if step is None and set(node) == {"cross_encoder"} and seen is not None:
+            seen.append({})  # `cross_encoder:` with nothing after it (null): the defaults
         if isinstance(step, dict):
             if seen is not None:
                 seen.append(step)
