@@ -169,6 +169,25 @@ def test_length_runs_before_the_llm_checks(small_index, data_dir, tmp_path):
     assert llm.calls == 8 + (8 - rejected_by_length)  # no support check after a length one
 
 
+def test_categories_named_alike_in_two_categorisations_keep_their_own_bounds(
+        small_index, data_dir, tmp_path):
+    # a user and a phrasing category both called "plain": the user's 1-5 words must still
+    # be checked although the phrasing's 1-30 accepts the scripted model's 8 words
+    data = _shipped()
+    data["users"] = {"plain": {"probability": 1.0, "words": [1, 5],
+                               "description": "a reader who asks in few words"}}
+    data["question"]["phrasing"] = {"plain": {"probability": 1.0, "words": [1, 30],
+                                              "description": "a natural-language question"}}
+    path = tmp_path / "alike.yaml"
+    path.write_text(yaml.safe_dump(data))
+    report = _generate(small_index, data_dir, tmp_path / "gen",
+                       GenerationLLM(follow_length=False), taxonomy=path, max_attempts=4)
+    attempts = [json.loads(line) for line in (tmp_path / "gen" / ATTEMPTS).open()]
+    parsed = [a for a in attempts if a["status"] not in ("malformed", "no_partner")]
+    assert parsed and report.kept == 0
+    assert {a["detail"] for a in parsed} == {"the question has 8 words; plain asks for 1 to 5"}
+
+
 def test_a_set_made_with_other_bounds_is_not_resumed(small_index, data_dir, tmp_path):
     old = _shipped()  # the taxonomy before the length filter: no words
     for cat in old["question"]["phrasing"].values():
