@@ -1,7 +1,8 @@
 """What the ``length`` filter would have rejected in question sets generated without it.
 
-Reads each set's ``attempts.jsonl`` (read-only) and, for every category with ``words: [min,
-max]`` in a taxonomy (the shipped default unless given), counts the parsed attempts (those
+Reads each set's ``attempts.jsonl`` (read-only) and, for every question category with
+``words: [min, max]`` in a taxonomy (the shipped default unless given; bounds on users or
+two-document types are not audited), counts the parsed attempts (those
 with a question, i.e. not ``malformed`` or ``no_partner``) and the kept questions whose length
 (:func:`.filters.written_words`) falls outside the bounds. The filter runs right after
 parsing, so every such attempt would have been a ``length`` rejection; later filters (the
