@@ -455,8 +455,8 @@ def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, i
         return writer.run(ConversationAttempt(i, q.id, q.text, doc), texts[doc])
 
     return runlog.run_attempts(out, attempts, budget, attempt,
-                        lambda: write_set(out, attempts, qrels, writer.settings.split),
-                        "conversations kept", "conv", progress)
+                               lambda: write_set(out, attempts, qrels, writer.settings.split),
+                               "conversations kept", "conv", progress)
 
 
 def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
