@@ -5,6 +5,7 @@ the offline audit of old sets, and the refusal to resume a set made with other b
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 
 import pytest
@@ -240,3 +241,30 @@ def _without_words(tmp_path):
     path = tmp_path / "nowords.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+# --- the command line ---------------------------------------------------------------------
+
+
+def test_cli_yield_table_shows_each_categorys_length_rejections(small_index, data_dir, tmp_path,
+                                                               monkeypatch):
+    from typer.testing import CliRunner
+
+    import intentrank.cli as cli
+    import intentrank.llm.client as client
+
+    monkeypatch.setattr(cli, "_open_or_build", lambda *a, **k: small_index)
+    monkeypatch.setattr(client, "load_llm", lambda *a, **k: LLMClient(
+        GenerationLLM(follow_length=False), cache=False, retries=0))
+    monkeypatch.setattr(cli.console, "width", 200)  # one line per table row
+    out = tmp_path / "gen"
+    r = CliRunner().invoke(cli.app, ["generate", str(data_dir / "cranfield"), str(out),
+                                     "--n", "8", "--seed", "2", "--max-attempts", "16"])
+    assert r.exit_code == 0, r.output
+    info = json.loads((out / GENERATION_JSON).read_text())
+    assert info["rejected"]["length"] >= 1
+    assert "too long/short" in r.output
+    for name, row in info["yield"]["phrasing"].items():
+        line = next(ln for ln in r.output.splitlines() if f" {name} " in ln)
+        cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
+        assert cells[-1] == str(row["rejected"].get("length", 0)), line
