@@ -553,6 +553,13 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
   document (14 subset violations in 25 questions); the 1.5B's are short and on topic (no
   violation) and still do not help: `question + element` moves the bundled MiniLM
   cross-encoder away from the documents the generated questions were written from.
+- **Real SciFact test queries (single-aspect, 30 queries, seed 0, 0.5B, N_know = 5):** the
+  knowledge-aware rerank is below the cross-encoder alone (R@10 .817 vs .883, p = 0.49;
+  nDCG@10 .603 vs .660, p = 0.18): not significant on 30 queries, but no sign that it is
+  free on single-aspect questions either, so the docs recommend it only for multi-document
+  questions and a stronger LLM. It costs 6 LLM calls and about 50 s per query on this CPU.
+  The plain interleave (nDCG@10 .756) beats both rerankers here: the bundled
+  general-purpose cross-encoder loses to BM25 + dense on SciFact (see `ce-batching`).
 - **Not comparable to the paper in absolute terms**: the paper reranks 2000 candidates from
   15M FineWeb documents with a strong reranker and Falcon3-10B; here 100 candidates from a
   collection of 1.4k-11k abstracts, generated questions that copy document wording (BM25
