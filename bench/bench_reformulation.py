@@ -319,8 +319,29 @@ READING = """### Reading (2026-11-24)
   0%). p = 0.031 is the smallest a paired randomization test can give on 6 turns. This is
   leakage by construction of the set, not evidence for the methods: the generated sets are
   too small and too easy to rank methods with.
-- **Not measured:** generated SciFact conversations (the 0.5B kept 0 of 7 attempts, at 3-6
-  minutes an attempt on this CPU); all 213 contextual CAsT 2021 turns (30 and 60 here).
+- **CAsT 2019 with the 1.5B (12 turns, cosine only: its MS MARCO corpus is not shipped):**
+  the paraphrase rewrites move close to the manual rewrites: rewrite_summary 0.947 (delta
+  +0.208 over the raw turn's 0.739) and rewrite_full 0.892 (+0.153), where the 0.5B's
+  rewrite_full copied all 12 turns; hyde_doc moves away (-0.121). The paper's 0.77-0.80 is
+  the same measure with another embedder and other turns: the order carries over, not the
+  level.
+- **Generated SciFact conversations (25 3-turn conversations, `generate-conversations`
+  with `--follow-up llm_or_rule`: 25 kept of 42 attempts by the 0.5B, 14 of the 25 last
+  turns built by rule, 11 by the LLM; before the rule the 0.5B kept 0 of 7).** The same
+  picture as Cranfield, clearer: the raw turn reaches nDCG@10 0.417, the gold query 0.681,
+  and the methods that carry the history's words beat the gold query (concat_turns 0.842,
+  0.5B hyde_doc_masked 0.791, 1.5B hyde_doc 0.749), because the earlier turns' answers are
+  sentences of the gold document. The paraphrase rewrites are the fair comparison: the
+  0.5B's copy the turn (rewrite_full unchanged on 25 of 25: 0% of the gap), the 1.5B's
+  rewrite_full changes 13 of 25 and reaches 0.452 (13% of the gap; cosine to gold +0.040)
+  and its rewrite_summary 0.471 (20%). On these sets the cosine to gold disagrees with
+  nDCG@10 (tau -0.79 over 9 methods with the 0.5B) and the Reranker Support Score of BM25's
+  top 5 agrees (tau 0.74; 1.00 over 5 methods with the 1.5B), the opposite of CAsT 2021:
+  neither label-free score ranks methods reliably across sets. A set whose history is
+  written from a related document other than the gold one would remove the leak; not built.
+- **Not measured:** all 213 contextual CAsT 2021 turns (30 and 60 here); generated 6- and
+  11-turn conversations (the extension rounds exist; the 0.5B kept 0 Cranfield ones before
+  the rule-built follow-up, and they have not been re-run since).
 """
 
 
