@@ -25,35 +25,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import ROOT, header, publish  # noqa: E402
 
-# The tables of docs/benchmarks.md before the redesign: "Follow-up-aware reranking / scifact
-# (100 test queries)" (bench_fuq.py, 2026-11-23 07:19) and "Cascade ablation: scifact, a
-# seed-0 sample of 100 test queries, CE over top-30 fused with the first stage by RRF"
-# (bench_ablation.py --tag fast, 2026-11-23 10:04), Tables I and II.
-PUBLISHED: dict[str, dict[str, dict[str, float]]] = {
-    "fuq": {
-        "FUQ (NF)": {"MRR": 0.6854, "nDCG@3": 0.6716, "MAP": 0.6728},
-        "FUQ (F)": {"MRR": 0.6876, "nDCG@3": 0.6728, "MAP": 0.6723},
-        "bm25": {"MRR": 0.7248, "nDCG@3": 0.7139, "MAP": 0.7087},
-        "dense": {"MRR": 0.6979, "nDCG@3": 0.6802, "MAP": 0.6826},
-        "cross-encoder": {"MRR": 0.6437, "nDCG@3": 0.6231, "MAP": 0.6320},
-        "LLM listwise": {"MRR": 0.7000, "nDCG@3": 0.6871, "MAP": 0.6835},
-        "multi-query": {"MRR": 0.7007, "nDCG@3": 0.6808, "MAP": 0.6840},
-        "ensemble (RRF)": {"MRR": 0.7687, "nDCG@3": 0.7461, "MAP": 0.7462},
-        "compression": {"MRR": 0.3167, "nDCG@3": 0.3089, "MAP": 0.2925},
-        "parent document": {"MRR": 0.6913, "nDCG@3": 0.6850, "MAP": 0.6800},
-    },
-    "ablation": {
-        "Dense only": {"nDCG@10": 0.7216, "MRR@10": 0.6934, "Recall@10": 0.8350},
-        "Bi-modal": {"nDCG@10": 0.7798, "MRR@10": 0.7598, "Recall@10": 0.8600},
-        "Tri-modal": {"nDCG@10": 0.7726, "MRR@10": 0.7463, "Recall@10": 0.8700},
-        "Tri-modal + CE": {"nDCG@10": 0.7834, "MRR@10": 0.7532, "Recall@10": 0.8800},
-        "Full pipeline": {"nDCG@10": 0.7738, "MRR@10": 0.7477, "Recall@10": 0.8800},
-        "Tri-modal (dynamic)": {"nDCG@10": 0.7639, "MRR@10": 0.7377, "Recall@10": 0.8600},
-        "Tri-modal + CE (dynamic)": {"nDCG@10": 0.7823, "MRR@10": 0.7447,
-                                     "Recall@10": 0.8800},
-        "Full pipeline (dynamic)": {"nDCG@10": 0.7688, "MRR@10": 0.7362, "Recall@10": 0.8800},
-    },
+# The follow-up table of docs/benchmarks.md before the redesign, "Follow-up-aware reranking /
+# scifact (100 test queries)" (bench_fuq.py, 2026-11-23 07:19; no per-query report was kept).
+FUQ_TABLE: dict[str, dict[str, float]] = {
+    "FUQ (NF)": {"MRR": 0.6854, "nDCG@3": 0.6716, "MAP": 0.6728},
+    "FUQ (F)": {"MRR": 0.6876, "nDCG@3": 0.6728, "MAP": 0.6723},
+    "bm25": {"MRR": 0.7248, "nDCG@3": 0.7139, "MAP": 0.7087},
+    "dense": {"MRR": 0.6979, "nDCG@3": 0.6802, "MAP": 0.6826},
+    "cross-encoder": {"MRR": 0.6437, "nDCG@3": 0.6231, "MAP": 0.6320},
+    "LLM listwise": {"MRR": 0.7000, "nDCG@3": 0.6871, "MAP": 0.6835},
+    "multi-query": {"MRR": 0.7007, "nDCG@3": 0.6808, "MAP": 0.6840},
+    "ensemble (RRF)": {"MRR": 0.7687, "nDCG@3": 0.7461, "MAP": 0.7462},
+    "compression": {"MRR": 0.3167, "nDCG@3": 0.3089, "MAP": 0.2925},
+    "parent document": {"MRR": 0.6913, "nDCG@3": 0.6850, "MAP": 0.6800},
 }
+# The published ablation's own report ("Cascade ablation: scifact, a seed-0 sample of 100 test
+# queries, CE over top-30 fused with the first stage by RRF", bench_ablation.py --tag fast,
+# 2026-11-23 10:04): Tables I and II come from its aggregates, per-query results too.
+ABLATION_REPORT = ROOT / "docs" / "ablation" / "scifact-sample100-fast.json"
+ABLATION_METRICS = ("nDCG@10", "MRR@10", "Recall@10")
 WHY_DIFFERENT = (  # what changed in a pipeline's parts since the published run
     "Rows through the cross-encoder differ by construction: the published rows used a "
     "cross-encoder trained on SciFact train for 15 minutes (issue 3), which is gone; every "
@@ -64,8 +54,6 @@ WHY_DIFFERENT = (  # what changed in a pipeline's parts since the published run
     "LLM-free rows above explains, the dense scores of the index built since then move the "
     "min-max normalised fusion (the old engine gives the harness's numbers on the same "
     "index).")
-# Per-query results of the published runs, where they were kept.
-PUBLISHED_REPORTS = {"ablation": ROOT / "docs" / "ablation" / "scifact-sample100-fast.json"}
 COMMANDS = {"fuq": "intentrank experiment fuq", "ablation":
             "intentrank experiment cascade-ablation"}
 
@@ -89,10 +77,15 @@ def seconds_per_query(config: dict[str, Any]) -> float:
     return sum(config["latency_ms"].values()) / 1000
 
 
-def compare(name: str, cold: dict[str, dict[str, Any]], replay: dict[str, dict[str, Any]]
-            ) -> tuple[str, dict[str, Any]]:
+def published_numbers(report: dict[str, dict[str, Any]], metrics: tuple[str, ...]
+                      ) -> dict[str, dict[str, float]]:
+    """Pipeline -> ``metrics`` of a published run's report (as :func:`load` reads it)."""
+    return {pipe: {m: c["aggregate"][m] for m in metrics} for pipe, c in report.items()}
+
+
+def compare(published: dict[str, dict[str, float]], cold: dict[str, dict[str, Any]],
+            replay: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """One Markdown table and its data: published / cold / replay per pipeline and metric."""
-    published = PUBLISHED[name]
     metrics = list(next(iter(published.values())))
     head = (["pipeline"] + [f"{m} (published / cold / replay)" for m in metrics]
             + ["queries identical cold vs replay", "s/query cold / replay"])
@@ -160,17 +153,20 @@ def main(argv: list[str] | None = None) -> None:
              "sections of issues 4 and 5 above, measured by the engines the redesign "
              "replaced. s/query: the harness's cold latency (a replayed reply counts the "
              "seconds it took when generated).\n"]
-    for name in PUBLISHED:
+    ablation = load(ABLATION_REPORT)
+    published = {"fuq": (FUQ_TABLE, None),
+                 "ablation": (published_numbers(ablation, ABLATION_METRICS), ablation)}
+    for name, (numbers, report) in published.items():
         cold_path, replay_path = args.runs / f"{name}-cold.json", args.runs / f"{name}-replay.json"
         if not (cold_path.exists() and replay_path.exists()):
             parts.append(f"`{name}`: not run ({cold_path} or {replay_path} missing).\n")
             continue
-        table, data = compare(name, load(cold_path), load(replay_path))
+        cold = load(cold_path)
+        table, data = compare(numbers, cold, load(replay_path))
         parts.append(f"### `{COMMANDS[name]}` (run twice)\n\n{table}\n")
         parts.append(summary(data))
-        if name in PUBLISHED_REPORTS:
-            parts.append(moved_queries(load(PUBLISHED_REPORTS[name]), load(cold_path),
-                                       PUBLISHED_REPORTS[name]))
+        if report is not None:
+            parts.append(moved_queries(report, cold, ABLATION_REPORT))
     parts.append(WHY_DIFFERENT + "\n")
     publish("harness-replay", "\n".join(parts), write=not args.no_write)
 
