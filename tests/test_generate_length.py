@@ -88,18 +88,18 @@ def test_wrong_length_names_the_category():
     phrasing = {c.name: c.words for c in load_taxonomy()["phrasing"].categories}
     short = "heat transfer blunt body hypersonic"  # 5 words
     sentence = "How does the heat transfer to a blunt body change at hypersonic speeds?"  # 13
-    assert wrong_length(short, {"short-search-query": phrasing["short-search-query"]}) is None
-    assert wrong_length(sentence, {"short-search-query": phrasing["short-search-query"]}) \
+    assert wrong_length(short, "short-search-query", phrasing["short-search-query"]) is None
+    assert wrong_length(sentence, "short-search-query", phrasing["short-search-query"]) \
         == "the question has 13 words; short-search-query asks for 1 to 6"
-    assert wrong_length(sentence, {"verbose-natural": phrasing["verbose-natural"]}) is None
+    assert wrong_length(sentence, "verbose-natural", phrasing["verbose-natural"]) is None
     assert "concise-natural asks for 3 to 9" in wrong_length(
-        sentence, {"concise-natural": phrasing["concise-natural"]})
-    assert wrong_length(short, {"long-search-query": phrasing["long-search-query"]}) \
+        sentence, "concise-natural", phrasing["concise-natural"])
+    assert wrong_length(short, "long-search-query", phrasing["long-search-query"]) \
         == "the question has 5 words; long-search-query asks for 7 to 22"
     twenty = " ".join(["word"] * 20)
-    assert wrong_length(twenty, {"verbose-natural": (10, 20)}) is None  # bounds inclusive
-    assert wrong_length(twenty + " more", {"verbose-natural": (10, 20)}) is not None
-    assert wrong_length(sentence, {}) is None  # no bounds, no check
+    assert wrong_length(twenty, "verbose-natural", (10, 20)) is None  # bounds inclusive
+    assert wrong_length(twenty + " more", "verbose-natural", (10, 20)) is not None
+    assert wrong_length(sentence, "verbose-natural", None) is None  # no bounds, no check
 
 
 # --- a scripted generation run on real abstracts ------------------------------------------

@@ -61,13 +61,14 @@ def written_words(text: str) -> int:
     return sum(1 for token in text.split() if _WORD.search(token))
 
 
-def wrong_length(question: str, bounds: Mapping[str, tuple[int, int]]) -> str | None:
+def wrong_length(question: str, category: str, bounds: tuple[int, int] | None) -> str | None:
     """A reason when the question's length (:func:`written_words`) is outside the
-    ``(min, max)`` words of one of its categories (``bounds``: category name -> bounds)."""
-    n = written_words(question)
-    for name, (low, high) in bounds.items():
-        if not low <= n <= high:
-            return f"the question has {n} words; {name} asks for {low} to {high}"
+    ``(min, max)`` words ``bounds`` of its category ``category`` (None: no bounds, no check)."""
+    if bounds is None:
+        return None
+    n, (low, high) = written_words(question), bounds
+    if not low <= n <= high:
+        return f"the question has {n} words; {category} asks for {low} to {high}"
     return None
 
 

@@ -229,8 +229,8 @@ class Generator:
         chosen = [self.taxonomy[k][v] for k, v in a.categories.items()]
         sized = [self.taxonomy.users[a.user], *chosen] + (
             [self.taxonomy.two_document[a.pair_type]] if a.pair_type else [])
-        for c in sized:  # one at a time: two categorisations may name a category alike
-            if c.words is not None and (problem := wrong_length(a.question, {c.name: c.words})):
+        for c in sized:  # user, question categories and two-document type, each checked
+            if problem := wrong_length(a.question, c.name, c.words):
                 return "length", problem
         checks = {c for cat in chosen for c in cat.checks}
         if "distant_wording" in checks and (problem := copies_wording(a.question, texts)):
