@@ -67,6 +67,7 @@ def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec,
     """A copy of a pipeline config node whose ``cross_encoder`` steps naming ``spec`` score
     with ``scorer``; and how many steps were routed. Every ``cross_encoder`` step's
     parameters are appended to ``seen`` when given."""
+    seen = [] if seen is None else seen
     if isinstance(node, list):
         out, n = [], 0
         for item in node:
@@ -74,15 +75,14 @@ def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec,
             out.append(new)
             n += k
         return out, n
-    if node == "cross_encoder" and seen is not None:  # a step with default parameters
+    if node == "cross_encoder":  # a step with default parameters
         seen.append({})
     if isinstance(node, dict):
         step = node.get("cross_encoder") if set(node) == {"cross_encoder"} else None
-        if step is None and set(node) == {"cross_encoder"} and seen is not None:
+        if step is None and set(node) == {"cross_encoder"}:
             seen.append({})  # `cross_encoder:` with nothing after it (null): the defaults
         if isinstance(step, dict):
-            if seen is not None:
-                seen.append(step)
+            seen.append(step)
             if spec.matches(step):
                 params = {k: v for k, v in step.items()
                           if k not in ("backend", "max_length", "threads")}
