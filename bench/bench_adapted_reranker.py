@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_generated import open_index  # noqa: E402
-from report import DATA, ROOT, header, publish, save_json  # noqa: E402
+from report import DATA, ROOT, header, publish, rank_scores, save_json  # noqa: E402
 
 DEPTH = 100
 
@@ -105,8 +105,7 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     ce_bm25, ce_hybrid = by_score(bm25, scores), by_score(hybrid, scores)
 
     def run(lists: list[list[str]]) -> dict[str, dict[str, float]]:
-        return {q.id: {d: float(len(ids) - i) for i, d in enumerate(ids)}
-                for q, ids in zip(queries, lists, strict=True)}
+        return {q.id: rank_scores(ids) for q, ids in zip(queries, lists, strict=True)}
 
     def fused(a: list[list[str]], b: list[list[str]]) -> dict[str, dict[str, float]]:
         return {q.id: rrf([x, y]) for q, x, y in zip(queries, a, b, strict=True)}

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, publish, save_json  # noqa: E402
+from report import DATA, ROOT, header, publish, rank_scores, save_json  # noqa: E402
 
 CUTS = (10, 100, 200, 400, 1000)
 DEPTH = 1000
@@ -61,17 +61,14 @@ def systems(single: dict[str, list[list[str]]]) -> dict[str, list[dict[str, floa
     from intentrank.fuse.interleave import interleave
     from intentrank.fuse.rrf import rrf
 
-    def ranked(ids: list[str]) -> dict[str, float]:
-        return {d: float(len(ids) - i) for i, d in enumerate(ids)}
-
     n = len(single["bm25"])
-    out = {leg: [ranked(x) for x in single[leg]] for leg in single}
+    out = {leg: [rank_scores(x) for x in single[leg]] for leg in single}
     for name, parts in (("rrf(bm25,dense)", ("bm25", "dense")),
                         ("rrf(bm25,tfidf)", ("bm25", "tfidf")),
                         ("rrf(all four)", ("bm25", "dense", "tfidf", "graph"))):
         out[name] = [rrf([single[p][q] for p in parts]) for q in range(n)]
-    out["interleave(bm25,dense)"] = [ranked(interleave([single["bm25"][q], single["dense"][q]]))
-                                     for q in range(n)]
+    out["interleave(bm25,dense)"] = [
+        rank_scores(interleave([single["bm25"][q], single["dense"][q]])) for q in range(n)]
     return out
 
 

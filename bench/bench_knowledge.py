@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import BENCHMARKS, ROOT, header, save_json, write_section  # noqa: E402
+from report import BENCHMARKS, ROOT, header, rank_scores, save_json, write_section  # noqa: E402
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)
@@ -238,8 +238,7 @@ REAL_TESTS = ("R@10", "nDCG@10")
 def rank_run(rankings: list[Any]) -> dict[str, dict[str, float]]:
     """``{query id: {doc id: score}}`` with the score falling with the rank (n, n-1, ...), so
     ir-measures sees each system's order exactly, without score ties."""
-    return {r.query.id: {d: float(len(r.doc_ids) - i) for i, d in enumerate(r.doc_ids)}
-            for r in rankings}
+    return {r.query.id: rank_scores(r.doc_ids) for r in rankings}
 
 
 def measure_real(args: argparse.Namespace) -> None:

@@ -50,6 +50,12 @@ def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
     path.write_text(text)
 
 
+def rank_scores(ids: list[str]) -> dict[str, float]:
+    """``{doc id: score}`` with the score falling with the rank (n, n-1, ...): a ranked list
+    as a run entry that ir-measures orders exactly as given, without score ties."""
+    return {d: float(len(ids) - i) for i, d in enumerate(ids)}
+
+
 def save_json(path: Path, data: Any, indent: int = 1, **options: Any) -> None:
     """Write ``data`` as JSON to ``path`` (``json.dumps`` ``options``), creating its folder."""
     import json
