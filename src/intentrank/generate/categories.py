@@ -22,6 +22,8 @@ import yaml
 from intentrank.errors import ConfigError
 
 DEFAULT_FILE = "default_categories.yaml"
+# Taxonomies shipped with the package, by the name ``--config`` accepts instead of a path.
+SHIPPED = {"default": DEFAULT_FILE, "search-queries": "search_queries.yaml"}
 TOP_FIELDS = {"users", "question", "two_document", "two_document_categorisations"}
 CATEGORY_FIELDS = {"probability", "description", "checks", "words"}
 CHECKS = {"distant_wording"}  # filters a category may ask for
@@ -162,16 +164,19 @@ def parse_taxonomy(data: Any, where: str) -> Taxonomy:
 
 
 def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
-    """The categorisations in ``path`` (YAML), or the shipped default when None."""
-    if path is None:
-        text = resources.files("intentrank.generate").joinpath(DEFAULT_FILE).read_text("utf-8")
-        where = f"<shipped {DEFAULT_FILE}>"
+    """The categorisations in ``path`` (YAML), or a shipped taxonomy by name (``default``
+    when None; see :data:`SHIPPED`)."""
+    name = DEFAULT_FILE if path is None else SHIPPED.get(str(path))
+    if name is not None:
+        text = resources.files("intentrank.generate").joinpath(name).read_text("utf-8")
+        where = f"<shipped {name}>"
     else:
-        path = Path(path)
+        path = Path(path)  # type: ignore[arg-type]
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise ConfigError(f"{path}: no such categorisation file") from None
+            raise ConfigError(f"{path}: no such categorisation file (shipped taxonomies: "
+                              f"{', '.join(SHIPPED)})") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
                               ) from None
