@@ -59,6 +59,14 @@ RAPA = "Rapamycin decreases the concentration of triacylglycerols in fruit flies
      "the expression of pain hypersensitivity in knockout mice", "PKG-la plays a role in it."),
     ("Statins protect knockout mice from stroke.", "knockout mice",
      "Statins protect them from stroke."),
+    # "that" before the topic is a conjunction: kept, the topic a clause's subject
+    ("Evidence shows that statins lower the risk of stroke.", "statins",
+     "Evidence shows that they lower the risk of stroke."),
+    ("whether insulin resistance causes fatty liver", "insulin resistance",
+     "whether it causes fatty liver"),
+    # a plural possessive with a bare apostrophe
+    ("T cells' response to vaccines declines with age.", "T cells",
+     "Their response to vaccines declines with age."),
 ])
 def test_the_topic_span_becomes_a_pronoun(query, topic, follow_up):
     got = rule_follow_up(query, topic)

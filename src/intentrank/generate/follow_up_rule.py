@@ -1,14 +1,17 @@
 """A contextual follow-up built by rule: the query with its topic replaced by a pronoun.
 
 The LLM names the query's topic (copied word for word); :func:`rule_follow_up` replaces every
-occurrence of that span (case aside, a preceding "the", "a", "an", "this", "that", "these"
-or "those" taken with it) by a pronoun, so no other word of the query is lost. The pronoun
-follows the topic's **number** and the span's **position**:
+occurrence of that span (case aside, a preceding "the", "a", "an", "this", "these" or "those"
+taken with it) by a pronoun, so no other word of the query is lost. A preceding "that" stays:
+in a query it is nearly always a conjunction ("shows that statins ..."). The pronoun follows
+the topic's **number** and the span's **position**:
 
 - the query's first words (a statement's subject): ``This`` / ``These``;
 - after a question's auxiliary alone or after a wh-word ("does", "how does", "what are":
-  the question's subject): ``it`` / ``they``;
-- followed by ``'s`` (a possessive): ``its`` / ``their``;
+  the question's subject), or after a conjunction that opens a clause ("that", "whether",
+  "if", "because", "while", "although"): ``it`` / ``they``;
+- followed by ``'s``, or by a bare ``'`` after a final "s" ("cells'"; a possessive):
+  ``its`` / ``their``;
 - anywhere else (an object): ``it`` / ``them``.
 
 The topic is plural when its head (the last word before a preposition or relative word such
@@ -26,6 +29,8 @@ from __future__ import annotations
 import re
 
 DETERMINERS = ("the", "a", "an", "this", "that", "these", "those")
+TAKEN_DETERMINERS = ("the", "a", "an", "this", "these", "those")  # replaced with the topic
+CLAUSE_OPENERS = frozenset({"that", "whether", "if", "because", "while", "although"})
 AUXILIARIES = frozenset({
     "do", "does", "did", "is", "are", "was", "were", "can", "could", "will", "would",
     "should", "shall", "has", "have", "had", "may", "might", "must"})
@@ -83,6 +88,8 @@ def _position(before: str, possessive: bool) -> str:
     lead = _words(before)
     if not lead:
         return "start"
+    if lead[-1] in CLAUSE_OPENERS:
+        return "subject"
     if lead[-1] in AUXILIARIES and all(w in WH_WORDS or w in AUXILIARIES for w in lead):
         return "subject"
     return "object"
@@ -98,9 +105,9 @@ def rule_follow_up(query: str, topic: str) -> str:
     if not ws:
         raise UnusableTopic(f"the topic {topic!r} has no words")
     span = r"\s+".join(re.escape(w) for w in ws)
-    det = "|".join(DETERMINERS)
-    pattern = re.compile(rf"(?<![\w'’-])(?:(?:{det})\s+)?{span}(?P<poss>['’]s)?(?![\w-])",
-                         re.IGNORECASE)
+    det = "|".join(TAKEN_DETERMINERS)
+    pattern = re.compile(rf"(?<![\w'’-])(?:(?:{det})\s+)?{span}"
+                         rf"(?P<poss>['’]s|(?<=s)['’])?(?![\w'’-])", re.IGNORECASE)
     matches = list(pattern.finditer(query))
     if not matches:
         raise UnusableTopic(f"the topic {clean!r} is not a span of the query")
@@ -115,6 +122,8 @@ def rule_follow_up(query: str, topic: str) -> str:
     for m in matches:
         position = _position(query[:m.start()], bool(m.group("poss")))
         pronoun = PRONOUNS[position][plural]
+        if not query[:m.start()].strip():  # the query's first word: capitalised
+            pronoun = pronoun[:1].upper() + pronoun[1:]
         out += [query[last:m.start()], pronoun]
         last = m.end()
     out.append(query[last:])
