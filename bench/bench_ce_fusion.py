@@ -1,0 +1,158 @@
+"""How far fusing the cross-encoder with the first stage can go on SciFact (issue 13's 0.76).
+
+    .venv/bin/python bench/bench_ce_fusion.py
+
+First stage: RRF(BM25, dense) top-100 with the SciFact-fine-tuned encoder
+(``runs/indexes/scifact-emb-scifact-train``, made by bench_adapted_dense.py). The bundled
+cross-encoder scores every candidate once (scores shared with bench_adapted_dense.py's cache).
+Rows, nDCG@10 x100 on all 300 test queries: the CE alone over the first stage's top D; the RRF
+of the first stage with the CE ranks of its top D (what the shipped pipelines do, D = 30);
+and a weighted RRF, ``1/(k + r_first) + w/(k + r_CE)``, whose depth, weight and k are chosen
+by 5-fold cross-validation on the test queries (chosen on four folds, scored on the fifth), so
+the tuned number is not fitted to the queries it is scored on. Writes the ``ce-fusion``
+section of docs/benchmarks.md and ``runs/bench_ce_fusion.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_adapted_dense import CachedScorer  # noqa: E402
+from report import DATA, ROOT, header, publish, rank_scores, save_json  # noqa: E402
+
+DEPTHS = (10, 20, 30, 50, 100)
+GRID = [(d, w, k) for d in (20, 30, 50, 100) for w in (0.5, 0.75, 1.0, 1.5, 2.0)
+        for k in (10, 30, 60)]
+FOLDS = 5
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--index", type=Path, default=ROOT / "runs" / "indexes"
+                   / "scifact-emb-scifact-train")
+    p.add_argument("--ce-cache", type=Path, default=ROOT / "runs" / "bench_adapted_dense_ce.json")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_ce_fusion.json")
+    p.add_argument("--no-write", action="store_true")
+    return p.parse_args(argv)
+
+
+def weighted_rrf(first: list[str], by_ce: list[str], w: float, k: float) -> dict[str, float]:
+    """``1/(k + rank in first) + w/(k + rank by the CE)`` (ranks from 1)."""
+    out = {d: 1 / (k + i) for i, d in enumerate(first, 1)}
+    for i, d in enumerate(by_ce, 1):
+        out[d] = out.get(d, 0.0) + w / (k + i)
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+
+    from intentrank.core.config import build_pipeline
+    from intentrank.data.dataset import load_dataset
+    from intentrank.eval.metrics import evaluate
+    from intentrank.index import Index
+    from intentrank.pipelines import build_context
+    from intentrank.types import Trace
+
+    if not (args.index / "index.json").exists() and not args.index.is_dir():
+        raise SystemExit(f"{args.index}: no index; run bench/bench_adapted_dense.py first")
+    queries, qrels = load_dataset(DATA / "scifact").split("test")
+    scorer = CachedScorer(args.ce_cache)
+    ctx = build_context(Index(args.index), **{"cross_encoder:None:onnx:128": scorer})
+    first_stage = build_pipeline([{"fuse": {"method": "rrf", "rrf_k": 60, "inputs": [
+        {"bm25": {"depth": 100}}, {"dense": {"depth": 100}}]}}, {"cutoff": 100}], ctx)
+    ce = build_pipeline([{"cross_encoder": {"top_k": 100, "backend": "onnx",
+                                            "max_length": 128}}], ctx)
+    firsts = first_stage.run(queries).rankings
+    scored = ce(list(firsts), Trace())
+    first = {r.query.id: [d.doc_id for d in r.docs] for r in firsts}
+    ce_score = {r.query.id: {d.doc_id: d.score for d in r.docs} for r in scored}
+
+    def by_ce(q: str, depth: int) -> list[str]:
+        return sorted(first[q][:depth], key=lambda d: -ce_score[q][d])
+
+    def per_query(run: dict[str, dict[str, float]]) -> dict[str, float]:
+        return evaluate(run, qrels, ["nDCG@10"]).column("nDCG@10")
+
+    def mean(col: dict[str, float]) -> float:
+        return 100 * float(np.mean(list(col.values())))
+
+    rows = {"first stage": mean(per_query({q: rank_scores(v) for q, v in first.items()}))}
+    for d in DEPTHS:
+        rows[f"CE alone, top {d}"] = mean(per_query({q: rank_scores(by_ce(q, d))
+                                                     for q in first}))
+        rows[f"RRF(first, CE of top {d}), k 60"] = mean(per_query(
+            {q: weighted_rrf(first[q], by_ce(q, d), 1.0, 60) for q in first}))
+    grid = {g: per_query({q: weighted_rrf(first[q], by_ce(q, g[0]), g[1], g[2])
+                          for q in first}) for g in GRID}
+    order = sorted(first)
+    random.Random(0).shuffle(order)
+    folds = [order[i::FOLDS] for i in range(FOLDS)]
+    cv: dict[str, float] = {}
+    chosen = []
+    for fold in folds:
+        rest = set(order) - set(fold)
+        g = max(grid, key=lambda g: np.mean([v for q, v in grid[g].items() if q in rest]))
+        chosen.append(list(g))
+        cv.update({q: grid[g][q] for q in fold if q in grid[g]})
+    best = max(grid, key=lambda g: np.mean(list(grid[g].values())))
+    return {"n_queries": len(cv), "rows": rows, "cv": mean(cv), "cv_choices": chosen,
+            "best_on_test": {"setting": list(best), "nDCG@10": mean(grid[best])},
+            "ce_cache": {"hits": scorer.hits, "misses": scorer.misses}}
+
+
+def markdown(r: dict[str, Any]) -> str:
+    lines = ["## Fusing the cross-encoder with the first stage, SciFact (issue 13)", "",
+             header(), "",
+             f"First stage RRF(BM25, dense) top-100 with the SciFact-fine-tuned encoder; the "
+             f"bundled int8 cross-encoder over its top D. nDCG@10 x100, all "
+             f"{r['n_queries']} test queries. (The adapted-dense section reads 72.94 for this "
+             f"first stage, measured at 07:19 that day, before BM25 ties were ordered by row, "
+             f"probably the difference; its + CE row, 74.50, is the depth-30 RRF row here.)",
+             "",
+             "| ranking | nDCG@10 |", "|---|---:|"]
+    lines += [f"| {name} | {v:.2f} |" for name, v in r["rows"].items()]
+    b = r["best_on_test"]
+    lines += [f"| weighted RRF, depth/weight/k chosen by {FOLDS}-fold cross-validation | "
+              f"{r['cv']:.2f} |",
+              f"| (the grid's best setting on all test queries, fitted to them: depth "
+              f"{b['setting'][0]}, w {b['setting'][1]:g}, k {b['setting'][2]:g}) | "
+              f"({b['nDCG@10']:.2f}) |", "",
+              "Folds chose: " + "; ".join(f"depth {d}, w {w:g}, k {k:g}"
+                                          for d, w, k in r["cv_choices"]) + ".", "",
+              reading(r)]
+    return "\n".join(lines)
+
+
+def reading(r: dict[str, Any]) -> str:
+    """What the rows say, from the numbers."""
+    rows, first = r["rows"], r["rows"]["first stage"]
+    alone = {k: v for k, v in rows.items() if k.startswith("CE alone")}
+    shipped = rows["RRF(first, CE of top 30), k 60"]
+    fitted = r["best_on_test"]["nDCG@10"] - shipped
+    below = sum(v < first for v in alone.values())
+    return (f"Reading: the cross-encoder alone is below the first stage ({first:.2f}) at "
+            f"{below} of {len(alone)} depths (best {max(alone.values()):.2f}), so the CE helps "
+            f"only as a second opinion fused with the first stage's order. The cross-validated "
+            f"weighted RRF is {r['cv'] - shipped:+.2f} against the shipped RRF at depth 30 "
+            f"({shipped:.2f}); the setting fitted to the test queries themselves gains "
+            f"{fitted:+.2f}. Against the 0.76 goal ({76 - shipped:.2f} points away), tuning "
+            f"the fusion is not the lever; the cross-encoder is (the bundled model had one "
+            f"epoch on 809 claims from MiniLM-L6).")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    result = measure(args)
+    save_json(args.out, result, indent=2)
+    publish("ce-fusion", markdown(result), not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
