@@ -133,16 +133,17 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "RRF(BM25, CE)": fused(bm25, ce_bm25),
             "RRF(RRF(BM25, dense), CE)": fused(hybrid, ce_hybrid)}
     results = {k: evaluate(v, qrels, ["nDCG@10"]) for k, v in runs.items()}
-    scores = {k: r.aggregate["nDCG@10"] for k, r in results.items()}
-    best = max((k for k in runs if "CE" in k), key=scores.__getitem__)
+    ndcg = {k: r.aggregate["nDCG@10"] for k, r in results.items()}
+    best = max((k for k in runs if "CE" in k), key=ndcg.__getitem__)
     tests = {k: paired_test(results["BM25"].column("nDCG@10"), results[k].column("nDCG@10"),
                             "nDCG@10").p_randomization for k in ("BM25 -> CE", best)}
     gen = json.loads((set_dir(name, args) / "generation.json").read_text())
-    return {"n_queries": len(queries), "ndcg@10": scores, "best": best, "p_vs_bm25": tests,
+    return {"n_queries": len(queries), "ndcg@10": ndcg, "best": best, "p_vs_bm25": tests,
             "generation": {"kept": gen["kept"], "attempts": gen["attempts"],
                            "model": gen["identity"]["model"],
                            "questions_per_minute": gen["questions_per_minute"],
-                           "minutes": round(sum(r["seconds"] for r in gen["runs"]) / 60, 1)},
+                           "minutes": gen.get("minutes") or round(  # sets from before "minutes"
+                               sum(r["seconds"] for r in gen["runs"]) / 60, 1)},
             "training": {"base": info["base_model"], "queries": info["n_queries"],
                          "pairs": info["pairs_trained"],
                          "steps": info["steps_done"], "stopped_by": info["stopped_by"],

@@ -258,6 +258,13 @@ def test_resume_after_kill_gives_the_uninterrupted_set(cranfield_index, data_dir
     assert report.kept == 8
     assert (tmp_path / "killed" / "queries.jsonl").read_text() == \
         (tmp_path / "whole" / "queries.jsonl").read_text()
+    # the killed run left no ``runs`` entry; its attempts' time still counts in the cost
+    info = json.loads((tmp_path / "killed" / GENERATION_JSON).read_text())
+    spent = sum(json.loads(line)["seconds"] for line in attempts.read_text().splitlines())
+    killed = sum(json.loads(line)["seconds"]
+                 for line in attempts.read_text().splitlines()[:done_before])
+    assert len(info["runs"]) == 1 and killed >= 0.2 * done_before
+    assert info["questions_per_minute"] == pytest.approx(8 / (spent / 60), rel=0.01)
 
 
 def test_resume_refuses_other_settings(cranfield_index, data_dir, tmp_path):

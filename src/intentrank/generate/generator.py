@@ -400,12 +400,14 @@ def _record(out: Path, settings: GenerationSettings, taxonomy: Taxonomy,
     reasons = Counter(a.status for a in attempts)
     kept = reasons.pop("kept", 0)
     runs = runs_so_far(out, trace, STAGE, stopped_by, seconds)
+    # the attempts' own time: a killed run records no ``runs`` entry, but its attempts count
+    spent = sum(a.seconds for a in attempts)
     return write_info(out, {
         "identity": identity, "settings": asdict(settings),
         "taxonomy": taxonomy.source, "corpus": str(corpus_path.resolve()), "corpus_link": linked,
         "split": settings.split, "kept": kept, "attempts": len(attempts),
         "rejected": dict(sorted(reasons.items())),
         "yield": yield_table(attempts), "runs": runs,
-        "questions_per_minute": round(kept / (sum(r["seconds"] for r in runs) / 60), 2)
-        if sum(r["seconds"] for r in runs) else None,
+        "minutes": round(spent / 60, 1),
+        "questions_per_minute": round(kept / (spent / 60), 2) if spent else None,
     })
