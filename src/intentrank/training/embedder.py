@@ -36,6 +36,7 @@ from intentrank.training.reranker import (
     draw_negatives,
     load_base,
     mine_negatives,
+    negative_ranks,
     run_record,
     run_trainer,
     swap_into_place,
@@ -113,6 +114,7 @@ def train_embedder(
     extra: Sequence[Source] = (),
     negatives_per_query: int = 1,
     depth: int = 30,
+    skip_top: int = 0,
     epochs: int = 1,
     batch_size: int = 32,
     max_seq_length: int = 128,
@@ -143,6 +145,7 @@ def train_embedder(
         raise ConfigError(f"bad embedder training settings: negatives_per_query="
                           f"{negatives_per_query} (>= 0), depth={depth} (>= 1), epochs={epochs} "
                           f"(>= 1), batch_size={batch_size} (>= 2: in-batch negatives)")
+    where = negative_ranks(depth, skip_top)
     say = log or (lambda msg: None)
     for _, sp in [(dataset, split), *extra]:  # before loading anything
         refuse_test_split(sp, "train an embedder")
@@ -150,8 +153,9 @@ def train_embedder(
     start = time.perf_counter()
     idx = _open_index(index, sources[0][0], say)
     queries, qrels, counts = _collect(sources, max_queries, seed, idx)
-    say(f"mining hard negatives for {len(queries)} queries (BM25 + dense top-{depth})")
-    pools = mine_negatives(idx, queries, qrels, depth)
+    say(f"mining hard negatives for {len(queries)} queries "
+        f"(BM25 + dense {where})")
+    pools = mine_negatives(idx, queries, qrels, depth, skip_top)
     mining_s = time.perf_counter() - start
     rng = random.Random(seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -183,7 +187,7 @@ def train_embedder(
         "sources": counts, "n_queries": len(queries),
         "rows_per_epoch": len(epoch_rows[0]), "rows_planned": len(rows["anchor"]),
         "rows_trained": min(len(rows["anchor"]), steps * batch_size),
-        "negatives": {"sources": [f"{leg} top-{depth}" for leg in pools[queries[0].id]],
+        "negatives": {"sources": [f"{leg} {where}" for leg in pools[queries[0].id]],
                       "excluded": "documents judged relevant in the training split",
                       "per_query": negatives_per_query, "resampled_each_epoch": True,
                       "in_batch": True},

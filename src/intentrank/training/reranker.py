@@ -78,10 +78,13 @@ def training_queries(ds: Dataset, split: str, max_queries: int | None, seed: int
     return kept, {q.id: qrels[q.id] for q in kept}, dropped
 
 
-def mine_negatives(index: Index, queries: list[Query], qrels: Qrels, depth: int
-                   ) -> dict[str, dict[str, list[str]]]:
-    """Per query, BM25 and dense top-``depth`` documents that are not judged relevant
-    (nor passages of a relevant document, in chunked indexes)."""
+def mine_negatives(index: Index, queries: list[Query], qrels: Qrels, depth: int,
+                   skip_top: int = 0) -> dict[str, dict[str, list[str]]]:
+    """Per query, BM25 and dense ranks ``skip_top + 1`` to ``depth`` that are not judged
+    relevant (nor passages of a relevant document, in chunked indexes). Skipping the top
+    ranks keeps out unjudged relevant documents (false negatives), which questions with one
+    gold document (generated sets) have many of."""
+    negative_ranks(depth, skip_top)  # checks them
     texts = [q.text for q in queries]
     legs = {"bm25": index.search_bm25(texts, depth)}
     if index.has("dense"):
@@ -91,11 +94,19 @@ def mine_negatives(index: Index, queries: list[Query], qrels: Qrels, depth: int
     for j, q in enumerate(queries):
         relevant = {d for d, rel in qrels[q.id].items() if rel > 0}
         pools[q.id] = {
-            leg: [d for d in index.id_array[hits[j].rows].tolist()
+            leg: [d for d in index.id_array[hits[j].rows[skip_top:]].tolist()
                   if d not in relevant and parent.get(d, d) not in relevant]
             for leg, hits in legs.items()
         }
     return pools
+
+
+def negative_ranks(depth: int, skip_top: int) -> str:
+    """Where negatives are mined, in words: ``top-30`` or ``ranks 11-30`` (refuses ranks
+    that leave nothing)."""
+    if not 0 <= skip_top < depth:
+        raise ConfigError(f"skip_top={skip_top}: must be >= 0 and below depth={depth}")
+    return f"ranks {skip_top + 1}-{depth}" if skip_top else f"top-{depth}"
 
 
 def sample_epoch(queries: list[Query], qrels: Qrels, pools: dict[str, dict[str, list[str]]],
@@ -213,6 +224,7 @@ def train_reranker(
     loss: str = "listwise",
     negatives_per_query: int = 7,
     depth: int = 30,
+    skip_top: int = 0,
     epochs: int = 1,
     batch_size: int = 16,
     max_length: int = 128,
@@ -243,6 +255,7 @@ def train_reranker(
     """
     if loss not in LOSSES:
         raise ConfigError(f"unknown reranker loss {loss!r}; use {' or '.join(LOSSES)}")
+    where = negative_ranks(depth, skip_top)
     say = log or (lambda msg: None)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
     queries, qrels, dropped = training_queries(ds, split, max_queries, seed)
@@ -254,8 +267,9 @@ def train_reranker(
 
     start = time.perf_counter()
     idx = _open_index(index, ds, say)
-    say(f"mining hard negatives for {len(queries)} {split} queries (BM25 + dense top-{depth})")
-    pools = mine_negatives(idx, queries, qrels, depth)
+    say(f"mining hard negatives for {len(queries)} {split} queries "
+        f"(BM25 + dense {where})")
+    pools = mine_negatives(idx, queries, qrels, depth, skip_top)
     mining_s = time.perf_counter() - start
     rng = random.Random(seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -290,7 +304,7 @@ def train_reranker(
         "query_ids": [q.id for q in queries],
         "pairs_per_epoch": n_pairs, "positives_per_epoch": n_pos,
         "negatives_per_epoch": n_pairs - n_pos, "pairs_trained": budget.pairs,
-        "negatives": {"sources": [f"{leg} top-{depth}" for leg in pools[queries[0].id]],
+        "negatives": {"sources": [f"{leg} {where}" for leg in pools[queries[0].id]],
                       "excluded": f"documents judged relevant in {split}",
                       "per_query": negatives_per_query, "resampled_each_epoch": True},
         "settings": {"loss": loss, "loss_class": type(trainer.loss).__name__, "epochs": epochs,
