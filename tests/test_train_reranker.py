@@ -91,6 +91,11 @@ def test_cli_help_and_refusal(data_dir, tmp_path) -> None:
     res = runner.invoke(app, ["train-reranker", str(data_dir / "scifact"), "--split", "test",
                               "--out", str(tmp_path / "ce"), "--index", str(tmp_path / "idx")])
     assert res.exit_code == 2 and "refusing to train" in res.output
+    for command in (["train-reranker", str(data_dir / "cranfield"), "--out", str(tmp_path / "ce")],
+                    ["train-embedder", str(data_dir / "cranfield"), str(tmp_path / "emb")]):
+        res = runner.invoke(app, [*command, "--index", str(tmp_path / "idx"), "--skip-top", "30"])
+        assert res.exit_code == 2 and "--skip-top must be >= 0 and below" in res.output
+        assert not (tmp_path / "idx").exists() and not (tmp_path / "ce").exists()
 
 
 def test_a_tiny_budget_stops_after_the_first_step_and_says_so(scifact, scifact_bm25, tmp_path,

@@ -145,6 +145,12 @@ def _check_int(option: str, value: int, minimum: int = 1) -> None:
     check_int(option, value, minimum=minimum)
 
 
+def _check_skip_top(skip_top: int, depth: int) -> None:
+    if not 0 <= skip_top < depth:
+        raise ConfigError(f"--skip-top must be >= 0 and below the mining depth {depth}, "
+                          f"got {skip_top}")
+
+
 def _output_file(path: Path | None, option: str) -> None:
     """Check, before any work, that ``path`` can be written as a file (its missing parent
     directories are created)."""
@@ -785,6 +791,7 @@ def train_reranker_cmd(
             _check_int(option, value, minimum)
         check_number("--lr", lr, above=0)
         check_number("--budget-minutes", budget_minutes, minimum=0)
+        _check_skip_top(skip_top, 30)
         if target.exists() and not target.is_dir():
             raise ConfigError(f"--out {target} is a file; give a directory")
         result = train_reranker(  # refuses the test split before opening or building
@@ -845,6 +852,7 @@ def train_embedder_cmd(
             _check_int(option, value, minimum)
         check_number("--lr", lr, above=0)
         check_number("--budget-minutes", budget_minutes, minimum=0)
+        _check_skip_top(skip_top, depth)
         sources = []
         for item in extra or []:
             where, sep, extra_split = item.rpartition(":")
