@@ -107,6 +107,13 @@ DOC = ("The boundary layer thickness grows with the square root of the distance 
     ({"question": " ".join(["word"] * 61), "answer": "x"}, "more than 60"),
     ({"question": "What do the two documents say about drag?", "answer": "x"},
      "refers to its source ('two documents')"),
+    ({"question": "What is the speed of the multiplier described in Document 1?", "answer": "x"},
+     "refers to its source ('Document 1')"),
+    ({"question": "Which document provides a direct amplifier for low voltages?", "answer": "x"},
+     "refers to its source ('Which document')"),
+    ({"question": "How is the second passage's result applied?", "answer": "x"},
+     "refers to its source ('second passage')"),
+    ({"question": "How do documentary films on study habits differ?", "answer": "x"}, None),
 ])
 def test_malformed_replies(reply, problem):
     got = malformed(reply)

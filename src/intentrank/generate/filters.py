@@ -21,8 +21,10 @@ MAX_ANSWER_CHARS = 2000
 DISTANT_MAX_COPIED = 0.5  # share of the question's content bigrams found in the document
 DUPLICATE_JACCARD = 0.7  # word-set overlap at which two questions are near-duplicates
 # a question that points at its source cannot be asked without it
-_SOURCE_REFERENCE = re.compile(r"\b(?:the|this|these|both|two) (?:documents?|passages?|texts?|"
-                               r"articles?|abstracts?|stud(?:y|ies))\b", re.I)
+_SOURCE_NOUN = r"(?:documents?|passages?|texts?|articles?|abstracts?|stud(?:y|ies))"
+_SOURCE_REFERENCE = re.compile(
+    rf"\b(?:the|this|these|both|two|which|each|either|first|second|other) {_SOURCE_NOUN}\b"
+    rf"|\b{_SOURCE_NOUN} (?:\d+|[AB])\b", re.I)  # "Document 1", as the prompt numbers them
 
 
 def words(text: str) -> list[str]:
