@@ -37,6 +37,17 @@ SYSTEMS = ("plain", "dense", "RAG-Fusion", "MMR", "max-score pool", "pool + CE",
 COVERAGE = ("coverage", "coverage (aspect)", "coverage (calibrated)", "coverage (cosine)")
 LLM_OF = "0.5b"
 LLMS = {"0.5b": "embedded", "1.5b": "llamacpp:qwen2.5-coder-1.5b"}
+# ``--llm oracle``: no explorer; each question's labelled aspects (on composed sets the two
+# real queries it was made of) are its aspects, to separate the explorer from the ranking.
+ORACLE = "oracle"
+
+
+def without_explorer(node: Any) -> Any:
+    """A pipeline node with its ``aspects`` steps removed (the oracle run's aspects are given)."""
+    if isinstance(node, list):
+        return [without_explorer(s) for s in node
+                if not (isinstance(s, dict) and set(s) == {"aspects"})]
+    return node
 
 
 def make_sets(n: int, seed: int) -> None:
@@ -80,6 +91,11 @@ def run_set(name: str, corpus: str, llm_name: str, sample: int, llm: Any) -> dic
     spec = load_experiment("coverage").replace(dataset=corpus, sample=0,
                                                title=f"coverage on {name}")
     queries = [Query(q.id, q.text) for q in questions]
+    if llm_name == ORACLE:
+        spec = spec.replace(pipelines=[replace(p, node=without_explorer(p.node))
+                                       for p in spec.pipelines])
+        queries = [Query(q.id, q.text).with_derived("aspect", [a.text for a in q.aspects],
+                                                    ORACLE) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
     started = time.perf_counter()
     result = run_experiment(spec, index=index, queries=queries, qrels=qrels, llm=llm)
@@ -187,7 +203,9 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
     head = header()
     if rendered_only:  # the numbers come from the runs' JSON files: say which run made them
         made = {"0.5b": "run --sample 40 --ordinary 40",
-                "1.5b": "run --llm 1.5b --sample 20 --sets cranfield-composed"}[LLM_OF]
+                "1.5b": "run --llm 1.5b --sample 20 --sets cranfield-composed",
+                ORACLE: "run --llm oracle --sample 100 --sets scifact-composed,"
+                        "cranfield-composed"}[LLM_OF]
         lines = head.splitlines()
         lines[0] = (f"- command: `python bench/bench_coverage.py {made}` (per-set results in "
                     f"runs/aspects/bench-*-{LLM_OF}.json; this text re-rendered from them "
@@ -199,12 +217,15 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
         head = "\n".join(lines) + "\n"
     out = [f"## Coverage-aware list ranking (method 4, RichRAG), explorer {LLM_OF}", "", head,
            "Systems (`src/intentrank/experiments/coverage.yaml`, run by the harness): plain = "
-           "dense top-100 + the bundled cross-encoder, top 10; the others start from LLM "
-           "aspects (`aspects: {n: 4}`) and dense top-20 per `query + aspect`: max-score "
-           "pool, RAG-Fusion (RRF of the aspect lists), pool + CE (the pool reranked against "
-           "the query), MMR (lambda 0.5), coverage (greedy, phi = CE(query + aspect, doc)), "
-           "coverage (aspect) (phi = CE(aspect, doc)), coverage (calibrated) (per-aspect min-max "
-           "of the CE logits over the pool) and coverage (cosine). Cells: mean, `*` "
+           "dense top-100 + the bundled cross-encoder, top 10; the others start from "
+           + ("the set's labelled aspects (no explorer, no LLM: on a composed question the "
+              "two real queries it was made of) " if LLM_OF == ORACLE else
+              "LLM aspects (`aspects: {n: 4}`) ") + "and dense top-20 per `query + aspect`: "
+           "max-score pool, RAG-Fusion (RRF of the aspect lists), pool + CE (the pool "
+           "reranked against the query), MMR (lambda 0.5), coverage (greedy, phi = "
+           "CE(query + aspect, doc)), coverage (aspect) (phi = CE(aspect, doc)), coverage "
+           "(calibrated) (per-aspect min-max of the CE logits over the pool) and coverage "
+           "(cosine). Cells: mean, `*` "
            "when the paired randomization test against "
            "plain gives p < 0.05, the p-value in brackets. NCOM@10: sub-answer = key sentence "
            "of the aspect's best gold document, silver list over the union of every system's "
@@ -260,7 +281,8 @@ def main() -> None:
     r.add_argument("--sample", type=int, default=40)
     r.add_argument("--sets", default="scifact-composed,cranfield-composed,"
                                       "scifact-generated,cranfield-generated")
-    r.add_argument("--llm", default="0.5b", choices=sorted(LLMS))
+    r.add_argument("--llm", default="0.5b", choices=sorted(LLMS) + [ORACLE],
+                   help="the explorer; oracle = the set's labelled aspects, no LLM")
     r.add_argument("--ordinary", type=int, default=0, help="SciFact test queries (0: skip)")
     r.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
@@ -273,7 +295,7 @@ def main() -> None:
     for name in args.sets.split(","):
         out = RUNS / f"bench-{name}-{args.llm}.json"
         if not args.render_only and (RUNS / f"{name}.jsonl").exists():
-            llm = load_llm(LLMS[args.llm])
+            llm = None if args.llm == ORACLE else load_llm(LLMS[args.llm])
             res = run_set(name, name.split("-")[0], args.llm, args.sample, llm)
             out.write_text(json.dumps(res) + "\n")
         if out.exists():

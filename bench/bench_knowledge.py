@@ -68,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--index", type=Path, default=None, help="default: indexes/<dataset>")
     r.add_argument("--out", type=Path, default=None,
                    help="default: runs/knowledge/real-<dataset>-<llm>.json")
+    a = sub.add_parser("measure-aspects", help="composed two-aspect questions with real labels")
+    a.add_argument("set", help="an aspect set in runs/aspects, e.g. cranfield-composed (its "
+                   "corpus's index: indexes/<name before the dash>)")
+    a.add_argument("--n", type=int, default=100, help="the set's first N questions (0: all)")
+    a.add_argument("--llm", default="embedded")
+    a.add_argument("--n-know", type=int, nargs="+", default=[0, 2])
     s = sub.add_parser("stream")
     s.add_argument("set")
     s.add_argument("--llm", default="embedded")
@@ -278,20 +284,74 @@ def measure_real(args: argparse.Namespace) -> None:
     print(f"wrote {path}", flush=True)
 
 
+ASPECT_METRICS = (*REAL_METRICS, "StRecall@10", "alpha_nDCG@10")
+ASPECT_TESTS = ("R@10", "StRecall@10")
+
+
+def measure_aspects(args: argparse.Namespace) -> None:
+    """``measure-aspects SET``: the three systems of ``measure`` on an aspect-labelled set of
+    ``bench/bench_coverage.py`` (composed: two real labelled queries joined into one
+    question, each query's relevant documents one aspect): R@k and nDCG@10 against the
+    union of the aspects' judgments, S-recall@10 (share of aspects with a relevant document
+    in the top 10) and alpha-nDCG@10 (ndeval), written to
+    ``runs/knowledge/aspects-<set>-<llm>.json``."""
+    from intentrank.eval.coverage import evaluate_diversity, load_aspect_set
+    from intentrank.eval.metrics import evaluate
+    from intentrank.llm.client import load_llm
+    from intentrank.types import Query
+
+    questions = load_aspect_set(ROOT / "runs" / "aspects" / f"{args.set}.jsonl")
+    questions = questions[:args.n or None]
+    idx = open_index(args.set.split("-")[0])
+    queries = [Query(q.id, q.text) for q in questions]
+    qrels = {q.id: q.qrels() for q in questions}
+    llm = load_llm(args.llm)
+    path = OUT / f"aspects-{args.set}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}.json"
+    result: dict[str, Any] = {
+        "dataset": args.set, "split": "composed", "llm": args.llm, "n": len(queries),
+        "seed": "first", "sample": args.n,
+        "relevant_per_query": sum(sum(g > 0 for g in qrels[q.id].values())
+                                  for q in queries) / len(queries),
+        "aspects_per_query": sum(len(q.aspects) for q in questions) / len(questions),
+        "queries": [q.id for q in queries], "metrics": list(ASPECT_METRICS),
+        "tests": list(ASPECT_TESTS), "per_query": {}, "cost": {}, "elements": {}}
+    print(f"{args.set}: {len(queries)} questions, {result['relevant_per_query']:.2f} relevant "
+          f"per question", flush=True)
+
+    def save(systems: dict[str, list[Any]]) -> None:
+        per = {}
+        for system, rankings in systems.items():
+            run = rank_run(rankings)
+            rel = evaluate(run, qrels, REAL_METRICS).per_query
+            div = evaluate_diversity(run, questions, ASPECT_METRICS[len(REAL_METRICS):])
+            per[system] = {q: {**rel.get(q, dict.fromkeys(REAL_METRICS, 0.0)),
+                               **div.per_query[q]} for q in qrels}
+        result["per_query"] = per
+        save_json(path, result)
+
+    rank_systems(idx, llm, queries, args.n_know, result, save)
+    for row in real_rows(result):
+        print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
+                                                  for m in ASPECT_METRICS) +
+              "".join(f", p {m} {row['p'][m]:.3f}" for m in row["p"]), flush=True)
+    print(f"wrote {path}", flush=True)
+
+
 def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per system of a ``measure-real`` result: label, metric means, and for the
     knowledge-aware systems the paired randomization p against CE on R@10 and nDCG@10."""
     from intentrank.eval.significance import paired_test
 
     per_query = result["per_query"]
+    metrics, tests = result.get("metrics", REAL_METRICS), result.get("tests", REAL_TESTS)
     rows = []
     for system in _system_order(per_query):
         scores = per_query[system]
         qids = sorted(scores)
-        means = {m: sum(scores[q][m] for q in qids) / len(qids) for m in REAL_METRICS}
+        means = {m: sum(scores[q][m] for q in qids) / len(qids) for m in metrics}
         p = {}
         if system.startswith("ka") and "ce" in per_query:
-            for m in REAL_TESTS:
+            for m in tests:
                 p[m] = paired_test({q: v[m] for q, v in per_query["ce"].items()},
                                    {q: v[m] for q, v in scores.items()}, m).p_randomization
         cost = result["cost"].get(system[2:] if system.startswith("ka") else system, {})
@@ -459,7 +519,7 @@ def render(out: Path = BENCHMARKS) -> None:
              "N_ret = 2000, a strong reranker and Falcon3-10B): two-document R@10 CE .53, "
              "KA 0/2/5/8 .52/.53/.55/.54; single-document .85 vs .82/.84/.85/.84.", ""]
     results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))
-               if not p.name.startswith(("judge-check", "stream", "real-"))]
+               if not p.name.startswith(("judge-check", "stream", "real-", "aspects-"))]
     for kind in ("pair", "single"):
         title = "two-document" if kind == "pair" else "single-document"
         lines += [f"**Tables 3/4 and 6/7, {title} questions** (R@k x100)", "",
@@ -584,7 +644,8 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    commands = {"measure": measure, "measure-real": measure_real, "judge-check": judge_check,
+    commands = {"measure": measure, "measure-real": measure_real,
+                "measure-aspects": measure_aspects, "judge-check": judge_check,
                 "stream": stream}
     commands.get(args.cmd, lambda a: render(a.out))(args)
 
