@@ -501,6 +501,34 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def aspect_section(results: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: the ``measure-aspects`` results (composed two-aspect questions with
+    real judgments), one table for all sets (empty when there are none)."""
+    if not results:
+        return []
+    cols = [*(f"R@{k}" for k in CUTS), "nDCG@10", "S-recall@10", "alpha-nDCG@10"]
+    lines = ["**Composed two-aspect questions with real judgments** (`bench_knowledge.py "
+             "measure-aspects`; the composed sets of the coverage benchmark: two real labelled "
+             "test queries joined as \"A? And B?\", each query's relevant documents one aspect; "
+             "the set's first n questions; x100; R@k and nDCG@10 against the union of the two "
+             "queries' judgments, S-recall@10 = share of the two aspects with a relevant "
+             "document in the top 10, alpha-nDCG@10 by ndeval; p = paired randomization test "
+             "of KA N against CE)", "",
+             "| set | LLM | n | relevant/q | system | " + " | ".join(cols) +
+             " | p R@10 | p S-recall@10 | calls/q | s/q | fallbacks |",
+             "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
+    for res in results:
+        for row in real_rows(res):
+            cost = row["cost"]
+            p = [f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in ASPECT_TESTS]
+            lines.append(f"| {res['dataset']} | {res['llm']} | {row['n']} | "
+                         f"{res['relevant_per_query']:.1f} | {row['label']} | " +
+                         " | ".join(f"{100 * row['means'][m]:.1f}" for m in ASPECT_METRICS) +
+                         f" | {' | '.join(p)} | {cost.get('calls', 0):.1f} | "
+                         f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
+    return [*lines, ""]
+
+
 def render(out: Path = BENCHMARKS) -> None:
     from intentrank.eval.significance import paired_test
 
@@ -547,6 +575,8 @@ def render(out: Path = BENCHMARKS) -> None:
                              f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
         lines.append("")
     lines += real_section([json.loads(p.read_text()) for p in sorted(OUT.glob("real-*.json"))])
+    lines += aspect_section([json.loads(p.read_text())
+                             for p in sorted(OUT.glob("aspects-*.json"))])
     lines += ["**Table 5: answers from the KA 5 ranking's top N_ans, judged** (relevance "
               "-1..2 against the reference answer, faithfulness -1..1 against the gold "
               "documents; means over the answers judged; paper, single-document: N_ans 3 "

@@ -777,7 +777,7 @@ def train_reranker_cmd(
     """Fine-tune a MiniLM cross-encoder on a dataset's train qrels with BM25/dense hard
     negatives, on CPU within a time budget; saves the model and training.json."""
     from intentrank.models.cross_encoder import default_reranker_dir
-    from intentrank.training.reranker import train_reranker
+    from intentrank.training.reranker import MINING_DEPTH, train_reranker
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target = out_dir or default_reranker_dir(dataset.name)
@@ -791,7 +791,7 @@ def train_reranker_cmd(
             _check_int(option, value, minimum)
         check_number("--lr", lr, above=0)
         check_number("--budget-minutes", budget_minutes, minimum=0)
-        _check_skip_top(skip_top, 30)
+        _check_skip_top(skip_top, MINING_DEPTH)
         if target.exists() and not target.is_dir():
             raise ConfigError(f"--out {target} is a file; give a directory")
         result = train_reranker(  # refuses the test split before opening or building

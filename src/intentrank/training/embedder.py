@@ -27,6 +27,7 @@ from intentrank.errors import ConfigError, DataError
 from intentrank.extras import require
 from intentrank.index.store import Index
 from intentrank.training.reranker import (
+    MINING_DEPTH,
     TRAINING_JSON,
     Log,
     TrainResult,
@@ -113,7 +114,7 @@ def train_embedder(
     split: str = "train",
     extra: Sequence[Source] = (),
     negatives_per_query: int = 1,
-    depth: int = 30,
+    depth: int = MINING_DEPTH,
     skip_top: int = 0,
     epochs: int = 1,
     batch_size: int = 32,

@@ -78,6 +78,9 @@ def training_queries(ds: Dataset, split: str, max_queries: int | None, seed: int
     return kept, {q.id: qrels[q.id] for q in kept}, dropped
 
 
+MINING_DEPTH = 30  # BM25 and dense ranks searched for hard negatives
+
+
 def mine_negatives(index: Index, queries: list[Query], qrels: Qrels, depth: int,
                    skip_top: int = 0) -> dict[str, dict[str, list[str]]]:
     """Per query, BM25 and dense ranks ``skip_top + 1`` to ``depth`` that are not judged
@@ -223,7 +226,7 @@ def train_reranker(
     split: str = "train",
     loss: str = "listwise",
     negatives_per_query: int = 7,
-    depth: int = 30,
+    depth: int = MINING_DEPTH,
     skip_top: int = 0,
     epochs: int = 1,
     batch_size: int = 16,
