@@ -69,7 +69,7 @@ from intentrank.generate.conversation_filters import (
     missing_terms,
 )
 from intentrank.generate.filters import words
-from intentrank.generate.follow_up_rule import UnusableTopic, rule_follow_up
+from intentrank.generate.follow_up_rule import EDGE_CHARS, UnusableTopic, rule_follow_up
 from intentrank.llm.prompts import PromptContract, load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Trace
@@ -283,7 +283,7 @@ class ConversationWriter:
         if problem := self._follow_up(a, value["follow_up"].strip()):
             return problem
         if a.follow_up_by == "rule":
-            dropped = [a.topic.strip(" .,;:?!\"'()")]
+            dropped = [a.topic.strip(EDGE_CHARS)]  # as the rule strips it
         else:
             dropped = dropped_phrases(a.question, a.query)
         first, *more = s.rounds

@@ -49,7 +49,7 @@ S_SINGULARS = frozenset({"diabetes", "measles", "mumps", "news", "series", "spec
 PRONOUNS = {  # position -> (singular, plural)
     "start": ("This", "These"), "subject": ("it", "they"), "possessive": ("its", "their"),
     "object": ("it", "them")}
-_EDGE = ".,;:?!\"'()[]{} \t\n"
+EDGE_CHARS = ".,;:?!\"'()[]{} \t\n"
 
 
 class UnusableTopic(ValueError):
@@ -63,7 +63,7 @@ def _words(text: str) -> list[str]:
 def topic_is_plural(topic: str) -> bool:
     """Whether ``topic`` (a noun phrase) is plural, by its head word (see the module
     docstring)."""
-    ws = [w.strip(_EDGE) for w in topic.split()]
+    ws = [w.strip(EDGE_CHARS) for w in topic.split()]
     ws = [w for w in ws if w]
     if ws and ws[0].lower() in DETERMINERS:
         ws = ws[1:]
@@ -98,7 +98,7 @@ def _position(before: str, possessive: bool) -> str:
 def rule_follow_up(query: str, topic: str) -> str:
     """``query`` with each occurrence of ``topic`` replaced by a pronoun (see the module
     docstring); raises :class:`UnusableTopic` naming the topic when it cannot be."""
-    clean = topic.strip(_EDGE)
+    clean = topic.strip(EDGE_CHARS)
     ws = clean.split()
     if ws and ws[0].lower() in DETERMINERS and len(ws) > 1:
         ws = ws[1:]
