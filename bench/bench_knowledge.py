@@ -69,11 +69,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--out", type=Path, default=None,
                    help="default: runs/knowledge/real-<dataset>-<llm>.json")
     a = sub.add_parser("measure-aspects", help="composed two-aspect questions with real labels")
-    a.add_argument("set", help="an aspect set in runs/aspects, e.g. cranfield-composed (its "
-                   "corpus's index: indexes/<name before the dash>)")
+    a.add_argument("set", help="an aspect set: a name in runs/aspects (e.g. cranfield-"
+                   "composed) or a .jsonl path")
     a.add_argument("--n", type=int, default=100, help="the set's first N questions (0: all)")
     a.add_argument("--llm", default="embedded")
     a.add_argument("--n-know", type=int, nargs="+", default=[0, 2])
+    a.add_argument("--index", type=Path, default=None,
+                   help="default: indexes/<the set's name before the first dash>")
+    a.add_argument("--out", type=Path, default=None,
+                   help="default: runs/knowledge/aspects-<set>-<llm>.json")
     s = sub.add_parser("stream")
     s.add_argument("set")
     s.add_argument("--llm", default="embedded")
@@ -297,25 +301,29 @@ def measure_aspects(args: argparse.Namespace) -> None:
     ``runs/knowledge/aspects-<set>-<llm>.json``."""
     from intentrank.eval.coverage import evaluate_diversity, load_aspect_set
     from intentrank.eval.metrics import evaluate
+    from intentrank.index import Index
     from intentrank.llm.client import load_llm
     from intentrank.types import Query
 
-    questions = load_aspect_set(ROOT / "runs" / "aspects" / f"{args.set}.jsonl")
-    questions = questions[:args.n or None]
-    idx = open_index(args.set.split("-")[0])
+    source = Path(args.set)
+    if source.suffix != ".jsonl":
+        source = ROOT / "runs" / "aspects" / f"{args.set}.jsonl"
+    questions = load_aspect_set(source)[:args.n or None]
+    name = source.stem
+    idx = (Index.open(args.index) if args.index else open_index(name.split("-")[0]))
     queries = [Query(q.id, q.text) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
     llm = load_llm(args.llm)
-    path = OUT / f"aspects-{args.set}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}.json"
+    path = args.out or OUT / f"aspects-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}.json"
     result: dict[str, Any] = {
-        "dataset": args.set, "split": "composed", "llm": args.llm, "n": len(queries),
+        "dataset": name, "split": "composed", "llm": args.llm, "n": len(queries),
         "seed": "first", "sample": args.n,
         "relevant_per_query": sum(sum(g > 0 for g in qrels[q.id].values())
                                   for q in queries) / len(queries),
         "aspects_per_query": sum(len(q.aspects) for q in questions) / len(questions),
         "queries": [q.id for q in queries], "metrics": list(ASPECT_METRICS),
         "tests": list(ASPECT_TESTS), "per_query": {}, "cost": {}, "elements": {}}
-    print(f"{args.set}: {len(queries)} questions, {result['relevant_per_query']:.2f} relevant "
+    print(f"{name}: {len(queries)} questions, {result['relevant_per_query']:.2f} relevant "
           f"per question", flush=True)
 
     def save(systems: dict[str, list[Any]]) -> None:

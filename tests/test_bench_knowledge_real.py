@@ -85,3 +85,53 @@ def test_measure_real_rejects_a_missing_dataset(bk, tmp_path):
 
     with pytest.raises(DataError, match="nowhere"):
         bk.main(["measure-real", str(tmp_path / "nowhere"), "--llm", "embedded"])
+
+
+def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, fake_openai,
+                                               tmp_path):
+    """Two real Cranfield queries composed into one question: recall against the union of
+    their judgments, S-recall@10 per aspect counted by hand, KA against CE tested."""
+    from intentrank.eval.coverage import (
+        Aspect,
+        AspectQuestion,
+        load_aspect_set,
+        write_aspect_set,
+    )
+    from intentrank.generate.aspect_sets import compose_text
+
+    queries, qrels = cranfield.split("test")
+    pairs = [(queries[0], queries[1]), (queries[2], queries[3])]
+    questions = [AspectQuestion(f"c{i}", compose_text(a.text, b.text), tuple(
+        Aspect(str(k + 1), q.text, {d: g for d, g in qrels[q.id].items() if g > 0}, q.text)
+        for k, q in enumerate((a, b))), "composed") for i, (a, b) in enumerate(pairs)]
+    path = tmp_path / "cranfield-composed.jsonl"
+    write_aspect_set(questions, path)
+    url, _ = fake_openai("ok", reply='{"needed": ["wing sweep", "lift slope"]}')
+    out = tmp_path / "aspects.json"
+    bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
+             "--index", str(cranfield_index.path), "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert res["dataset"] == "cranfield-composed" and res["n"] == 2
+    assert set(res["per_query"]) == {"none", "ce", "ka0"}
+    assert res["cost"]["0"]["calls"] == pytest.approx(1.0)  # one declaration, no summary
+
+    from intentrank.core.config import build_pipeline
+    from intentrank.pipelines import build_context
+    from intentrank.types import Query, Ranking, Trace
+
+    first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [
+        {"bm25": {"depth": 100}}, {"dense": {"depth": 100}}]}}, {"cutoff": 100}],
+        build_context(cranfield_index), "first")
+    for q, r in zip(load_aspect_set(path), first([Ranking(Query(q.id, q.text))
+                                                    for q in questions], Trace()),
+                    strict=True):
+        row = res["per_query"]["none"][q.id]
+        assert row["R@10"] == pytest.approx(bk.recall(r.doc_ids, set(q.qrels()), 10), rel=1e-5)
+        covered = sum(bool(set(r.doc_ids[:10]) & set(a.docs)) for a in q.aspects)
+        assert row["StRecall@10"] == pytest.approx(covered / 2)
+        assert 0.0 <= row["alpha_nDCG@10"] <= 1.0
+    rows = {row["system"]: row for row in bk.real_rows(res)}
+    assert set(rows["ka0"]["p"]) == {"R@10", "StRecall@10"}
+    table = bk.aspect_section([res])
+    assert table[0].startswith("**Composed two-aspect questions with real judgments**")
+    assert sum(ln.startswith("| cranfield-composed |") for ln in table) == 3
