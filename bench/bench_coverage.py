@@ -202,14 +202,16 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
            rendered_only: bool = False) -> str:
     head = header()
     if rendered_only:  # the numbers come from the runs' JSON files: say which run made them
-        made = {"0.5b": "run --sample 40 --ordinary 40",
+        made = {"0.5b": "run --sample 100",
                 "1.5b": "run --llm 1.5b --sample 20 --sets cranfield-composed",
                 ORACLE: "run --llm oracle --sample 100 --sets scifact-composed,"
                         "cranfield-composed"}[LLM_OF]
+        ordinary = ("; the ordinary-query rows: `python bench/bench_coverage.py run --sample 40 "
+                    "--ordinary 40`" if LLM_OF == "0.5b" else "")
         lines = head.splitlines()
-        lines[0] = (f"- command: `python bench/bench_coverage.py {made}` (per-set results in "
-                    f"runs/aspects/bench-*-{LLM_OF}.json; this text re-rendered from them "
-                    f"with `--render-only`)")
+        lines[0] = (f"- command: `python bench/bench_coverage.py {made}`{ordinary} (per-set "
+                    f"results in runs/aspects/bench-*-{LLM_OF}.json; this text re-rendered from "
+                    f"them with `--render-only`)")
         stamps = sorted(f.stat().st_mtime for f in RUNS.glob(f"bench-*-{LLM_OF}.json"))
         if stamps:
             lines[2] += " (rendered; the runs finished " + ", ".join(

@@ -74,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--n", type=int, default=100, help="the set's first N questions (0: all)")
     a.add_argument("--llm", default="embedded")
     a.add_argument("--n-know", type=int, nargs="+", default=[0, 2])
+    a.add_argument("--element-alone", action="store_true",
+                   help="also rerank against each element alone (per_element against: element)")
     a.add_argument("--index", type=Path, default=None,
                    help="default: indexes/<the set's name before the first dash>")
     a.add_argument("--out", type=Path, default=None,
@@ -132,12 +134,14 @@ def open_index(name: str) -> Any:
 
 
 def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
-                 result: dict[str, Any], save: Callable[[dict[str, list[Any]]], None]
-                 ) -> dict[str, list[Any]]:
+                 result: dict[str, Any], save: Callable[[dict[str, list[Any]]], None],
+                 element_alone: bool = False) -> dict[str, list[Any]]:
     """The three systems over ``queries``: ``none`` (BM25 and dense interleaved to 100
     unique), ``ce`` (the bundled cross-encoder over those) and ``ka<N>`` (knowledge-aware
-    rerank at each N_know). Fills ``result["cost"]`` (per query) and ``result["elements"]``,
-    calls ``save(systems)`` after each system and returns ``{system: rankings}``."""
+    rerank at each N_know; with ``element_alone`` also ``ka<N>:element``, the same elements
+    reranked against the element alone). Fills ``result["cost"]`` (per query) and
+    ``result["elements"]``, calls ``save(systems)`` after each system and returns
+    ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
     from intentrank.pipelines import build_context
     from intentrank.query.knowledge import KnowledgeElements, knowledge_of
@@ -177,6 +181,13 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
             "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")}}
         result["elements"][str(n_know)] = {r.query.id: knowledge_of(r) for r in known}
         systems[f"ka{n_know}"] = out
+        if element_alone:
+            t0 = time.perf_counter()
+            systems[f"ka{n_know}:element"] = PerElementRerank(ce, top_k=100,
+                                                              against="element")(known, Trace())
+            result["cost"][f"{n_know}:element"] = {
+                **result["cost"][str(n_know)],
+                "rerank_seconds": (time.perf_counter() - t0) / len(queries)}
         save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
               f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
@@ -337,7 +348,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
         result["per_query"] = per
         save_json(path, result)
 
-    rank_systems(idx, llm, queries, args.n_know, result, save)
+    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone)
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in ASPECT_METRICS) +
@@ -370,12 +381,15 @@ def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _system_order(systems: Any) -> list[str]:
     """``none``, ``ce``, then ``ka<N>`` by N, of the systems present."""
-    kas = sorted((s for s in systems if s.startswith("ka")), key=lambda s: int(s[2:]))
+    kas = sorted((s for s in systems if s.startswith("ka")),
+                 key=lambda s: (int(s[2:].split(":")[0]), s))
     return [s for s in ("none", "ce") if s in systems] + kas
 
 
 def _label(system: str) -> str:
-    return {"none": "none", "ce": "CE"}.get(system, f"KA {system[2:]}")
+    n_know, _, against = system[2:].partition(":")
+    return {"none": "none", "ce": "CE"}.get(system, f"KA {n_know}" + (
+        f" ({against} alone)" if against else ""))
 
 
 def _fallbacks(cost: dict[str, Any]) -> str:

@@ -166,6 +166,20 @@ def test_per_element_interleaves_one_list_per_element():
     assert trace.stage("per_element").counters["no_elements"] == 1
 
 
+def test_per_element_against_the_element_alone():
+    texts = {"a": "heat flux", "b": "lift drag", "c": "wing", "d": "none"}
+    query = Query("1", "heat flux").with_derived("knowledge", ["lift drag", "wing"], "k")
+    start = Ranking(query, [ScoredDoc(d, 5.0 - i) for i, d in enumerate("abcd")])
+    # the question's own words put a first in both lists; the elements alone find b and c
+    assert PerElementRerank(WordOverlap(texts))([start], Trace())[0].doc_ids[0] == "a"
+    alone = PerElementRerank(WordOverlap(texts), against="element")
+    assert alone([start], Trace())[0].doc_ids[:2] == ["b", "c"]
+    assert "against=element" in alone.describe()
+    assert "against" not in PerElementRerank(WordOverlap(texts)).describe()
+    with pytest.raises(ParameterError, match="against must be one of"):
+        PerElementRerank(WordOverlap(texts), against="aspect")
+
+
 def test_citations_are_checked_against_the_documents_given():
     c = check_citations("Lift rises [1][7]. Drag too [2, 3] and [4-5] [9].", 5)
     assert c.valid == (1, 2, 3, 4, 5) and c.dropped == (7, 9)

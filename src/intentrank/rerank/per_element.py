@@ -1,6 +1,8 @@
 """Per-element reranking (knowledge-aware diverse reranking, method 5): rerank the top
 ``top_k`` (N_rank) once per knowledge element, with ``question + element`` as the query, and
 interleave the per-element lists (alternating picks, no repeats) into the final order.
+``against: element`` scores against the element alone (an ablation, as coverage's
+``against: aspect``: a long question leaves the element little weight in a 128-token window).
 
 The elements are those a ``knowledge`` stage pushed; a query without any keeps its ranking
 (counted ``no_elements``). The interleaved head scores ``1 / position``; every document keeps
@@ -23,18 +25,26 @@ from intentrank.types import Query, Ranking, Trace
 SEP = "\x1f"
 
 
-def element_query(question: str, element: str) -> str:
-    """What the reranker scores against for one element: ``question + element``."""
-    return f"{question} {element}"
+AGAINST = ("question+element", "element")
+
+
+def element_query(question: str, element: str, against: str = AGAINST[0]) -> str:
+    """What the reranker scores against for one element: ``question + element`` (the
+    paper's), or the element alone."""
+    return element if against == "element" else f"{question} {element}"
 
 
 class PerElementRerank(Stage):
     """Rerank the head once per knowledge element and interleave (see the module doc)."""
 
-    def __init__(self, reranker: Stage, top_k: int = 100, name: str = "per_element") -> None:
+    def __init__(self, reranker: Stage, top_k: int = 100, against: str = AGAINST[0],
+                 name: str = "per_element") -> None:
         if not isinstance(reranker, Stage):
             raise ParameterError(f"reranker must be a stage, got {reranker!r}")
+        if against not in AGAINST:
+            raise ParameterError(f"against must be one of {', '.join(AGAINST)}, got {against!r}")
         self.reranker, self.top_k, self.name = reranker, check_int("top_k", top_k), name
+        self.against = against
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         path_id = trace.path_of(self)
@@ -42,7 +52,8 @@ class PerElementRerank(Stage):
         for r in rankings:
             head = r.docs[:self.top_k]
             for i, element in enumerate(knowledge_of(r)):
-                query = Query(f"{r.query.id}{SEP}{i}", element_query(r.query.text, element))
+                query = Query(f"{r.query.id}{SEP}{i}",
+                              element_query(r.query.text, element, self.against))
                 expanded.append(Ranking(query, list(head)))
         lists: dict[str, list[Ranking]] = {}
         for out in (self.reranker(expanded, trace) if expanded else []):
@@ -65,14 +76,15 @@ class PerElementRerank(Stage):
         return result
 
     def describe(self) -> str:
-        return self.described(self.reranker.describe(), top_k=self.top_k)
+        return self.described(self.reranker.describe(), top_k=self.top_k,
+                              against=None if self.against == AGAINST[0] else self.against)
 
 
 @register_stage("per_element")
 def _per_element(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``per_element: {reranker: <node>, top_k: 100}``: rerank the top ``top_k`` once per
-    knowledge element (``question + element``) and interleave; the reranker defaults to the
-    bundled cross-encoder."""
+    """``per_element: {reranker: <node>, top_k: 100, against: question+element}``: rerank the
+    top ``top_k`` once per knowledge element (``question + element``, or ``element`` alone)
+    and interleave; the reranker defaults to the bundled cross-encoder."""
     from intentrank.core.config import build_pipeline
 
     reranker = build_pipeline(params.pop("reranker", "cross_encoder"), ctx,
