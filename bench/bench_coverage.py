@@ -40,6 +40,9 @@ LLMS = {"0.5b": "embedded", "1.5b": "llamacpp:qwen2.5-coder-1.5b"}
 # ``--llm oracle``: no explorer; each question's labelled aspects (on composed sets the two
 # real queries it was made of) are its aspects, to separate the explorer from the ranking.
 ORACLE = "oracle"
+# ``--llm oracle-bare``: the same aspects with their trailing full stop dropped, as the 0.5B
+# writes them (the cross-encoder's coverage scores turned out to depend on it)
+BARE = "oracle-bare"
 
 
 def without_explorer(node: Any) -> Any:
@@ -91,11 +94,12 @@ def run_set(name: str, corpus: str, llm_name: str, sample: int, llm: Any) -> dic
     spec = load_experiment("coverage").replace(dataset=corpus, sample=0,
                                                title=f"coverage on {name}")
     queries = [Query(q.id, q.text) for q in questions]
-    if llm_name == ORACLE:
+    if llm_name in (ORACLE, BARE):
         spec = spec.replace(pipelines=[replace(p, node=without_explorer(p.node))
                                        for p in spec.pipelines])
-        queries = [Query(q.id, q.text).with_derived("aspect", [a.text for a in q.aspects],
-                                                    ORACLE) for q in questions]
+        queries = [Query(q.id, q.text).with_derived(
+            "aspect", [a.text.rstrip(". ") if llm_name == BARE else a.text for a in q.aspects],
+            llm_name) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
     started = time.perf_counter()
     result = run_experiment(spec, index=index, queries=queries, qrels=qrels, llm=llm)
@@ -205,11 +209,12 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
         made = {"0.5b": "run --sample 100",
                 "1.5b": "run --llm 1.5b --sample 20 --sets cranfield-composed",
                 ORACLE: "run --llm oracle --sample 100 --sets scifact-composed,"
-                        "cranfield-composed"}[LLM_OF]
-        ordinary = ("; the ordinary-query rows: `python bench/bench_coverage.py run --sample 40 "
-                    "--ordinary 40`" if LLM_OF == "0.5b" else "")
+                        "cranfield-composed",
+                BARE: "run --llm oracle-bare --sample 100 --sets scifact-composed"}[LLM_OF]
+        ordinary_cmd = ("; the ordinary-query rows: `python bench/bench_coverage.py run "
+                        "--sample 40 --ordinary 40`" if LLM_OF == "0.5b" else "")
         lines = head.splitlines()
-        lines[0] = (f"- command: `python bench/bench_coverage.py {made}`{ordinary} (per-set "
+        lines[0] = (f"- command: `python bench/bench_coverage.py {made}`{ordinary_cmd} (per-set "
                     f"results in runs/aspects/bench-*-{LLM_OF}.json; this text re-rendered from "
                     f"them with `--render-only`)")
         stamps = sorted(f.stat().st_mtime for f in RUNS.glob(f"bench-*-{LLM_OF}.json"))
@@ -221,7 +226,9 @@ def render(results: list[dict[str, Any]], ordinary: dict[str, Any] | None,
            "Systems (`src/intentrank/experiments/coverage.yaml`, run by the harness): plain = "
            "dense top-100 + the bundled cross-encoder, top 10; the others start from "
            + ("the set's labelled aspects (no explorer, no LLM: on a composed question the "
-              "two real queries it was made of) " if LLM_OF == ORACLE else
+              "two real queries it was made of" + (", each without its trailing full stop"
+                                                   if LLM_OF == BARE else "") + ") "
+              if LLM_OF in (ORACLE, BARE) else
               "LLM aspects (`aspects: {n: 4}`) ") + "and dense top-20 per `query + aspect`: "
            "max-score pool, RAG-Fusion (RRF of the aspect lists), pool + CE (the pool "
            "reranked against the query), MMR (lambda 0.5), coverage (greedy, phi = "
@@ -283,8 +290,9 @@ def main() -> None:
     r.add_argument("--sample", type=int, default=40)
     r.add_argument("--sets", default="scifact-composed,cranfield-composed,"
                                       "scifact-generated,cranfield-generated")
-    r.add_argument("--llm", default="0.5b", choices=sorted(LLMS) + [ORACLE],
-                   help="the explorer; oracle = the set's labelled aspects, no LLM")
+    r.add_argument("--llm", default="0.5b", choices=sorted(LLMS) + [ORACLE, BARE],
+                   help="the explorer; oracle = the set's labelled aspects, no LLM; "
+                        "oracle-bare = the same without their trailing full stop")
     r.add_argument("--ordinary", type=int, default=0, help="SciFact test queries (0: skip)")
     r.add_argument("--render-only", action="store_true")
     args = ap.parse_args()
@@ -297,7 +305,7 @@ def main() -> None:
     for name in args.sets.split(","):
         out = RUNS / f"bench-{name}-{args.llm}.json"
         if not args.render_only and (RUNS / f"{name}.jsonl").exists():
-            llm = None if args.llm == ORACLE else load_llm(LLMS[args.llm])
+            llm = None if args.llm in (ORACLE, BARE) else load_llm(LLMS[args.llm])
             res = run_set(name, name.split("-")[0], args.llm, args.sample, llm)
             out.write_text(json.dumps(res) + "\n")
         if out.exists():
