@@ -664,6 +664,21 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
   document (14 subset violations in 25 questions); the 1.5B's are short and on topic (no
   violation) and still do not help: `question + element` moves the bundled MiniLM
   cross-encoder away from the documents the generated questions were written from.
+- **Composed two-aspect questions with real judgments (100 per corpus, the 0.5B, N_know =
+  0):**
+  - On SciFact, reranking against each element alone (`per_element` with `against:
+    element`) beats the cross-encoder alone, significantly:
+    - R@10 .562 vs .466 (p = 0.005);
+    - S-recall@10 .580 vs .485 (p = 0.010).
+  - The paper's `question + element` does not beat it (R@10 .451, p = 0.55). The composed
+    question is long, so in the cross-encoder's 128 tokens the element hardly counts.
+  - On Cranfield, where the bundled cross-encoder ranks poorly, neither variant gains:
+    R@10 .180 and .172 vs .178; S-recall .575 vs .505 (p = 0.083).
+  - No reranker reaches the plain BM25 + dense interleave on these sets: R@10 .691 on
+    SciFact and .298 on Cranfield.
+  - So per-element reranking pays off when the question has separable parts and the
+    cross-encoder ranks well on the collection. It still pays only relative to the
+    cross-encoder: here the cross-encoder itself is the loss.
 - **Real SciFact test queries (single-aspect, 30 queries, seed 0, 0.5B, N_know = 5):** the
   knowledge-aware rerank is below the cross-encoder alone (R@10 .817 vs .883, p = 0.49;
   nDCG@10 .603 vs .660, p = 0.18): not significant on 30 queries, but no sign that it is
