@@ -485,6 +485,15 @@ def _means(result: dict, system: str, qids: list[str]) -> dict[str, float]:
 NAMES = {"scifact": "SciFact", "cranfield": "Cranfield", "vaswani": "Vaswani"}
 
 
+def _row_cells(row: dict[str, Any], metrics: tuple[str, ...], tests: tuple[str, ...]) -> str:
+    """A ``real_rows`` row's cells after its label: metric means x100, p-values, LLM cost."""
+    cost = row["cost"]
+    p = [f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in tests]
+    return (" | ".join(f"{100 * row['means'][m]:.1f}" for m in metrics) +
+            f" | {' | '.join(p)} | {cost.get('calls', 0):.1f} | "
+            f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
+
+
 def real_section(results: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: the ``measure-real`` results, one table per dataset and split, with
     the paper's single-document R@10 beside them (empty when there are none)."""
@@ -503,13 +512,8 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
         rel = sum(r["relevant_per_query"] for r in group) / len(group)
         for res in group:
             for row in real_rows(res):
-                cost = row["cost"]
-                p = [f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in REAL_TESTS]
                 lines.append(f"| {name} | {res['llm']} | {row['n']} ({res['seed']}) | "
-                             f"{row['label']} | " +
-                             " | ".join(f"{100 * row['means'][m]:.1f}" for m in REAL_METRICS) +
-                             f" | {' | '.join(p)} | {cost.get('calls', 0):.1f} | "
-                             f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
+                             f"{row['label']} | {_row_cells(row, REAL_METRICS, REAL_TESTS)}")
         lines += ["| paper (LiveRAG, single-document) | Falcon3-10B | - | CE / KA 5 | - | - | "
                   "85.0 / 85.0 | - | - | - | - | - | - | - | - |", "",
                   f"Comparability: the paper's .85 (CE) and .85 (KA, N_know = 5) are R@10 on "
@@ -541,13 +545,9 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
              "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
     for res in results:
         for row in real_rows(res):
-            cost = row["cost"]
-            p = [f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in ASPECT_TESTS]
             lines.append(f"| {res['dataset']} | {res['llm']} | {row['n']} | "
-                         f"{res['relevant_per_query']:.1f} | {row['label']} | " +
-                         " | ".join(f"{100 * row['means'][m]:.1f}" for m in ASPECT_METRICS) +
-                         f" | {' | '.join(p)} | {cost.get('calls', 0):.1f} | "
-                         f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
+                         f"{res['relevant_per_query']:.1f} | {row['label']} | "
+                         f"{_row_cells(row, ASPECT_METRICS, ASPECT_TESTS)}")
     return [*lines, ""]
 
 
