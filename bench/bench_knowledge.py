@@ -676,9 +676,15 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
     R@10 .180 and .172 vs .178; S-recall .575 vs .505 (p = 0.083).
   - No reranker reaches the plain BM25 + dense interleave on these sets: R@10 .691 on
     SciFact and .298 on Cranfield.
-  - So per-element reranking pays off when the question has separable parts and the
-    cross-encoder ranks well on the collection. It still pays only relative to the
-    cross-encoder: here the cross-encoder itself is the loss.
+  - With the 1.5B (the first 50 SciFact questions), element alone gains nothing: R@10
+    .433 vs .418 (p = 0.77). The 0.5B gains on the same 50: .532 vs .418 (p = 0.007).
+    - The 1.5B writes short keyword elements ("headaches", "hypoglycemia").
+    - The 0.5B copies the two halves as whole claims.
+    - A cross-encoder scoring against the element alone needs an element that is a full
+      sub-question.
+  - So per-element reranking pays off when the question has separable parts, the elements
+    are full sub-questions, and the cross-encoder ranks well on the collection. It still
+    pays only relative to the cross-encoder: here the cross-encoder itself is the loss.
 - **Real SciFact test queries (single-aspect, 30 queries, seed 0, 0.5B, N_know = 5):** the
   knowledge-aware rerank is below the cross-encoder alone (R@10 .817 vs .883, p = 0.49;
   nDCG@10 .603 vs .660, p = 0.18): not significant on 30 queries, but no sign that it is
