@@ -76,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--n-know", type=int, nargs="+", default=[0, 2])
     a.add_argument("--element-alone", action="store_true",
                    help="also rerank against each element alone (per_element against: element)")
+    a.add_argument("--oracle-elements", action="store_true",
+                   help="also rerank with the set's labelled aspects as the elements (no LLM)")
     a.add_argument("--index", type=Path, default=None,
                    help="default: indexes/<the set's name before the first dash>")
     a.add_argument("--out", type=Path, default=None,
@@ -135,11 +137,13 @@ def open_index(name: str) -> Any:
 
 def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
                  result: dict[str, Any], save: Callable[[dict[str, list[Any]]], None],
-                 element_alone: bool = False) -> dict[str, list[Any]]:
+                 element_alone: bool = False,
+                 oracle: dict[str, list[str]] | None = None) -> dict[str, list[Any]]:
     """The three systems over ``queries``: ``none`` (BM25 and dense interleaved to 100
     unique), ``ce`` (the bundled cross-encoder over those) and ``ka<N>`` (knowledge-aware
     rerank at each N_know; with ``element_alone`` also ``ka<N>:element``, the same elements
-    reranked against the element alone). Fills ``result["cost"]`` (per query) and
+    reranked against the element alone; with ``oracle``, ``kaoracle``: those elements given
+    per query id, no LLM). Fills ``result["cost"]`` (per query) and
     ``result["elements"]``, calls ``save(systems)`` after each system and returns
     ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
@@ -191,6 +195,20 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
               f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
+    if oracle is not None:
+        from intentrank.query.knowledge import KIND
+
+        known = [Ranking(r.query.with_derived(KIND, oracle[r.query.id], "oracle"), r.docs)
+                 for r in reranked]
+        result["elements"]["oracle"] = {r.query.id: knowledge_of(r) for r in known}
+        for against, name in (("question+element", "kaoracle"), ("element", "kaoracle:element")):
+            if against == "element" and not element_alone:
+                continue
+            t0 = time.perf_counter()
+            systems[name] = PerElementRerank(ce, top_k=100, against=against)(known, Trace())
+            result["cost"][name[2:]] = {"calls": 0, "seconds": 0.0, "rerank_seconds":
+                                        (time.perf_counter() - t0) / len(queries)}
+        save(systems)
     return systems
 
 
@@ -348,7 +366,9 @@ def measure_aspects(args: argparse.Namespace) -> None:
         result["per_query"] = per
         save_json(path, result)
 
-    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone)
+    oracle = ({q.id: [a.text for a in q.aspects] for q in questions}
+              if args.oracle_elements else None)
+    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone, oracle)
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in ASPECT_METRICS) +
@@ -382,7 +402,7 @@ def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 def _system_order(systems: Any) -> list[str]:
     """``none``, ``ce``, then ``ka<N>`` by N, of the systems present."""
     kas = sorted((s for s in systems if s.startswith("ka")),
-                 key=lambda s: (int(s[2:].split(":")[0]), s))
+                 key=lambda s: (int(n) if (n := s[2:].split(":")[0]).isdigit() else 10**6, s))
     return [s for s in ("none", "ce") if s in systems] + kas
 
 

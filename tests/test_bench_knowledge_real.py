@@ -109,10 +109,12 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     url, _ = fake_openai("ok", reply='{"needed": ["wing sweep", "lift slope"]}')
     out = tmp_path / "aspects.json"
     bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
-             "--index", str(cranfield_index.path), "--out", str(out)])
+             "--index", str(cranfield_index.path), "--out", str(out), "--oracle-elements"])
     res = json.loads(out.read_text())
     assert res["dataset"] == "cranfield-composed" and res["n"] == 2
-    assert set(res["per_query"]) == {"none", "ce", "ka0"}
+    assert set(res["per_query"]) == {"none", "ce", "ka0", "kaoracle"}
+    assert res["elements"]["oracle"]["c1"] == [queries[2].text, queries[3].text]
+    assert res["cost"]["oracle"]["calls"] == 0
     assert res["cost"]["0"]["calls"] == pytest.approx(1.0)  # one declaration, no summary
 
     from intentrank.core.config import build_pipeline
@@ -134,4 +136,6 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     assert set(rows["ka0"]["p"]) == {"R@10", "StRecall@10"}
     table = bk.aspect_section([res])
     assert table[0].startswith("**Composed two-aspect questions with real judgments**")
-    assert sum(ln.startswith("| cranfield-composed |") for ln in table) == 3
+    assert sum(ln.startswith("| cranfield-composed |") for ln in table) == 4
+    assert bk._system_order(res["per_query"])[-1] == "kaoracle"
+    assert bk._label("kaoracle:element") == "KA oracle (element alone)"
