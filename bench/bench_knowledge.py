@@ -148,7 +148,7 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
     ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
     from intentrank.pipelines import build_context
-    from intentrank.query.knowledge import KnowledgeElements, knowledge_of
+    from intentrank.query.knowledge import KIND, KnowledgeElements, knowledge_of
     from intentrank.rerank.per_element import PerElementRerank
     from intentrank.types import Ranking, Trace
 
@@ -167,6 +167,15 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
     reranked = ce(base, trace)
     t_ce = time.perf_counter() - t0
     systems = {"none": base, "ce": reranked}
+
+    def per_element(known: list[Any], against: str, system: str, cost: dict[str, Any]) -> None:
+        """``system``: ``known`` reranked per element ``against``; its cost is ``cost`` (the
+        elements') plus its own rerank seconds per query."""
+        t0 = time.perf_counter()
+        systems[system] = PerElementRerank(ce, top_k=100, against=against)(known, Trace())
+        result["cost"][system[2:]] = {
+            **cost, "rerank_seconds": (time.perf_counter() - t0) / len(queries)}
+
     result["cost"]["none"] = {"seconds": t_first / len(queries), "calls": 0}
     result["cost"]["ce"] = {"seconds": (t_first + t_ce) / len(queries), "calls": 0}
     save(systems)
@@ -186,28 +195,18 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         result["elements"][str(n_know)] = {r.query.id: knowledge_of(r) for r in known}
         systems[f"ka{n_know}"] = out
         if element_alone:
-            t0 = time.perf_counter()
-            systems[f"ka{n_know}:element"] = PerElementRerank(ce, top_k=100,
-                                                              against="element")(known, Trace())
-            result["cost"][f"{n_know}:element"] = {
-                **result["cost"][str(n_know)],
-                "rerank_seconds": (time.perf_counter() - t0) / len(queries)}
+            per_element(known, "element", f"ka{n_know}:element", result["cost"][str(n_know)])
         save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
               f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
     if oracle is not None:
-        from intentrank.query.knowledge import KIND
-
         known = [Ranking(r.query.with_derived(KIND, oracle[r.query.id], "oracle"), r.docs)
                  for r in reranked]
         result["elements"]["oracle"] = {r.query.id: knowledge_of(r) for r in known}
-        for against, name in (("question+element", "kaoracle"), ("element", "kaoracle:element")):
-            if against == "element" and not element_alone:
-                continue
-            t0 = time.perf_counter()
-            systems[name] = PerElementRerank(ce, top_k=100, against=against)(known, Trace())
-            result["cost"][name[2:]] = {"calls": 0, "seconds": 0.0, "rerank_seconds":
-                                        (time.perf_counter() - t0) / len(queries)}
+        no_llm = {"calls": 0, "seconds": 0.0}
+        per_element(known, "question+element", "kaoracle", no_llm)
+        if element_alone:
+            per_element(known, "element", "kaoracle:element", no_llm)
         save(systems)
     return systems
 
