@@ -684,7 +684,10 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
   violation) and still do not help: `question + element` moves the bundled MiniLM
   cross-encoder away from the documents the generated questions were written from.
 - **Composed two-aspect questions with real judgments (100 per corpus, the 0.5B, N_know =
-  0):**
+  0):** (runs: `bench_knowledge.py measure-aspects scifact-composed --n 100 --n-know 0
+  --element-alone --oracle-elements`; `... cranfield-composed --n 100 --n-know 0
+  --element-alone`; `... scifact-composed --n 50 --n-know 0 --element-alone --llm
+  qwen2.5-coder-1.5b`)
   - On SciFact, reranking against each element alone (`per_element` with `against:
     element`) beats the cross-encoder alone, significantly:
     - R@10 .562 vs .466 (p = 0.005);
