@@ -78,6 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also rerank against each element alone (per_element against: element)")
     a.add_argument("--oracle-elements", action="store_true",
                    help="also rerank with the set's labelled aspects as the elements (no LLM)")
+    a.add_argument("--form", default="phrases", choices=["phrases", "questions"],
+                   help="knowledge elements as short phrases (the paper's) or self-contained "
+                        "sub-questions (knowledge form: questions)")
     a.add_argument("--index", type=Path, default=None,
                    help="default: indexes/<the set's name before the first dash>")
     a.add_argument("--out", type=Path, default=None,
@@ -138,14 +141,15 @@ def open_index(name: str) -> Any:
 def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
                  result: dict[str, Any], save: Callable[[dict[str, list[Any]]], None],
                  element_alone: bool = False,
-                 oracle: dict[str, list[str]] | None = None) -> dict[str, list[Any]]:
+                 oracle: dict[str, list[str]] | None = None,
+                 form: str = "phrases") -> dict[str, list[Any]]:
     """The three systems over ``queries``: ``none`` (BM25 and dense interleaved to 100
     unique), ``ce`` (the bundled cross-encoder over those) and ``ka<N>`` (knowledge-aware
     rerank at each N_know; with ``element_alone`` also ``ka<N>:element``, the same elements
     reranked against the element alone; with ``oracle``, ``kaoracle``: those elements given
-    per query id, no LLM). Fills ``result["cost"]`` (per query) and
-    ``result["elements"]``, calls ``save(systems)`` after each system and returns
-    ``{system: rankings}``."""
+    per query id, no LLM); ``form``: the knowledge stage's element form. Fills
+    ``result["cost"]`` (per query) and ``result["elements"]``, calls ``save(systems)`` after
+    each system and returns ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
     from intentrank.pipelines import build_context
     from intentrank.query.knowledge import KIND, KnowledgeElements, knowledge_of
@@ -182,7 +186,8 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
     for n_know in n_knows:
         t = Trace()
         t0 = time.perf_counter()
-        known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150)(reranked, t)
+        known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150,
+                                  form=form)(reranked, t)
         out = PerElementRerank(ce, top_k=100)(known, t)
         wall = time.perf_counter() - t0
         cost = _llm_cost(t, "knowledge")
@@ -342,9 +347,12 @@ def measure_aspects(args: argparse.Namespace) -> None:
     queries = [Query(q.id, q.text) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
     llm = load_llm(args.llm)
-    path = args.out or OUT / f"aspects-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}.json"
+    form = "" if args.form == "phrases" else f"-{args.form}"
+    path = args.out or OUT / (f"aspects-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}"
+                              f"{form}.json")
     result: dict[str, Any] = {
-        "dataset": name, "split": "composed", "llm": args.llm, "n": len(queries),
+        "dataset": name, "split": "composed", "llm": args.llm, "form": args.form,
+        "n": len(queries),
         "seed": "first", "sample": args.n,
         "relevant_per_query": sum(sum(g > 0 for g in qrels[q.id].values())
                                   for q in queries) / len(queries),
@@ -367,7 +375,8 @@ def measure_aspects(args: argparse.Namespace) -> None:
 
     oracle = ({q.id: [a.text for a in q.aspects] for q in questions}
               if args.oracle_elements else None)
-    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone, oracle)
+    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone, oracle,
+                 args.form)
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in ASPECT_METRICS) +
@@ -564,7 +573,9 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
              "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
     for res in results:
         for row in real_rows(res):
-            lines.append(f"| {res['dataset']} | {res['llm']} | {row['n']} | "
+            form = res.get("form", "phrases")
+            llm = res["llm"] if form == "phrases" else f"{res['llm']} ({form})"
+            lines.append(f"| {res['dataset']} | {llm} | {row['n']} | "
                          f"{res['relevant_per_query']:.1f} | {row['label']} | "
                          f"{_row_cells(row, ASPECT_METRICS, ASPECT_TESTS)}")
     return [*lines, ""]

@@ -139,3 +139,20 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     assert sum(ln.startswith("| cranfield-composed |") for ln in table) == 4
     assert bk._system_order(res["per_query"])[-1] == "kaoracle"
     assert bk._label("kaoracle:element") == "KA oracle (element alone)"
+
+    # --form questions: the sub-question prompts, named in the result and the table
+    url, script = fake_openai("ok", reply='{"needed": ["How does wing sweep change lift?", '
+                                          '"What is the lift slope?"]}')
+    out = tmp_path / "aspects-questions.json"
+    bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
+             "--index", str(cranfield_index.path), "--out", str(out), "--n", "1",
+             "--form", "questions", "--element-alone"])
+    res = json.loads(out.read_text())
+    assert res["form"] == "questions" and set(res["per_query"]) == {
+        "none", "ce", "ka0", "ka0:element"}
+    assert res["elements"]["0"]["c0"] == ["How does wing sweep change lift?",
+                                          "What is the lift slope?"]
+    prompt = script.bodies[0]["messages"][-1]["content"]
+    assert "complete, self-contained question" in prompt and questions[0].text in prompt
+    assert any(ln.startswith("| cranfield-composed | openai:m@") and "(questions)" in ln
+               for ln in bk.aspect_section([res]))

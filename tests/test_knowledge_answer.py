@@ -131,6 +131,33 @@ def test_knowledge_without_documents_and_with_nothing_declared():
         KnowledgeElements(LLMClient(bad, cache=None), None, n_know=-1)
 
 
+def test_knowledge_elements_as_self_contained_sub_questions():
+    asks = "complete, self-contained question"
+    fake = ByPrompt('{"needed": ["Does heat flux rise at the wall?", "Does drag rise?", '
+                    '"Does lift fall?"], "provided": [1]}',
+                    summary='{"elements": ["Does heat flux rise at the wall?", '
+                            '"Does drag rise with sweep?"]}')
+    stage = KnowledgeElements(LLMClient(fake, cache=None), Docs({"a": "doc-a"}), n_know=1,
+                              form="questions")
+    out = stage([ranking("1", "wing heat and drag?", ["a"])], Trace())
+    assert knowledge_of(out[0]) == ["Does heat flux rise at the wall?",
+                                    "Does drag rise with sweep?"]
+    assert len(fake.prompts) == 2 and all(asks in p for p in fake.prompts)
+    assert "Document: doc-a" in fake.prompts[0]
+    assert "form=questions" in stage.describe()
+    # from the question alone; the paper's phrases prompt does not ask for questions
+    alone = ByPrompt('{"needed": ["Does heat flux rise?", "Does drag rise?"]}')
+    KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0, form="questions")(
+        [ranking("1", "q", [])], Trace())
+    assert asks in alone.prompts[0] and "Document:" not in alone.prompts[0]
+    phrases = KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0)
+    assert "form" not in phrases.describe()
+    phrases([ranking("2", "q2", [])], Trace())
+    assert asks not in alone.prompts[-1] and "short phrase" in alone.prompts[-1]
+    with pytest.raises(ParameterError, match="unknown form 'keywords'"):
+        KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0, form="keywords")
+
+
 class WordOverlap(Stage):
     """A fake reranker: score = words the query shares with the document text."""
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from intentrank.core.params import ParameterError, check_int
+from intentrank.core.params import ParameterError, check_choice, check_int
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -35,6 +35,15 @@ from intentrank.types import Ranking, Trace
 
 KIND = "knowledge"
 N_ELEMENTS = 2
+FORMS = ("phrases", "questions")
+
+
+def contract_names(n_know: int, form: str) -> tuple[str, str]:
+    """The declaration and summary prompts for ``n_know`` (0: from the question alone) and
+    the element ``form``."""
+    declare = "declare_knowledge" if n_know else "declare_knowledge_question"
+    suffix = "_subquestions" if form == "questions" else ""
+    return declare + suffix, "summarize_knowledge" + suffix
 
 
 def _clean(items: Any, limit: int) -> list[str]:
@@ -122,10 +131,11 @@ class KnowledgeElements(Stage):
     ``doc_words`` clips each document in the prompt. ``structured`` (default on) sends the
     contracts' JSON schemas for constrained decoding. Counters: ``declarations``,
     ``subset_violations``, ``elements`` (pushed), ``no_elements`` (queries left without),
-    ``summary_fallbacks``; the step's own ``fallbacks``."""
+    ``summary_fallbacks``; the step's own ``fallbacks``. ``form`` is ``phrases`` (the
+    paper's) or ``questions`` (self-contained sub-questions)."""
 
     def __init__(self, llm: LLMLike, index: IndexLike | None, n_know: int = 5,
-                 doc_words: int = 200, structured: bool = True,
+                 doc_words: int = 200, structured: bool = True, form: str = FORMS[0],
                  name: str = "knowledge") -> None:
         self.n_know = check_int("n_know", n_know, minimum=0)
         self.doc_words = check_int("doc_words", doc_words)
@@ -133,9 +143,9 @@ class KnowledgeElements(Stage):
             raise ParameterError(f"structured must be true or false, got {structured!r}")
         if self.n_know and index is None:
             raise ParameterError("knowledge with n_know > 0 needs an index (document texts)")
-        self.declare = load_contract("declare_knowledge" if self.n_know
-                                     else "declare_knowledge_question")
-        self.summarize = load_contract("summarize_knowledge")
+        self.form = check_choice("form", form, FORMS)
+        declare, summarize = contract_names(self.n_know, self.form)
+        self.declare, self.summarize = load_contract(declare), load_contract(summarize)
         self.llm, self.index, self.structured, self.name = llm, index, structured, name
 
     def _declare(self, rankings: list[Ranking], trace: Trace, path_id: str
@@ -199,13 +209,15 @@ class KnowledgeElements(Stage):
 
     def describe(self) -> str:
         return self.described(self.llm.name, n_know=self.n_know, doc_words=self.doc_words,
-                              structured=self.structured)
+                              structured=self.structured,
+                              form=None if self.form == FORMS[0] else self.form)
 
 
 @register_stage("knowledge")
 def _knowledge(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``knowledge: {n_know: 5, doc_words: 200, structured: true}``: the two knowledge
-    elements each query needs, declared over its top ``n_know`` documents."""
+    """``knowledge: {n_know: 5, doc_words: 200, structured: true, form: phrases|questions}``:
+    the two knowledge elements each query needs, declared over its top ``n_know`` documents
+    (as short phrases, or as self-contained sub-questions)."""
     n_know = params.get("n_know", 5)
     index = ctx.require_index("knowledge") if n_know else None
     return KnowledgeElements(ctx.llm(), index, **params)
