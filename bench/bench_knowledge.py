@@ -67,24 +67,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--n-know", type=int, nargs="+", default=[5, 0])
     r.add_argument("--index", type=Path, default=None, help="default: indexes/<dataset>")
     r.add_argument("--out", type=Path, default=None,
-                   help="default: runs/knowledge/real-<dataset>-<llm>.json")
+                   help="default: runs/knowledge/real-<dataset>-<llm>[-<form>].json")
     a = sub.add_parser("measure-aspects", help="composed two-aspect questions with real labels")
     a.add_argument("set", help="an aspect set: a name in runs/aspects (e.g. cranfield-"
                    "composed) or a .jsonl path")
     a.add_argument("--n", type=int, default=100, help="the set's first N questions (0: all)")
     a.add_argument("--llm", default="embedded")
     a.add_argument("--n-know", type=int, nargs="+", default=[0, 2])
-    a.add_argument("--element-alone", action="store_true",
-                   help="also rerank against each element alone (per_element against: element)")
     a.add_argument("--oracle-elements", action="store_true",
                    help="also rerank with the set's labelled aspects as the elements (no LLM)")
-    a.add_argument("--form", default="phrases", choices=["phrases", "questions"],
-                   help="knowledge elements as short phrases (the paper's) or self-contained "
-                        "sub-questions (knowledge form: questions)")
     a.add_argument("--index", type=Path, default=None,
                    help="default: indexes/<the set's name before the first dash>")
     a.add_argument("--out", type=Path, default=None,
                    help="default: runs/knowledge/aspects-<set>-<llm>.json")
+    for sp in (r, a):
+        sp.add_argument("--element-alone", action="store_true", help="also rerank against "
+                        "each element alone (per_element against: element)")
+        sp.add_argument("--form", default="phrases", choices=["phrases", "questions"],
+                        help="knowledge elements as short phrases (the paper's) or "
+                             "self-contained sub-questions (knowledge form: questions)")
     s = sub.add_parser("stream")
     s.add_argument("set")
     s.add_argument("--llm", default="embedded")
@@ -298,10 +299,13 @@ def measure_real(args: argparse.Namespace) -> None:
     idx = open_or_build(ds.corpus, args.index or ROOT / "indexes" / name, progress=True,
                         source=str(ds.root))
     llm = load_llm(args.llm)
-    path = args.out or OUT / f"real-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}.json"
+    form = "" if args.form == "phrases" else f"-{args.form}"
+    path = args.out or OUT / (f"real-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}"
+                              f"{form}.json")
     relevant = [sum(g > 0 for g in qrels[q.id].values()) for q in queries]
     result: dict[str, Any] = {
         "dataset": name, "source": str(ds.root), "split": args.split, "llm": args.llm,
+        "form": args.form,
         "n": len(queries), "seed": args.seed, "sample": args.n,
         "relevant_per_query": sum(relevant) / len(queries), "queries": [q.id for q in queries],
         "metrics": list(REAL_METRICS), "per_query": {}, "cost": {}, "elements": {}}
@@ -313,7 +317,8 @@ def measure_real(args: argparse.Namespace) -> None:
                                for s, r in systems.items()}
         save_json(path, result)
 
-    rank_systems(idx, llm, queries, args.n_know, result, save)
+    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone,
+                 form=args.form)
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in REAL_METRICS) +
@@ -522,6 +527,12 @@ def _row_cells(row: dict[str, Any], metrics: tuple[str, ...], tests: tuple[str, 
             f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
 
 
+def _llm_label(res: dict[str, Any]) -> str:
+    """The LLM column of a result: its LLM, and the element form when not the paper's."""
+    form = res.get("form", "phrases")
+    return res["llm"] if form == "phrases" else f"{res['llm']} ({form})"
+
+
 def real_section(results: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: the ``measure-real`` results, one table per dataset and split, with
     the paper's single-document R@10 beside them (empty when there are none)."""
@@ -540,7 +551,7 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
         rel = sum(r["relevant_per_query"] for r in group) / len(group)
         for res in group:
             for row in real_rows(res):
-                lines.append(f"| {name} | {res['llm']} | {row['n']} ({res['seed']}) | "
+                lines.append(f"| {name} | {_llm_label(res)} | {row['n']} ({res['seed']}) | "
                              f"{row['label']} | {_row_cells(row, REAL_METRICS, REAL_TESTS)}")
         lines += ["| paper (LiveRAG, single-document) | Falcon3-10B | - | CE / KA 5 | - | - | "
                   "85.0 / 85.0 | - | - | - | - | - | - | - | - |", "",
@@ -573,9 +584,7 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
              "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
     for res in results:
         for row in real_rows(res):
-            form = res.get("form", "phrases")
-            llm = res["llm"] if form == "phrases" else f"{res['llm']} ({form})"
-            lines.append(f"| {res['dataset']} | {llm} | {row['n']} | "
+            lines.append(f"| {res['dataset']} | {_llm_label(res)} | {row['n']} | "
                          f"{res['relevant_per_query']:.1f} | {row['label']} | "
                          f"{_row_cells(row, ASPECT_METRICS, ASPECT_TESTS)}")
     return [*lines, ""]
