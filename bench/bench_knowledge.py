@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="default: indexes/<the set's name before the first dash>")
     a.add_argument("--out", type=Path, default=None,
                    help="default: runs/knowledge/aspects-<set>-<llm>.json")
-    for sp in (r, a):
+    for sp in (m, r, a):
         sp.add_argument("--element-alone", action="store_true", help="also rerank against "
                         "each element alone (per_element against: element)")
         sp.add_argument("--form", default="phrases", choices=["phrases", "questions"],
@@ -226,8 +226,10 @@ def measure(args: argparse.Namespace) -> None:
     ds, queries, gold, kind, refs = load_set(args.set, args.limit, args.kinds)
     idx = open_index(args.set)
     llm = load_llm(args.llm)
-    path = OUT / f"{args.set}--{args.llm}--{'+'.join(args.kinds)}.json"
-    result: dict[str, Any] = {"set": args.set, "llm": args.llm, "n": len(queries),
+    form = "" if args.form == "phrases" else f"--{args.form}"
+    path = OUT / f"{args.set}--{args.llm}--{'+'.join(args.kinds)}{form}.json"
+    result: dict[str, Any] = {"set": args.set, "llm": args.llm, "form": args.form,
+                              "n": len(queries),
                               "kinds": {k: sum(v == k for v in kind.values()) for k in args.kinds},
                               "kind": kind, "recall": {}, "cost": {}, "elements": {}}
     print(f"{args.set}: {len(queries)} questions {result['kinds']}", flush=True)
@@ -239,7 +241,8 @@ def measure(args: argparse.Namespace) -> None:
         OUT.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
 
-    systems = rank_systems(idx, llm, queries, args.n_know, result, save)
+    systems = rank_systems(idx, llm, queries, args.n_know, result, save,
+                           args.element_alone, form=args.form)
     if not args.answer_n or 5 not in args.n_know:
         return
     judge = load_llm(args.judge_llm) if args.judge_llm else llm
@@ -629,7 +632,7 @@ def render(out: Path = BENCHMARKS) -> None:
                 if system.startswith("ka"):
                     other = {q: res["recall"][system][q]["10"] for q in qids}
                     p = f"{paired_test(ce, other, 'R@10').p_randomization:.3f}"
-                lines.append(f"| {res['set']} | {res['llm']} | {len(qids)} | "
+                lines.append(f"| {res['set']} | {_llm_label(res)} | {len(qids)} | "
                              f"{_label(system)} | " +
                              " | ".join(f"{100 * means[str(k)]:.1f}" for k in CUTS) +
                              f" | {p} | {cost.get('calls', 0):.1f} | "
