@@ -545,7 +545,8 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
         lines += [f"**Real {name} {split} queries (single-aspect)** (R@k and nDCG@10 x100, "
                   "ir-measures against the collection's qrels; the same three systems as above "
                   "over the collection's index; a fixed-seed sample of the split; p = paired "
-                  "randomization test of KA N against CE)", "",
+                  "randomization test of KA N against CE; an LLM marked (questions): "
+                  "elements written as self-contained sub-questions, `--form questions`)", "",
                   "| dataset | LLM | n (seed) | system | " +
                   " | ".join(f"R@{k}" for k in CUTS) + " | nDCG@10 | p R@10 | p nDCG@10 | "
                   "calls/q | s/q | fallbacks |",
@@ -581,7 +582,8 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
              "the set's first n questions; x100; R@k and nDCG@10 against the union of the two "
              "queries' judgments, S-recall@10 = share of the two aspects with a relevant "
              "document in the top 10, alpha-nDCG@10 by ndeval; p = paired randomization test "
-             "of KA N against CE)", "",
+             "of KA N against CE; an LLM marked (questions): elements written as "
+             "self-contained sub-questions, `--form questions`)", "",
              "| set | LLM | n | relevant/q | system | " + " | ".join(cols) +
              " | p R@10 | p S-recall@10 | calls/q | s/q | fallbacks |",
              "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
@@ -695,52 +697,68 @@ def render(out: Path = BENCHMARKS) -> None:
 
 READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared with other jobs):
 
-- **The goal is not met with the embedded models.** On two-document questions the
-  knowledge-aware rerank does not beat the cross-encoder alone: Vaswani (25 questions, 0.5B)
-  R@10 .48 vs .54 (p = 0.49), Cranfield (9, 0.5B) .50 vs .61, SciFact (4) .63 = .63,
-  Vaswani with the 1.5B (10) .60 vs .65; more documents for the declaration (N_know
-  0/2/5/8) does not help (.52/.50/.48/.46 on Vaswani). On single-document questions it
-  loses nothing at R@10 on Vaswani (.93 = .93, 15 questions) but loses on Cranfield (.80 ->
-  .60, 10) and SciFact (1.00 -> .90, 10), and at R@3 everywhere: the second goal is not met
-  either. The elements the 0.5B declares are often sentences copied from a
-  document (14 subset violations in 25 questions); the 1.5B's are short and on topic (no
-  violation) and still do not help: `question + element` moves the bundled MiniLM
-  cross-encoder away from the documents the generated questions were written from.
-- **Composed two-aspect questions with real judgments (100 per corpus, the 0.5B, N_know =
-  0):** (runs: `bench_knowledge.py measure-aspects scifact-composed --n 100 --n-know 0
+- **The goal is met on one kind of two-aspect question and not on the rest.** On composed
+  two-aspect questions with real judgments, per-element reranking with self-contained
+  sub-questions scored alone beats the cross-encoder alone significantly on R@10 and
+  S-recall@10: on SciFact with both embedded models, on Cranfield with the 0.5B (below). On
+  the generated two-document sets (the paper's setting as written, N_know 0-8, short
+  phrases, `question + element`) the knowledge-aware rerank does not beat the cross-encoder
+  alone: Vaswani (25 questions, 0.5B) R@10 .48 vs .54 (p = 0.49), Cranfield (9, 0.5B) .50 vs
+  .61, SciFact (4) .63 = .63, Vaswani with the 1.5B (10) .60 vs .65; more documents for the
+  declaration (N_know 0/2/5/8) does not help (.52/.50/.48/.46 on Vaswani). On
+  single-document questions it loses nothing at R@10 on Vaswani (.93 = .93, 15 questions)
+  but loses on Cranfield (.80 -> .60, 10) and SciFact (1.00 -> .90, 10), and at R@3
+  everywhere: the second goal is not met either. The elements the 0.5B declares are often
+  sentences copied from a document (14 subset violations in 25 questions); the 1.5B's are
+  short and on topic (no violation) and still do not help: `question + element` moves the
+  bundled MiniLM cross-encoder away from the documents the generated questions were written
+  from.
+- **Composed two-aspect questions with real judgments (100 per corpus, N_know = 0):**
+  (runs: `bench_knowledge.py measure-aspects scifact-composed --n 100 --n-know 0
   --element-alone --oracle-elements`; `... cranfield-composed --n 100 --n-know 0
   --element-alone`; `... scifact-composed --n 50 --n-know 0 --element-alone --llm
-  qwen2.5-coder-1.5b`)
+  qwen2.5-coder-1.5b`; each again with `--form questions`)
   - On SciFact, reranking against each element alone (`per_element` with `against:
     element`) beats the cross-encoder alone, significantly:
-    - R@10 .562 vs .466 (p = 0.005);
-    - S-recall@10 .580 vs .485 (p = 0.010).
-  - The paper's `question + element` does not beat it (R@10 .451, p = 0.55). The composed
-    question is long, so in the cross-encoder's 128 tokens the element hardly counts.
-  - On Cranfield, where the bundled cross-encoder ranks poorly, neither variant gains:
-    R@10 .180 and .172 vs .178; S-recall .575 vs .505 (p = 0.083).
-  - No reranker reaches the plain BM25 + dense interleave on these sets: R@10 .691 on
-    SciFact and .298 on Cranfield.
-  - With the 1.5B (the first 50 SciFact questions), element alone gains nothing: R@10
-    .433 vs .418 (p = 0.77). The 0.5B gains on the same 50: .532 vs .418 (p = 0.007).
-    - The 1.5B writes short keyword elements ("headaches", "hypoglycemia").
-    - The 0.5B copies the two halves as whole claims.
-    - A cross-encoder scoring against the element alone needs an element that is a full
-      sub-question.
+    - the 0.5B, the paper's short phrases: R@10 .562 vs .466 (p = 0.005), S-recall@10 .580
+      vs .485 (p = 0.010);
+    - the 0.5B, `form: questions` (elements as self-contained sub-questions): R@10 .665 vs
+      .466 and S-recall@10 .680 vs .485 (both p < 0.001), level with the plain interleave
+      (.691 and .700; p = 0.46 and 0.66), at 1.2 LLM calls per question;
+    - the 1.5B, `form: questions`, first 50: R@10 .552 vs .418 (p = 0.002), S-recall@10
+      .570 vs .440 (p = 0.004). With short phrases the 1.5B gained nothing (.433, p = 0.77;
+      the 0.5B's phrases on the same 50: .532, p = 0.007):
+      it wrote keywords ("headaches", "hypoglycemia"), and a cross-encoder scoring a
+      document against a keyword alone has little to go on. 66 of its 100 elements are
+      questions; the rest are keywords the summary step wrote back.
+  - The paper's `question + element` does not beat it in any form (R@10 .451 phrases, .441
+    questions; 1.5B .414). The composed question is long, so in the cross-encoder's 128
+    tokens the element hardly counts.
+  - On Cranfield, where the bundled cross-encoder ranks poorly, short phrases gain nothing
+    (R@10 .180 and .172 vs .178; S-recall .575 vs .505, p = 0.083), but `form: questions`
+    scored alone does: R@10 .208 vs .178 (p = 0.034), S-recall@10 .655 vs .505
+    (p < 0.001). It stays well below the plain interleave there (.298 and .765, p < 0.001
+    and 0.005).
   - With the set's own aspects as the elements (`--oracle-elements`: the two real queries,
     no LLM), element alone reaches R@10 .714 and S-recall@10 .740, against the CE's .466 and
-    .485 (p < 0.001). That is above the plain interleave too (.691 and .700). The same
-    elements with question + element stay at .467.
+    .485 (p < 0.001), above the plain interleave (.691 and .700). The same elements with
+    question + element stay at .467.
   - So per-element reranking pays off when the question has separable parts, the elements
-    are full sub-questions, and the cross-encoder ranks well on the collection. It still
-    pays only relative to the cross-encoder: here the cross-encoder itself is the loss.
-- **Real SciFact test queries (single-aspect, 30 queries, seed 0, 0.5B, N_know = 5):** the
-  knowledge-aware rerank is below the cross-encoder alone (R@10 .817 vs .883, p = 0.49;
-  nDCG@10 .603 vs .660, p = 0.18): not significant on 30 queries, but no sign that it is
-  free on single-aspect questions either, so the docs recommend it only for multi-document
-  questions and a stronger LLM. It costs 6 LLM calls and about 50 s per query on this CPU.
-  The plain interleave (nDCG@10 .756) beats both rerankers here: the bundled
-  general-purpose cross-encoder loses to BM25 + dense on SciFact (see `ce-batching`).
+    are full sub-questions, and the cross-encoder ranks well on the collection. It pays
+    relative to the cross-encoder; it only draws level with the plain interleave, because
+    here the cross-encoder itself is the loss. Composed questions spell out both parts
+    (the 0.5B mostly copies the two halves), so they are the easy case of decomposition.
+- **Real SciFact test queries (single-aspect):** every knowledge-aware setting is below the
+  cross-encoder alone, so the second goal (nothing lost on single-document questions) is
+  not met:
+  - N_know = 0, `form: questions`, element alone, the 0.5B, 100 queries (seed 0): R@10 .698
+    vs .822 (p = 0.005), nDCG@10 .509 vs .634 (p < 0.001); `question + element` .640 and
+    .442. Asked for the parts of a single claim, the 0.5B writes definitional sub-questions
+    that drift from it ("What is Rapamycin?", "What is triacylglycerols?").
+  - The paper's N_know = 5 with phrases, 30 queries: R@10 .817 vs .883 (p = 0.49), nDCG@10
+    .603 vs .660 (p = 0.18), at 6 LLM calls and about 50 s per query on this CPU.
+  - The plain interleave (nDCG@10 .756-.763) beats every reranker here: the bundled
+    cross-encoder loses to BM25 + dense on SciFact (see `ce-batching`).
 - **Not comparable to the paper in absolute terms**: the paper reranks 2000 candidates from
   15M FineWeb documents with a strong reranker and Falcon3-10B; here 100 candidates from a
   collection of 1.4k-11k abstracts, generated questions that copy document wording (BM25
