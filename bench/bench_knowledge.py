@@ -725,12 +725,13 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
     - the 0.5B, `form: questions` (elements as self-contained sub-questions): R@10 .665 vs
       .466 and S-recall@10 .680 vs .485 (both p < 0.001), level with the plain interleave
       (.691 and .700; p = 0.46 and 0.66), at 1.2 LLM calls per question;
-    - the 1.5B, `form: questions`, first 50: R@10 .552 vs .418 (p = 0.002), S-recall@10
-      .570 vs .440 (p = 0.004). With short phrases the 1.5B gained nothing (.433, p = 0.77;
-      the 0.5B's phrases on the same 50: .532, p = 0.007):
-      it wrote keywords ("headaches", "hypoglycemia"), and a cross-encoder scoring a
-      document against a keyword alone has little to go on. 66 of its 100 elements are
-      questions; the rest are keywords the summary step wrote back.
+    - the 1.5B, `form: questions`, first 50: R@10 .552 vs .418 (p = 0.002), S-recall@10 .570
+      vs .440 (p = 0.004). With short phrases the 1.5B gained nothing (.433, p = 0.77; a
+      re-run gave the same numbers; the 0.5B's phrases on the same 50: .532, p = 0.007);
+      questions against phrases, paired: R@10 +.119 (p = 0.013), S-recall@10 +.120 (p =
+      0.017). With phrases it wrote keywords ("headaches", "hypoglycemia"), and a
+      cross-encoder scoring a document against a keyword alone has little to go on. 66 of
+      its 100 elements are questions; the rest are keywords the summary step wrote back.
   - The paper's `question + element` does not beat it in any form (R@10 .451 phrases, .441
     questions; 1.5B .414). The composed question is long, so in the cross-encoder's 128
     tokens the element hardly counts.
