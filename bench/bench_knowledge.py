@@ -98,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def form_suffix(form: str, sep: str = "-") -> str:
+    """What a result file's name adds for the knowledge element form (nothing for the
+    paper's phrases)."""
+    return "" if form == "phrases" else f"{sep}{form}"
+
+
 def recall(ranked: list[str], gold: set[str], k: int) -> float:
     return len(gold & set(ranked[:k])) / len(gold) if gold else 0.0
 
@@ -226,8 +232,8 @@ def measure(args: argparse.Namespace) -> None:
     ds, queries, gold, kind, refs = load_set(args.set, args.limit, args.kinds)
     idx = open_index(args.set)
     llm = load_llm(args.llm)
-    form = "" if args.form == "phrases" else f"--{args.form}"
-    path = OUT / f"{args.set}--{args.llm}--{'+'.join(args.kinds)}{form}.json"
+    path = OUT / (f"{args.set}--{args.llm}--{'+'.join(args.kinds)}"
+                  f"{form_suffix(args.form, '--')}.json")
     result: dict[str, Any] = {"set": args.set, "llm": args.llm, "form": args.form,
                               "n": len(queries),
                               "kinds": {k: sum(v == k for v in kind.values()) for k in args.kinds},
@@ -302,9 +308,8 @@ def measure_real(args: argparse.Namespace) -> None:
     idx = open_or_build(ds.corpus, args.index or ROOT / "indexes" / name, progress=True,
                         source=str(ds.root))
     llm = load_llm(args.llm)
-    form = "" if args.form == "phrases" else f"-{args.form}"
     path = args.out or OUT / (f"real-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}"
-                              f"{form}.json")
+                              f"{form_suffix(args.form)}.json")
     relevant = [sum(g > 0 for g in qrels[q.id].values()) for q in queries]
     result: dict[str, Any] = {
         "dataset": name, "source": str(ds.root), "split": args.split, "llm": args.llm,
@@ -355,9 +360,8 @@ def measure_aspects(args: argparse.Namespace) -> None:
     queries = [Query(q.id, q.text) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
     llm = load_llm(args.llm)
-    form = "" if args.form == "phrases" else f"-{args.form}"
     path = args.out or OUT / (f"aspects-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}"
-                              f"{form}.json")
+                              f"{form_suffix(args.form)}.json")
     result: dict[str, Any] = {
         "dataset": name, "split": "composed", "llm": args.llm, "form": args.form,
         "n": len(queries),
