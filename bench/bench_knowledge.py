@@ -728,7 +728,9 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
       vs .485 (p = 0.010);
     - the 0.5B, `form: questions` (elements as self-contained sub-questions): R@10 .665 vs
       .466 and S-recall@10 .680 vs .485 (both p < 0.001), level with the plain interleave
-      (.691 and .700; p = 0.46 and 0.66), at 1.2 LLM calls per question;
+      (.691 and .700; p = 0.46 and 0.66), at 1.2 LLM calls per question; against the 0.5B's
+      phrases on the same questions (a re-run gave the same numbers), paired: R@10 +.103 (p
+      < 0.001), S-recall@10 +.100 (p = 0.001);
     - the 1.5B, `form: questions`, first 50: R@10 .552 vs .418 (p = 0.002), S-recall@10 .570
       vs .440 (p = 0.004). With short phrases the 1.5B gained nothing (.433, p = 0.77; a
       re-run gave the same numbers; the 0.5B's phrases on the same 50: .532, p = 0.007);
