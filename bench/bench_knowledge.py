@@ -42,6 +42,8 @@ CUTS = (3, 5, 10, 20, 50)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from intentrank.query.knowledge import FORMS
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
@@ -83,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for sp in (m, r, a):
         sp.add_argument("--element-alone", action="store_true", help="also rerank against "
                         "each element alone (per_element against: element)")
-        sp.add_argument("--form", default="phrases", choices=["phrases", "questions"],
+        sp.add_argument("--form", default=FORMS[0], choices=FORMS,
                         help="knowledge elements as short phrases (the paper's) or "
                              "self-contained sub-questions (knowledge form: questions)")
     s = sub.add_parser("stream")
