@@ -760,10 +760,12 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
 - **Real SciFact test queries (single-aspect):** every knowledge-aware setting is below the
   cross-encoder alone, so the second goal (nothing lost on single-document questions) is
   not met:
-  - N_know = 0, `form: questions`, element alone, the 0.5B, 100 queries (seed 0): R@10 .698
-    vs .822 (p = 0.005), nDCG@10 .509 vs .634 (p < 0.001); `question + element` .640 and
-    .442. Asked for the parts of a single claim, the 0.5B writes definitional sub-questions
-    that drift from it ("What is Rapamycin?", "What is triacylglycerols?").
+  - N_know = 0, `form: questions`, element alone, the 0.5B, 100 queries (seed 0;
+    `bench_knowledge.py measure-real ../shared/data/scifact --n 100 --n-know 0
+    --element-alone --form questions`): R@10 .698 vs .822 (p = 0.005), nDCG@10 .509 vs .634
+    (p < 0.001); `question + element` .640 and .442. Asked for the parts of a single claim,
+    the 0.5B writes definitional sub-questions that drift from it ("What is Rapamycin?",
+    "What is triacylglycerols?").
   - The paper's N_know = 5 with phrases, 30 queries: R@10 .817 vs .883 (p = 0.49), nDCG@10
     .603 vs .660 (p = 0.18), at 6 LLM calls and about 50 s per query on this CPU.
   - The plain interleave (nDCG@10 .756-.763) beats every reranker here: the bundled
