@@ -88,6 +88,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         sp.add_argument("--form", default=FORMS[0], choices=FORMS,
                         help="knowledge elements as short phrases (the paper's) or "
                              "self-contained sub-questions (knowledge form: questions)")
+        sp.add_argument("--with-question", action="store_true",
+                        help="with --element-alone, also the element-alone lists with the "
+                             "cross-encoder's own list interleaved first (per_element "
+                             "with_question: true)")
+    for sp in (r, a):
+        sp.add_argument("--reuse", action="store_true",
+                        help="keep the knowledge-aware systems already in the output file "
+                             "(same questions, LLM and form) and rank only the missing ones; "
+                             "the elements and the CE rows must come out as stored")
     s = sub.add_parser("stream")
     s.add_argument("set")
     s.add_argument("--llm", default="embedded")
@@ -97,7 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     w.add_argument("--out", type=Path, default=BENCHMARKS,
                    help="the markdown file whose knowledge section is written (a copy of "
                         "docs/benchmarks.md for a dry run)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if getattr(args, "with_question", False) and not args.element_alone:
+        p.error("--with-question needs --element-alone")
+    return args
 
 
 def form_suffix(form: str, sep: str = "-") -> str:
@@ -151,12 +163,16 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
                  result: dict[str, Any], save: Callable[[dict[str, list[Any]]], None],
                  element_alone: bool = False,
                  oracle: dict[str, list[str]] | None = None,
-                 form: str = "phrases") -> dict[str, list[Any]]:
+                 form: str = "phrases", with_question: bool = False,
+                 skip: frozenset[str] = frozenset()) -> dict[str, list[Any]]:
     """The three systems over ``queries``: ``none`` (BM25 and dense interleaved to 100
     unique), ``ce`` (the bundled cross-encoder over those) and ``ka<N>`` (knowledge-aware
     rerank at each N_know; with ``element_alone`` also ``ka<N>:element``, the same elements
     reranked against the element alone; with ``oracle``, ``kaoracle``: those elements given
-    per query id, no LLM); ``form``: the knowledge stage's element form. Fills
+    per query id, no LLM); ``form``: the knowledge stage's element form; ``with_question``:
+    also ``ka<N>:element+question``, the element-alone lists with the CE's own list
+    interleaved first. Systems in ``skip`` (kept from an earlier run) are not ranked, and
+    elements already in ``result["elements"]`` must come out the same. Fills
     ``result["cost"]`` (per query) and ``result["elements"]``, calls ``save(systems)`` after
     each system and returns ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
@@ -181,11 +197,16 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
     t_ce = time.perf_counter() - t0
     systems = {"none": base, "ce": reranked}
 
-    def per_element(known: list[Any], against: str, system: str, cost: dict[str, Any]) -> None:
-        """``system``: ``known`` reranked per element ``against``; its cost is ``cost`` (the
-        elements') plus its own rerank seconds per query."""
+    def per_element(known: list[Any], against: str, system: str, cost: dict[str, Any],
+                    question: bool = False) -> None:
+        """``system``: ``known`` reranked per element ``against`` (``question``: the CE's
+        list interleaved first); its cost is ``cost`` (the elements') plus its own rerank
+        seconds per query."""
+        if system in skip:
+            return
         t0 = time.perf_counter()
-        systems[system] = PerElementRerank(ce, top_k=100, against=against)(known, Trace())
+        systems[system] = PerElementRerank(ce, top_k=100, against=against,
+                                           with_question=question)(known, Trace())
         result["cost"][system[2:]] = {
             **cost, "rerank_seconds": (time.perf_counter() - t0) / len(queries)}
 
@@ -197,19 +218,27 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         t0 = time.perf_counter()
         known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150,
                                   form=form)(reranked, t)
-        out = PerElementRerank(ce, top_k=100)(known, t)
+        elements = {r.query.id: knowledge_of(r) for r in known}
+        if result["elements"].setdefault(str(n_know), elements) != elements:
+            raise SystemExit(f"N_know={n_know}: the elements differ from the reused run's "
+                             "(another LLM reply cache?); run without --reuse")
+        paper = f"ka{n_know}" not in skip
+        if paper:
+            systems[f"ka{n_know}"] = PerElementRerank(ce, top_k=100)(known, t)
         wall = time.perf_counter() - t0
         cost = _llm_cost(t, "knowledge")
         ce_seconds = sum(st.seconds for n, st in t.stages.items() if n.startswith("per_element"))
-        result["cost"][str(n_know)] = {
-            **{k: v / len(queries) for k, v in cost.items() if k in ("calls", "seconds")},
-            "rerank_seconds": ce_seconds / len(queries), "wall": wall / len(queries),
-            "base_seconds": (t_first + t_ce) / len(queries),
-            "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")}}
-        result["elements"][str(n_know)] = {r.query.id: knowledge_of(r) for r in known}
-        systems[f"ka{n_know}"] = out
+        if paper or str(n_know) not in result["cost"]:
+            result["cost"][str(n_know)] = {
+                **{k: v / len(queries) for k, v in cost.items() if k in ("calls", "seconds")},
+                "rerank_seconds": ce_seconds / len(queries), "wall": wall / len(queries),
+                "base_seconds": (t_first + t_ce) / len(queries),
+                "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")}}
         if element_alone:
             per_element(known, "element", f"ka{n_know}:element", result["cost"][str(n_know)])
+        if with_question:
+            per_element(known, "element", f"ka{n_know}:element+question",
+                        result["cost"][str(n_know)], question=True)
         save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
               f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
@@ -221,6 +250,8 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         per_element(known, "question+element", "kaoracle", no_llm)
         if element_alone:
             per_element(known, "element", "kaoracle:element", no_llm)
+        if with_question:
+            per_element(known, "element", "kaoracle:element+question", no_llm, question=True)
         save(systems)
     return systems
 
@@ -250,7 +281,8 @@ def measure(args: argparse.Namespace) -> None:
         path.write_text(json.dumps(result, indent=1))
 
     systems = rank_systems(idx, llm, queries, args.n_know, result, save,
-                           args.element_alone, form=args.form)
+                           args.element_alone, form=args.form,
+                           with_question=args.with_question)
     if not args.answer_n or 5 not in args.n_know:
         return
     judge = load_llm(args.judge_llm) if args.judge_llm else llm
@@ -290,6 +322,38 @@ REAL_METRICS = (*(f"R@{k}" for k in CUTS), "nDCG@10")
 REAL_TESTS = ("R@10", "nDCG@10")
 
 
+def reused(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``--reuse``: the per-query scores of the earlier run at ``path``; ``result`` takes over
+    its costs and elements. SystemExit when there is none or it ran other questions, another
+    LLM or form."""
+    if not path.exists():
+        raise SystemExit(f"--reuse: no earlier run at {path}")
+    old = json.loads(path.read_text())
+    for key in ("queries", "llm", "form"):
+        if old.get(key, "phrases" if key == "form" else None) != result[key]:
+            raise SystemExit(f"--reuse: {path} was run with another {key}; run without --reuse")
+    result["cost"], result["elements"] = old["cost"], old["elements"]
+    return old["per_query"]
+
+
+def merge_reused(old: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """``fresh`` per-query scores over the kept ``old`` ones; the systems ranked again
+    (none, CE) must score as stored (SystemExit otherwise: the reused rows would not be
+    comparable)."""
+    for system in set(old) & set(fresh):
+        for qid, scores in fresh[system].items():
+            if any(abs(v - old[system].get(qid, {}).get(m, float("nan"))) > 1e-9
+                   or v != v for m, v in scores.items()):
+                raise SystemExit(f"--reuse: {system} scores query {qid} differently from the "
+                                 "reused run; run without --reuse")
+    return {**old, **fresh}
+
+
+def skipped(old: dict[str, Any]) -> frozenset[str]:
+    """The knowledge-aware systems of a reused run (not ranked again)."""
+    return frozenset(s for s in old if s.startswith("ka"))
+
+
 def rank_run(rankings: list[Any]) -> dict[str, dict[str, float]]:
     """``{query id: {doc id: score}}`` with the score falling with the rank (n, n-1, ...), so
     ir-measures sees each system's order exactly, without score ties."""
@@ -321,14 +385,15 @@ def measure_real(args: argparse.Namespace) -> None:
         "metrics": list(REAL_METRICS), "per_query": {}, "cost": {}, "elements": {}}
     print(f"{name} {args.split}: {len(queries)} queries (seed {args.seed}), "
           f"{result['relevant_per_query']:.2f} relevant per query", flush=True)
+    old = reused(path, result) if args.reuse else {}
 
     def save(systems: dict[str, list[Any]]) -> None:
-        result["per_query"] = {s: evaluate(rank_run(r), qrels, REAL_METRICS).per_query
-                               for s, r in systems.items()}
+        result["per_query"] = merge_reused(old, {
+            s: evaluate(rank_run(r), qrels, REAL_METRICS).per_query for s, r in systems.items()})
         save_json(path, result)
 
     rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone,
-                 form=args.form)
+                 form=args.form, with_question=args.with_question, skip=skipped(old))
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in REAL_METRICS) +
@@ -375,6 +440,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
         "tests": list(ASPECT_TESTS), "per_query": {}, "cost": {}, "elements": {}}
     print(f"{name}: {len(queries)} questions, {result['relevant_per_query']:.2f} relevant "
           f"per question", flush=True)
+    old = reused(path, result) if args.reuse else {}
 
     def save(systems: dict[str, list[Any]]) -> None:
         per = {}
@@ -384,13 +450,13 @@ def measure_aspects(args: argparse.Namespace) -> None:
             div = evaluate_diversity(run, questions, ASPECT_METRICS[len(REAL_METRICS):])
             per[system] = {q: {**rel.get(q, dict.fromkeys(REAL_METRICS, 0.0)),
                                **div.per_query[q]} for q in qrels}
-        result["per_query"] = per
+        result["per_query"] = merge_reused(old, per)
         save_json(path, result)
 
     oracle = ({q.id: [a.text for a in q.aspects] for q in questions}
               if args.oracle_elements else None)
     rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone, oracle,
-                 args.form)
+                 args.form, args.with_question, skipped(old))
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in ASPECT_METRICS) +
@@ -429,9 +495,12 @@ def _system_order(systems: Any) -> list[str]:
 
 
 def _label(system: str) -> str:
+    """``KA <N>``, with ``(element alone)`` for ``:element`` and ``(element alone, CE list
+    first)`` for ``:element+question``."""
     n_know, _, against = system[2:].partition(":")
+    against, plus, _ = against.partition("+")
     return {"none": "none", "ce": "CE"}.get(system, f"KA {n_know}" + (
-        f" ({against} alone)" if against else ""))
+        f" ({against} alone{', CE list first' if plus else ''})" if against else ""))
 
 
 def _fallbacks(cost: dict[str, Any]) -> str:

@@ -156,3 +156,27 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     assert "complete, self-contained question" in prompt and questions[0].text in prompt
     assert any(ln.startswith("| cranfield-composed | openai:m@") and "(questions)" in ln
                for ln in bk.aspect_section([res]))
+
+    # --with-question --reuse: the kept systems as stored, one new system, the CE re-checked
+    before = json.loads(out.read_text())["per_query"]
+    bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
+             "--index", str(cranfield_index.path), "--out", str(out), "--n", "1",
+             "--form", "questions", "--element-alone", "--with-question", "--reuse"])
+    res = json.loads(out.read_text())
+    assert set(res["per_query"]) == {"none", "ce", "ka0", "ka0:element", "ka0:element+question"}
+    assert all(res["per_query"][s] == before[s] for s in before)
+    assert bk._label("ka0:element+question") == "KA 0 (element alone, CE list first)"
+    assert any("| KA 0 (element alone, CE list first) |" in ln for ln in bk.aspect_section([res]))
+    with pytest.raises(SystemExit, match="another form"):
+        bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
+                 "--index", str(cranfield_index.path), "--out", str(out), "--n", "1",
+                 "--reuse"])
+    res["per_query"]["ce"]["c0"]["R@10"] += 0.5
+    out.write_text(json.dumps(res))
+    with pytest.raises(SystemExit, match="ce scores query c0 differently"):
+        bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
+                 "--index", str(cranfield_index.path), "--out", str(out), "--n", "1",
+                 "--form", "questions", "--element-alone", "--reuse"])
+    with pytest.raises(SystemExit) as exit_info:
+        bk.main(["measure-aspects", str(path), "--with-question"])
+    assert exit_info.value.code == 2

@@ -207,6 +207,28 @@ def test_per_element_against_the_element_alone():
         PerElementRerank(WordOverlap(texts), against="aspect")
 
 
+def test_per_element_with_the_question_list_first():
+    texts = {"a": "wing", "b": "lift drag", "c": "heat hot", "d": "lift", "e": "none"}
+    query = Query("1", "wing").with_derived("knowledge", ["lift drag", "heat hot"], "k")
+    start = Ranking(query, [ScoredDoc(d, 5.0 - i) for i, d in enumerate("eabcd")])
+    # without: element lists b.. and c.. interleaved; with: the incoming order (e, a, ...)
+    # leads every round, no extra reranker call
+    assert PerElementRerank(WordOverlap(texts))([start], Trace())[0].doc_ids[:3] == \
+        ["b", "c", "a"]
+    trace = Trace()
+    both = PerElementRerank(WordOverlap(texts), with_question=True)
+    second = Ranking(Query("2", "wing").with_derived("knowledge", ["heat hot"], "k"),
+                     [ScoredDoc(d, 5.0 - i) for i, d in enumerate("abc")])
+    out, out2 = both([start, second], trace)
+    assert out.doc_ids == ["e", "b", "c", "a", "d"]
+    assert out2.doc_ids == ["a", "c", "b"]  # one element: the question's list, then its list
+    assert trace.stage("per_element").counters["element_queries"] == 3
+    assert "with_question=True" in both.describe()
+    assert "with_question" not in PerElementRerank(WordOverlap(texts)).describe()
+    with pytest.raises(ParameterError, match="with_question must be true or false"):
+        PerElementRerank(WordOverlap(texts), with_question="yes")  # type: ignore[arg-type]
+
+
 def test_citations_are_checked_against_the_documents_given():
     c = check_citations("Lift rises [1][7]. Drag too [2, 3] and [4-5] [9].", 5)
     assert c.valid == (1, 2, 3, 4, 5) and c.dropped == (7, 9)

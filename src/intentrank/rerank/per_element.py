@@ -3,6 +3,9 @@
 interleave the per-element lists (alternating picks, no repeats) into the final order.
 ``against: element`` scores against the element alone (an ablation, as coverage's
 ``against: aspect``: a long question leaves the element little weight in a 128-token window).
+``with_question: true`` (not in the paper) lets the incoming order, the ranking against the
+question itself, take part in the interleave as its first list, so a question that needs one
+document keeps that document near the top whatever the elements say (no extra reranker calls).
 
 The elements are those a ``knowledge`` stage pushed; a query without any keeps its ranking
 (counted ``no_elements``). The interleaved head scores ``1 / position``; every document keeps
@@ -38,13 +41,15 @@ class PerElementRerank(Stage):
     """Rerank the head once per knowledge element and interleave (see the module doc)."""
 
     def __init__(self, reranker: Stage, top_k: int = 100, against: str = AGAINST[0],
-                 name: str = "per_element") -> None:
+                 with_question: bool = False, name: str = "per_element") -> None:
         if not isinstance(reranker, Stage):
             raise ParameterError(f"reranker must be a stage, got {reranker!r}")
         if against not in AGAINST:
             raise ParameterError(f"against must be one of {', '.join(AGAINST)}, got {against!r}")
         self.reranker, self.top_k, self.name = reranker, check_int("top_k", top_k), name
-        self.against = against
+        if not isinstance(with_question, bool):
+            raise ParameterError(f"with_question must be true or false, got {with_question!r}")
+        self.against, self.with_question = against, with_question
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         path_id = trace.path_of(self)
@@ -66,7 +71,10 @@ class PerElementRerank(Stage):
                 trace.count(path_id, "no_elements")
                 result.append(r)
                 continue
-            order = interleave([m.doc_ids[:self.top_k] for m in mine])
+            heads = [m.doc_ids[:self.top_k] for m in mine]
+            if self.with_question:
+                heads.insert(0, r.doc_ids[:self.top_k])
+            order = interleave(heads)
             extra: dict[str, dict[str, float]] = {}
             for i, m in enumerate(mine):
                 for d in m.docs[:self.top_k]:
@@ -77,14 +85,16 @@ class PerElementRerank(Stage):
 
     def describe(self) -> str:
         return self.described(self.reranker.describe(), top_k=self.top_k,
-                              against=None if self.against == AGAINST[0] else self.against)
+                              against=None if self.against == AGAINST[0] else self.against,
+                              with_question=self.with_question or None)
 
 
 @register_stage("per_element")
 def _per_element(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``per_element: {reranker: <node>, top_k: 100, against: question+element}``: rerank the
-    top ``top_k`` once per knowledge element (``question + element``, or ``element`` alone)
-    and interleave; the reranker defaults to the bundled cross-encoder."""
+    """``per_element: {reranker: <node>, top_k: 100, against: question+element,
+    with_question: false}``: rerank the top ``top_k`` once per knowledge element
+    (``question + element``, or ``element`` alone) and interleave (``with_question``: the
+    incoming order first); the reranker defaults to the bundled cross-encoder."""
     from intentrank.core.config import build_pipeline
 
     reranker = build_pipeline(params.pop("reranker", "cross_encoder"), ctx,
