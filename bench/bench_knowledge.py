@@ -611,6 +611,11 @@ def _llm_label(res: dict[str, Any]) -> str:
     return res["llm"] if form == "phrases" else f"{res['llm']} ({form})"
 
 
+SYSTEM_NOTE = ("(element alone): `per_element` with `against: element`; (element alone, CE "
+               "list first): the same with `with_question: true`, the CE's own ranking "
+               "interleaved as the first list")
+
+
 def real_section(results: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: the ``measure-real`` results, one table per dataset and split, with
     the paper's single-document R@10 beside them (empty when there are none)."""
@@ -621,7 +626,8 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
                   "ir-measures against the collection's qrels; the same three systems as above "
                   "over the collection's index; a fixed-seed sample of the split; p = paired "
                   "randomization test of KA N against CE; an LLM marked (questions): "
-                  "elements written as self-contained sub-questions, `--form questions`)", "",
+                  "elements written as self-contained sub-questions, `--form questions`; "
+                  f"{SYSTEM_NOTE})", "",
                   "| dataset | LLM | n (seed) | system | " +
                   " | ".join(f"R@{k}" for k in CUTS) + " | nDCG@10 | p R@10 | p nDCG@10 | "
                   "calls/q | s/q | fallbacks |",
@@ -658,7 +664,7 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
              "queries' judgments, S-recall@10 = share of the two aspects with a relevant "
              "document in the top 10, alpha-nDCG@10 by ndeval; p = paired randomization test "
              "of KA N against CE; an LLM marked (questions): elements written as "
-             "self-contained sub-questions, `--form questions`)", "",
+             f"self-contained sub-questions, `--form questions`; {SYSTEM_NOTE})", "",
              "| set | LLM | n | relevant/q | system | " + " | ".join(cols) +
              " | p R@10 | p S-recall@10 | calls/q | s/q | fallbacks |",
              "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]

@@ -295,6 +295,29 @@ def test_shipped_knowledge_config_on_real_cranfield(cranfield_index):
     assert answered[0].query.answer.cited_ids == [r.doc_ids[0]]
 
 
+def test_sub_questions_alone_with_the_question_list_on_real_cranfield(cranfield_index):
+    """The single-part-safe setting from YAML: elements as sub-questions from the question
+    alone, each scored alone, the cross-encoder's own order interleaved first."""
+    from intentrank.core.config import build_pipeline, load_config
+    from intentrank.pipelines import build_context
+
+    fake = ByPrompt(lambda prompt: json.dumps({"needed": [
+        "What is heat transfer at a wall?", "How does a boundary layer form?"]}))
+    steps = load_config(resolve_pipeline("knowledge"))["pipeline"]
+    steps[-2] = {"knowledge": {"n_know": 0, "form": "questions"}}
+    steps[-1]["per_element"].update(against="element", with_question=True)
+    ctx = build_context(cranfield_index, llm=LLMClient(fake, cache=None))
+    pipe, plain = build_pipeline(steps, ctx), build_pipeline(steps[:-2], ctx)
+    q = Query("1", "how does the boundary layer affect heat transfer in hypersonic flow")
+    r = pipe.run([q]).rankings[0]
+    ce = plain.run([q]).rankings[0]
+    assert knowledge_of(r) == ["What is heat transfer at a wall?",
+                               "How does a boundary layer form?"]
+    assert r.doc_ids[0] == ce.doc_ids[0] and set(r.doc_ids) == set(ce.doc_ids)
+    assert "with_question=True" in pipe.describe() and len(fake.prompts) == 1
+    assert "complete, self-contained question" in fake.prompts[0]
+
+
 def test_cli_answer_prints_checked_citations(cranfield_index, fake_openai):
     from typer.testing import CliRunner
 
