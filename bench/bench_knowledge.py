@@ -776,24 +776,33 @@ def render(out: Path = BENCHMARKS) -> None:
     write_section("knowledge", "\n".join(lines), out)
 
 
-READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared with other jobs):
+READING = """Reading (2026-11-24 and 2026-11-25 runs; small sets, noisy 2-core machine shared
+with other jobs):
 
-- **The goal is met on one kind of two-aspect question and not on the rest.** On composed
-  two-aspect questions with real judgments, per-element reranking with self-contained
-  sub-questions scored alone beats the cross-encoder alone significantly on R@10 and
-  S-recall@10: on SciFact with both embedded models, on Cranfield with the 0.5B (below). On
-  the generated two-document sets (the paper's setting as written, N_know 0-8, short
-  phrases, `question + element`) the knowledge-aware rerank does not beat the cross-encoder
-  alone: Vaswani (25 questions, 0.5B) R@10 .48 vs .54 (p = 0.49), Cranfield (9, 0.5B) .50 vs
-  .61, SciFact (4) .63 = .63, Vaswani with the 1.5B (10) .60 vs .65; more documents for the
-  declaration (N_know 0/2/5/8) does not help (.52/.50/.48/.46 on Vaswani). On
-  single-document questions it loses nothing at R@10 on Vaswani (.93 = .93, 15 questions)
+- **Where the goal stands: the first half is met, the second is not.** The best setting,
+  not the paper's: elements written as self-contained sub-questions from the question alone
+  (`knowledge: {n_know: 0, form: questions}`), each scored alone (`per_element: {against:
+  element}`), and the cross-encoder's own ranking interleaved as the first list
+  (`with_question: true`). On two-aspect questions (composed, below) it beats the
+  cross-encoder alone on R@10, significantly, on SciFact with both embedded models and on
+  Cranfield. On single-aspect SciFact test claims it still loses: on the seed-0 claims R@10
+  .784 vs .822 (p = 0.136, 100 claims; 1.5B, 50 claims: .750 vs .810, p = 0.39) and
+  nDCG@10 .607 vs .634 (p = 0.002; 1.5B .587 vs .624, p = 0.029). `with_question` was added
+  after those claims showed the loss, so a second sample is the check: on 100 seed-1 claims
+  (68 not in the seed-0 sample) R@10 .737 vs .807 (p = 0.043) and nDCG@10 .610 vs .635 (p =
+  0.052). The cross-encoder's own list keeps a third of the top ten, and the two element
+  lists fill the rest with documents about the parts the LLM split the claim into.
+- **Generated sets, the paper's setting as written** (N_know 0-8, short phrases, `question +
+  element`): on two-document questions the knowledge-aware rerank does not beat the
+  cross-encoder alone: Vaswani (25 questions, 0.5B) R@10 .48 vs .54 (p = 0.49), Cranfield
+  (9, 0.5B) .50 vs .61, SciFact (4) .63 = .63, Vaswani with the 1.5B (10) .60 vs .65; more
+  documents for the declaration (N_know 0/2/5/8) does not help (.52/.50/.48/.46 on Vaswani).
+  On single-document questions it loses nothing at R@10 on Vaswani (.93 = .93, 15 questions)
   but loses on Cranfield (.80 -> .60, 10) and SciFact (1.00 -> .90, 10), and at R@3
-  everywhere: the second goal is not met either. The elements the 0.5B declares are often
-  sentences copied from a document (14 subset violations in 25 questions); the 1.5B's are
-  short and on topic (no violation) and still do not help: `question + element` moves the
-  bundled MiniLM cross-encoder away from the documents the generated questions were written
-  from.
+  everywhere. The elements the 0.5B declares are often sentences copied from a document (14
+  subset violations in 25 questions); the 1.5B's are short and on topic (no violation) and
+  still do not help: `question + element` moves the bundled MiniLM cross-encoder away from
+  the documents the generated questions were written from.
 - **Composed two-aspect questions with real judgments (100 per corpus, N_know = 0):**
   (runs: `bench_knowledge.py measure-aspects scifact-composed --n 100 --n-know 0
   --element-alone --oracle-elements`; `... cranfield-composed --n 100 --n-know 0
@@ -827,20 +836,36 @@ READING = """Reading (2026-11-24 runs; small sets, noisy 2-core machine shared w
     no LLM), element alone reaches R@10 .714 and S-recall@10 .740, against the CE's .466 and
     .485 (p < 0.001), above the plain interleave (.691 and .700). The same elements with
     question + element stay at .467.
+  - The cross-encoder's list interleaved first (`--with-question --reuse`: same elements,
+    the other rows kept) costs nothing measurable on two-aspect questions: SciFact 0.5B
+    R@10 .650 vs .665 element alone (p = 0.48), S-recall@10 .675 (vs CE .466 and .485, both
+    p < 0.001); 1.5B .542 vs .552 (p = 1.0; vs CE .418, p = 0.001); Cranfield .213 vs .208
+    (vs CE .178, p = 0.001; S-recall@10 .650 vs .505, p < 0.001).
   - So per-element reranking pays off when the question has separable parts, the elements
     are full sub-questions, and the cross-encoder ranks well on the collection. It pays
     relative to the cross-encoder; it only draws level with the plain interleave, because
     here the cross-encoder itself is the loss. Composed questions spell out both parts
     (the 0.5B mostly copies the two halves), so they are the easy case of decomposition.
-- **Real SciFact test queries (single-aspect):** every knowledge-aware setting is below the
-  cross-encoder alone, so the second goal (nothing lost on single-document questions) is
-  not met:
+- **Real SciFact test queries (single-aspect):** without the question's own list every
+  knowledge-aware setting is significantly below the cross-encoder alone; with it, R@10 is
+  within noise and nDCG@10 is not:
   - N_know = 0, `form: questions`, element alone, the 0.5B, 100 queries (seed 0;
     `bench_knowledge.py measure-real ../shared/data/scifact --n 100 --n-know 0
     --element-alone --form questions`): R@10 .698 vs .822 (p = 0.005), nDCG@10 .509 vs .634
     (p < 0.001); `question + element` .640 and .442. Asked for the parts of a single claim,
     the 0.5B writes definitional sub-questions that drift from it ("What is Rapamycin?",
     "What is triacylglycerols?").
+  - The same with the cross-encoder's list first (`--with-question --reuse`, same elements):
+    R@10 .784 vs .822 (p = 0.136), nDCG@10 .607 vs .634 (p = 0.002); against element alone
+    +.086 R@10 (p = 0.031) and +.098 nDCG@10 (p = 0.001).
+  - A second sample, 100 claims (seed 1; `--n 100 --seed 1 ... --with-question --out
+    runs/knowledge/real-scifact-embedded-questions-seed1.json`): element alone R@10 .663 vs
+    .807 (p < 0.001), with the list first .737 (p = 0.043) and nDCG@10 .610 vs .635 (p =
+    0.052); on its 68 claims not in the seed-0 sample .721 vs .794 (p = 0.12).
+  - The 1.5B, 50 claims (seed 0; `--n 50 ... --llm llamacpp:qwen2.5-coder-1.5b`): element
+    alone R@10 .680 vs .810 (p = 0.044), nDCG@10 .499 vs .624 (p = 0.002); with the list
+    first .750 (p = 0.39) and .587 (p = 0.029). It writes the same kind of sub-questions
+    ("What is rapamycin?", "What does rapamycin do to fruit flies?").
   - The paper's N_know = 5 with phrases, 30 queries: R@10 .817 vs .883 (p = 0.49), nDCG@10
     .603 vs .660 (p = 0.18), at 6 LLM calls and about 50 s per query on this CPU.
   - The plain interleave (nDCG@10 .756-.763) beats every reranker here: the bundled
