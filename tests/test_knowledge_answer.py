@@ -156,6 +156,8 @@ def test_knowledge_elements_as_self_contained_sub_questions():
     assert asks not in alone.prompts[-1] and "short phrase" in alone.prompts[-1]
     with pytest.raises(ParameterError, match="unknown form 'keywords'"):
         KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0, form="keywords")
+    with pytest.raises(ParameterError, match="structured must be true or false, got 'no'"):
+        KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0, structured="no")
 
 
 class WordOverlap(Stage):

@@ -97,11 +97,18 @@ def check_weights(weights: Any, n: int | None = None, name: str = "weights",
     return out
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` when it is a bool (``structured: "no"`` in a config is a mistake)."""
+    if not isinstance(value, bool):
+        raise ParameterError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ParameterError(f"unknown {name} {value!r}; use {', '.join(choices)}")
     return value
 
 
-__all__ = ["MEANINGS", "ParameterError", "check_choice", "check_int", "check_number",
+__all__ = ["MEANINGS", "ParameterError", "check_bool", "check_choice", "check_int", "check_number",
            "check_optional_int", "check_weights", "refuse_renamed"]

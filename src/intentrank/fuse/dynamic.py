@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from intentrank.core.params import ParameterError, check_int, check_number
+from intentrank.core.params import ParameterError, check_bool, check_int, check_number
 from intentrank.core.protocols import LLMLike
 from intentrank.core.registry import BuildContext, register_fuser
 from intentrank.core.stage import Stage
@@ -100,8 +100,7 @@ class DynamicWeightedFusion(WeightedFusion):
         self.contract = load_contract(prompt)
         max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
                                else max_tokens)
-        if not isinstance(structured, bool):
-            raise ParameterError(f"structured must be true or false, got {structured!r}")
+        check_bool("structured", structured)
         if structured and self.contract.schema is None:
             raise ParameterError(f"structured output needs a schema in prompt {prompt!r}")
         self.llm, self.tolerance, self.max_tokens = llm, tolerance, max_tokens

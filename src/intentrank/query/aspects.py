@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from intentrank.core.params import ParameterError, check_int
+from intentrank.core.params import ParameterError, check_bool, check_int
 from intentrank.core.protocols import LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -71,8 +71,7 @@ class AspectExplorer(Stage):
                  structured: bool = False, prompt: str = "aspects",
                  name: str = "aspects") -> None:
         self.n = check_int("n (aspects per query)", n)
-        if not isinstance(structured, bool):
-            raise ParameterError(f"structured must be true or false, got {structured!r}")
+        check_bool("structured", structured)
         self.contract = load_contract(prompt)
         if structured and self.contract.schema is None:
             raise ParameterError(f"structured output needs a schema in prompt {prompt!r}")

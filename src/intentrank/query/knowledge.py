@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from intentrank.core.params import ParameterError, check_choice, check_int
+from intentrank.core.params import ParameterError, check_bool, check_choice, check_int
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -139,8 +139,7 @@ class KnowledgeElements(Stage):
                  name: str = "knowledge") -> None:
         self.n_know = check_int("n_know", n_know, minimum=0)
         self.doc_words = check_int("doc_words", doc_words)
-        if not isinstance(structured, bool):
-            raise ParameterError(f"structured must be true or false, got {structured!r}")
+        check_bool("structured", structured)
         if self.n_know and index is None:
             raise ParameterError("knowledge with n_know > 0 needs an index (document texts)")
         self.form = check_choice("form", form, FORMS)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from intentrank.core.params import ParameterError, check_int, check_optional_int
+from intentrank.core.params import check_bool, check_int, check_optional_int
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -45,8 +45,7 @@ class ListwiseReranker(Stage):
         self.contract = load_contract("listwise")
         max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
                                else max_tokens)
-        if not isinstance(structured, bool):
-            raise ParameterError(f"structured must be true or false, got {structured!r}")
+        check_bool("structured", structured)
         self.index, self.llm, self.top_k, self.name = index, llm, top_k, name
         self.window = min(window or top_k, top_k)
         self.step = step or max(1, self.window // 2)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from intentrank.core.params import ParameterError, check_int
+from intentrank.core.params import ParameterError, check_bool, check_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.fuse.interleave import interleave
@@ -47,9 +47,8 @@ class PerElementRerank(Stage):
         if against not in AGAINST:
             raise ParameterError(f"against must be one of {', '.join(AGAINST)}, got {against!r}")
         self.reranker, self.top_k, self.name = reranker, check_int("top_k", top_k), name
-        if not isinstance(with_question, bool):
-            raise ParameterError(f"with_question must be true or false, got {with_question!r}")
-        self.against, self.with_question = against, with_question
+        self.against = against
+        self.with_question = check_bool("with_question", with_question)
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         path_id = trace.path_of(self)
