@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -342,8 +343,9 @@ def merge_reused(old: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     comparable)."""
     for system in set(old) & set(fresh):
         for qid, scores in fresh[system].items():
-            if any(abs(v - old[system].get(qid, {}).get(m, float("nan"))) > 1e-9
-                   or v != v for m, v in scores.items()):
+            stored = old[system].get(qid, {})
+            if any(m not in stored or not math.isclose(v, stored[m], rel_tol=0, abs_tol=1e-9)
+                   for m, v in scores.items()):
                 raise SystemExit(f"--reuse: {system} scores query {qid} differently from the "
                                  "reused run; run without --reuse")
     return {**old, **fresh}

@@ -31,6 +31,17 @@ def test_rank_run_keeps_the_order_without_ties(bk):
     assert sorted(run["q"], key=run["q"].get, reverse=True) == ["b", "a", "c"]
 
 
+def test_merge_reused_refuses_a_row_the_reused_run_lacks_or_scores_otherwise(bk):
+    fresh = {"ce": {"q": {"R@10": 0.5}}}
+    assert bk.merge_reused({"ce": {"q": {"R@10": 0.5 + 1e-12}}, "ka0": {"q": {}}}, fresh) == {
+        "ce": fresh["ce"], "ka0": {"q": {}}}
+    for old in ({"ce": {}}, {"ce": {"q": {}}}, {"ce": {"q": {"R@10": 0.6}}}):
+        with pytest.raises(SystemExit, match="ce scores query q differently"):
+            bk.merge_reused(old, fresh)
+    with pytest.raises(SystemExit, match="differently"):
+        bk.merge_reused(fresh, {"ce": {"q": {"R@10": float("nan")}}})
+
+
 def test_measure_real_on_cranfield(bk, small_cranfield, cranfield_index, fake_openai, tmp_path):
     from intentrank.data.dataset import load_dataset
 
