@@ -94,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "cross-encoder's own list interleaved first (per_element "
                              "with_question: true)")
     for sp in (r, a):
+        sp.add_argument("--split-auto", action="store_true",
+                        help="with --with-question, also the same over split: auto's "
+                             "elements (one-part questions keep the cross-encoder's order)")
         sp.add_argument("--reuse", action="store_true",
                         help="keep the knowledge-aware systems already in the output file "
                              "(same questions, LLM and form) and rank only the missing ones; "
@@ -110,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if getattr(args, "with_question", False) and not args.element_alone:
         p.error("--with-question needs --element-alone")
+    if getattr(args, "split_auto", False) and not args.with_question:
+        p.error("--split-auto needs --with-question")
     return args
 
 
@@ -165,15 +170,18 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
                  element_alone: bool = False,
                  oracle: dict[str, list[str]] | None = None,
                  form: str = "phrases", with_question: bool = False,
-                 skip: frozenset[str] = frozenset()) -> dict[str, list[Any]]:
+                 skip: frozenset[str] = frozenset(), split_auto: bool = False
+                 ) -> dict[str, list[Any]]:
     """The three systems over ``queries``: ``none`` (BM25 and dense interleaved to 100
     unique), ``ce`` (the bundled cross-encoder over those) and ``ka<N>`` (knowledge-aware
     rerank at each N_know; with ``element_alone`` also ``ka<N>:element``, the same elements
     reranked against the element alone; with ``oracle``, ``kaoracle``: those elements given
     per query id, no LLM); ``form``: the knowledge stage's element form; ``with_question``:
     also ``ka<N>:element+question``, the element-alone lists with the CE's own list
-    interleaved first. Systems in ``skip`` (kept from an earlier run) are not ranked, and
-    elements already in ``result["elements"]`` must come out the same. Fills
+    interleaved first; ``split_auto``: also ``ka<N>:element+question+auto``, the same over
+    ``split: auto``'s elements (one-part questions keep the CE's order). Systems in ``skip``
+    (kept from an earlier run) are not ranked, and elements already in
+    ``result["elements"]`` must come out the same. Fills
     ``result["cost"]`` (per query) and ``result["elements"]``, calls ``save(systems)`` after
     each system and returns ``{system: rankings}``."""
     from intentrank.core.config import build_pipeline
@@ -211,6 +219,12 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         result["cost"][system[2:]] = {
             **cost, "rerank_seconds": (time.perf_counter() - t0) / len(queries)}
 
+    def gated(known_cost: tuple[list[Any], dict[str, Any]], system: str) -> None:
+        """``system``: element alone with the CE's list first, over ``split: auto``'s
+        elements (one-part questions keep the CE's order)."""
+        known, cost = known_cost
+        per_element(known, "element", system, cost, question=True)
+
     result["cost"]["none"] = {"seconds": t_first / len(queries), "calls": 0}
     result["cost"]["ce"] = {"seconds": (t_first + t_ce) / len(queries), "calls": 0}
     save(systems)
@@ -240,6 +254,9 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         if with_question:
             per_element(known, "element", f"ka{n_know}:element+question",
                         result["cost"][str(n_know)], question=True)
+        if split_auto:
+            gated(known_by_parts(llm, idx, n_know, form, reranked, result),
+                  f"ka{n_know}:element+question+auto")
         save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
               f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
@@ -255,6 +272,31 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
             per_element(known, "element", "kaoracle:element+question", no_llm, question=True)
         save(systems)
     return systems
+
+
+def known_by_parts(llm: Any, idx: Any, n_know: int, form: str, reranked: list[Any],
+                   result: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """``reranked`` through the knowledge stage with ``split: auto`` (the declarations are
+    the plain run's, from the reply cache); its elements go to ``result["elements"]`` under
+    ``<n_know>:auto`` (checked against a reused run's), and its LLM cost (the parts question
+    included) per query is returned with the rankings."""
+    from intentrank.query.knowledge import KnowledgeElements, knowledge_of
+    from intentrank.types import Trace
+
+    t = Trace()
+    known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150, form=form,
+                              split="auto")(reranked, t)
+    elements = {r.query.id: knowledge_of(r) for r in known}
+    if result["elements"].setdefault(f"{n_know}:auto", elements) != elements:
+        raise SystemExit(f"N_know={n_know}, split auto: the elements differ from the reused "
+                         "run's (another LLM reply cache?); run without --reuse")
+    cost = _llm_cost(t, "knowledge")
+    n = len(reranked)
+    return known, {**{k: v / n for k, v in cost.items() if k in ("calls", "seconds")},
+                   "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")},
+                   "single_part": sum(st.counters.get("single_part", 0)
+                                      for name, st in t.stages.items()
+                                      if name.startswith("knowledge"))}
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -395,7 +437,8 @@ def measure_real(args: argparse.Namespace) -> None:
         save_json(path, result)
 
     rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone,
-                 form=args.form, with_question=args.with_question, skip=skipped(old))
+                 form=args.form, with_question=args.with_question, skip=skipped(old),
+                 split_auto=args.split_auto)
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in REAL_METRICS) +
@@ -458,7 +501,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
     oracle = ({q.id: [a.text for a in q.aspects] for q in questions}
               if args.oracle_elements else None)
     rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone, oracle,
-                 args.form, args.with_question, skipped(old))
+                 args.form, args.with_question, skipped(old), args.split_auto)
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in ASPECT_METRICS) +
@@ -497,17 +540,23 @@ def _system_order(systems: Any) -> list[str]:
 
 
 def _label(system: str) -> str:
-    """``KA <N>``, with ``(element alone)`` for ``:element`` and ``(element alone, CE list
-    first)`` for ``:element+question``."""
-    n_know, _, against = system[2:].partition(":")
-    against, plus, _ = against.partition("+")
+    """``KA <N>``, with ``(element alone)`` for ``:element``, ``(element alone, CE list
+    first)`` for ``:element+question`` and ``(..., split auto)`` for ``...+auto``."""
+    n_know, _, rest = system[2:].partition(":")
+    against, *extras = rest.split("+")
+    notes = ([f"{against} alone"] + ["CE list first"] * ("question" in extras)
+             + ["split auto"] * ("auto" in extras))
     return {"none": "none", "ce": "CE"}.get(system, f"KA {n_know}" + (
-        f" ({against} alone{', CE list first' if plus else ''})" if against else ""))
+        f" ({', '.join(notes)})" if against else ""))
 
 
 def _fallbacks(cost: dict[str, Any]) -> str:
-    return ", ".join(f"{k.removeprefix('fallback.')} {int(v)}"
-                     for k, v in cost.get("fallbacks", {}).items() if v) or "-"
+    """The fallback counts of a row (and, for ``split: auto``, the one-part questions)."""
+    parts = [f"{k.removeprefix('fallback.')} {int(v)}"
+             for k, v in cost.get("fallbacks", {}).items() if v]
+    if "single_part" in cost:
+        parts.append(f"one part {int(cost['single_part'])}")
+    return ", ".join(parts) or "-"
 
 
 def judge_check(args: argparse.Namespace) -> None:
@@ -615,7 +664,9 @@ def _llm_label(res: dict[str, Any]) -> str:
 
 SYSTEM_NOTE = ("(element alone): `per_element` with `against: element`; (element alone, CE "
                "list first): the same with `with_question: true`, the CE's own ranking "
-               "interleaved as the first list")
+               "interleaved as the first list; (..., split auto): the same over `knowledge: "
+               "{split: auto}`'s elements, a question the LLM finds one part in keeping the "
+               "CE's order (`one part N` in the last column)")
 
 
 def real_section(results: list[dict[str, Any]]) -> list[str]:

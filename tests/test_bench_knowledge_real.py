@@ -178,6 +178,24 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     assert all(res["per_query"][s] == before[s] for s in before)
     assert bk._label("ka0:element+question") == "KA 0 (element alone, CE list first)"
     assert any("| KA 0 (element alone, CE list first) |" in ln for ln in bk.aspect_section([res]))
+    # --split-auto: this server answers the parts question with elements (unreadable), so
+    # the question counts as several parts (a fallback) and ranks as element+question
+    bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
+             "--index", str(cranfield_index.path), "--out", str(out), "--n", "1",
+             "--form", "questions", "--element-alone", "--with-question", "--split-auto",
+             "--reuse"])
+    res = json.loads(out.read_text())
+    auto = "ka0:element+question+auto"
+    assert res["per_query"][auto] == res["per_query"]["ka0:element+question"]
+    assert res["elements"]["0:auto"] == res["elements"]["0"]
+    assert res["cost"]["0:element+question+auto"]["single_part"] == 0
+    assert res["cost"]["0:element+question+auto"]["fallbacks"] == {"fallback.unparseable": 1}
+    assert bk._label(auto) == "KA 0 (element alone, CE list first, split auto)"
+    assert any("| KA 0 (element alone, CE list first, split auto) |" in ln
+               and "unparseable 1, one part 0 |" in ln for ln in bk.aspect_section([res]))
+    with pytest.raises(SystemExit) as exit_info:
+        bk.main(["measure-aspects", str(path), "--element-alone", "--split-auto"])
+    assert exit_info.value.code == 2
     with pytest.raises(SystemExit, match="another form"):
         bk.main(["measure-aspects", str(path), "--llm", f"openai:m@{url}", "--n-know", "0",
                  "--index", str(cranfield_index.path), "--out", str(out), "--n", "1",

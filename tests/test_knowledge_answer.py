@@ -21,6 +21,7 @@ from intentrank.query.knowledge import (
     element_support,
     knowledge_of,
     parse_declaration,
+    parse_parts,
     parse_summary,
     top_supported,
 )
@@ -43,13 +44,15 @@ class ByPrompt:
 
     name = "fake:knowledge"
 
-    def __init__(self, declare=None, summary: str = "", answer: str = "") -> None:
-        self.declare, self.summary, self.answer = declare, summary, answer
+    def __init__(self, declare=None, summary: str = "", answer: str = "", parts=None) -> None:
+        self.declare, self.summary, self.answer, self.parts = declare, summary, answer, parts
         self.prompts: list[str] = []
 
     def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         text = messages[-1]["content"]
         self.prompts.append(text)
+        if "How many separate things" in text:
+            return LLMReply(self.parts(text))
         if "Pick the two most important" in text:
             return LLMReply(self.summary)
         if "knowledge elements needed" in text:
@@ -158,6 +161,41 @@ def test_knowledge_elements_as_self_contained_sub_questions():
         KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0, form="keywords")
     with pytest.raises(ParameterError, match="structured must be true or false, got 'no'"):
         KnowledgeElements(LLMClient(alone, cache=None), None, n_know=0, structured="no")
+
+
+def test_split_auto_declares_only_for_questions_of_several_parts():
+    """``split: auto``: a question the LLM finds one part in gets no elements and no
+    declaration call; an unreadable parts answer counts as several parts (a fallback)."""
+    def parts(prompt: str) -> str:
+        return ('{"parts": 1}' if "Question: one claim" in prompt else
+                "several, I think" if "Question: unclear" in prompt else '{"parts": 2}')
+
+    fake = ByPrompt('{"needed": ["Does A hold?", "Does B hold?"]}', parts=parts)
+    stage = KnowledgeElements(LLMClient(fake, cache=None), None, n_know=0, form="questions",
+                              split="auto")
+    trace = Trace()
+    out = stage([ranking("1", "one claim", ["a", "b"]), ranking("2", "A? And B?", ["a"]),
+                 ranking("3", "unclear", ["a"])], trace)
+    assert [knowledge_of(r) for r in out] == [[], ["Does A hold?", "Does B hold?"],
+                                              ["Does A hold?", "Does B hold?"]]
+    counters = trace.stage("knowledge").counters
+    assert counters["single_part"] == 1 and counters["fallbacks"] == 1
+    assert "no_elements" not in counters and counters["declarations"] == 2
+    declared = [p for p in fake.prompts if "knowledge elements needed" in p]
+    assert len(declared) == 2 and not any("one claim" in p for p in declared)
+    assert "split=auto" in stage.describe()
+    # per_element keeps a one-part question's ranking as it came
+    kept = PerElementRerank(WordOverlap({"a": "one", "b": "claim one"}), against="element",
+                            with_question=True)([out[0]], Trace())
+    assert kept[0].doc_ids == out[0].doc_ids == ["a", "b"]
+    assert parse_parts('{"parts": 3}') == 3
+    for bad in ('{"parts": 0}', '{"parts": true}', '{"parts": "2"}', '{"n": 2}'):
+        with pytest.raises(ValueError, match="parts must be a whole number"):
+            parse_parts(bad)
+    with pytest.raises(ParameterError, match="unknown split 'sometimes'; use always, auto"):
+        KnowledgeElements(LLMClient(fake, cache=None), None, n_know=0, split="sometimes")
+    assert "split" not in KnowledgeElements(LLMClient(fake, cache=None), None,
+                                            n_know=0).describe()
 
 
 class WordOverlap(Stage):
@@ -318,6 +356,33 @@ def test_sub_questions_alone_with_the_question_list_on_real_cranfield(cranfield_
     assert r.doc_ids[0] == ce.doc_ids[0] and set(r.doc_ids) == set(ce.doc_ids)
     assert "with_question=True" in pipe.describe() and len(fake.prompts) == 1
     assert "complete, self-contained question" in fake.prompts[0]
+
+
+def test_split_auto_keeps_the_cross_encoder_order_of_a_one_part_question_on_real_cranfield(
+        cranfield_index):
+    """From YAML on the real index: ``split: auto`` leaves a one-part question exactly as the
+    cross-encoder ranked it and reranks a two-part one per element."""
+    from intentrank.core.config import build_pipeline, load_config
+    from intentrank.pipelines import build_context
+
+    one = "how does the boundary layer affect heat transfer in hypersonic flow"
+    two = "what is the drag of a delta wing? And how is a shock wave detached from a cone?"
+    fake = ByPrompt(lambda prompt: json.dumps({"needed": [
+        "What is the drag of a delta wing?", "How is a shock wave detached from a cone?"]}),
+        parts=lambda prompt: '{"parts": 1}' if one in prompt else '{"parts": 2}')
+    steps = load_config(resolve_pipeline("knowledge"))["pipeline"]
+    steps[-2] = {"knowledge": {"n_know": 0, "form": "questions", "split": "auto"}}
+    steps[-1]["per_element"].update(against="element", with_question=True)
+    ctx = build_context(cranfield_index, llm=LLMClient(fake, cache=None))
+    pipe, plain = build_pipeline(steps, ctx), build_pipeline(steps[:-2], ctx)
+    queries = [Query("1", one), Query("2", two)]
+    result = pipe.run(queries)
+    ce = plain.run(queries).rankings
+    assert knowledge_of(result.rankings[0]) == [] and len(knowledge_of(result.rankings[1])) == 2
+    assert result.rankings[0].doc_ids == ce[0].doc_ids
+    assert result.rankings[1].doc_ids != ce[1].doc_ids
+    assert result.trace.stage("knowledge").counters["single_part"] == 1
+    assert "split=auto" in pipe.describe()
 
 
 def test_cli_answer_prints_checked_citations(cranfield_index, fake_openai):

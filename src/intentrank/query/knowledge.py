@@ -15,6 +15,11 @@ is dropped. Fallbacks, all counted: a declaration reply that cannot be read decl
 for that document; a summary that cannot be read keeps the two elements provided by the most
 documents (ties: first declared); a query with nothing declared gets no elements, and
 ``per_element`` leaves its ranking as it was.
+
+``split: auto`` (not in the paper) first asks the LLM how many separate things each question
+asks about (prompt ``question_parts``); a question of one part gets no elements (counter
+``single_part``), so ``per_element`` keeps its incoming ranking, and its declaration calls are
+not made. An unreadable answer counts as several parts (the step's counted fallback).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from intentrank.types import Ranking, Trace
 KIND = "knowledge"
 N_ELEMENTS = 2
 FORMS = ("phrases", "questions")
+SPLITS = ("always", "auto")
 
 
 def contract_names(n_know: int, form: str) -> tuple[str, str]:
@@ -118,6 +124,14 @@ def parse_summary(reply: str) -> list[str]:
     return elements
 
 
+def parse_parts(reply: str) -> int:
+    """``{"parts": N}`` with N a whole number from 1 to 4; ValueError otherwise."""
+    parts = read_json_object(reply).get("parts")
+    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= 4:
+        raise ValueError(f"parts must be a whole number from 1 to 4, got {parts!r}")
+    return parts
+
+
 def knowledge_of(ranking_or_query: Any) -> list[str]:
     """The knowledge elements a ``knowledge`` stage pushed (empty when none)."""
     query = getattr(ranking_or_query, "query", ranking_or_query)
@@ -132,25 +146,50 @@ class KnowledgeElements(Stage):
     contracts' JSON schemas for constrained decoding. Counters: ``declarations``,
     ``subset_violations``, ``elements`` (pushed), ``no_elements`` (queries left without),
     ``summary_fallbacks``; the step's own ``fallbacks``. ``form`` is ``phrases`` (the
-    paper's) or ``questions`` (self-contained sub-questions)."""
+    paper's) or ``questions`` (self-contained sub-questions). ``split`` is ``always`` (the
+    paper's) or ``auto`` (only questions the LLM finds several parts in get elements;
+    counter ``single_part``)."""
 
     def __init__(self, llm: LLMLike, index: IndexLike | None, n_know: int = 5,
                  doc_words: int = 200, structured: bool = True, form: str = FORMS[0],
-                 name: str = "knowledge") -> None:
+                 split: str = SPLITS[0], name: str = "knowledge") -> None:
         self.n_know = check_int("n_know", n_know, minimum=0)
         self.doc_words = check_int("doc_words", doc_words)
         check_bool("structured", structured)
         if self.n_know and index is None:
             raise ParameterError("knowledge with n_know > 0 needs an index (document texts)")
         self.form = check_choice("form", form, FORMS)
+        self.split = check_choice("split", split, SPLITS)
+        self.parts = load_contract("question_parts") if self.split == "auto" else None
         declare, summarize = contract_names(self.n_know, self.form)
         self.declare, self.summarize = load_contract(declare), load_contract(summarize)
         self.llm, self.index, self.structured, self.name = llm, index, structured, name
 
+    def _several_parts(self, rankings: list[Ranking], trace: Trace, path_id: str
+                       ) -> list[bool]:
+        """Per ranking: does its question ask about several things (always, unless
+        ``split: auto`` and the LLM answers one part)?"""
+        if self.parts is None:
+            return [True] * len(rankings)
+        results = run_step(self.llm, self.parts,
+                           [{"query": r.query.text.strip()} for r in rankings],
+                           parse=lambda reply, item: parse_parts(reply.text),
+                           fallback=lambda item: 2, trace=trace, stage=path_id,
+                           query_ids=[r.query.id for r in rankings],
+                           structured=self.structured)
+        several = [result.value > 1 for result in results]
+        trace.count(path_id, "single_part", several.count(False))
+        return several
+
     def _declare(self, rankings: list[Ranking], trace: Trace, path_id: str
-                 ) -> list[list[Declaration]]:
+                 ) -> list[list[Declaration] | None]:
+        """Per ranking, what its declaration calls returned (None: a one-part question under
+        ``split: auto``, not declared)."""
+        several = self._several_parts(rankings, trace, path_id)
         items, owners, qids = [], [], []
         for i, ranking in enumerate(rankings):
+            if not several[i]:
+                continue
             question = ranking.query.text.strip()
             if not self.n_know:
                 items.append({"query": question})
@@ -166,22 +205,22 @@ class KnowledgeElements(Stage):
                            parse=lambda reply, item: parse_declaration(reply.text),
                            fallback=lambda item: None, trace=trace, stage=path_id,
                            query_ids=qids, structured=self.structured)
-        out: list[list[Declaration]] = [[] for _ in rankings]
+        out: list[list[Declaration] | None] = [[] if s else None for s in several]
         for owner, qid, result in zip(owners, qids, results, strict=True):
             if result.value is None:
                 continue
-            out[owner].append(result.value)
+            out[owner].append(result.value)  # type: ignore[union-attr]
             if result.value.violations:
                 trace.count(path_id, "subset_violations", len(result.value.violations))
                 trace.log(path_id, "repair", qid, detail="provided numbers outside the "
                           f"declared elements dropped: {list(result.value.violations)}")
-        trace.count(path_id, "declarations", sum(len(d) for d in out))
+        trace.count(path_id, "declarations", sum(len(d or ()) for d in out))
         return out
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         path_id = trace.path_of(self)
         declared = self._declare(rankings, trace, path_id)
-        supports = [element_support(d) for d in declared]
+        supports = [element_support(d or []) for d in declared]
         todo = [i for i, s in enumerate(supports) if len(s) > N_ELEMENTS]
         elements = [list(s) for s in supports]  # two or fewer: nothing to condense
         results = run_step(
@@ -199,9 +238,9 @@ class KnowledgeElements(Stage):
             else:
                 elements[i] = result.value
         out = []
-        for ranking, mine in zip(rankings, elements, strict=True):
+        for ranking, mine, decls in zip(rankings, elements, declared, strict=True):
             trace.count(path_id, "elements", len(mine))
-            if not mine:
+            if not mine and decls is not None:
                 trace.count(path_id, "no_elements")
             out.append(Ranking(ranking.query.with_derived(KIND, mine, path_id), ranking.docs))
         return out
@@ -209,14 +248,16 @@ class KnowledgeElements(Stage):
     def describe(self) -> str:
         return self.described(self.llm.name, n_know=self.n_know, doc_words=self.doc_words,
                               structured=self.structured,
-                              form=None if self.form == FORMS[0] else self.form)
+                              form=None if self.form == FORMS[0] else self.form,
+                              split=None if self.split == SPLITS[0] else self.split)
 
 
 @register_stage("knowledge")
 def _knowledge(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-    """``knowledge: {n_know: 5, doc_words: 200, structured: true, form: phrases|questions}``:
-    the two knowledge elements each query needs, declared over its top ``n_know`` documents
-    (as short phrases, or as self-contained sub-questions)."""
+    """``knowledge: {n_know: 5, doc_words: 200, structured: true, form: phrases|questions,
+    split: always|auto}``: the two knowledge elements each query needs, declared over its top
+    ``n_know`` documents (as short phrases, or as self-contained sub-questions; with ``split:
+    auto`` only for questions the LLM finds several parts in)."""
     n_know = params.get("n_know", 5)
     index = ctx.require_index("knowledge") if n_know else None
     return KnowledgeElements(ctx.llm(), index, **params)
