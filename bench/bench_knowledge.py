@@ -651,9 +651,10 @@ def _row_cells(row: dict[str, Any], metrics: tuple[str, ...], tests: tuple[str, 
     """A ``real_rows`` row's cells after its label: metric means x100, p-values, LLM cost."""
     cost = row["cost"]
     p = [f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in tests]
+    spent = (f"{cost.get('calls', 0):.1f} | {cost.get('seconds', 0):.1f} | {_fallbacks(cost)}"
+             if cost else "- | - | -")  # pooled rows: see each run's own row
     return (" | ".join(f"{100 * row['means'][m]:.1f}" for m in metrics) +
-            f" | {' | '.join(p)} | {cost.get('calls', 0):.1f} | "
-            f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
+            f" | {' | '.join(p)} | {spent} |")
 
 
 def _llm_label(res: dict[str, Any]) -> str:
@@ -691,6 +692,7 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
             for row in real_rows(res):
                 lines.append(f"| {name} | {_llm_label(res)} | {row['n']} ({res['seed']}) | "
                              f"{row['label']} | {_row_cells(row, REAL_METRICS, REAL_TESTS)}")
+        lines += pooled_lines(group, name)
         lines += ["| paper (LiveRAG, single-document) | Falcon3-10B | - | CE / KA 5 | - | - | "
                   "85.0 / 85.0 | - | - | - | - | - | - | - | - |", "",
                   f"Comparability: the paper's .85 (CE) and .85 (KA, N_know = 5) are R@10 on "
@@ -701,6 +703,40 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
                   f"bundled MiniLM cross-encoder and small embedded LLMs, so only the "
                   f"CE-to-KA difference is comparable (0 in the paper at N_know = 5, -.03 at "
                   f"N_know = 0), not the levels.", ""]
+    return lines
+
+
+def pooled(group: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``measure-real`` runs of ``group`` with the same LLM and form over several seeds,
+    pooled: every query once, with the systems all of its runs have (None when fewer than
+    two such runs). A query in two runs must score the same in both (SystemExit otherwise)."""
+    if len(group) < 2 or len({(r["llm"], r.get("form", "phrases")) for r in group}) > 1:
+        return None
+    systems = set.intersection(*(set(r["per_query"]) for r in group))
+    per_query: dict[str, dict[str, Any]] = {s: {} for s in systems}
+    for res in group:
+        for system in systems:
+            for qid, scores in res["per_query"][system].items():
+                seen = per_query[system].setdefault(qid, scores)
+                if any(not math.isclose(seen[m], v, rel_tol=0, abs_tol=1e-9)
+                       for m, v in scores.items()):
+                    raise SystemExit(f"pooling {res['llm']} runs: {system} scores query {qid} "
+                                     "differently in two runs")
+    return {**group[0], "per_query": per_query, "cost": {},
+            "seed": "+".join(str(r["seed"]) for r in group)}
+
+
+def pooled_lines(group: list[dict[str, Any]], name: str) -> list[str]:
+    """Table rows for the runs of ``group`` pooled per LLM and form (``pooled``)."""
+    lines = []
+    for key in sorted({(r["llm"], r.get("form", "phrases")) for r in group}):
+        pool = pooled([r for r in group if (r["llm"], r.get("form", "phrases")) == key])
+        if pool is None:
+            continue
+        for row in real_rows(pool):
+            lines.append(f"| {name} | {_llm_label(pool)} | {row['n']} (seeds {pool['seed']}, "
+                         f"pooled) | {row['label']} | "
+                         f"{_row_cells(row, REAL_METRICS, REAL_TESTS)}")
     return lines
 
 

@@ -42,6 +42,30 @@ def test_merge_reused_refuses_a_row_the_reused_run_lacks_or_scores_otherwise(bk)
         bk.merge_reused(fresh, {"ce": {"q": {"R@10": float("nan")}}})
 
 
+def test_pooled_runs_count_each_query_once_and_must_agree(bk):
+    def run(seed: int, ce: dict, ka: dict) -> dict:
+        return {"dataset": "scifact", "split": "test", "llm": "embedded", "form": "questions",
+                "seed": seed, "relevant_per_query": 1.0, "cost": {"0": {"calls": 2.0}},
+                "per_query": {"ce": {q: dict.fromkeys(bk.REAL_METRICS, v) for q, v in ce.items()},
+                              "ka0": {q: dict.fromkeys(bk.REAL_METRICS, v)
+                                      for q, v in ka.items()}}}
+
+    a = run(0, {"q1": 1.0, "q2": 0.0}, {"q1": 0.0, "q2": 0.0})
+    b = run(1, {"q2": 0.0, "q3": 1.0}, {"q2": 0.0, "q3": 1.0})
+    pool = bk.pooled([a, b])
+    assert pool["seed"] == "0+1" and sorted(pool["per_query"]["ce"]) == ["q1", "q2", "q3"]
+    rows = {r["system"]: r for r in bk.real_rows(pool)}
+    assert rows["ce"]["means"]["R@10"] == pytest.approx(2 / 3)
+    assert rows["ka0"]["means"]["R@10"] == pytest.approx(1 / 3)
+    lines = bk.pooled_lines([a, b], "SciFact")
+    assert lines[0].startswith("| SciFact | embedded (questions) | 3 (seeds 0+1, pooled) | CE |")
+    assert lines[1].endswith("| - | - | - |")  # no cost of its own
+    assert bk.pooled([a]) is None and bk.pooled([a, {**b, "llm": "other"}]) is None
+    b["per_query"]["ka0"]["q2"]["nDCG@10"] = 1.0
+    with pytest.raises(SystemExit, match="ka0 scores query q2 differently in two runs"):
+        bk.pooled([a, b])
+
+
 def test_measure_real_on_cranfield(bk, small_cranfield, cranfield_index, fake_openai, tmp_path):
     from intentrank.data.dataset import load_dataset
 
