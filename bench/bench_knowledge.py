@@ -219,12 +219,6 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         result["cost"][system[2:]] = {
             **cost, "rerank_seconds": (time.perf_counter() - t0) / len(queries)}
 
-    def gated(known_cost: tuple[list[Any], dict[str, Any]], system: str) -> None:
-        """``system``: element alone with the CE's list first, over ``split: auto``'s
-        elements (one-part questions keep the CE's order)."""
-        known, cost = known_cost
-        per_element(known, "element", system, cost, question=True)
-
     result["cost"]["none"] = {"seconds": t_first / len(queries), "calls": 0}
     result["cost"]["ce"] = {"seconds": (t_first + t_ce) / len(queries), "calls": 0}
     save(systems)
@@ -233,33 +227,29 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], n_knows: list[int],
         t0 = time.perf_counter()
         known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150,
                                   form=form)(reranked, t)
-        elements = {r.query.id: knowledge_of(r) for r in known}
-        if result["elements"].setdefault(str(n_know), elements) != elements:
-            raise SystemExit(f"N_know={n_know}: the elements differ from the reused run's "
-                             "(another LLM reply cache?); run without --reuse")
+        keep_elements(result, str(n_know), known, f"N_know={n_know}")
         paper = f"ka{n_know}" not in skip
         if paper:
             systems[f"ka{n_know}"] = PerElementRerank(ce, top_k=100)(known, t)
         wall = time.perf_counter() - t0
-        cost = _llm_cost(t, "knowledge")
+        cost = knowledge_cost(t, len(queries))
         ce_seconds = sum(st.seconds for n, st in t.stages.items() if n.startswith("per_element"))
         if paper or str(n_know) not in result["cost"]:
             result["cost"][str(n_know)] = {
-                **{k: v / len(queries) for k, v in cost.items() if k in ("calls", "seconds")},
-                "rerank_seconds": ce_seconds / len(queries), "wall": wall / len(queries),
-                "base_seconds": (t_first + t_ce) / len(queries),
-                "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")}}
+                **cost, "rerank_seconds": ce_seconds / len(queries),
+                "wall": wall / len(queries), "base_seconds": (t_first + t_ce) / len(queries)}
         if element_alone:
             per_element(known, "element", f"ka{n_know}:element", result["cost"][str(n_know)])
         if with_question:
             per_element(known, "element", f"ka{n_know}:element+question",
                         result["cost"][str(n_know)], question=True)
         if split_auto:
-            gated(known_by_parts(llm, idx, n_know, form, reranked, result),
-                  f"ka{n_know}:element+question+auto")
+            gated, gated_cost = known_by_parts(llm, idx, n_know, form, reranked, result)
+            per_element(gated, "element", f"ka{n_know}:element+question+auto", gated_cost,
+                        question=True)
         save(systems)
         print(f"  N_know={n_know}: {wall / len(queries):.1f} s/q, "
-              f"{cost['calls'] / len(queries):.1f} calls/q", flush=True)
+              f"{cost['calls']:.1f} calls/q", flush=True)
     if oracle is not None:
         known = [Ranking(r.query.with_derived(KIND, oracle[r.query.id], "oracle"), r.docs)
                  for r in reranked]
@@ -280,23 +270,36 @@ def known_by_parts(llm: Any, idx: Any, n_know: int, form: str, reranked: list[An
     the plain run's, from the reply cache); its elements go to ``result["elements"]`` under
     ``<n_know>:auto`` (checked against a reused run's), and its LLM cost (the parts question
     included) per query is returned with the rankings."""
-    from intentrank.query.knowledge import KnowledgeElements, knowledge_of
+    from intentrank.query.knowledge import KnowledgeElements
     from intentrank.types import Trace
 
     t = Trace()
     known = KnowledgeElements(llm, idx, n_know=n_know, doc_words=150, form=form,
                               split="auto")(reranked, t)
-    elements = {r.query.id: knowledge_of(r) for r in known}
-    if result["elements"].setdefault(f"{n_know}:auto", elements) != elements:
-        raise SystemExit(f"N_know={n_know}, split auto: the elements differ from the reused "
-                         "run's (another LLM reply cache?); run without --reuse")
-    cost = _llm_cost(t, "knowledge")
-    n = len(reranked)
-    return known, {**{k: v / n for k, v in cost.items() if k in ("calls", "seconds")},
-                   "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")},
+    keep_elements(result, f"{n_know}:auto", known, f"N_know={n_know}, split auto")
+    return known, {**knowledge_cost(t, len(reranked)),
                    "single_part": sum(st.counters.get("single_part", 0)
                                       for name, st in t.stages.items()
                                       if name.startswith("knowledge"))}
+
+
+def keep_elements(result: dict[str, Any], key: str, known: list[Any], what: str) -> None:
+    """Record the elements of ``known`` under ``result["elements"][key]``; SystemExit when a
+    reused run recorded others there (``what`` names the run in the message)."""
+    from intentrank.query.knowledge import knowledge_of
+
+    elements = {r.query.id: knowledge_of(r) for r in known}
+    if result["elements"].setdefault(key, elements) != elements:
+        raise SystemExit(f"{what}: the elements differ from the reused run's (another LLM "
+                         "reply cache?); run without --reuse")
+
+
+def knowledge_cost(trace: Any, n: int) -> dict[str, Any]:
+    """The knowledge stage's LLM requests and seconds per query (of ``n``) and its fallback
+    counts, from ``trace``."""
+    cost = _llm_cost(trace, "knowledge")
+    return {"calls": cost["calls"] / n, "seconds": cost["seconds"] / n,
+            "fallbacks": {k: v for k, v in cost.items() if k not in ("calls", "seconds")}}
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -379,15 +382,20 @@ def reused(path: Path, result: dict[str, Any]) -> dict[str, Any]:
     return old["per_query"]
 
 
+def same_scores(stored: dict[str, float], fresh: dict[str, float]) -> bool:
+    """Whether ``stored`` has every metric of ``fresh`` with the same value (1e-9; NaN is
+    never the same)."""
+    return all(m in stored and math.isclose(v, stored[m], rel_tol=0, abs_tol=1e-9)
+               for m, v in fresh.items())
+
+
 def merge_reused(old: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     """``fresh`` per-query scores over the kept ``old`` ones; the systems ranked again
     (none, CE) must score as stored (SystemExit otherwise: the reused rows would not be
     comparable)."""
     for system in set(old) & set(fresh):
         for qid, scores in fresh[system].items():
-            stored = old[system].get(qid, {})
-            if any(m not in stored or not math.isclose(v, stored[m], rel_tol=0, abs_tol=1e-9)
-                   for m, v in scores.items()):
+            if not same_scores(old[system].get(qid, {}), scores):
                 raise SystemExit(f"--reuse: {system} scores query {qid} differently from the "
                                  "reused run; run without --reuse")
     return {**old, **fresh}
@@ -706,11 +714,16 @@ def real_section(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _run_kind(res: dict[str, Any]) -> tuple[str, str]:
+    """A result's LLM and element form: the runs that ``pooled`` may pool together."""
+    return res["llm"], res.get("form", "phrases")
+
+
 def pooled(group: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The ``measure-real`` runs of ``group`` with the same LLM and form over several seeds,
     pooled: every query once, with the systems all of its runs have (None when fewer than
     two such runs). A query in two runs must score the same in both (SystemExit otherwise)."""
-    if len(group) < 2 or len({(r["llm"], r.get("form", "phrases")) for r in group}) > 1:
+    if len(group) < 2 or len({_run_kind(r) for r in group}) > 1:
         return None
     group = sorted(group, key=lambda r: r["seed"])
     systems = set.intersection(*(set(r["per_query"]) for r in group))
@@ -718,9 +731,7 @@ def pooled(group: list[dict[str, Any]]) -> dict[str, Any] | None:
     for res in group:
         for system in systems:
             for qid, scores in res["per_query"][system].items():
-                seen = per_query[system].setdefault(qid, scores)
-                if any(not math.isclose(seen[m], v, rel_tol=0, abs_tol=1e-9)
-                       for m, v in scores.items()):
+                if not same_scores(per_query[system].setdefault(qid, scores), scores):
                     raise SystemExit(f"pooling {res['llm']} runs: {system} scores query {qid} "
                                      "differently in two runs")
     return {**group[0], "per_query": per_query, "cost": {},
@@ -730,8 +741,8 @@ def pooled(group: list[dict[str, Any]]) -> dict[str, Any] | None:
 def pooled_lines(group: list[dict[str, Any]], name: str) -> list[str]:
     """Table rows for the runs of ``group`` pooled per LLM and form (``pooled``)."""
     lines = []
-    for key in sorted({(r["llm"], r.get("form", "phrases")) for r in group}):
-        pool = pooled([r for r in group if (r["llm"], r.get("form", "phrases")) == key])
+    for kind in sorted({_run_kind(r) for r in group}):
+        pool = pooled([r for r in group if _run_kind(r) == kind])
         if pool is None:
             continue
         for row in real_rows(pool):
