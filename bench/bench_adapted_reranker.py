@@ -141,13 +141,8 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     best = max((k for k in runs if "CE" in k), key=ndcg.__getitem__)
     tests = {k: paired_test(results["BM25"].column("nDCG@10"), results[k].column("nDCG@10"),
                             "nDCG@10").p_randomization for k in ("BM25 -> CE", best)}
-    gen = json.loads((set_dir(name, args) / "generation.json").read_text())
     return {"n_queries": len(queries), "ndcg@10": ndcg, "best": best, "p_vs_bm25": tests,
-            "generation": {"kept": gen["kept"], "attempts": gen["attempts"],
-                           "model": gen["identity"]["model"],
-                           "questions_per_minute": gen["questions_per_minute"],
-                           "minutes": gen.get("minutes") or round(  # sets from before "minutes"
-                               sum(r["seconds"] for r in gen["runs"]) / 60, 1)},
+            "generation": None if args.zero_shot else generation_cost(set_dir(name, args)),
             "training": {"base": info["base_model"], "queries": info["n_queries"],
                          "pairs": info["pairs_trained"],
                          "negatives": info["negatives"]["sources"],
@@ -155,6 +150,15 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                          "minutes": round((info["seconds"]["training"]
                                            + info["seconds"]["mining"]) / 60, 1)},
             "ce_pairs_per_s": round(sum(map(len, scores)) / seconds, 1)}
+
+
+def generation_cost(source: Path) -> dict[str, Any]:
+    """What the generated set at ``source`` cost (its generation.json)."""
+    gen = json.loads((source / "generation.json").read_text())
+    return {"kept": gen["kept"], "attempts": gen["attempts"], "model": gen["identity"]["model"],
+            "questions_per_minute": gen["questions_per_minute"],
+            "minutes": gen.get("minutes") or round(  # sets from before "minutes"
+                sum(r["seconds"] for r in gen["runs"]) / 60, 1)}
 
 
 def markdown(results: dict[str, Any]) -> str:

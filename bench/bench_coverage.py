@@ -7,7 +7,8 @@ are added from ``eval/coverage.py``.
     python bench/bench_coverage.py run --sample 40 --ordinary 50   # docs/benchmarks.md
 
 The sets are built as ``generate/aspect_sets.py`` says: composed from pairs of real labelled
-test queries (``compose_pairs``), and from the two-document questions of ``intentrank
+test queries (``compose_pairs``; ``<corpus>-composed-sentence``: the same questions written
+as one sentence, ``restyled``), and from the two-document questions of ``intentrank
 generate`` runs in ``runs/aspects/gen-<corpus>`` (``from_generated``). LLM replies (the
 explorer) are cached on disk, so a rerun replays them (latency stays the cold one).
 """
@@ -56,7 +57,7 @@ def without_explorer(node: Any) -> Any:
 def make_sets(n: int, seed: int) -> None:
     from intentrank.data.dataset import load_dataset
     from intentrank.eval.coverage import write_aspect_set
-    from intentrank.generate.aspect_sets import compose_pairs, from_generated
+    from intentrank.generate.aspect_sets import compose_pairs, from_generated, restyled
     from intentrank.index import Index
 
     params: dict[str, Any] = {"n": n, "seed": seed, "split": "test", "min_cosine": 0.3,
@@ -67,6 +68,8 @@ def make_sets(n: int, seed: int) -> None:
         vecs = index.encode_queries([q.text for q in queries])
         composed = compose_pairs(queries, qrels, vecs, index.doc_text, n, seed)
         write_aspect_set(composed, RUNS / f"{corpus}-composed.jsonl")
+        write_aspect_set(restyled(composed, "sentence"),
+                         RUNS / f"{corpus}-composed-sentence.jsonl")
         params[f"{corpus}-composed"] = len(composed)
         generated = []  # this issue's runs, then the generated-questions issue's
         for gen in (RUNS / f"gen-{corpus}", ROOT / "runs" / "generated" / corpus):

@@ -56,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--answer-n", type=int, default=20)
     m.add_argument("--limit", type=int, default=0, help="questions (0: all)")
     m.add_argument("--kinds", nargs="+", default=["pair", "single"])
+    m.add_argument("--index", type=Path, default=None,
+                   help="the collection's index (default: indexes/<SET>)")
     j = sub.add_parser("judge-check")
     j.add_argument("set")
     j.add_argument("--llm", default="embedded")
@@ -93,10 +95,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --element-alone, also the element-alone lists with the "
                              "cross-encoder's own list interleaved first (per_element "
                              "with_question: true)")
-    for sp in (r, a):
+    for sp in (m, r, a):
         sp.add_argument("--split-auto", action="store_true",
                         help="with --with-question, also the same over split: auto's "
                              "elements (one-part questions keep the cross-encoder's order)")
+    for sp in (r, a):
         sp.add_argument("--reuse", action="store_true",
                         help="keep the knowledge-aware systems already in the output file "
                              "(same questions, LLM and form) and rank only the missing ones; "
@@ -305,11 +308,12 @@ def knowledge_cost(trace: Any, n: int) -> dict[str, Any]:
 def measure(args: argparse.Namespace) -> None:
     from intentrank.answer.generate import AnswerGenerator
     from intentrank.eval.answer_judge import JudgeItem, judge_answers, summarize
+    from intentrank.index import Index
     from intentrank.llm.client import load_llm
     from intentrank.types import Trace
 
     ds, queries, gold, kind, refs = load_set(args.set, args.limit, args.kinds)
-    idx = open_index(args.set)
+    idx = Index.open(args.index) if args.index else open_index(args.set)
     llm = load_llm(args.llm)
     path = OUT / (f"{args.set}--{args.llm}--{'+'.join(args.kinds)}"
                   f"{form_suffix(args.form, '--')}.json")
@@ -328,7 +332,7 @@ def measure(args: argparse.Namespace) -> None:
 
     systems = rank_systems(idx, llm, queries, args.n_know, result, save,
                            args.element_alone, form=args.form,
-                           with_question=args.with_question)
+                           with_question=args.with_question, split_auto=args.split_auto)
     if not args.answer_n or 5 not in args.n_know:
         return
     judge = load_llm(args.judge_llm) if args.judge_llm else llm

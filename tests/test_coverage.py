@@ -336,6 +336,28 @@ def test_key_sentence_and_composition_by_hand():
     assert {d for q in out for a in q.aspects for d in a.docs} <= {"d0", "d1", "d2", "d3"}
 
 
+def test_composed_questions_restyled_as_one_sentence():
+    from intentrank.eval.coverage import Aspect, AspectQuestion
+    from intentrank.generate.aspect_sets import compose_text, restyled
+
+    assert compose_text("Vitamin D lowers risk.", " ALDH1 marks stem cells") == \
+        "Vitamin D lowers risk? And ALDH1 marks stem cells?"
+    assert compose_text("Vitamin D lowers risk.", "Hypoxia drives growth.", "sentence") == \
+        "Vitamin D lowers risk, and hypoxia drives growth?"
+    assert compose_text("what is lift?", "ALDH1 marks stem cells", "sentence") == \
+        "what is lift, and ALDH1 marks stem cells?"
+    with pytest.raises(ValueError, match="questions, sentence"):
+        compose_text("a", "b", "list")
+    q = AspectQuestion("c0", "A? And B?", (Aspect("1", "x", {"d1": 2}, "A."),
+                                          Aspect("2", "y", {"d2": 1}, "B is big.")),
+                       "composed", {"queries": ["1", "2"]})
+    (one,) = restyled([q], "sentence")
+    assert one.text == "A, and b is big?" and one.aspects == q.aspects and one.id == "c0"
+    assert one.meta == {"queries": ["1", "2"], "style": "sentence"}
+    with pytest.raises(ValueError, match="g1: only composed"):
+        restyled([AspectQuestion("g1", "t", q.aspects, "generated")], "sentence")
+
+
 def test_from_generated_reads_pairs_and_names_bad_lines(tmp_path):
     from intentrank.generate.aspect_sets import from_generated
 

@@ -1,8 +1,9 @@
 """Aspect-labelled question sets for method 4 (coverage), made two ways from a corpus:
 
 - :func:`compose_pairs`: a broad question composed of two real labelled queries of the same
-  split ("A? And B?"), paired greedily by the cosine of their embeddings (the closest unused
-  partner within ``[min_cosine, max_cosine]`` whose relevant documents do not overlap).
+  split ("A? And B?"; :func:`restyled` writes them as one sentence, "A, and b?"), paired
+  greedily by the cosine of their embeddings (the closest unused partner within
+  ``[min_cosine, max_cosine]`` whose relevant documents do not overlap).
   Each original query is one aspect (subtopic): its relevant documents are the aspect's
   gold documents with their real grades, and its text is the aspect's text.
 - :func:`from_generated`: the two-document questions of ``intentrank generate`` (kinds
@@ -22,6 +23,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +65,33 @@ def _best_doc(docs: Mapping[str, int]) -> str:
     return max(docs.items(), key=lambda kv: kv[1])[0]  # max keeps the first of equal grades
 
 
-def compose_text(a: str, b: str) -> str:
-    """``"A? And B?"`` from two query texts."""
-    return f"{a.strip().rstrip('.?! ')}? And {b.strip().rstrip('.?! ')}?"
+STYLES = ("questions", "sentence")
+
+
+def compose_text(a: str, b: str, style: str = "questions") -> str:
+    """One question from two query texts: ``"A? And B?"`` (``questions``), or one sentence
+    ``"A, and b?"`` (``sentence``: the second text's first letter lowered unless it starts an
+    acronym such as "ALDH1")."""
+    a, b = a.strip().rstrip(".?! "), b.strip().rstrip(".?! ")
+    if style == "questions":
+        return f"{a}? And {b}?"
+    if style != "sentence":
+        raise ValueError(f"style {style!r}: expected one of {', '.join(STYLES)}")
+    if b[:1].isupper() and not b[1:2].isupper():
+        b = b[0].lower() + b[1:]
+    return f"{a}, and {b}?"
+
+
+def restyled(questions: Sequence[AspectQuestion], style: str) -> list[AspectQuestion]:
+    """Composed ``questions`` with their text written in ``style`` from their two aspects'
+    texts (the original queries); the aspects, gold documents and ids stay."""
+    out = []
+    for q in questions:
+        if q.source != "composed" or len(q.aspects) != 2:
+            raise ValueError(f"{q.id}: only composed two-aspect questions can be restyled")
+        out.append(replace(q, text=compose_text(q.aspects[0].text, q.aspects[1].text, style),
+                           meta={**q.meta, "style": style}))
+    return out
 
 
 def compose_pairs(queries: Sequence[Query], qrels: Mapping[str, Mapping[str, int]],
