@@ -121,6 +121,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def file_part(llm: str) -> str:
+    """An LLM name as a file name part (``llamacpp:qwen2.5-coder-1.5b`` ->
+    ``llamacpp_qwen2.5-coder-1.5b``; an endpoint URL loses its slashes)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", llm)
+
+
 def form_suffix(form: str, sep: str = "-") -> str:
     """What a result file's name adds for the knowledge element form (nothing for the
     paper's phrases)."""
@@ -315,7 +321,7 @@ def measure(args: argparse.Namespace) -> None:
     ds, queries, gold, kind, refs = load_set(args.set, args.limit, args.kinds)
     idx = Index.open(args.index) if args.index else open_index(args.set)
     llm = load_llm(args.llm)
-    path = OUT / (f"{args.set}--{args.llm}--{'+'.join(args.kinds)}"
+    path = OUT / (f"{args.set}--{file_part(args.llm)}--{'+'.join(args.kinds)}"
                   f"{form_suffix(args.form, '--')}.json")
     result: dict[str, Any] = {"set": args.set, "llm": args.llm, "form": args.form,
                               "n": len(queries),
@@ -430,7 +436,7 @@ def measure_real(args: argparse.Namespace) -> None:
     idx = open_or_build(ds.corpus, args.index or ROOT / "indexes" / name, progress=True,
                         source=str(ds.root))
     llm = load_llm(args.llm)
-    path = args.out or OUT / (f"real-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}"
+    path = args.out or OUT / (f"real-{name}-{file_part(args.llm)}"
                               f"{form_suffix(args.form)}.json")
     relevant = [sum(g > 0 for g in qrels[q.id].values()) for q in queries]
     result: dict[str, Any] = {
@@ -484,7 +490,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
     queries = [Query(q.id, q.text) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
     llm = load_llm(args.llm)
-    path = args.out or OUT / (f"aspects-{name}-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.llm)}"
+    path = args.out or OUT / (f"aspects-{name}-{file_part(args.llm)}"
                               f"{form_suffix(args.form)}.json")
     result: dict[str, Any] = {
         "dataset": name, "split": "composed", "llm": args.llm, "form": args.form,
@@ -764,7 +770,9 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
     cols = [*(f"R@{k}" for k in CUTS), "nDCG@10", "S-recall@10", "alpha-nDCG@10"]
     lines = ["**Composed two-aspect questions with real judgments** (`bench_knowledge.py "
              "measure-aspects`; the composed sets of the coverage benchmark: two real labelled "
-             "test queries joined as \"A? And B?\", each query's relevant documents one aspect; "
+             "test queries joined as \"A? And B?\" (sets named `-sentence`: the same questions "
+             "written as one sentence, \"A, and b?\"), each query's relevant documents one "
+             "aspect; "
              "the set's first n questions; x100; R@k and nDCG@10 against the union of the two "
              "queries' judgments, S-recall@10 = share of the two aspects with a relevant "
              "document in the top 10, alpha-nDCG@10 by ndeval; p = paired randomization test "
@@ -793,9 +801,10 @@ def render(out: Path = BENCHMARKS) -> None:
              "knowledge-aware: the LLM declares the question's knowledge elements over the CE "
              "top N documents (N = 0: from the question alone), condenses them into two, and "
              "the CE top 100 is reranked by the cross-encoder once per `question + element`, "
-             "the two lists interleaved. p = paired randomization test of KA 5 against CE on "
-             "R@10. s/q = LLM seconds per question (cold: cached replies count what they took), "
-             "calls/q = LLM requests per question. Paper (LiveRAG, 15M FineWeb documents, "
+             "the two lists interleaved. p = paired randomization test of each KA row against "
+             "CE on R@10. s/q = LLM seconds per question (cold: cached replies count what "
+             "they took), calls/q = LLM requests per question; these and the fallbacks are "
+             "over the set's questions of both kinds. Paper (LiveRAG, 15M FineWeb documents, "
              "N_ret = 2000, a strong reranker and Falcon3-10B): two-document R@10 CE .53, "
              "KA 0/2/5/8 .52/.53/.55/.54; single-document .85 vs .82/.84/.85/.84.", ""]
     results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))

@@ -233,3 +233,50 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     with pytest.raises(SystemExit) as exit_info:
         bk.main(["measure-aspects", str(path), "--with-question"])
     assert exit_info.value.code == 2
+
+
+def test_measure_on_a_generated_set_with_split_auto(bk, cranfield, cranfield_index, fake_openai,
+                                                    tmp_path, monkeypatch):
+    """``measure SET --split-auto`` on a hand-made generated set over real Cranfield: a
+    question the LLM finds one part in keeps the cross-encoder's order and recall."""
+    src = cranfield.root
+    root = tmp_path / "runs" / "generated" / "cf-pairs"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").symlink_to(src / "corpus.jsonl")
+    questions = [
+        ("p1", "How do boundary layer transition and heat transfer at hypersonic speeds "
+               "interact?", "pair", ["12", "13"]),
+        ("s1", "What similarity laws must a model of a wing obey in aeroelastic tests?",
+         "single", ["1"])]
+    (root / "queries.jsonl").write_text("".join(json.dumps(
+        {"_id": q, "text": t, "metadata": {"kind": k, "documents": docs,
+                                          "answer": "A reference answer."}}) + "\n"
+        for q, t, k, docs in questions))
+    (root / "qrels" / "generated.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, _, _, docs in questions for d in docs))
+    monkeypatch.setattr(bk, "ROOT", tmp_path)
+    monkeypatch.setattr(bk, "OUT", tmp_path / "knowledge")
+    # one reply for every call: one part (the gate) and two sub-questions (the declaration)
+    url, script = fake_openai("ok", reply='{"parts": 1, "needed": ["What is A?", "What is '
+                                          'B?"], "provided": []}')
+    bk.main(["measure", "cf-pairs", "--llm", f"openai:m@{url}", "--n-know", "0",
+             "--index", str(cranfield_index.path), "--form", "questions", "--element-alone",
+             "--with-question", "--split-auto", "--answer-n", "0"])
+    (path,) = (tmp_path / "knowledge").glob("cf-pairs--*.json")
+    res = json.loads(path.read_text())
+    auto = "ka0:element+question+auto"
+    assert res["kinds"] == {"pair": 1, "single": 1}
+    assert set(res["recall"]) == {"none", "ce", "ka0", "ka0:element", "ka0:element+question",
+                                  auto}
+    assert res["recall"][auto] == res["recall"]["ce"]  # both questions judged one part
+    assert res["elements"]["0"]["p1"] == ["What is A?", "What is B?"]
+    assert res["elements"]["0:auto"] == {"p1": [], "s1": []}
+    assert res["cost"]["0:element+question+auto"]["single_part"] == 2
+    for scores in res["recall"]["none"].values():
+        assert [scores[str(k)] for k in bk.CUTS] == sorted(scores[str(k)] for k in bk.CUTS)
+        assert set(scores.values()) <= {0.0, 0.5, 1.0}  # a pair question counts 0.5 per document
+    md = tmp_path / "benchmarks.md"
+    bk.render(md)
+    text = md.read_text()
+    assert "| cf-pairs | " in text and "(element alone, CE list first, split auto) |" in text
+    assert text.count("one part 2 |") == 2  # the set's count, in both kinds' tables
