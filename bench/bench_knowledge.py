@@ -909,9 +909,9 @@ with other jobs):
     100 on Cranfield, and the setting still beats the cross-encoder: R@10 .559 vs .439 on
     SciFact (p < 0.001; S-recall@10 .585 vs .455), .219 vs .178 on Cranfield (p = 0.001;
     .665 vs .505). The SciFact gain is smaller than with "A? And B?" (+.120 against +.184;
-    separate runs): the 0.5B splits one sentence less cleanly. Both halves come back as
-    elements (token F1 >= 0.8) in 18 of 100 SciFact and 38 of 100 Cranfield questions, and
-    in 29 and 18 one element is the whole question again.
+    separate runs): the 0.5B splits one sentence less cleanly; its elements (kept in the
+    result file) often repeat the whole question as one element, or reduce it to keywords
+    ("Bacillus subtilis", "clpC").
   - Single-aspect SciFact claims, 0.5B: one part in 69, 65 and 68 of 100 claims (seeds 0, 1,
     3). R@10 against the cross-encoder .809 vs .822 (seed 0, p = 0.50), .792 vs .807 (seed 1,
     p = 0.69), .754 vs .737 (seed 3, p = 0.62); nDCG@10 .621 vs .634 (p = 0.002), .632 vs
