@@ -280,3 +280,30 @@ def test_measure_on_a_generated_set_with_split_auto(bk, cranfield, cranfield_ind
     text = md.read_text()
     assert "| cf-pairs | " in text and "(element alone, CE list first, split auto) |" in text
     assert text.count("one part 2 |") == 2  # the set's count, in both kinds' tables
+
+
+def test_memo_scorer_scores_each_pair_once_and_changes_no_score(bk, cranfield_index):
+    """The bench's cross-encoder memo: real Cranfield passages through the bundled model
+    score exactly as without it, and a repeated pair is not scored again."""
+    import numpy as np
+
+    from intentrank.models.cross_encoder import load_cross_encoder
+
+    plain = load_cross_encoder(None, "onnx", 128)
+    docs = cranfield_index.ids[:6]
+    pairs = [("what similarity laws must be obeyed", cranfield_index.doc_text(d)) for d in docs]
+
+    class Counting:
+        scored: list = []
+
+        def predict(self, batch, batch_size=8):
+            self.scored.extend(batch)
+            return plain.predict(batch, batch_size)
+
+    memo = bk.MemoScorer(Counting())
+    first = memo.predict(pairs[:4])
+    again = memo.predict(pairs[2:] + pairs[:1])
+    assert len(Counting.scored) == 6  # pairs 5 and 6 were new, the rest came from memory
+    np.testing.assert_array_equal(first, plain.predict(pairs[:4]))
+    np.testing.assert_array_equal(again, plain.predict(pairs[2:] + pairs[:1]))
+    assert memo.predict([]).shape == (0,)

@@ -53,6 +53,17 @@ def test_shipped_taxonomy_is_the_papers():
     assert [c.name for c in t.for_pairs()] == ["phrasing", "linguistic-variation"]
 
 
+
+def test_knowledge_bench_taxonomy_keeps_the_papers_pair_types_without_length_bounds():
+    """bench/knowledge_taxonomy.yaml (the issue-16 generated sets): the default's users and
+    seven two-document types with their probabilities, and no `words` bound anywhere."""
+    bench = load_taxonomy(TESTS.parent / "bench" / "knowledge_taxonomy.yaml")
+    default = load_taxonomy()
+    assert bench.two_document == default.two_document
+    assert bench.users == default.users
+    assert all(c.words is None for cat in bench.question for c in cat.categories)
+    assert [c.name for c in bench.for_pairs()] == ["phrasing", "linguistic-variation"]
+
 def _shipped() -> dict:
     from importlib import resources
 
