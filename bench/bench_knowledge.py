@@ -601,6 +601,15 @@ def _fallbacks(cost: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def one_part(res: dict[str, Any], system: str, qids: list[str]) -> int:
+    """How many of ``qids`` the ``split: auto`` system ``system`` (``ka<N>:...+auto``) left
+    without elements that the plain run of the same N_know gave elements: the questions its
+    LLM judged one part."""
+    n_know = system[2:].split(":")[0]
+    plain, auto = res["elements"].get(n_know, {}), res["elements"].get(f"{n_know}:auto", {})
+    return sum(bool(plain.get(q)) and not auto.get(q) for q in qids)
+
+
 def judge_check(args: argparse.Namespace) -> None:
     from intentrank.eval.answer_judge import (
         JudgeItem,
@@ -828,8 +837,10 @@ def render(out: Path = BENCHMARKS) -> None:
              "the two lists interleaved. p = paired randomization test of each KA row against "
              "CE on R@10. s/q = LLM seconds per question (cold: cached replies count what "
              "they took), calls/q = LLM requests per question; these and the fallbacks are "
-             "over the set's questions of both kinds. Paper (LiveRAG, 15M FineWeb documents, "
-             "N_ret = 2000, a strong reranker and Falcon3-10B): two-document R@10 CE .53, "
+             "over the set's questions of both kinds, except `one part N`: the questions of "
+             "the table's kind that `split: auto` judged one part. Paper (LiveRAG, 15M "
+             "FineWeb documents, N_ret = 2000, a strong reranker and Falcon3-10B): "
+             "two-document R@10 CE .53, "
              "KA 0/2/5/8 .52/.53/.55/.54; single-document .85 vs .82/.84/.85/.84.", ""]
     results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))
                if not p.name.startswith(("judge-check", "stream", "real-", "aspects-"))]
@@ -849,6 +860,8 @@ def render(out: Path = BENCHMARKS) -> None:
                 if not means:
                     continue
                 cost = res["cost"].get(system[2:] if system.startswith("ka") else system, {})
+                if "single_part" in cost:
+                    cost = {**cost, "single_part": one_part(res, system, qids)}
                 p = "-"
                 if system.startswith("ka"):
                     other = {q: res["recall"][system][q]["10"] for q in qids}

@@ -279,7 +279,10 @@ def test_measure_on_a_generated_set_with_split_auto(bk, cranfield, cranfield_ind
     bk.render(md)
     text = md.read_text()
     assert "| cf-pairs | " in text and "(element alone, CE list first, split auto) |" in text
-    assert text.count("one part 2 |") == 2  # the set's count, in both kinds' tables
+    assert text.count("one part 1 |") == 2  # each kind's table counts its own question
+    assert bk.one_part(res, auto, ["p1"]) == 1
+    assert bk.one_part({**res, "elements": {"0": res["elements"]["0"],
+                                            "0:auto": res["elements"]["0"]}}, auto, ["p1"]) == 0
 
 
 def test_memo_scorer_scores_each_pair_once_and_changes_no_score(bk, cranfield_index):
