@@ -1,0 +1,167 @@
+"""Two LLM writers of the same generated question set compared (issue 13).
+
+    .venv/bin/python bench/bench_writers.py cranfield runs/writers-0.5b/cranfield \
+        runs/writers-1.5b/cranfield
+
+Both sets are ``intentrank generate`` runs with the same taxonomy, seed and number of
+attempts (only ``--llm`` differs), so attempt i draws the same document for both writers.
+Per writer: attempts, kept, rejections, seconds per attempt and kept questions per minute
+(from the attempts' own seconds); how easy its questions are for a first stage (recall at
+10 and 100 of the source document by BM25 and by dense retrieval over the collection's
+index); how much of the source's wording they reuse (``copied_share``: the share of the
+question's content-word pairs found in the source; and the share of its content words found
+there). Paired over the attempts both writers kept (the same source document): each measure
+with a paired randomization test. The doc2query / InPars premise is that questions a
+first stage finds too easily teach a cross-encoder little; this says whether the larger
+writer's questions are harder. Writes the ``writers`` section of docs/benchmarks.md and
+``runs/bench_writers.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_generated import generation_summary, open_index  # noqa: E402
+from report import ROOT, header, publish, save_json  # noqa: E402
+
+DEPTH = 100
+MEASURES = ("bm25 R@10", "bm25 R@100", "dense R@10", "dense R@100", "copied pairs",
+            "words in source")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("collection", help="the collection the sets were generated from "
+                   "(its index: indexes/<collection>, built if missing)")
+    p.add_argument("sets", nargs=2, type=Path, help="two generated set folders, same "
+                   "settings, different --llm")
+    p.add_argument("--samples", type=int, default=6,
+                   help="side-by-side questions shown (attempts both writers kept)")
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_writers.json")
+    p.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
+    return p.parse_args(argv)
+
+
+def kept_attempts(root: Path) -> dict[int, dict[str, Any]]:
+    """The kept single-document attempts of a set, by attempt number."""
+    out = {}
+    for line in (root / "attempts.jsonl").open(encoding="utf-8"):
+        a = json.loads(line)
+        if a["status"] == "kept" and len(a["documents"]) == 1:
+            out[a["attempt"]] = a
+    return out
+
+
+def source_measures(idx: Any, kept: dict[int, dict[str, Any]]) -> dict[str, dict[int, float]]:
+    """Per measure of :data:`MEASURES`, per attempt: 1/0 recall of the source document, or
+    the question's share of content-word pairs / content words found in the source."""
+    from intentrank.generate.filters import content_words, copied_share
+
+    order = sorted(kept)
+    texts = [kept[i]["question"] for i in order]
+    out: dict[str, dict[int, float]] = {m: {} for m in MEASURES}
+    for leg, search in (("bm25", idx.search_bm25), ("dense", idx.search_dense)):
+        for i, hits in zip(order, search(texts, DEPTH), strict=True):
+            ranked = [idx.ids[r] for r in hits.rows]
+            source = kept[i]["documents"][0]
+            for k in (10, 100):
+                out[f"{leg} R@{k}"][i] = float(source in ranked[:k])
+    for i in order:
+        question, doc = kept[i]["question"], idx.doc_text(kept[i]["documents"][0])
+        out["copied pairs"][i] = copied_share(question, doc)
+        words, known = content_words(question), set(content_words(doc))
+        out["words in source"][i] = sum(w in known for w in words) / max(1, len(words))
+    return out
+
+
+def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
+    from intentrank.eval.significance import paired_test
+
+    idx = open_index(collection)
+    writers = []
+    for root in roots:
+        kept = kept_attempts(root)
+        info = generation_summary(root)
+        info.pop("samples")
+        attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
+        minutes = sum(a["seconds"] for a in attempts) / 60
+        writers.append({"set": str(root), **info, "kept_single": len(kept),
+                        "kept_per_minute": len(kept) / minutes if minutes else None,
+                        "measures": source_measures(idx, kept), "kept_attempts": kept})
+    a, b = writers
+    if a["attempts"] != b["attempts"]:
+        raise SystemExit(f"the sets ran {a['attempts']} and {b['attempts']} attempts: "
+                         "compare sets of the same attempts (--max-attempts)")
+    both = sorted(set(a["kept_attempts"]) & set(b["kept_attempts"]))
+    paired = {}
+    for m in MEASURES:
+        x = {str(i): a["measures"][m][i] for i in both}
+        y = {str(i): b["measures"][m][i] for i in both}
+        paired[m] = {"a": sum(x.values()) / len(both) if both else None,
+                     "b": sum(y.values()) / len(both) if both else None,
+                     "p": paired_test(x, y, m).p_randomization if len(both) > 1 else None}
+    side = [{"attempt": i, "document": a["kept_attempts"][i]["documents"][0],
+             "questions": [w["kept_attempts"][i]["question"] for w in writers]}
+            for i in both[:samples]]
+    for w in writers:
+        w["means"] = {m: sum(v.values()) / len(v) if v else None
+                      for m, v in w["measures"].items()}
+        w["measures"] = {m: {str(i): s for i, s in v.items()} for m, v in w["measures"].items()}
+        w.pop("kept_attempts")
+    return {"collection": collection, "writers": writers, "both_kept": len(both),
+            "paired": paired, "side_by_side": side}
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    a, b = res["writers"]
+    lines = [header(), "",
+             f"Two writers of the same generated set on {res['collection']} (same taxonomy, "
+             "seed and attempts, so attempt i draws the same document for both). Recall x100 "
+             "of the source document among the collection's documents by BM25 and dense "
+             "(MiniLM), depth 100; copied pairs = share x100 of the question's content-word "
+             "pairs found in the source; words in source = share x100 of its content words "
+             "found there. Lower = a question less like its source.", "",
+             "| writer | attempts | kept | rejected | s/attempt | kept/min | " +
+             " | ".join(MEASURES) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(MEASURES)]
+    for w in (a, b):
+        rejected = ", ".join(f"{k} {v}" for k, v in w["rejected"].items()) or "-"
+        lines.append(f"| {w['model']} | {w['attempts']} | {w['kept_single']} | {rejected} | "
+                     f"{w['seconds_per_attempt']:.1f} | {w['kept_per_minute']:.2f} | " +
+                     " | ".join(_x(w["means"][m]) for m in MEASURES) + " |")
+    p = res["paired"]
+    lines += ["", f"Paired over the {res['both_kept']} attempts both writers kept (the same "
+              f"source document), {a['model']} vs {b['model']}, p = paired randomization test:",
+              "", "| measure | " + a["model"] + " | " + b["model"] + " | p |", "|---|---|---|---|"]
+    for m in MEASURES:
+        pv = "-" if p[m]["p"] is None else f"{p[m]['p']:.3f}"
+        lines.append(f"| {m} | {_x(p[m]['a'])} | {_x(p[m]['b'])} | {pv} |")
+    lines += ["", f"<details><summary>The same documents, both writers' questions "
+                  f"({a['model']} first)</summary>", ""]
+    for s in res["side_by_side"]:
+        q1, q2 = s["questions"]
+        lines.append(f"- attempt {s['attempt']}, document {s['document']}: \"{q1}\" / "
+                     f"\"{q2}\"")
+    lines += ["", "</details>"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    res = compare(args.collection, list(args.sets), args.samples)
+    save_json(args.out, res)
+    publish("writers", markdown(res), write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
