@@ -4,23 +4,15 @@ recall counted by hand, and the rendered table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from bench_helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def bk():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_knowledge", BENCH / "bench_knowledge.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_knowledge")
 
 
 def test_rank_run_keeps_the_order_without_ties(bk):

@@ -3,23 +3,16 @@ Cranfield index (hand-made attempts logs; recall and wording shares checked by h
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from bench_helpers import load_bench
 
 
 @pytest.fixture(scope="module")
 def bw():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_writers", BENCH / "bench_writers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_writers")
 
 
 def _set(root: Path, model: str, questions: dict[int, str | None], doc: str) -> Path:
