@@ -936,8 +936,8 @@ with other jobs until the `vaswani-ka` run, which ran alone):
 - **Where the goal stands: with the 0.5B and `split: auto`, both halves hold on composed
   two-aspect questions and real single-aspect claims; on generated two-document questions it
   only ties the cross-encoder; with the 1.5B the single-aspect half does not.** The setting,
-  not the
-  paper's: elements written as self-contained sub-questions from the question alone, each
+  not the paper's: elements written as self-contained sub-questions from the question
+  alone, each
   scored alone, the cross-encoder's own ranking interleaved as the first list (`knowledge:
   {n_know: 0, form: questions, split: auto}`, `per_element: {against: element,
   with_question: true}`). `split: auto` first asks the LLM how many separate things the
