@@ -48,35 +48,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def kept_attempts(root: Path) -> dict[int, dict[str, Any]]:
-    """The kept single-document attempts of a set, by attempt number."""
-    out = {}
-    for line in (root / "attempts.jsonl").open(encoding="utf-8"):
-        a = json.loads(line)
-        if a["status"] == "kept" and len(a["documents"]) == 1:
-            out[a["attempt"]] = a
-    return out
+def kept_attempts(attempts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The kept single-document attempts of a set's log, by attempt number."""
+    return {a["attempt"]: a for a in attempts
+            if a["status"] == "kept" and len(a["documents"]) == 1}
 
 
-def source_measures(idx: Any, kept: dict[int, dict[str, Any]]) -> dict[str, dict[int, float]]:
-    """Per measure of :data:`MEASURES`, per attempt: 1/0 recall of the source document, or
-    the question's share of content-word pairs / content words found in the source."""
+def source_measures(idx: Any, kept: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per measure of :data:`MEASURES`, per attempt number (as a string, the JSON key): 1/0
+    recall of the source document, or the question's share of content-word pairs / content
+    words found in the source."""
     from intentrank.generate.filters import content_words, copied_share
 
     order = sorted(kept)
     texts = [kept[i]["question"] for i in order]
-    out: dict[str, dict[int, float]] = {m: {} for m in MEASURES}
+    out: dict[str, dict[str, float]] = {m: {} for m in MEASURES}
     for leg, search in (("bm25", idx.search_bm25), ("dense", idx.search_dense)):
         for i, hits in zip(order, search(texts, DEPTH), strict=True):
             ranked = [idx.ids[r] for r in hits.rows]
             source = kept[i]["documents"][0]
             for k in (10, 100):
-                out[f"{leg} R@{k}"][i] = float(source in ranked[:k])
+                out[f"{leg} R@{k}"][str(i)] = float(source in ranked[:k])
     for i in order:
         question, doc = kept[i]["question"], idx.doc_text(kept[i]["documents"][0])
-        out["copied pairs"][i] = copied_share(question, doc)
+        out["copied pairs"][str(i)] = copied_share(question, doc)
         words, known = content_words(question), set(content_words(doc))
-        out["words in source"][i] = sum(w in known for w in words) / max(1, len(words))
+        out["words in source"][str(i)] = sum(w in known for w in words) / max(1, len(words))
     return out
 
 
@@ -86,10 +83,10 @@ def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
     idx = open_index(collection)
     writers = []
     for root in roots:
-        kept = kept_attempts(root)
+        attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
+        kept = kept_attempts(attempts)
         info = generation_summary(root)
         info.pop("samples")
-        attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
         minutes = sum(a["seconds"] for a in attempts) / 60
         writers.append({"set": str(root), **info, "kept_single": len(kept),
                         "kept_per_minute": len(kept) / minutes if minutes else None,
@@ -101,8 +98,8 @@ def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
     both = sorted(set(a["kept_attempts"]) & set(b["kept_attempts"]))
     paired = {}
     for m in MEASURES:
-        x = {str(i): a["measures"][m][i] for i in both}
-        y = {str(i): b["measures"][m][i] for i in both}
+        x = {str(i): a["measures"][m][str(i)] for i in both}
+        y = {str(i): b["measures"][m][str(i)] for i in both}
         paired[m] = {"a": sum(x.values()) / len(both) if both else None,
                      "b": sum(y.values()) / len(both) if both else None,
                      "p": paired_test(x, y, m).p_randomization if len(both) > 1 else None}
@@ -112,7 +109,6 @@ def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
     for w in writers:
         w["means"] = {m: sum(v.values()) / len(v) if v else None
                       for m, v in w["measures"].items()}
-        w["measures"] = {m: {str(i): s for i, s in v.items()} for m, v in w["measures"].items()}
         w.pop("kept_attempts")
     return {"collection": collection, "writers": writers, "both_kept": len(both),
             "paired": paired, "side_by_side": side}

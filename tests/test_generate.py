@@ -53,7 +53,6 @@ def test_shipped_taxonomy_is_the_papers():
     assert [c.name for c in t.for_pairs()] == ["phrasing", "linguistic-variation"]
 
 
-
 def test_knowledge_bench_taxonomy_keeps_the_papers_pair_types_without_length_bounds():
     """bench/knowledge_taxonomy.yaml (the issue-16 generated sets): the default's users and
     seven two-document types with their probabilities, and no `words` bound anywhere."""
@@ -63,6 +62,7 @@ def test_knowledge_bench_taxonomy_keeps_the_papers_pair_types_without_length_bou
     assert bench.users == default.users
     assert all(c.words is None for cat in bench.question for c in cat.categories)
     assert [c.name for c in bench.for_pairs()] == ["phrasing", "linguistic-variation"]
+
 
 def _shipped() -> dict:
     from importlib import resources
