@@ -83,6 +83,9 @@ def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
     idx = open_index(collection)
     writers = []
     for root in roots:
+        if not (root / "attempts.jsonl").is_file() or not (root / "generation.json").is_file():
+            raise SystemExit(f"{root}: not a generated set (attempts.jsonl and generation.json "
+                             "from intentrank generate)")
         attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
         kept = kept_attempts(attempts)
         info = generation_summary(root)

@@ -60,3 +60,12 @@ def test_sets_of_different_attempts_are_refused(bw, cranfield_index, tmp_path, m
     b = _set(tmp_path / "b", "large", {0: "wing in a slipstream", 1: None}, "1")
     with pytest.raises(SystemExit, match="ran 1 and 2 attempts"):
         bw.compare("cranfield", [a, b], samples=5)
+
+
+def test_a_folder_that_is_not_a_generated_set_is_named(bw, cranfield_index, tmp_path,
+                                                       monkeypatch):
+    monkeypatch.setattr(bw, "open_index", lambda name: cranfield_index)
+    a = _set(tmp_path / "a", "small", {0: "wing in a slipstream"}, "1")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="empty: not a generated set"):
+        bw.compare("cranfield", [a, tmp_path / "empty"], samples=5)
