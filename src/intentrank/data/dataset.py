@@ -33,6 +33,13 @@ def _first_existing(root: Path, names: tuple[str, ...], what: str) -> Path:
     raise DataError(f"no {what} file (looked for {', '.join(names)})", root)
 
 
+def corpus_file(source: str | Path) -> Path:
+    """The corpus file of ``source``: the one a BEIR directory holds (a DataError if none),
+    or ``source`` itself when it is not a directory."""
+    source = Path(source)
+    return _first_existing(source, CORPUS_NAMES, "corpus") if source.is_dir() else source
+
+
 QRELS_SUFFIXES = (".tsv", ".tsv.gz", ".txt", ".txt.gz", ".qrels", ".qrels.gz")
 
 

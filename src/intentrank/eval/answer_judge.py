@@ -185,6 +185,13 @@ def judge_agreement(judged: Mapping[str, Mapping[str, Judgement]]) -> Agreement:
                      {k: kind_mean(k, "faithfulness") for k in kinds}, fallbacks)
 
 
+def gold_texts(index: Any, qrels: Mapping[str, Mapping[str, int]]) -> dict[str, list[str]]:
+    """Each judged query's gold documents as text, what faithfulness is judged against: the
+    documents graded above 0 that ``index`` holds (``row_of``, ``doc_text``)."""
+    return {q: [index.doc_text(d) for d, g in judged.items() if g > 0 and d in index.row_of]
+            for q, judged in qrels.items()}
+
+
 def judge_rankings(llm: LLMLike, rankings: Sequence[Any], references: Mapping[str, str],
                    gold_texts: Mapping[str, Sequence[str]], trace: Trace | None = None
                    ) -> dict[str, Judgement]:

@@ -35,6 +35,7 @@ the first metric); ``significance: {metrics, alpha, permutations, seed}``; ``swa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,15 @@ class ExperimentSpec:
                               f"{', '.join(params)} on")
         return self.replace(pipelines=pipes)
 
+    def with_assignments(self, items: Iterable[str], where: str = "--set") -> ExperimentSpec:
+        """A copy with each ``STAGE.PARAM=VALUE`` of ``items`` applied in turn (see
+        :func:`parse_assignment` and :meth:`with_params`)."""
+        spec = self
+        for item in items:
+            stage, param, value = parse_assignment(item, where)
+            spec = spec.with_params(stage, **{param: value})
+        return spec
+
     def check(self, where: str = "") -> ExperimentSpec:
         """Cross-field checks (names, metrics and links that must agree); fills defaults."""
         from intentrank.eval.metrics import validate_metrics
@@ -210,6 +220,39 @@ def _set_params(node: Any, stage: str, params: dict[str, Any]) -> Any:
         if isinstance(given, dict):
             return {name: {k: _set_params(v, stage, params) for k, v in given.items()}}
     return node
+
+
+# -- changes given on the command line ---------------------------------------------------
+
+WITHOUT_LLM = "llm"  # a ``without`` entry: every pipeline that calls an LLM
+
+
+def parse_assignment(item: str, where: str = "--set") -> tuple[str, str, Any]:
+    """``STAGE.PARAM=VALUE`` (VALUE is YAML) as ``(stage, param, value)``; a ConfigError
+    naming ``where`` and the item otherwise."""
+    target, eq, text = item.partition("=")
+    stage, dot, param = target.partition(".")
+    if not (eq and dot and stage and param):
+        raise ConfigError(f"{where} {item!r}: expected STAGE.PARAM=VALUE")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} {item!r}: VALUE is not YAML ({exc})") from None
+    return stage, param, value
+
+
+def check_without(names: Iterable[str], where: str = "--without") -> list[str]:
+    """``names`` to skip pipelines by (``run_experiment(without=...)``), checked: each a
+    registered stage name, a fusion method or ``llm``."""
+    from intentrank.core.registry import FUSERS, known_names
+
+    names = list(names)
+    known = {*known_names(), *FUSERS, WITHOUT_LLM}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ConfigError(f"{where} {unknown}: not a stage name, fusion method or "
+                          f"'{WITHOUT_LLM}'; known: {', '.join(sorted(known))}")
+    return names
 
 
 # -- reading a file ----------------------------------------------------------------------
@@ -408,5 +451,5 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
 
 
 __all__ = ["EXPERIMENTS_DIR", "ExperimentSpec", "LatencySpec", "PipelineSpec", "TABLES",
-           "TableSpec", "load_experiment", "parse_experiment", "resolve_experiment",
-           "shipped_experiments"]
+           "TableSpec", "WITHOUT_LLM", "check_without", "load_experiment", "parse_assignment",
+           "parse_experiment", "resolve_experiment", "shipped_experiments"]

@@ -22,13 +22,18 @@ chatter for a rewrite, nothing left after removing [MASK]) falls back to the raw
 counted as ``fallbacks``. A rewrite method leaves a turn with no history alone without a
 call (counted ``no_history``); the HyDE methods write a passage for every turn. History
 longer than ``max_history_words`` is cut by the policy in :mod:`intentrank.query.dialog`.
+
+:func:`conversation_turns` and :func:`reformulate_turns` run a method over the turns of a
+set of conversations in batches, one record per turn (what ``intentrank reformulate``
+writes).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from intentrank.core.params import ParameterError, check_int
 from intentrank.core.protocols import LLMLike
@@ -38,7 +43,10 @@ from intentrank.llm.parsing import ParseError
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
 from intentrank.query.dialog import Dialog, render_dialog
-from intentrank.types import Query, Ranking, Trace
+from intentrank.types import EventKind, Query, Ranking, Trace
+
+if TYPE_CHECKING:
+    from intentrank.data.conversations import Conversation, ConversationTurn
 
 MASK = re.compile(r"\[\s*mask(?:ed)?\s*\]", re.I)
 _LABEL = re.compile(r"^\s*(?:rewritten(?: (?:message|question|query))?|query|question|"
@@ -224,6 +232,44 @@ class ConcatTurns(Stage):
 
     def describe(self) -> str:
         return self.described(max_words=self.max_words)
+
+
+# -- reformulating the turns of conversations (``intentrank reformulate``) --------------------
+
+Turns = list[tuple["Conversation", "ConversationTurn", Query]]
+
+
+def conversation_turns(conversations: Iterable[Conversation], limit: int = 0) -> Turns:
+    """Every turn of ``conversations`` in order, with its query (the earlier turns as
+    history); only the first ``limit`` when ``limit`` > 0."""
+    turns = [(c, t, q) for c in conversations
+             for t, q in zip(c.turns, c.queries(), strict=True)]
+    return turns[:limit] if limit else turns
+
+
+def reformulate_turns(stage: Stage, turns: Turns, trace: Trace, batch_size: int = 8
+                      ) -> Iterator[list[dict[str, Any]]]:
+    """Run a reformulation ``stage`` over ``turns`` (see :func:`conversation_turns`),
+    ``batch_size`` turns at a time, and yield each batch's records: ``conversation``,
+    ``turn``, ``question``, ``method`` (the stage's name), ``reformulation`` (the text
+    searched), ``changed``, ``fallback`` (its reason, or None), ``masked`` (the masked text,
+    masked methods only) and ``gold`` (the gold rewrite, when known)."""
+    check_int("batch_size", batch_size)
+    for start in range(0, len(turns), batch_size):
+        chunk = turns[start:start + batch_size]
+        outs = stage([Ranking(q) for _, _, q in chunk], trace)
+        fell = {e.query_id: e.details.get("reason") for e in trace.events
+                if e.kind == EventKind.FALLBACK}
+        records = []
+        for (conv, turn, q), r in zip(chunk, outs, strict=True):
+            masked = r.query.derived_of("masked")
+            records.append({"conversation": conv.id, "turn": turn.id,
+                            "question": turn.question, "method": stage.name,
+                            "reformulation": r.query.text, "changed": r.query.text != q.text,
+                            "fallback": fell.get(q.id),
+                            **({"masked": masked[-1]} if masked else {}),
+                            **({"gold": turn.rewrite} if turn.rewrite else {})})
+        yield records
 
 
 def _register(method: str) -> None:

@@ -25,6 +25,7 @@ from intentrank.errors import ConfigError, DataError, IntentrankError
 from intentrank.eval.metrics import MetricError, evaluate, validate_metrics
 from intentrank.index.store import Index
 from intentrank.pipelines import build_context
+from intentrank.report.search import result_rows
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace, Turn
 
@@ -277,19 +278,6 @@ class Engine:
                 "per_query": result.per_query if per_query else None}
 
 
-def _stage_ranks(ranking: Ranking) -> dict[str, dict[str, int]]:
-    """doc id -> {stage-score name: the document's rank by that score}, 1-based."""
-    columns: dict[str, list[tuple[float, str]]] = {}
-    for d in ranking.docs:
-        for name, value in d.stage_scores.items():
-            columns.setdefault(name, []).append((-value, d.doc_id))
-    ranks: dict[str, dict[str, int]] = {}
-    for name, column in columns.items():
-        for rank, (_, doc_id) in enumerate(sorted(column), 1):
-            ranks.setdefault(doc_id, {})[name] = rank
-    return ranks
-
-
 def _trace_rows(trace: Trace) -> list[dict[str, Any]]:
     rows = []
     for st in trace.stages.values():
@@ -314,13 +302,7 @@ def _plain(value: Any) -> Any:
 
 def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_text: bool,
               pipeline: str, index_name: str | None, seconds: float) -> dict[str, Any]:
-    ranks = _stage_ranks(ranking)
-    results = []
-    for rank, d in enumerate(ranking.docs[:top_k], 1):
-        doc = index.doc(d.doc_id)
-        results.append({"rank": rank, "doc_id": d.doc_id, "score": d.score,
-                        "title": doc.title, "text": doc.text if include_text else "",
-                        "stage_scores": d.stage_scores, "stage_ranks": ranks.get(d.doc_id, {})})
+    results = [{"text": "", **row} for row in result_rows(ranking, index, top_k, include_text)]
     q = ranking.query
     events = [{"stage": e.stage, "event": e.kind.value, "query_id": e.query_id,
                "details": _plain(dict(e.details))} for e in trace.events]
