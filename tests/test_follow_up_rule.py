@@ -280,16 +280,17 @@ def test_history_schema_compiles_with_llguidance():
 def test_cli_counts_the_rule_follow_ups(collection, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import intentrank.cli as cli
     import intentrank.llm.client as client
+    from intentrank.cli import app
+    from intentrank.cli.common import console
 
     monkeypatch.setattr(client, "load_llm", lambda *a, **k: LLMClient(
         ScriptedLLM(), cache=False, retries=0))
-    monkeypatch.setattr(cli.console, "width", 300)
+    monkeypatch.setattr(console, "width", 300)
     for mode, rule_made in (("llm_or_rule", 2), ("rule", 3), ("llm", 0)):
         out = tmp_path / mode
-        r = CliRunner().invoke(cli.app, ["generate-conversations", str(collection), str(out),
-                                         "--n", "4", "--follow-up", mode])
+        r = CliRunner().invoke(app, ["generate-conversations", str(collection), str(out),
+                                     "--n", "4", "--follow-up", mode])
         assert r.exit_code == 0, r.output
         info = json.loads((out / GENERATION_JSON).read_text())
         assert info["follow_up"] == mode and info["rule_follow_ups"] == rule_made

@@ -250,16 +250,18 @@ def test_cli_yield_table_shows_each_categorys_length_rejections(small_index, dat
                                                                monkeypatch):
     from typer.testing import CliRunner
 
-    import intentrank.cli as cli
+    import intentrank.cli.generate as generate_commands
     import intentrank.llm.client as client
+    from intentrank.cli import app
+    from intentrank.cli.common import console
 
-    monkeypatch.setattr(cli, "_open_or_build", lambda *a, **k: small_index)
+    monkeypatch.setattr(generate_commands, "open_or_build", lambda *a, **k: small_index)
     monkeypatch.setattr(client, "load_llm", lambda *a, **k: LLMClient(
         GenerationLLM(follow_length=False), cache=False, retries=0))
-    monkeypatch.setattr(cli.console, "width", 200)  # one line per table row
+    monkeypatch.setattr(console, "width", 200)  # one line per table row
     out = tmp_path / "gen"
-    r = CliRunner().invoke(cli.app, ["generate", str(data_dir / "cranfield"), str(out),
-                                     "--n", "8", "--seed", "2", "--max-attempts", "16"])
+    r = CliRunner().invoke(app, ["generate", str(data_dir / "cranfield"), str(out),
+                                 "--n", "8", "--seed", "2", "--max-attempts", "16"])
     assert r.exit_code == 0, r.output
     info = json.loads((out / GENERATION_JSON).read_text())
     assert info["rejected"]["length"] >= 1

@@ -1,0 +1,30 @@
+"""The ``intentrank`` command line (``app``, the console script), one module per group of
+commands:
+
+- :mod:`.search`: ``index``, ``search``, ``answer``;
+- :mod:`.evaluate`: ``eval``, ``experiment``, ``ablate``;
+- :mod:`.train`: ``train-reranker``, ``train-embedder``, ``tune-fuq``, ``tune-modality``;
+- :mod:`.generate`: ``generate``, ``generate-conversations``, ``reformulate``,
+  ``cast-passages``;
+- :mod:`.serve`: ``serve``, ``quickstart``;
+
+and what they share in :mod:`.common` (the app, the global options on ``ctx.obj``, the
+``cli_errors`` decorator, option checks, output helpers) and :mod:`.options` (options
+several commands take). Commands hold argument handling and output; the work is library
+functions.
+"""
+
+from __future__ import annotations
+
+# Each module registers its commands on ``app`` when imported, in the order `intentrank
+# --help` lists them.
+# isort: off
+from intentrank.cli import search  # noqa: F401
+from intentrank.cli import evaluate  # noqa: F401
+from intentrank.cli import serve  # noqa: F401
+from intentrank.cli import train  # noqa: F401
+from intentrank.cli import generate  # noqa: F401
+# isort: on
+from intentrank.cli.common import app
+
+__all__ = ["app"]

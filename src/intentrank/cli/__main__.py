@@ -1,0 +1,6 @@
+"""``python -m intentrank.cli``."""
+
+from intentrank.cli import app
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,35 @@
+"""Options and arguments several commands share, one help text each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+IndexOption = Annotated[Path, typer.Option(
+    "--index", help="Index directory (default indexes/<dataset>, built if missing).")]
+MiningIndexOption = Annotated[Path, typer.Option(
+    "--index", help="Index to mine hard negatives from (default indexes/<dataset>, built if "
+    "missing).")]
+TrainSplitOption = Annotated[str, typer.Option(
+    help="Qrels split to train on ('test' is refused).")]
+SkipTopOption = Annotated[int, typer.Option(
+    help="Mine hard negatives below this rank (e.g. 10: ranks 11-30), keeping out unjudged "
+    "relevant documents; for generated questions with one gold document.")]
+TuneSplitOption = Annotated[str, typer.Option(
+    help="Qrels split to tune on ('test' is refused).")]
+SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]
+RayAddressOption = Annotated[str, typer.Option(
+    help="Address of a running Ray cluster (implies --ray).")]
+SearchBm25Option = Annotated[str, typer.Option(
+    help="Search BM25 with numpy or numba (default: the index's setting).")]
+MinutesOption = Annotated[float, typer.Option(
+    help="Stop after this many minutes, keeping what was generated (0 = no limit).")]
+TrainingDatasetArg = Annotated[Path, typer.Argument(
+    help="BEIR-layout dataset directory with qrels/<split>.tsv for the training split.")]
+TuningDatasetArg = Annotated[Path, typer.Argument(
+    help="BEIR-layout dataset with a training split.")]
+IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
+CorpusArg = Annotated[Path, typer.Argument(help="Corpus: a BEIR directory, or a .jsonl/.csv "
+                                           "file (plain, .gz or .zip).")]

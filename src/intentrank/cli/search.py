@@ -1,0 +1,212 @@
+"""``intentrank index``, ``search`` and ``answer``: build an index, query it, answer from
+it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from intentrank.cli.common import (
+    app,
+    cli_errors,
+    console,
+    corpus,
+    llm_health,
+    log,
+    out,
+    settings_of,
+    warn,
+)
+from intentrank.cli.options import CorpusArg, IndexDirArg, RayAddressOption, SearchBm25Option
+from intentrank.core.params import check_int
+from intentrank.errors import ConfigError
+
+
+@app.command()
+@cli_errors
+def index(
+    source: CorpusArg,
+    out_dir: Annotated[Path, typer.Argument(help="Index directory to create.")],
+    legs: Annotated[str, typer.Option(help="Comma-separated legs to build.")] =
+        "bm25,dense,tfidf,graph",
+    k1: Annotated[float, typer.Option(help="BM25 k1.")] = 1.5,
+    b: Annotated[float, typer.Option(help="BM25 b.")] = 0.75,
+    stemmer: Annotated[str, typer.Option(help="PyStemmer language for BM25, or 'none'.")] =
+        "english",
+    stopwords: Annotated[str, typer.Option(help="bm25s stopword list for BM25, or 'none'.")] =
+        "en",
+    model: Annotated[str, typer.Option(help="Embedder: 'minilm' (bundled), a hub name or a "
+                                       "local directory.")] = "minilm",
+    backend: Annotated[str, typer.Option(help="Embedder backend: sentence-transformers or "
+                                         "onnx.")] = "sentence-transformers",
+    batch_size: Annotated[int, typer.Option(help="Embedding batch size.")] = 64,
+    chunk_size: Annotated[int, typer.Option(help="Split documents into passages of this many "
+                                            "words (0 = keep whole).")] = 0,
+    chunk_overlap: Annotated[int, typer.Option(help="Words shared by consecutive passages.")] =
+        50,
+    encoding: Annotated[str, typer.Option(help="Text encoding of the corpus file.")] = "utf-8",
+    overwrite: Annotated[bool, typer.Option(help="Replace an index built with other settings "
+                                            "or another corpus.")] = False,
+    ann: Annotated[str, typer.Option(help="Dense search: exact, hnsw or ivfpq (faiss).")] =
+        "exact",
+    ef_search: Annotated[int, typer.Option(help="HNSW candidate list while searching (512 "
+                                           "for recall@100 >= 0.95 at 1M).")] = 128,
+    hnsw_m: Annotated[int, typer.Option(help="HNSW neighbours per node.")] = 16,
+    nlist: Annotated[int, typer.Option(help="IVF-PQ inverted lists (0 = 4 sqrt(n)).")] = 0,
+    nprobe: Annotated[int, typer.Option(help="IVF-PQ lists visited per query.")] = 32,
+    pq_m: Annotated[int, typer.Option(help="IVF-PQ sub-quantizers (divides the vector "
+                                        "dimension).")] = 48,
+    shards: Annotated[int, typer.Option(help="Build BM25 and dense as this many shards "
+                                        "(global BM25 statistics; merged results exact).")] = 1,
+    ray: Annotated[bool, typer.Option("--ray", help="Encode the corpus on Ray (Ray Data, "
+                                      "an actor pool of embedders).")] = False,
+    ray_address: RayAddressOption = "",
+    ray_workers: Annotated[int, typer.Option(help="Embedder actors on Ray.")] = 2,
+    bm25_backend: Annotated[str, typer.Option(help="BM25 retrieval: numpy, or numba (about "
+                                              "100x faster at 1M documents; the scale "
+                                              "extra).")] = "numpy",
+) -> None:
+    """Build an on-disk hybrid index (BM25, dense, TF-IDF, entity graph) for a corpus."""
+    from dataclasses import replace
+
+    from intentrank.index import IndexSettings, build_index
+    from intentrank.index.settings import AnnSettings
+
+    check_int("--shards", shards)
+    check_int("--ray-workers", ray_workers)
+    base = IndexSettings(legs=tuple(x.strip() for x in legs.split(",") if x.strip()))
+    settings = replace(
+        base,
+        bm25=replace(base.bm25, k1=k1, b=b, stemmer=None if stemmer == "none" else stemmer,
+                     stopwords=None if stopwords == "none" else stopwords,
+                     backend=bm25_backend),
+        dense=replace(base.dense, model=model, backend=backend, batch_size=batch_size,
+                      ann=AnnSettings(ann, hnsw_m=hnsw_m, ef_search=ef_search,
+                                      nlist=nlist, nprobe=nprobe, pq_m=pq_m)),
+        chunk_size=chunk_size or None, chunk_overlap=chunk_overlap, shards=shards,
+    )
+    encoder = None
+    if ray or ray_address:
+        from intentrank.scale.encode import ray_encoder
+
+        encoder = ray_encoder(settings.dense, workers=ray_workers, address=ray_address or None)
+    start = time.perf_counter()
+    idx = build_index(corpus(source, encoding), out_dir, settings, overwrite=overwrite,
+                      progress=True, log=log, encoder=encoder)
+    secs = time.perf_counter() - start
+    times = ", ".join(f"{k} {v:.1f}s" for k, v in idx.manifest["build_seconds"].items())
+    console.print(f"[green]index ready[/] {out_dir}: {len(idx)} documents in {secs:.1f}s "
+                  f"({times})")
+
+
+@app.command()
+@cli_errors
+def search(
+    ctx: typer.Context,
+    index_dir: IndexDirArg,
+    query: Annotated[list[str], typer.Argument(help="One or more query strings.")],
+    pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
+                                          "a shipped name (bm25, dense, tfidf, sparse, graph, "
+                                          "rrf, weighted).")] = "rrf",
+    k: Annotated[int, typer.Option("-k", help="Results shown per query.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] =
+        False,
+    bm25_backend: SearchBm25Option = "",
+) -> None:
+    """Answer queries from an index with a pipeline."""
+    from intentrank.core.config import resolve_pipeline
+    from intentrank.index import Index
+    from intentrank.pipelines import pipeline_from_config
+    from intentrank.report.search import result_rows
+
+    settings = settings_of(ctx)
+    check_int("-k", k)
+    config = resolve_pipeline(pipeline)
+    idx = Index.open(index_dir)
+    if bm25_backend:
+        idx.set_bm25_backend(bm25_backend)
+    pipe = pipeline_from_config(config, index=idx, **settings.llm_settings)
+    result = pipe.run(query)
+    # per result: rank, doc_id (also as id), score, title, stage scores and ranks, and the
+    # aspect it covers when an aspects stage ran (multi-aspect pipelines)
+    found = [(r, result_rows(r, idx, k), r.query.derived_of("aspect")) for r in result.rankings]
+    if as_json:
+        out.print_json(json.dumps([
+            {"query": r.query.text, **({"aspects": aspects} if aspects else {}),
+             "results": [{"id": row["doc_id"], **row} for row in rows]}
+            for r, rows, aspects in found]))
+        llm_health(settings, result.trace)
+        return
+    for r, rows, aspects in found:
+        title = f"{escape(r.query.text)}  [dim]({escape(pipe.describe())})[/]"
+        if aspects:
+            title += "\n[dim]aspects: " + escape("; ".join(aspects)) + "[/]"
+        table = Table(title=title)
+        for col in ("rank", "id", "score", "title / text", *(("aspect",) if aspects else ())):
+            table.add_column(col)
+        for row in rows:
+            snippet = (row["title"] or idx.doc(row["doc_id"]).text)[:90]
+            table.add_row(str(row["rank"]), escape(row["doc_id"]), f"{row['score']:.4f}",
+                          escape(snippet), *((escape(row["aspect"][:60]),) if aspects else ()))
+        out.print(table)
+    llm_health(settings, result.trace)
+
+
+@app.command("answer")
+@cli_errors
+def answer_cmd(
+    ctx: typer.Context,
+    index_dir: IndexDirArg,
+    question: Annotated[str, typer.Argument(help="The question to answer.")],
+    pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
+                                          "a shipped name (answer, knowledge-answer, rrf, "
+                                          "knowledge, ...); one that does not end in an "
+                                          "answer stage gets one.")] = "answer",
+    n_ans: Annotated[int, typer.Option("--n-ans", help="Documents the added answer stage "
+                                       "answers from (a pipeline's own answer stage keeps "
+                                       "its top_k).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] =
+        False,
+) -> None:
+    """Answer a question from an index: the answer with numbered citations and the cited
+    passages."""
+    from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
+    from intentrank.index import Index
+    from intentrank.pipelines import build_context, ends_with_answer, with_answer
+
+    settings = settings_of(ctx)
+    check_int("--n-ans", n_ans)
+    if not question.strip():
+        raise ConfigError("the question is empty")
+    node = load_config(resolve_pipeline(pipeline))["pipeline"]
+    added = not ends_with_answer(node)
+    idx = Index.open(index_dir)
+    pipe = build_pipeline(with_answer(node, n_ans), build_context(idx, **settings.llm_settings),
+                          str(pipeline))
+    result = pipe.run([question])
+    answer = result.rankings[0].query.answer
+    cited = [(n, answer.sources[n - 1]) for n in answer.citations]
+    if as_json:
+        out.print_json(json.dumps({
+            "question": question, "answer": answer.text, "fallback": answer.fallback,
+            "sources": list(answer.sources),
+            "citations": [{"n": n, "id": d, "text": idx.doc_text(d)} for n, d in cited]}))
+        llm_health(settings, result.trace)
+        return
+    if added:
+        out.print(f"[dim](answer stage added to {escape(str(pipeline))}: top {n_ans})[/]")
+    out.print(f"\n[bold]{escape(question)}[/]\n\n{escape(answer.text or '(no answer)')}\n")
+    if answer.fallback:
+        warn(f"answer fallback: {answer.fallback}")
+    for n, doc_id in cited:
+        doc = idx.doc(doc_id)
+        text = " ".join(doc.text.split()[:60])
+        out.print(f"[bold][{n}][/] {escape(doc_id)}  {escape(doc.title)}\n    "
+                  f"[dim]{escape(text)}[/]")
+    llm_health(settings, result.trace)

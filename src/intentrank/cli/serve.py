@@ -1,0 +1,144 @@
+"""``intentrank serve`` and ``quickstart``: the HTTP service, and the main job on the
+embedded default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from intentrank.cli.common import (
+    DEFAULT_DATA,
+    DatasetWarnings,
+    app,
+    cli_errors,
+    console,
+    llm_health,
+    load_dataset,
+    open_or_build,
+    out,
+    settings_of,
+)
+from intentrank.cli.evaluate import compare_pipelines
+from intentrank.cli.options import RayAddressOption
+from intentrank.core.params import check_int
+from intentrank.errors import ConfigError
+
+
+@app.command()
+@cli_errors
+def serve(
+    ctx: typer.Context,
+    index: Annotated[list[str], typer.Option("--index", help="Index to serve: DIR or NAME=DIR; "
+                                             "repeat (default: the quickstart's SciFact "
+                                             "index, built if missing).")] = None,  # type: ignore[assignment]
+    pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Shipped name or "
+                                                "[NAME=]config.yaml; repeat (default: bm25 "
+                                                "dense tfidf sparse graph rrf weighted cascade "
+                                                "answer).")] = None,  # type: ignore[assignment]
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8000,
+    keys_file: Annotated[Path, typer.Option(help="API keys file (sha256 digests); else "
+                                            "$INTENTRANK_API_KEYS; else one is generated and "
+                                            "printed.")] = None,  # type: ignore[assignment]
+    no_keys: Annotated[bool, typer.Option("--no-keys", help="Serve without API keys.")] = False,
+    workers: Annotated[int, typer.Option(help="Pipeline worker threads.")] = 2,
+    queue_limit: Annotated[int, typer.Option(help="Requests that may wait beyond the workers "
+                                             "(more get 503).")] = 32,
+    timeout: Annotated[float, typer.Option(help="Seconds per request, queue wait included "
+                                           "(504).")] = 60.0,
+    cors_origin: Annotated[list[str], typer.Option(help="Allowed CORS origin; repeat "
+                                                   "(default: CORS off).")] = None,  # type: ignore[assignment]
+    report_dir: Annotated[list[Path], typer.Option(help="Directory of HTML reports to list "
+                                                   "(default docs/ablation).")] = None,  # type: ignore[assignment]
+    access_log: Annotated[Path, typer.Option(help="JSON-lines access log file (default "
+                                             "stderr).")] = None,  # type: ignore[assignment]
+    dataset: Annotated[Path, typer.Option(help="Dataset of the default index.")] =
+        DEFAULT_DATA / "scifact",
+    ray: Annotated[bool, typer.Option("--ray", help="Serve replicas on Ray Serve (a local "
+                                      "cluster unless --ray-address).")] = False,
+    ray_address: RayAddressOption = "",
+    replicas: Annotated[int, typer.Option(help="Ray Serve replicas.")] = 2,
+    ray_ce: Annotated[str, typer.Option(help="With --ray: score this cross-encoder (as the "
+                                        "pipelines' cross_encoder steps name their model) "
+                                        "in batches shared across requests.")] = "",
+    ray_ce_backend: Annotated[str, typer.Option(help="Its backend, as the steps name it "
+                                                "(torch or onnx; default: none given).")] = "",
+    ray_ce_max_length: Annotated[int, typer.Option(help="Its max_length, as the steps name "
+                                                   "it (0: none given).")] = 0,
+    ray_batch_size: Annotated[int, typer.Option(help="Most requests in one cross-encoder "
+                                                "batch.")] = 8,
+    ray_batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits to "
+                                                     "fill.")] = 10.0,
+) -> None:
+    """Serve indexes and pipelines over HTTP, with a web page."""
+    from intentrank.extras import require
+    from intentrank.service.command import build_settings, log_stderr
+    from intentrank.service.command import serve as run_service
+
+    settings = settings_of(ctx)
+    check_int("--replicas", replicas)
+    check_int("--ray-batch-size", ray_batch_size)
+    if ray_batch_wait_ms < 0:
+        raise ConfigError(f"--ray-batch-wait-ms must be >= 0, got {ray_batch_wait_ms}")
+    batching = None
+    if ray_ce:
+        if not (ray or ray_address):
+            raise ConfigError("--ray-ce batches across Ray Serve replicas: add --ray")
+        from intentrank.scale.serve import ScorerSpec
+
+        batching = {"cross_encoder": ScorerSpec(ray_ce, ray_ce_backend or None,
+                                                ray_ce_max_length or None),
+                    "max_batch_size": ray_batch_size,
+                    "batch_wait_timeout_s": ray_batch_wait_ms / 1000}
+    for module in ("uvicorn", "fastapi"):  # before the default index is loaded or built
+        require(module, "service", "intentrank serve")
+    service_settings, generated = build_settings(
+        index, pipeline, keys_file, no_keys, workers, queue_limit, timeout, cors_origin,
+        report_dir, access_log, dataset, settings.llm, settings.llm_options, log=log_stderr)
+    run_service(service_settings, generated, host, port, ray=ray,
+                ray_address=ray_address or None, replicas=replicas, ray_batching=batching)
+
+
+@app.command()
+@cli_errors
+def quickstart(
+    ctx: typer.Context,
+    dataset: Annotated[Path, typer.Option(help="BEIR dataset to index and evaluate.")] =
+        DEFAULT_DATA / "scifact",
+    index_dir: Annotated[Path, typer.Option("--index", help="Where to build the index.")] =
+        Path("indexes/scifact"),
+) -> None:
+    """The main job on the embedded default: index SciFact, answer a few queries, evaluate."""
+    from intentrank.core.config import load_config, resolve_pipeline
+    from intentrank.pipelines import pipeline_from_config
+
+    settings = settings_of(ctx)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ds = load_dataset(settings, dataset)
+    notes = DatasetWarnings(ds)
+    notes.flush()
+    queries, qrels = ds.split("test")
+    notes.flush()
+    idx = open_or_build(dataset, index_dir)
+    ds.check_qrels(idx.doc_and_parent_ids, strict=settings.strict)
+    notes.flush()
+    rrf = pipeline_from_config(resolve_pipeline("rrf"), index=idx)
+    for q in queries[:3]:
+        top = rrf.search(q.text, k=3)
+        out.print(f"\n[bold]{escape(q.text)}[/]")
+        for rank, d in enumerate(top.docs, 1):
+            mark = "[green]relevant[/]" if qrels[q.id].get(d.doc_id, 0) > 0 else ""
+            out.print(f"  {rank}. {escape(f'[{d.doc_id}]')} "
+                      f"{escape(idx.doc(d.doc_id).title[:80])} {mark}")
+    nodes = {n: load_config(resolve_pipeline(n))["pipeline"]
+             for n in ("bm25", "dense", "rrf", "weighted")}
+    with console.status(f"evaluating 4 pipelines on {len(queries)} test queries"):
+        res, table = compare_pipelines(settings, nodes, idx, ds, queries, qrels,
+                                       ["nDCG@10", "MRR@10", "Recall@100"], "bm25")
+    out.print(f"\n{escape(ds.name)} test ({len(queries)} queries)\n")
+    print(table)
+    llm_health(settings, {r.name: r.trace for r in res.pipelines}, separate=True)

@@ -1,0 +1,252 @@
+"""``intentrank train-reranker``, ``train-embedder``, ``tune-fuq`` and ``tune-modality``:
+models and weights learned on a training split."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from intentrank.cli.common import (
+    DatasetWarnings,
+    Settings,
+    app,
+    check_new_dir,
+    check_skip_top,
+    cli_errors,
+    console,
+    llm_health,
+    load_dataset,
+    log,
+    open_or_build,
+    settings_of,
+)
+from intentrank.cli.options import (
+    IndexOption,
+    MiningIndexOption,
+    SampleSeedOption,
+    SkipTopOption,
+    TrainingDatasetArg,
+    TrainSplitOption,
+    TuneSplitOption,
+    TuningDatasetArg,
+)
+from intentrank.core.params import check_int, check_number
+from intentrank.errors import ConfigError
+
+
+@app.command("train-reranker")
+@cli_errors
+def train_reranker_cmd(
+    dataset: TrainingDatasetArg,
+    out_dir: Annotated[Path, typer.Option("--out", help="Model directory to write (default: "
+                                          "<cache>/models/cross-encoder-<dataset>, where the "
+                                          "cross_encoder stage looks).")] = None,  # type: ignore[assignment]
+    index_dir: MiningIndexOption = None,  # type: ignore[assignment]
+    split: TrainSplitOption = "train",
+    budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
+                                                  "after the step that crosses it and saves "
+                                                  "what it has (0 = no limit).")] = 15.0,
+    epochs: Annotated[int, typer.Option(help="Passes over the training queries (negatives "
+                                        "are resampled each pass).")] = 1,
+    negatives: Annotated[int, typer.Option(help="Hard negatives per query, from BM25 and "
+                                           "dense top-30 alternately.")] = 7,
+    skip_top: SkipTopOption = 0,
+    max_length: Annotated[int, typer.Option(help="Tokens per query-passage pair (the "
+                                            "cross_encoder stage reuses it).")] = 128,
+    batch_size: Annotated[int, typer.Option(help="Pairs per optimiser step.")] = 16,
+    loss: Annotated[str, typer.Option(help="listwise (softmax over a positive and its "
+                                      "query's negatives) or bce (each pair labelled "
+                                      "1/0).")] = "listwise",
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 5e-5,
+    max_queries: Annotated[int, typer.Option(help="Train on at most this many queries (0 = "
+                                             "all).")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed (sampling and initialisation).")] = 13,
+    onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Also export an int8 ONNX "
+                                       "model (model_int8.onnx) for the onnx backend.")] = True,
+) -> None:
+    """Fine-tune a MiniLM cross-encoder on a dataset's train qrels with BM25/dense hard
+    negatives, on CPU within a time budget; saves the model and training.json."""
+    from intentrank.models.cross_encoder import default_reranker_dir
+    from intentrank.training.reranker import MINING_DEPTH, train_reranker
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    target = out_dir or default_reranker_dir(dataset.name)
+    for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 1),
+                                   ("--max-length", max_length, 8),
+                                   ("--batch-size", batch_size, 1),
+                                   ("--max-queries", max_queries, 0)):
+        check_int(option, value, minimum)
+    check_number("--lr", lr, above=0)
+    check_number("--budget-minutes", budget_minutes, minimum=0)
+    check_skip_top(skip_top, MINING_DEPTH)
+    check_new_dir(target, "--out")
+    result = train_reranker(  # refuses the test split before opening or building
+        dataset, target, index_dir or Path("indexes") / dataset.name, split=split, loss=loss,
+        negatives_per_query=negatives, skip_top=skip_top, epochs=epochs,
+        batch_size=batch_size, max_length=max_length, lr=lr,
+        time_budget_s=budget_minutes * 60 or None, seed=seed,
+        max_queries=max_queries or None, onnx=onnx, progress=True, log=log,
+    )
+    info = result.info
+    console.print(f"[green]reranker saved[/] {result.out_dir}: {info['n_queries']} {split} "
+                  f"queries, {info['pairs_trained']} pairs, {info['steps_done']}/"
+                  f"{info['steps_planned']} steps in {info['seconds']['training']:.0f}s "
+                  f"(stopped by {info['stopped_by']})")
+    console.print(f"  use it: [cyan]- cross_encoder: {{model: {result.out_dir}, top_k: 100}}[/]")
+
+
+@app.command("train-embedder")
+@cli_errors
+def train_embedder_cmd(
+    dataset: TrainingDatasetArg,
+    out_dir: Annotated[Path, typer.Argument(help="Model directory to write (use it with "
+                                            "`intentrank index --model DIR`).")],
+    index_dir: MiningIndexOption = None,  # type: ignore[assignment]
+    split: TrainSplitOption = "train",
+    extra: Annotated[list[str], typer.Option(help="More training questions over the same "
+                                             "corpus: DIR:SPLIT (e.g. a generated set: "
+                                             "runs/gen:generated); repeat.")] = None,  # type: ignore[assignment]
+    budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
+                                                  "after the step that crosses it (0 = no "
+                                                  "limit).")] = 15.0,
+    epochs: Annotated[int, typer.Option(help="Passes over the training questions.")] = 1,
+    batch_size: Annotated[int, typer.Option(help="Questions per step (in-batch negatives).")]
+        = 32,
+    negatives: Annotated[int, typer.Option(help="Hard negatives per question (BM25 and dense "
+                                           "top --depth).")] = 1,
+    depth: Annotated[int, typer.Option(help="Where hard negatives are mined.")] = 30,
+    skip_top: SkipTopOption = 0,
+    max_seq_length: Annotated[int, typer.Option(help="Tokens per text while training.")] = 128,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 2e-5,
+    max_queries: Annotated[int, typer.Option(help="Train on at most this many questions (0 = "
+                                             "all).")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 13,
+) -> None:
+    """Fine-tune the MiniLM bi-encoder (the dense leg) on a dataset's train qrels and any
+    generated questions, with BM25/dense hard negatives, on CPU within a time budget."""
+    from intentrank.training.embedder import train_embedder
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 0),
+                                   ("--depth", depth, 1), ("--batch-size", batch_size, 2),
+                                   ("--max-seq-length", max_seq_length, 8),
+                                   ("--max-queries", max_queries, 0)):
+        check_int(option, value, minimum)
+    check_number("--lr", lr, above=0)
+    check_number("--budget-minutes", budget_minutes, minimum=0)
+    check_skip_top(skip_top, depth)
+    sources = []
+    for item in extra or []:
+        where, sep, extra_split = item.rpartition(":")
+        if not sep or not where or not extra_split:
+            raise ConfigError(f"--extra {item!r}: give DIR:SPLIT (e.g. runs/gen:generated)")
+        sources.append((Path(where), extra_split))
+    check_new_dir(out_dir)
+    result = train_embedder(  # refuses the test split before opening or building
+        dataset, out_dir, index_dir or Path("indexes") / dataset.name, split=split,
+        extra=sources, negatives_per_query=negatives, depth=depth, skip_top=skip_top,
+        epochs=epochs, batch_size=batch_size, max_seq_length=max_seq_length, lr=lr,
+        time_budget_s=budget_minutes * 60 or None, seed=seed,
+        max_queries=max_queries or None, progress=True, log=log)
+    info = result.info
+    console.print(f"[green]embedder saved[/] {result.out_dir}: {info['n_queries']} questions, "
+                  f"{info['steps_done']}/{info['steps_planned']} steps in "
+                  f"{info['seconds']['training']:.0f}s (stopped by {info['stopped_by']})")
+    console.print(f"  use it: [cyan]intentrank index CORPUS DIR --model {result.out_dir}[/]")
+
+
+def _tuning_inputs(settings: Settings, dataset: Path, index_dir: Path | None, split: str,
+                   metric: str, sample: int, purpose: str) -> tuple[Any, Any, str]:
+    """What the tune-* commands share, checked in this order before any work: the split is
+    not test, the metric and sample are valid, the split exists (dataset warnings shown),
+    then the index is opened (or built). The dataset, the index and the metric's name."""
+    from intentrank.data.dataset import refuse_test_split
+    from intentrank.eval.metrics import validate_metrics
+
+    refuse_test_split(split, purpose)
+    metric = validate_metrics([metric])[0]
+    check_int("--sample", sample, 0)
+    ds = load_dataset(settings, dataset)
+    notes = DatasetWarnings(ds)
+    notes.flush()
+    ds.split(split)  # an unknown split fails here, before the index is built
+    notes.flush()
+    return ds, open_or_build(dataset, index_dir), metric
+
+
+def _saved_weights(path: Path, res: Any, metric: str, split: str) -> None:
+    """The tune-* commands' last line: where the weights went, the weights, their score."""
+    weights = " ".join(f"{name}={value}" for name, value in res.best.items())
+    console.print(f"[green]saved[/] {escape(str(path))}: {weights} ({metric} {res.score:.4f} "
+                  f"on {res.n_queries} {split} queries)")
+
+
+@app.command("tune-fuq")
+@cli_errors
+def tune_fuq_cmd(
+    ctx: typer.Context,
+    dataset: TuningDatasetArg,
+    name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
+                                      "(use it as `fuq: {params: NAME}`); default "
+                                      "fuq-<dataset>.")] = "",
+    index_dir: IndexOption = None,  # type: ignore[assignment]
+    split: TuneSplitOption = "train",
+    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
+        "nDCG@3",
+    sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
+                                        "queries (0 = all; each costs one LLM call).")] = 0,
+    seed: SampleSeedOption = 0,
+) -> None:
+    """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
+    from intentrank.core.saved_params import save_params
+    from intentrank.tune.fuq import tune_fuq_on_split
+    from intentrank.types import Trace
+
+    settings = settings_of(ctx)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    trace = Trace()
+    ds, idx, metric = _tuning_inputs(settings, dataset, index_dir, split, metric, sample,
+                                     "tune FUQ weights")
+    llm = settings.load_llm()
+    with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
+        res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed, trace=trace)
+    llm_health(settings, trace)  # under --strict, weights tuned on fallbacks are not saved
+    path = save_params(name or f"fuq-{ds.name}", res, dataset=ds.name, split=split,
+                       sample=sample, seed=seed)
+    _saved_weights(path, res, metric, split)
+
+
+@app.command("tune-modality")
+@cli_errors
+def tune_modality_cmd(
+    ctx: typer.Context,
+    dataset: TuningDatasetArg,
+    name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
+                                      "(use it as `fuse: {method: weighted, params: NAME}`); "
+                                      "default modality-<dataset>.")] = "",
+    index_dir: IndexOption = None,  # type: ignore[assignment]
+    split: TuneSplitOption = "train",
+    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@10.")] = "nDCG@10",
+    step: Annotated[float, typer.Option(help="Grid step on the weight simplex.")] = 0.1,
+    sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
+                                        "queries (0 = all).")] = 0,
+    seed: SampleSeedOption = 0,
+) -> None:
+    """Grid-search the static dense/sparse/graph weights of the weighted fusion on a training
+    split and save them by name."""
+    from intentrank.core.saved_params import save_params
+    from intentrank.tune.modality import tune_modality_on_split
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_number("--step", step, above=0, maximum=0.5)
+    ds, idx, metric = _tuning_inputs(settings_of(ctx), dataset, index_dir, split, metric,
+                                     sample, "tune modality weights")
+    with console.status(f"tuning modality weights on {ds.name}/{split}"):
+        res = tune_modality_on_split(ds, idx, split, metric, step, sample, seed)
+    path = save_params(name or f"modality-{ds.name}", res, dataset=ds.name, split=split,
+                       sample=sample, seed=seed, step=step)
+    _saved_weights(path, res, metric, split)
