@@ -31,7 +31,7 @@ def make_answer(reply: str | None, sources: tuple[str, ...], stage: str) -> Answ
     if not text:
         return Answer("", sources, (), stage, "empty")
     checked = check_citations(text, len(sources))
-    if checked.dropped:
+    if checked.invalid:
         return Answer(checked.text, sources, checked.valid, stage, "bad_citation")
     if not checked.valid and not is_abstention(checked.text):
         return Answer(checked.text, sources, (), stage, "no_citation")
