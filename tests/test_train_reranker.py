@@ -23,6 +23,8 @@ def test_trains_within_budget_and_records_its_data(scifact, scifact_bm25, tmp_pa
     info = json.loads((out / "training.json").read_text())
     assert info == res.info and res.out_dir == out
     assert info["split"] == "train" and info["dataset"] == "scifact"
+    text = (out / "training.json").read_text()  # path-free: the model directory ships as is
+    assert str(scifact.root) not in text and str(tmp_path) not in text
     assert info["n_queries"] == len(info["query_ids"]) == 12
     assert not set(info["query_ids"]) & set(scifact.qrels["test"])
     # listwise: each positive is grouped with its query's 3 negatives

@@ -25,6 +25,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from intentrank.errors import ConfigError, IntentrankError
+from intentrank.paths import default_data_dir
 
 
 class _Group(TyperGroup):
@@ -61,8 +62,8 @@ app = typer.Typer(
 console = Console(stderr=True)
 out = Console()
 
-# The shared test collections sit beside the checkout (../shared/data) unless told otherwise.
-DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
+# $INTENTRANK_DATA, else ../shared/data beside the working directory (paths.default_data_dir).
+DEFAULT_DATA = default_data_dir()
 
 
 # LLM settings every command hands to the pipelines it builds (set by the global options).

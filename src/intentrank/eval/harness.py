@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-import os
 import re
 import time
 from collections import Counter
@@ -41,6 +40,7 @@ from intentrank.eval.metrics import EvalResult, evaluate
 from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
 from intentrank.eval.swaps import SwapStats, swap_stats
+from intentrank.paths import default_data_dir
 from intentrank.types import EventKind, Query, Ranking, Trace, stage_name
 
 LLM = "llm"  # ``without`` entry: every pipeline that calls an LLM
@@ -431,7 +431,7 @@ def load_experiment_dataset(spec: ExperimentSpec, data_root: str | Path | None =
     if not spec.dataset:
         raise ConfigError(f"{spec.source}: no dataset given")
     where = Path(spec.dataset)
-    root = Path(data_root or os.environ.get("INTENTRANK_DATA", "../shared/data"))
+    root = Path(data_root or default_data_dir())
     return load_dataset(where if where.is_dir() else root / spec.dataset)
 
 
