@@ -248,7 +248,7 @@ def train_reranker(
     seed: int = 13,
     max_queries: int | None = None,
     base_model: str | None = None,
-    onnx: bool = False,
+    onnx: bool = True,
     progress: bool = True,
     log: Log | None = None,
 ) -> TrainResult:
@@ -264,7 +264,8 @@ def train_reranker(
     last step or at the budget, whichever comes first; training stops after the step that
     crosses ``time_budget_s`` (counted from opening the index, mining included) or after
     ``epochs`` (negatives resampled for each, the passes shuffled together); what was trained
-    is saved either way.
+    is saved either way. ``onnx`` (default True, as ``intentrank train-reranker --onnx``):
+    also export ``model_int8.onnx`` for the onnx backend (a failed export keeps the model).
     """
     if loss not in LOSSES:
         raise ConfigError(f"unknown reranker loss {loss!r}; use {' or '.join(LOSSES)}")
