@@ -33,7 +33,7 @@ from typing import Any
 
 from intentrank.core.cache import Cached
 from intentrank.core.stage import Chain, Cutoff, Stage
-from intentrank.data.trec import Qrels
+from intentrank.data.trec import Qrels, ranked_scores
 from intentrank.errors import ConfigError, DataError
 from intentrank.eval.error_analysis import Degradation, degraded_queries
 from intentrank.eval.metrics import EvalResult, evaluate
@@ -69,8 +69,10 @@ class PipelineResult:
         return sum(self.latency.values())
 
     def to_run(self) -> dict[str, dict[str, float]]:
-        """``{query_id: {doc_id: score}}`` (TREC run files, ir-measures)."""
-        return {r.query.id: {d.doc_id: d.score for d in r.docs} for r in self.rankings}
+        """``{query_id: {doc_id: score}}`` (TREC run files, ir-measures), in the rankings'
+        order with strictly decreasing scores (:func:`~intentrank.data.trec.ranked_scores`)."""
+        return {r.query.id: ranked_scores((d.doc_id, d.score) for d in r.docs)
+                for r in self.rankings}
 
 
 @dataclass
