@@ -295,7 +295,7 @@ def test_citation_scores_per_llm_and_averaged():
 
 
 def test_format_passages_numbers_and_clips():
-    from intentrank.answer.citations import format_passages
+    from intentrank.llm.prompts import format_passages
 
     assert format_passages(["a b c", "d  e\nf"], max_words=2) == "[1] a b\n[2] d e"
 

@@ -1,22 +1,16 @@
-"""Numbered passages in a prompt, and the ``[n]`` citations an answer makes to them (markers
-read by :func:`intentrank.llm.parsing.citation_numbers`, shared with the label-free LLM
-Citation Score)."""
+"""The ``[n]`` citations an answer makes to the numbered passages of its prompt
+(:func:`intentrank.llm.prompts.format_passages`); markers read by
+:func:`intentrank.llm.parsing.citation_numbers`, shared with the label-free LLM Citation
+Score."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from intentrank.llm.parsing import CITATION_MARKER, citation_numbers, normalise
 
 ABSTENTION = "The documents do not answer this question."
-
-
-def format_passages(texts: Sequence[str], max_words: int = 150) -> str:
-    """Numbered passages, ``[1] text`` (each cut to ``max_words`` words), one per line."""
-    return "\n".join(f"[{i}] {' '.join(t.split()[:max_words])}"
-                     for i, t in enumerate(texts, 1))
 
 
 def is_abstention(text: str) -> bool:

@@ -19,7 +19,7 @@ that need a gold standalone rewrite of each turn but no relevance judgments.
 10-turn conversation goes to ``>=10``.
 
 Runtimes (embedder, cross-encoder, LLM clients) are passed in as objects; passages are
-numbered as the answer stage numbers them (``answer/citations.py``).
+numbered as the answer stage numbers them (``llm/prompts.py`` ``format_passages``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.answer.citations import format_passages
 from intentrank.core.params import ParameterError, check_int
 from intentrank.core.protocols import LLMLike
 from intentrank.errors import DataError
 from intentrank.llm.parsing import Repaired, read_citation_markers, read_json_object
+from intentrank.llm.prompts import format_passages
 from intentrank.llm.step import run_step
 from intentrank.types import Query, Ranking, Trace
 
