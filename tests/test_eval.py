@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import ir_measures
 import pytest
 
@@ -105,3 +107,65 @@ def test_queries_without_a_relevant_document_are_skipped_like_trec_eval() -> Non
     res = evaluate(run, qrels, ["nDCG@10", "P@1"])
     assert res.skipped == ["2"] and set(res.per_query) == {"1"}
     assert res.aggregate["P@1"] == 1.0  # not halved by the query with nothing to find
+
+
+# -- tied scores: the ranking the user gets is the one evaluated ----------------------------
+def _tied(order: list[str]):
+    from intentrank.types import Query, Ranking, ScoredDoc
+
+    # a and b tie; c scores above b in the ranking's own order (a reranker's kept score)
+    scores = {"a": 1.0, "b": 1.0, "c": 1.2, "d": 0.5}
+    return Ranking(Query("q", "x"), [ScoredDoc(d, scores[d]) for d in order])
+
+
+@pytest.mark.parametrize(("order", "rank_of_a"), [(["a", "b", "c", "d"], 1),
+                                                   (["b", "a", "c", "d"], 2),
+                                                   (["b", "c", "a", "d"], 3)])
+def test_a_run_of_tied_or_rising_scores_evaluates_in_the_returned_order(order, rank_of_a):
+    import math
+
+    from intentrank.core.stage import RunResult
+    from intentrank.eval.harness import PipelineResult
+    from intentrank.types import Trace
+
+    qrels = {"q": {"a": 1}}
+    ranking = _tied(order)
+    for run in (RunResult([ranking]).to_run(),
+                PipelineResult(None, "", [ranking], Trace(), None).to_run()):  # type: ignore[arg-type]
+        assert list(run["q"]) == order
+        scores = list(run["q"].values())
+        assert all(x > y for x, y in itertools.pairwise(scores))
+        assert run["q"]["a"] == 1.0 or rank_of_a > 1  # the first of a tie keeps its score
+        res = evaluate(run, qrels, ["nDCG@10", "MRR@10"])
+        assert res.per_query["q"]["MRR@10"] == pytest.approx(1 / rank_of_a)
+        assert res.per_query["q"]["nDCG@10"] == pytest.approx(1 / math.log2(rank_of_a + 1))
+
+
+def test_a_written_run_keeps_the_returned_order_and_strictly_decreasing_scores(tmp_path):
+    from intentrank.core.stage import RunResult
+    from intentrank.data.trec import load_run, write_run
+    from intentrank.types import Query, Ranking, ScoredDoc
+
+    near = Ranking(Query("p", "y"), [ScoredDoc("z", 2.0000001), ScoredDoc("y", 2.0000004),
+                                     ScoredDoc("x", 2.0)])  # equal at six decimals
+    run = RunResult([_tied(["b", "a", "c", "d"]), near]).to_run()
+    write_run(run, tmp_path / "run.trec")
+    back = load_run(tmp_path / "run.trec")
+    assert {q: list(docs) for q, docs in back.items()} == {"q": ["b", "a", "c", "d"],
+                                                            "p": ["z", "y", "x"]}
+    for docs in back.values():
+        scores = list(docs.values())
+        assert all(x > y for x, y in itertools.pairwise(scores))
+    qrels = {"q": {"a": 1}, "p": {"y": 1}}
+    assert evaluate(back, qrels, ["MRR@10"]).per_query == {"q": {"MRR@10": 0.5},
+                                                          "p": {"MRR@10": 0.5}}
+    write_run({"q": {"d2": 0.5, "d1": 0.5, "d3": 0.9}}, tmp_path / "raw.trec")  # a plain dict
+    lines = (tmp_path / "raw.trec").read_text().splitlines()
+    assert [ln.split()[2] for ln in lines] == ["d3", "d2", "d1"]  # by score, ties as given
+    assert lines[2] == "q Q0 d1 3 0.499999 intentrank"
+    # at 1000 a millionth is below single precision (trec_eval's): the step is larger
+    write_run({"m": {"m1": 1000.0, "m2": 1000.0}}, tmp_path / "big.trec")
+    big = load_run(tmp_path / "big.trec")
+    assert list(big["m"]) == ["m1", "m2"] and big["m"]["m2"] == 999.999938
+    assert evaluate(big, {"m": {"m1": 1}}, ["MRR@10", "nDCG@10"]).per_query["m"] == {
+        "MRR@10": 1.0, "nDCG@10": 1.0}

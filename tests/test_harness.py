@@ -215,6 +215,49 @@ def test_canonical_keys_include_every_parameter(cranfield_index) -> None:
         DenseRetriever(cranfield_index, 100))
 
 
+class _Keep(Stage):
+    """A no-op stage holding one parameter, to compare digests."""
+
+    name = "keep"
+
+    def __init__(self, param: object) -> None:
+        self.param = param
+
+    def transform(self, rankings, trace):
+        return rankings
+
+
+class _Plain:
+    """An unknown object whose value is its public attributes."""
+
+    def __init__(self, threshold: float, words: tuple[str, ...]) -> None:
+        self.threshold, self.words = threshold, words
+
+
+class _Named:
+    """A named object (e.g. a scorer) with a parameter and a run counter."""
+
+    def __init__(self, name: str, max_length: int) -> None:
+        self.name, self.max_length, self.calls = name, max_length, 0
+
+
+def test_canonical_keys_tell_sets_objects_and_named_objects_apart() -> None:
+    def differ(a: object, b: object) -> bool:
+        return canonical(_Keep(a)) != canonical(_Keep(b))
+
+    assert differ({"a", "b"}, {"a", "c"}) and differ(frozenset({1}), frozenset({2}))
+    assert not differ({"b", "a", "c"}, {"c", "a", "b"})  # sets in sorted order
+    assert differ(_Plain(0.5, ("x",)), _Plain(0.7, ("x",)))
+    assert differ(_Plain(0.5, ("x",)), _Plain(0.5, ("y",)))
+    assert not differ(_Plain(0.5, ("x",)), _Plain(0.5, ("x",)))
+    assert differ(_Named("ce", 128), _Named("ce", 512)) and differ(_Named("a", 1), _Named("b", 1))
+    counted = _Named("ce", 128)
+    before = canonical(_Keep(counted))
+    counted.calls += 3  # not a constructor parameter: runs do not change the key
+    assert canonical(_Keep(counted)) == before == canonical(_Keep(_Named("ce", 128)))
+    assert differ(len, sorted) and differ(lambda x: x, lambda x: -x)
+
+
 def test_describe_names_every_parameter_that_changes_results(cranfield_index) -> None:
     """LLM and cross-encoder stages: two stages that would rank differently never describe
     alike (the model, its clipping, the LLM, passage and token limits, the prompt)."""

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import Stemmer
 
+from intentrank.data.trec import ranked_scores
 from intentrank.errors import DataError, IndexMismatchError
 from intentrank.eval.metrics import evaluate
 from intentrank.index import Index, IndexSettings, build_index
@@ -51,10 +52,9 @@ def test_bm25_matches_bm25s_called_directly(cranfield, cranfield_index):
                           k=len(docs), show_progress=False)
     # every score from bm25s; its top 100 with ties broken by row, as the index does
     top = [np.lexsort((res.documents[j], -res.scores[j]))[:100] for j in range(len(queries))]
-    theirs = {q.id: {docs[i].id: float(s) for i, s in zip(res.documents[j][top[j]],
-                                                           res.scores[j][top[j]],
-                                                           strict=True) if s > 0}
-              for j, q in enumerate(queries)}
+    theirs = {q.id: ranked_scores((docs[i].id, float(s)) for i, s in zip(
+                  res.documents[j][top[j]], res.scores[j][top[j]], strict=True) if s > 0)
+              for j, q in enumerate(queries)}  # in that order, as a run from rankings is
     assert ours.keys() == theirs.keys()
     for qid in ours:
         assert ours[qid] == pytest.approx(theirs[qid], rel=1e-5)

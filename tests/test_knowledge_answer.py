@@ -284,6 +284,16 @@ def test_citations_are_checked_against_the_documents_given():
                        "answer").fallback == ""
 
 
+def test_citation_markers_mixing_lists_and_ranges_and_malformed_ones():
+    c = check_citations("Mixed [1, 2-4]; chained [1-2-3] and [5-6-7, 2]. End [5].", 5)
+    assert c.valid == (1, 2, 3, 4, 5) and c.dropped == ()
+    assert c.malformed == ("[1-2-3]", "[5-6-7, 2]")
+    assert c.text == "Mixed [1][2][3][4]; chained and. End [5]."
+    sources = ("a", "b", "c")
+    assert make_answer("See [1-2-3] and [2].", sources, "answer").fallback == "bad_citation"
+    assert make_answer("See [1; 3] and [2 - 3].", sources, "answer").citations == (1, 3, 2)
+
+
 def test_answer_stage_clips_long_documents_and_counts_fallbacks():
     long = " ".join(f"w{i}" for i in range(5000))
     docs = Docs({"a": long, "b": "short text", "c": "c text"})

@@ -34,10 +34,12 @@ from intentrank.eval.label_free import (
     cosine_to_gold_queries,
     length_bucket,
     method_agreement,
+    read_citations,
     reranker_support,
 )
 from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
+from intentrank.llm.parsing import Repaired
 from intentrank.types import Query, Ranking, ScoredDoc, Trace, Turn
 
 
@@ -293,7 +295,7 @@ def test_citation_scores_per_llm_and_averaged():
 
 
 def test_format_passages_numbers_and_clips():
-    from intentrank.answer.citations import format_passages
+    from intentrank.llm.prompts import format_passages
 
     assert format_passages(["a b c", "d  e\nf"], max_words=2) == "[1] a b\n[2] d e"
 
@@ -402,3 +404,14 @@ def test_real_embedded_llm_cites_the_relevant_passage(data_dir):
     assert (run.fallbacks, run.calls) == (0, 2)
     counters = trace.stages["cite_answer"].counters  # made now, or replayed from the cache
     assert counters.get("llm_calls", 0) + counters.get("llm_cache_hits", 0) == 2
+
+
+def test_read_citations_reads_the_markers_the_answer_stage_reads():
+    got = read_citations({"answer": "See [1, 3] and [2-4] and [5].", "citations": []}, 4)
+    assert isinstance(got, Repaired) and got.value.cited == (1, 3, 2, 4)
+    assert "outside 1..4: [5]" in got.detail
+    malformed = read_citations({"answer": "See [1-2-3] and [2].", "citations": [1]}, 4)
+    assert isinstance(malformed, Repaired) and malformed.value.cited == (1, 2)
+    assert "malformed citation markers: ['[1-2-3]']" in malformed.detail
+    assert read_citations({"answer": "Fine [2].", "citations": [1]}, 2) == CitedAnswer(
+        "Fine [2].", (1, 2))

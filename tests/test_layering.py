@@ -93,6 +93,12 @@ def test_no_module_imports_from_a_higher_layer() -> None:
     assert not upward, "\n".join(upward)
 
 
+def test_label_free_scores_import_nothing_above_layer_2() -> None:
+    """docs/architecture.md: models are passed in, so eval/label_free.py needs no stage."""
+    above = sorted(t for t in GRAPH["intentrank.eval.label_free"] if _layer(t) > 2)
+    assert not above, above
+
+
 def test_no_import_cycles() -> None:
     graph = {m: {t for t in ts if t in MODULES} for m, ts in GRAPH.items()}
     state: dict[str, int] = {}

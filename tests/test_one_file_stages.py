@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import textwrap
 
+import pytest
+
 from intentrank.core.config import build_pipeline
 from intentrank.core.registry import FUSERS, STAGES, BuildContext, fuser
 from intentrank.types import Query, Ranking, ScoredDoc
@@ -72,3 +74,19 @@ def test_a_new_stage_file_registers_itself(tmp_path, monkeypatch) -> None:
         STAGES.pop("shortest_first", None)
         FUSERS.pop("combsum", None)
         sys.modules.pop("myplugins", None)
+
+
+def test_a_second_registration_of_a_name_is_refused() -> None:
+    from intentrank.core.registry import load_builtins, register_fuser, register_stage
+    from intentrank.errors import ConfigError
+    from intentrank.fuse.rrf import RRFFusion
+
+    load_builtins()
+    assert FUSERS["rrf"] is RRFFusion and register_fuser(RRFFusion) is RRFFusion  # same class
+    assert {cls.method for cls in FUSERS.values()} == set(FUSERS)  # each under its own name
+    clash = type("OtherRRF", (RRFFusion,), {"method": "rrf"})
+    with pytest.raises(ConfigError, match="two fusions register the method name 'rrf'"):
+        register_fuser(clash)
+    assert FUSERS["rrf"] is RRFFusion
+    with pytest.raises(ConfigError, match="two stages register the config name 'bm25'"):
+        register_stage("bm25")(lambda ctx, params: None)

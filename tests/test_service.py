@@ -7,8 +7,10 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -128,7 +130,42 @@ def test_concurrent_searches_read_the_right_documents(served, index):
     assert [r.status_code for r in responses] == [200] * 32
     for r in responses:
         for d in r.json()["results"]:
-            assert d["title"] == index.doc(d["doc_id"]).title
+            doc = index.doc(d["doc_id"])
+            assert d["title"] == doc.title and d["text"] == doc.text
+
+
+class MeetingIndex:
+    """An index whose document reads each wait until two readers are inside at once."""
+
+    def __init__(self, index: Any) -> None:
+        self._index, self._meet = index, threading.Barrier(2, timeout=10)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._index, name)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def doc(self, doc_id: str) -> Any:
+        self._meet.wait()
+        return self._index.doc(doc_id)
+
+
+def test_the_engine_reads_documents_in_many_threads_at_once(index, llm):
+    """Index.doc reads positionally (os.pread): the engine adds no lock around it."""
+    from intentrank.service.engine import Engine
+
+    settings = ServiceSettings(indexes={"cranfield": MeetingIndex(index)},
+                               pipelines={"bm25": "bm25"}, rerankers={}, require_keys=False,
+                               llm=LLMClient(llm, cache=False, retries=0))
+    engine = Engine(settings, log=lambda m: None)
+    try:
+        served = engine.indexes["cranfield"]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            docs = list(pool.map(served.doc, index.ids[:2]))  # both inside at once
+        assert [d.id for d in docs] == index.ids[:2]
+    finally:
+        engine.close()
 
 
 def test_search_takes_a_conversation(client):

@@ -60,6 +60,9 @@ def test_a_few_steps_write_a_loadable_model_that_moved(scifact, scifact_bm25, tm
     info = json.loads((out / "training.json").read_text())
     assert res.out_dir == out and info["steps_done"] == res.info["steps_done"] >= 2
     assert info["sources"][0]["split"] == "train" and info["sources"][0]["queries"] == 12
+    text = (out / "training.json").read_text()  # path-free: the model directory ships as is
+    assert str(scifact.root) not in text and str(scifact_bm25.path) not in text
+    assert info["index"] == scifact_bm25.path.name
     assert info["rows_per_epoch"] >= 12 and info["negatives"]["sources"] == ["bm25 top-30"]
     assert info["settings"]["loss"] == "MultipleNegativesRankingLoss"
     texts = [q.text for q in list(scifact.queries.values())[:4]]

@@ -19,10 +19,12 @@ def test_trains_within_budget_and_records_its_data(scifact, scifact_bm25, tmp_pa
     out = tmp_path / "ce"
     res = train_reranker(scifact, out, scifact_bm25, max_queries=12, negatives_per_query=3,
                          batch_size=8, max_length=64, time_budget_s=12, epochs=3,
-                         progress=False)
+                         onnx=False, progress=False)
     info = json.loads((out / "training.json").read_text())
     assert info == res.info and res.out_dir == out
     assert info["split"] == "train" and info["dataset"] == "scifact"
+    text = (out / "training.json").read_text()  # path-free: the model directory ships as is
+    assert str(scifact.root) not in text and str(tmp_path) not in text
     assert info["n_queries"] == len(info["query_ids"]) == 12
     assert not set(info["query_ids"]) & set(scifact.qrels["test"])
     # listwise: each positive is grouped with its query's 3 negatives
@@ -106,7 +108,7 @@ def test_a_tiny_budget_stops_after_the_first_step_and_says_so(scifact, scifact_b
     capfd.readouterr()
     info = train_reranker(scifact, out, scifact_bm25, loss="bce", max_queries=6,
                           negatives_per_query=2, batch_size=4, max_length=32, epochs=2,
-                          time_budget_s=1e-3, progress=False).info
+                          time_budget_s=1e-3, onnx=False, progress=False).info
     assert json.loads((out / "training.json").read_text())["stopped_by"] == "time budget"
     assert info["steps_done"] == 1 < info["steps_planned"]
     assert info["steps_planned"] == -(-2 * info["pairs_per_epoch"] // 4)
@@ -143,3 +145,15 @@ def test_training_rows_group_a_positive_with_its_negatives() -> None:
     bce = training_rows(examples, "bce", text, str.upper)
     assert bce == {"query": ["Q1"] * 3 + ["Q2"] * 3 + ["Q3"], "doc": [d.upper() for _, d, _ in
                    examples], "label": [y for _, _, y in examples]}
+
+
+def test_the_library_and_the_cli_default_to_the_same_onnx_export() -> None:
+    import inspect
+
+    import typer
+
+    from intentrank.cli import app
+
+    command = typer.main.get_command(app).commands["train-reranker"]  # type: ignore[attr-defined]
+    cli_default = next(p.default for p in command.params if p.name == "onnx")
+    assert inspect.signature(train_reranker).parameters["onnx"].default is cli_default is True

@@ -76,3 +76,17 @@ def test_named_parameter_sets_round_trip(tmp_path, monkeypatch) -> None:
         load_params("missing")
     with pytest.raises(ConfigError):
         load_params("../escape")
+
+
+def test_tied_weighted_scores_are_evaluated_in_the_order_a_stage_ranks_them() -> None:
+    from intentrank.tune.grid import weighted_run
+
+    ranking = _ranking("q", {"b": (0.5, 0.0), "a": (0.5, 0.0), "c": (0.9, 0.0)})
+    run = weighted_run({"q": feature_matrix(ranking, ["a", "b"])}, [1.0, 0.0])
+    ranked = Ranking.from_scores(Query("q", "q"), {"b": 0.5, "a": 0.5, "c": 0.9}, "s")
+    assert list(run["q"]) == ranked.doc_ids == ["c", "a", "b"]
+    assert run["q"]["c"] > run["q"]["a"] > run["q"]["b"]
+    # "a", ranked second by every stage, is what tuning scores (trec_eval alone puts b first)
+    res = grid_search([ranking], {"q": {"a": 1}}, ["a", "b"], {"a": [1], "b": [0]},
+                      metric="MRR@10")
+    assert res.score == pytest.approx(0.5)

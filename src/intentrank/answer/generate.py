@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from intentrank.answer.citations import check_citations, format_passages, is_abstention
+from intentrank.answer.citations import check_citations, is_abstention
 from intentrank.core.params import check_int
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.prompts import load_contract
+from intentrank.llm.prompts import format_passages, load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Answer, Ranking, Trace
 
@@ -31,7 +31,7 @@ def make_answer(reply: str | None, sources: tuple[str, ...], stage: str) -> Answ
     if not text:
         return Answer("", sources, (), stage, "empty")
     checked = check_citations(text, len(sources))
-    if checked.dropped:
+    if checked.invalid:
         return Answer(checked.text, sources, checked.valid, stage, "bad_citation")
     if not checked.valid and not is_abstention(checked.text):
         return Answer(checked.text, sources, (), stage, "no_citation")

@@ -27,6 +27,7 @@ from typer.exceptions import TyperException
 
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError, IntentrankError
+from intentrank.paths import default_data_dir
 from intentrank.types import Document
 
 
@@ -64,8 +65,8 @@ app = typer.Typer(
 console = Console(stderr=True)
 out = Console()
 
-# The shared test collections sit beside the checkout (../shared/data) unless told otherwise.
-DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
+# $INTENTRANK_DATA, else ../shared/data beside the working directory (paths.default_data_dir).
+DEFAULT_DATA = default_data_dir()
 
 
 @dataclass

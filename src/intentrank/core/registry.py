@@ -82,8 +82,14 @@ def register_stage(name: str, renamed: dict[str, str] | None = None
 
 
 def register_fuser(cls: type) -> type:
-    """Make a fusion class usable as ``fuse: {method: <cls.method>}``."""
-    FUSERS[cls.method] = cls  # type: ignore[attr-defined]
+    """Make a fusion class usable as ``fuse: {method: <cls.method>}``; a second class
+    under the same method name is refused (ConfigError), as :func:`register_stage` does."""
+    method = getattr(cls, "method", None)
+    if not isinstance(method, str) or not method:
+        raise ConfigError(f"fusion class {cls.__name__} has no 'method' name to register")
+    if method in FUSERS and FUSERS[method] is not cls:
+        raise ConfigError(f"two fusions register the method name {method!r}")
+    FUSERS[method] = cls
     return cls
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from intentrank.core.params import ParameterError, check_int
+from intentrank.data.trec import ranked_scores
 from intentrank.types import Query, Ranking, Trace
 
 
@@ -27,8 +28,11 @@ class RunResult:
     trace: Trace = field(default_factory=Trace)
 
     def to_run(self) -> dict[str, dict[str, float]]:
-        """``{query_id: {doc_id: score}}``, the shape ir-measures and TREC files use."""
-        return {r.query.id: {d.doc_id: d.score for d in r.docs} for r in self.rankings}
+        """``{query_id: {doc_id: score}}``, the shape ir-measures and TREC files use: the
+        rankings' order, tied scores nudged to strictly decreasing (:func:`ranked_scores`),
+        so the ranking returned is the one evaluated."""
+        return {r.query.id: ranked_scores((d.doc_id, d.score) for d in r.docs)
+                for r in self.rankings}
 
 
 def as_queries(queries: Iterable[Query | str]) -> list[Query]:

@@ -32,6 +32,7 @@ from intentrank.core.params import ParameterError
 from intentrank.data.corpus import check_id
 from intentrank.data.readers import iter_jsonl, iter_lines, read_text
 from intentrank.errors import DataError
+from intentrank.paths import default_data_dir
 from intentrank.types import Query, Turn
 
 TURN_KEYS = ("id", "question", "rewrite", "answer", "passage_id", "relevant")
@@ -231,19 +232,11 @@ CAST_FILES = {
     2021: "2021/2021_manual_evaluation_topics_v1.0.json",
 }
 CAST_2019_REWRITES = "2019/evaluation_topics_annotated_resolved_v1.0.tsv"
-# The shared collections beside the checkout (``../shared/data``), as tests and the CLI use.
-REPO_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
-
-
 def cast_root(root: str | Path | None = None) -> Path:
-    """The TREC CAsT directory: ``root``, else ``$INTENTRANK_DATA/trec-cast``, else
-    ``../shared/data/trec-cast`` beside the checkout."""
-    if root is not None:
-        path = Path(root)
-    elif os.environ.get("INTENTRANK_DATA"):
-        path = Path(os.environ["INTENTRANK_DATA"]) / "trec-cast"
-    else:
-        path = REPO_DATA / "trec-cast"
+    """The TREC CAsT directory: ``root``, else ``trec-cast`` in
+    :func:`~intentrank.paths.default_data_dir` (``$INTENTRANK_DATA``, else
+    ``../shared/data``)."""
+    path = Path(root) if root is not None else default_data_dir() / "trec-cast"
     if not path.is_dir():
         raise DataError("TREC CAsT directory not found (pass root= or set $INTENTRANK_DATA "
                         "to the folder holding trec-cast/)", path)

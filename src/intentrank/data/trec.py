@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
+
+import numpy as np
 
 from intentrank.data.readers import iter_lines, open_text_writer
 from intentrank.errors import DataError
@@ -166,15 +168,62 @@ def load_run(path: str | Path, encoding: str = "utf-8") -> Run:
     return run
 
 
+def ranked_scores(ranked: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``{doc_id: score}`` in the given (ranking) order with strictly decreasing scores.
+
+    trec_eval (and ir-measures through it) re-sorts a run by score, ties by doc id, so a
+    ranking with tied (or rising) scores would be evaluated in another order than the one
+    returned. Each score is kept unless it is not below the one before it; then it becomes
+    the next value below that one, so the order is the given one and scores move by the
+    least amount. trec_eval holds scores as single-precision floats, so "below" is compared
+    and stepped in float32 (a double a hair below would read as a tie). Rankings keep their
+    own scores; only runs (what is evaluated or written) use these.
+    """
+    out: dict[str, float] = {}
+    prev: np.float32 | None = None
+    for doc_id, score in ranked:
+        value = float(score)
+        single = np.float32(value)
+        if prev is not None and not single < prev:
+            single = np.nextafter(prev, np.float32(-np.inf))
+            value = float(single)
+        out[doc_id], prev = value, single
+    return out
+
+
 def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str = "intentrank"
               ) -> None:
-    """Write a TREC run file, documents ordered by score (ties by doc id) per query.
+    """Write a TREC run file: per query, documents by score, ties in the run's own order
+    (a run from :func:`ranked_scores` is written in its ranking's order).
 
-    Whitespace in ``tag`` becomes ``_`` (a TREC run's columns are whitespace-separated).
+    Scores are written with six decimals, strictly decreasing as trec_eval reads them
+    (single-precision floats): one that would read equal to (or above) the one before it is
+    written just below it. Scores must be finite (DataError otherwise). Whitespace in ``tag``
+    becomes ``_`` (a TREC run's columns are whitespace-separated).
     """
     tag = _WS.sub("_", tag) or "intentrank"
     with open_text_writer(path) as fh:
         for qid in run:
-            ordered = sorted(run[qid].items(), key=lambda kv: (-kv[1], kv[0]))
+            ordered = sorted(run[qid].items(), key=lambda kv: -kv[1])  # stable: ties as given
+            prev: int | None = None
             for rank, (docid, score) in enumerate(ordered, start=1):
-                fh.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+                if not math.isfinite(score):
+                    raise DataError(f"query {qid!r}: document {docid!r} has score {score}; a "
+                                    f"run file needs finite scores", Path(path))
+                micro = _below(round(float(score) * _MICRO), prev)
+                prev = micro
+                fh.write(f"{qid} Q0 {docid} {rank} {micro / _MICRO:.6f} {tag}\n")
+
+
+_MICRO = 1_000_000  # write_run's six decimals
+
+
+def _below(micro: int, prev: int | None) -> int:
+    """``micro`` (millionths), lowered to read strictly below ``prev`` as a float32."""
+    if prev is None:
+        return micro
+    micro = min(micro, prev - 1)
+    top = np.float32(prev / _MICRO)
+    if np.float32(micro / _MICRO) < top:
+        return micro
+    return math.floor(float(np.nextafter(top, np.float32(-np.inf))) * _MICRO)

@@ -22,10 +22,10 @@ from itertools import combinations
 from statistics import mean
 from typing import Any
 
-from intentrank.answer.citations import ABSTENTION, format_passages
+from intentrank.answer.citations import ABSTENTION
 from intentrank.core.protocols import LLMLike
 from intentrank.llm.parsing import read_json_object
-from intentrank.llm.prompts import load_contract
+from intentrank.llm.prompts import format_passages, load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Trace
 

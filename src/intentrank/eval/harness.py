@@ -19,24 +19,28 @@ of each child's added step; the comparison of each ``variant_of`` pair. The resu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import os
+import inspect
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from intentrank.core.cache import Cached
 from intentrank.core.stage import Chain, Cutoff, Stage
-from intentrank.data.trec import Qrels
+from intentrank.data.trec import Qrels, ranked_scores
 from intentrank.errors import ConfigError, DataError
 from intentrank.eval.error_analysis import Degradation, degraded_queries
 from intentrank.eval.metrics import EvalResult, evaluate
 from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
 from intentrank.eval.swaps import SwapStats, swap_stats
+from intentrank.paths import default_data_dir
 from intentrank.types import EventKind, Query, Ranking, Trace, stage_name
 
 LLM = "llm"  # ``without`` entry: every pipeline that calls an LLM
@@ -65,8 +69,10 @@ class PipelineResult:
         return sum(self.latency.values())
 
     def to_run(self) -> dict[str, dict[str, float]]:
-        """``{query_id: {doc_id: score}}`` (TREC run files, ir-measures)."""
-        return {r.query.id: {d.doc_id: d.score for d in r.docs} for r in self.rankings}
+        """``{query_id: {doc_id: score}}`` (TREC run files, ir-measures), in the rankings'
+        order with strictly decreasing scores (:func:`~intentrank.data.trec.ranked_scores`)."""
+        return {r.query.id: ranked_scores((d.doc_id, d.score) for d in r.docs)
+                for r in self.rankings}
 
 
 @dataclass
@@ -116,28 +122,113 @@ class ExperimentResult:
 
 
 # -- canonical descriptions and shared prefixes -------------------------------------------
-def _fingerprint(value: Any) -> str:
-    if value is None or isinstance(value, bool | int | float):
+_IDENTITY = ("name", "model", "path", "generation")  # what names a model, LLM or index
+_MAX_DEPTH = 8
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _fingerprint(value: Any, seen: frozenset[int] = frozenset(), shallow: bool = False) -> str:
+    """A stable text that differs wherever two parameter values differ.
+
+    Plain values by value; lists, tuples, dicts and sets (sorted) element by element;
+    dataclasses by their fields; arrays by their bytes; functions by their qualified name,
+    code and closure; *named* objects (a str or Path ``name`` or ``path``: models, LLM
+    clients, indexes) by type, ``name``/``model``/``path``/``generation`` and the
+    attributes named like their constructor's parameters (a run counter does not change the
+    key; an unnamed object among them, e.g. the loaded model the name names, by type only:
+    ``shallow``); any other object by type and its public attributes, recursively (or its
+    repr, addresses removed, when it has none). Cycles and depth beyond 8 end in the type
+    name.
+    """
+    if value is None or isinstance(value, bool | int | float | complex):
         return repr(value)
     if isinstance(value, str):
         return repr(value) if len(value) <= 80 else hashlib.sha1(value.encode()).hexdigest()
+    if isinstance(value, bytes):
+        return "b:" + hashlib.sha1(value).hexdigest()
+    if isinstance(value, Path):
+        return f"Path({str(value)!r})"
+    if isinstance(value, Enum):
+        return f"{_type_name(value)}.{value.name}"
     if isinstance(value, Stage):
         return canonical(value)
+    if id(value) in seen or len(seen) >= _MAX_DEPTH:
+        return f"<{_type_name(value)}>"
+    seen = seen | {id(value)}
+
+    def fp(v: Any) -> str:
+        return _fingerprint(v, seen, shallow)
+
     if isinstance(value, list | tuple):
-        return "[" + ",".join(_fingerprint(v) for v in value) + "]"
+        return "[" + ",".join(fp(v) for v in value) + "]"
+    if isinstance(value, set | frozenset):
+        return "set{" + ",".join(sorted(fp(v) for v in value)) + "}"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_fingerprint(v)}" for k, v in
-                              sorted(value.items(), key=lambda kv: str(kv[0]))) + "}"
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _fingerprint(dataclasses.asdict(value))
-    if hasattr(value, "tobytes"):  # numpy arrays
-        return hashlib.sha1(value.tobytes()).hexdigest()
-    for attr in ("path", "name"):  # indexes by directory; LLM clients, scorers by name
-        if isinstance(getattr(value, attr, None), str | Path):
-            model = getattr(value, "model", "")
-            return f"{type(value).__name__}:{getattr(value, attr)}" + (
-                f":{model}" if isinstance(model, str) and model else "")
-    return type(value).__name__
+        return "{" + ",".join(f"{fp(k)}:{fp(v)}" for k, v in
+                              sorted(value.items(), key=lambda kv: fp(kv[0]))) + "}"
+    if isinstance(value, type):
+        return _type_name(value, of_type=True)
+    if dataclasses.is_dataclass(value):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return f"{_type_name(value)}{fp(fields)}"
+    if hasattr(value, "tobytes") and hasattr(value, "dtype"):  # numpy arrays
+        shape = getattr(value, "shape", ())
+        return f"array({value.dtype},{shape},{hashlib.sha1(value.tobytes()).hexdigest()})"
+    if isinstance(value, functools.partial):
+        return f"partial({fp(value.func)},{fp(value.args)},{fp(value.keywords)})"
+    if inspect.ismethod(value):
+        return f"{fp(value.__func__)}@{fp(value.__self__)}"
+    if inspect.isfunction(value):
+        code = value.__code__
+        cells = tuple(c.cell_contents for c in value.__closure__ or ()
+                      if _has_contents(c))
+        return (f"{value.__module__}.{value.__qualname__}:"
+                f"{hashlib.sha1(code.co_code).hexdigest()[:12]}"
+                f"{fp(value.__defaults__)}{fp(cells)}")
+    if inspect.isbuiltin(value) or inspect.isroutine(value):
+        return f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', value)}"
+    return _object_fingerprint(value, seen, shallow)
+
+
+def _type_name(value: Any, of_type: bool = False) -> str:
+    cls = value if of_type else type(value)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
+
+
+def _object_fingerprint(value: Any, seen: frozenset[int], shallow: bool) -> str:
+    """Any other object: see :func:`_fingerprint`."""
+    identity = {}
+    for attr in _IDENTITY:
+        try:
+            found = getattr(value, attr, None)
+        except Exception:  # noqa: BLE001 (a property that fails names nothing)
+            continue
+        if isinstance(found, str | Path | int) and not isinstance(found, bool):
+            identity[attr] = found
+    named = "name" in identity or "path" in identity
+    if shallow and not named:
+        return f"<{_type_name(value)}>"
+    public = {k: v for k, v in getattr(value, "__dict__", {}).items()
+              if not k.startswith("_") and k not in identity}
+    if named:
+        try:
+            params = set(inspect.signature(type(value)).parameters)
+        except (TypeError, ValueError):
+            params = set()
+        public = {k: v for k, v in public.items() if k in params}
+    text = (_type_name(value) + _fingerprint(identity, seen)
+            + _fingerprint(public, seen, shallow or named))
+    if not identity and not public and type(value).__repr__ is not object.__repr__:
+        text += _ADDRESS.sub("", repr(value))
+    return text
 
 
 def canonical(stage: Stage) -> str:
@@ -342,7 +433,7 @@ def load_experiment_dataset(spec: ExperimentSpec, data_root: str | Path | None =
     if not spec.dataset:
         raise ConfigError(f"{spec.source}: no dataset given")
     where = Path(spec.dataset)
-    root = Path(data_root or os.environ.get("INTENTRANK_DATA", "../shared/data"))
+    root = Path(data_root or default_data_dir())
     return load_dataset(where if where.is_dir() else root / spec.dataset)
 
 

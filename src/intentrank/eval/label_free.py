@@ -19,13 +19,12 @@ that need a gold standalone rewrite of each turn but no relevance judgments.
 10-turn conversation goes to ``>=10``.
 
 Runtimes (embedder, cross-encoder, LLM clients) are passed in as objects; passages are
-numbered as the answer stage numbers them (``answer/citations.py``).
+numbered as the answer stage numbers them (``llm/prompts.py`` ``format_passages``).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.answer.citations import format_passages
 from intentrank.core.params import ParameterError, check_int
 from intentrank.core.protocols import LLMLike
 from intentrank.errors import DataError
-from intentrank.llm.parsing import Repaired, read_json_object
+from intentrank.llm.parsing import Repaired, read_citation_markers, read_json_object
+from intentrank.llm.prompts import format_passages
 from intentrank.llm.step import run_step
 from intentrank.types import Query, Ranking, Trace
 
@@ -270,14 +269,12 @@ class CitedAnswer:
         return len(self.cited)
 
 
-_MARKER = re.compile(r"\[(\d+)\]")
-
-
 def read_citations(obj: dict[str, Any], n_passages: int) -> CitedAnswer | Repaired[CitedAnswer]:
     """The distinct valid passage numbers (1..``n_passages``) of a reply object: those in
-    its ``citations`` list and the ``[n]`` markers in its ``answer``. Raises TypeError when
-    ``answer`` is not text or ``citations`` not a list of integers; numbers outside
-    1..``n_passages`` are dropped as a counted repair."""
+    its ``citations`` list and the citation markers in its ``answer`` (``[n]``, ``[n, m]``,
+    ``[n-m]``, read as the answer stage reads them). Raises TypeError when ``answer`` is not
+    text or ``citations`` not a list of integers; numbers outside 1..``n_passages`` and
+    malformed markers (``[1-2-3]``) are dropped as a counted repair."""
     answer, listed = obj.get("answer", ""), obj.get("citations")
     if not isinstance(answer, str):
         raise TypeError(f"'answer' must be text, got {type(answer).__name__}")
@@ -286,13 +283,15 @@ def read_citations(obj: dict[str, Any], n_passages: int) -> CitedAnswer | Repair
                                                                  and c.strip().isdigit()))
             for c in listed):
         raise TypeError(f"'citations' must be a list of passage numbers, got {listed!r}")
-    numbers = [int(c) for c in listed] + [int(m) for m in _MARKER.findall(answer)]
+    marked, malformed = read_citation_markers(answer)
+    numbers = [int(c) for c in listed] + marked
     valid = tuple(dict.fromkeys(n for n in numbers if 1 <= n <= n_passages))
     dropped = sorted({n for n in numbers if not 1 <= n <= n_passages})
     value = CitedAnswer(answer.strip(), valid)
-    if dropped:
-        return Repaired(value, f"dropped citation numbers outside 1..{n_passages}: {dropped}")
-    return value
+    repairs = ([f"dropped citation numbers outside 1..{n_passages}: {dropped}"] if dropped
+               else []) + ([f"dropped malformed citation markers: {malformed}"] if malformed
+                           else [])
+    return Repaired(value, "; ".join(repairs)) if repairs else value
 
 
 @dataclass

@@ -115,7 +115,9 @@ def evaluate(
     run: Mapping[str, Mapping[str, float]], qrels: Qrels, metrics: Sequence[str] = DEFAULT_METRICS
 ) -> EvalResult:
     """Score ``run`` against ``qrels``; averaged over every query in ``qrels`` that has a
-    relevant document (trec_eval skips the others; they are listed in ``skipped``)."""
+    relevant document (trec_eval skips the others; they are listed in ``skipped``). Tied
+    scores are ordered trec_eval's way (by doc id): a run from rankings
+    (``RunResult.to_run``, :func:`~intentrank.data.trec.ranked_scores`) has none."""
     if isinstance(metrics, str):
         raise MetricError(f"metrics must be a list of names, got the string {metrics!r}")
     metrics = list(dict.fromkeys(metrics))

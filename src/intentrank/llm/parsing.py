@@ -137,6 +137,48 @@ def parse_yes_no(text: str) -> Parsed[bool | None]:
 # (usable, but only after a counted repair), or raises :class:`ParseError` saying why not.
 
 
+CITATION_MARKER = re.compile(r"\[\s*(\d+(?:\s*[,;-]\s*\d+)*)\s*\]")
+"""A citation marker as answers write it: ``[1]``, ``[1, 3]``, ``[2-4]``, ``[1, 2-4]``; also
+malformed ones such as ``[1-2-3]`` (see :func:`citation_numbers`)."""
+_CITED_PART = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+MAX_CITED_RANGE = 20
+
+
+def citation_numbers(body: str) -> tuple[int, ...] | None:
+    """The numbers a marker's body (group 1 of :data:`CITATION_MARKER`) cites, in order.
+
+    Parts are separated by ``,`` or ``;``; each is a number or a range ``a-b`` (``a..b``
+    when ``0 < b - a < 20``, else the two ends). None for a malformed body (a part with two
+    dashes, ``1-2-3``): the caller treats it as an invalid citation. Never raises.
+    """
+    numbers: list[int] = []
+    for part in re.split(r"[,;]", body):
+        match = _CITED_PART.fullmatch(part)
+        if match is None:
+            return None
+        a = int(match.group(1))
+        if match.group(2) is None:
+            numbers.append(a)
+            continue
+        b = int(match.group(2))
+        numbers.extend(range(a, b + 1) if 0 < b - a < MAX_CITED_RANGE else (a, b))
+    return tuple(numbers)
+
+
+def read_citation_markers(text: str) -> tuple[list[int], list[str]]:
+    """Every number cited by the text's citation markers, in order (repeats kept), and
+    the malformed markers as written."""
+    numbers: list[int] = []
+    malformed: list[str] = []
+    for match in CITATION_MARKER.finditer(text):
+        cited = citation_numbers(match.group(1))
+        if cited is None:
+            malformed.append(match.group(0))
+        else:
+            numbers.extend(cited)
+    return numbers, malformed
+
+
 class ParseError(ValueError):
     """A reply a parser cannot read (the step falls back, counted as ``unparseable``)."""
 

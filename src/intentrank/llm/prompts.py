@@ -15,7 +15,7 @@ text. Filling is one pass, so a value that contains ``{query}`` is not filled ag
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -337,3 +337,10 @@ def load_contract(name: str | Path) -> PromptContract:
         raise ConfigError(f"bad prompt name {text!r}: a shipped prompt name "
                           f"({', '.join(shipped_contracts())}) or a path to a .yaml file")
     return _load_shipped(text)
+
+
+def format_passages(texts: Sequence[str], max_words: int = 150) -> str:
+    """Numbered passages, ``[1] text`` (each cut to ``max_words`` words), one per line: how
+    answering and citing prompts show documents (citations ``[n]`` refer to these)."""
+    return "\n".join(f"[{i}] {' '.join(t.split()[:max_words])}"
+                     for i, t in enumerate(texts, 1))

@@ -12,10 +12,9 @@ from typing import Any
 
 from intentrank.core.config import builtin_pipelines
 from intentrank.errors import ConfigError
+from intentrank.paths import default_data_dir
 from intentrank.service.auth import ENV_VAR, ApiKey, KeyStore, generate_key, hash_key
 from intentrank.service.settings import REPO_REPORTS, Limits, ServiceSettings
-
-DEFAULT_DATA = Path(os.environ.get("INTENTRANK_DATA", "../shared/data"))
 
 
 def _named(items: list[str], what: str) -> dict[str, str]:
@@ -68,7 +67,7 @@ def build_settings(
     if index_dirs:
         indexes: dict[str, Any] = {n: Path(p) for n, p in _named(index_dirs, "index").items()}
     else:
-        dataset = Path(dataset or DEFAULT_DATA / "scifact")
+        dataset = Path(dataset or default_data_dir() / "scifact")
         indexes = {dataset.name: _default_index(dataset, Path("indexes") / dataset.name, log)}
     generated = None
     if no_keys:

