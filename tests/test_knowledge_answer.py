@@ -304,7 +304,7 @@ def test_answer_stage_clips_long_documents_and_counts_fallbacks():
 
     fake = ByPrompt(answer=answer)
     stage = AnswerGenerator(LLMClient(fake, cache=None), docs, top_k=2, doc_words=300,
-                            context_words=400)
+                            context_words=400, abstain="llm", cite="llm")
     trace = Trace()
     rankings = [ranking("q1", "1", ["a", "b", "c"]), ranking("q2", "2", ["c"]),
                 ranking("q3", "3", ["b"]), Ranking(Query("q4", "4"))]
@@ -341,7 +341,8 @@ def test_shipped_knowledge_config_on_real_cranfield(cranfield_index):
     assert "per_element.element1" in r.docs[0].stage_scores
     assert "per_element/cross_encoder" in result.trace.stages
     assert result.trace.stage("knowledge").counters["declarations"] == 5
-    answered = AnswerGenerator(llm, cranfield_index, top_k=3)(result.rankings, Trace())
+    answered = AnswerGenerator(llm, cranfield_index, top_k=3, abstain="llm", cite="llm")(
+        result.rankings, Trace())
     assert answered[0].query.answer.cited_ids == [r.doc_ids[0]]
 
 
@@ -404,15 +405,17 @@ def test_cli_answer_prints_checked_citations(cranfield_index, fake_openai):
     runner = CliRunner()
     where = str(cranfield_index.path)
     res = runner.invoke(app, ["--llm", f"openai:m@{url}", "answer", where,
-                              "effect of sweep on wing lift", "-p", "bm25", "--n-ans", "3"])
+                              "effect of sweep on wing lift", "-p", "bm25", "--n-ans", "3",
+                              "--abstain", "llm", "--cite", "llm"])
     assert res.exit_code == 0, res.output
     assert "answer stage added to bm25: top 3" in res.output
     assert "Sweep lowers the lift slope [1]." in res.output and "[9]" not in res.output
     assert "answer fallback: bad_citation" in res.output
     res = runner.invoke(app, ["--llm", f"openai:m@{url}", "answer", where, "sweep", "-p",
-                              "bm25", "--json"])
+                              "bm25", "--json", "--cite", "llm", "--abstain", "llm"])
     data = json.loads(res.stdout[res.stdout.index("{"):res.stdout.rindex("}") + 1])
-    assert data["citations"][0]["n"] == 1 and len(data["sources"]) == 10
+    assert data["citations"][0]["n"] == 1 and len(data["sources"]) == 5
+    assert data["citations"][0]["support"] and "title" in data["citations"][0]
     bad = runner.invoke(app, ["answer", where, "  "])
     assert bad.exit_code == 2 and "the question is empty" in bad.output
 

@@ -15,16 +15,22 @@ from intentrank.index.store import Index
 def build_context(index: Index | None = None, **resources: Any) -> BuildContext:
     """A build context whose LLM comes from ``resources['llm']``: an LLM client, a backend
     or a spec string such as ``embedded`` or ``openai:<model>@<url>`` (default
-    ``embedded``), with ``resources['llm_options']`` for the client."""
+    ``embedded``: each step on its role's measured model, ``llm/roles.py``), with
+    ``resources['llm_options']`` for the client. One client per distinct model."""
+    clients: dict[str, Any] = {}
 
-    def make_llm() -> Any:
-        from intentrank.llm.client import LLMClient, load_llm
+    def make_llm(role: str | None = None, spec: str | None = None) -> Any:
+        from intentrank.llm.client import LLMClient, check_spec, load_llm
+        from intentrank.llm.roles import role_spec
 
         llm = resources.get("llm") or "embedded"
         options = resources.get("llm_options", {})
-        if isinstance(llm, str):
-            return load_llm(llm, **options)
-        return llm if isinstance(llm, LLMClient) else LLMClient(llm, **options)
+        if spec is None and not isinstance(llm, str):
+            return llm if isinstance(llm, LLMClient) else LLMClient(llm, **options)
+        chosen = check_spec(spec) if spec is not None else role_spec(llm, role)
+        if chosen not in clients:
+            clients[chosen] = load_llm(chosen, **options)
+        return clients[chosen]
 
     shared = {k: v for k, v in resources.items() if k not in ("llm", "llm_options")}
     if resources.get("llm") is not None and not isinstance(resources["llm"], str):
@@ -51,8 +57,14 @@ def ends_with_answer(node: Any) -> bool:
     return (last == "answer") or (isinstance(last, dict) and "answer" in last)
 
 
-def with_answer(node: Any, top_k: int = 10) -> Any:
-    """The pipeline node with an ``answer: {top_k}`` step appended unless it ends in one."""
+def with_answer(node: Any, top_k: int = 10, **options: Any) -> Any:
+    """The pipeline node with an ``answer: {top_k, **options}`` step appended unless it ends
+    in one; ``options`` (e.g. ``cite: llm``) also override a final answer step's own."""
+    steps = list(node) if isinstance(node, list) else [node]
     if ends_with_answer(node):
-        return node
-    return [*(node if isinstance(node, list) else [node]), {"answer": {"top_k": top_k}}]
+        if not options:
+            return node
+        last = steps[-1]
+        params = dict(last["answer"] or {}) if isinstance(last, dict) else {}
+        return [*steps[:-1], {"answer": {**params, **options}}]
+    return [*steps, {"answer": {"top_k": top_k, **options}}]

@@ -29,19 +29,33 @@ class Turn:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Why an answer sentence cites what it cites: the cited number (None: no given passage
+    supports the sentence well enough), that passage's support score and the passage
+    sentence that overlaps the answer sentence most."""
+
+    sentence: str
+    n: int | None
+    score: float
+    snippet: str = ""
+
+
+@dataclass(frozen=True)
 class Answer:
     """A generated answer grounded in numbered documents.
 
     ``sources`` are the documents the generator was given, in prompt order (``[1]`` is
     ``sources[0]``); ``citations`` the 1-based numbers the answer cites that exist among them
     (first-cited order, no repeats); ``fallback`` names why the reply was not used as written
-    (``no_documents``, ``no_citation``, ``bad_citation``, ``empty``, ...), empty when it was."""
+    (``no_documents``, ``no_citation``, ``bad_citation``, ``empty``, ...), empty when it was;
+    ``evidence``: per sentence, what supports it (post-hoc attribution)."""
 
     text: str
     sources: tuple[str, ...]
     citations: tuple[int, ...]
     stage: str
     fallback: str = ""
+    evidence: tuple[Evidence, ...] = ()  # per answer sentence, when citations are attributed
 
     @property
     def cited_ids(self) -> list[str]:

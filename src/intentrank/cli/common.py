@@ -88,11 +88,13 @@ class Settings:
         """The LLM options as ``run_experiment`` arguments."""
         return {"llm": self.llm, "resources": {"llm_options": self.llm_options}}
 
-    def load_llm(self, spec: str = "") -> Any:
-        """The LLM client of ``spec`` (default: the --llm option's) with the LLM options."""
+    def load_llm(self, spec: str = "", role: str | None = None) -> Any:
+        """The LLM client of ``spec`` (default: the --llm option's; the embedded default
+        picks ``role``'s measured model, ``llm/roles.py``) with the LLM options."""
         from intentrank.llm.client import load_llm
+        from intentrank.llm.roles import role_spec
 
-        return load_llm(spec or self.llm, **self.llm_options)
+        return load_llm(spec or role_spec(self.llm, role), **self.llm_options)
 
 
 def settings_of(ctx: typer.Context) -> Settings:

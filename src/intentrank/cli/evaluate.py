@@ -170,7 +170,7 @@ def _judge_answers(settings: Settings, res: Any, idx: Any, qrels: Any,
     """Judge each answering pipeline's answers and print one row per pipeline."""
     from intentrank.eval.answer_judge import gold_texts, judge_rankings, summarize
 
-    llm = settings.load_llm(judge_llm)
+    llm = settings.load_llm(judge_llm, role="judge")
     gold = gold_texts(idx, qrels)
     table = Table(title="answers judged (relevance -1..2, faithfulness -1..1)")
     for col in ("pipeline", "answers", "judged", "relevance", "faithfulness", "fallbacks"):

@@ -85,7 +85,7 @@ def generate_cmd(
     check_new_dir(out_dir)
     name = corpus.name if corpus.is_dir() else corpus.name.split(".")[0]
     idx = open_or_build(corpus, index_dir or Path("indexes") / name)
-    llm = settings.load_llm()
+    llm = settings.load_llm(role="questions")
     trace = Trace()
     report = generate_questions(idx, source, out_dir, llm, taxonomy=taxonomy,
                                 settings=generation, trace=trace, progress=True, log=log)
@@ -167,7 +167,7 @@ def reformulate_cmd(
         raise ConfigError(f"--method: unknown {', '.join(map(repr, unknown))}; choose "
                           f"from {', '.join([*METHODS, 'concat_turns'])}")
     check_output_file(out_file, "--out")
-    llm = settings.load_llm() if any(m in METHODS for m in method) else None
+    llm = settings.load_llm(role="rewrite") if any(m in METHODS for m in method) else None
     stages = [ConcatTurns() if m == "concat_turns" else
               ConversationalReformulator(llm, m, genre=genre,  # type: ignore[arg-type]
                                          max_history_words=max_history_words,
@@ -246,7 +246,7 @@ def generate_conversations_cmd(
     check_int("--turns", turns, 2)
     check_int("--max-attempts", max_attempts, 0)
     check_number("--minutes", minutes, minimum=0)
-    llm = settings.load_llm()
+    llm = settings.load_llm(role="questions")
     report = generate_conversations(dataset, out_dir, split=split, n=n, turns=turns,
                                     seed=seed, llm=llm, minutes=minutes or None,
                                     max_attempts=max_attempts or None, trace=trace,

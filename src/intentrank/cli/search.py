@@ -170,12 +170,21 @@ def answer_cmd(
                                           "answer stage gets one.")] = "answer",
     n_ans: Annotated[int, typer.Option("--n-ans", help="Documents the added answer stage "
                                        "answers from (a pipeline's own answer stage keeps "
-                                       "its top_k).")] = 10,
+                                       "its top_k).")] = 5,
+    abstain: Annotated[str, typer.Option(help="How the answer stage abstains: 'relevance' "
+                                         "(no passage relevant enough by the cross-encoder: "
+                                         "no LLM call) or 'llm' (the prompt offers it); "
+                                         "default: the stage's (relevance).")] = "",
+    cite: Annotated[str, typer.Option(help="How it cites: 'posthoc' (each sentence by the "
+                                      "passage the cross-encoder finds supports it) or 'llm' "
+                                      "(the LLM's [n], checked); default: the stage's "
+                                      "(posthoc).")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] =
         False,
 ) -> None:
     """Answer a question from an index: the answer with numbered citations and the cited
     passages."""
+    from intentrank.answer.attribution import cited_passages
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
     from intentrank.index import Index
     from intentrank.pipelines import build_context, ends_with_answer, with_answer
@@ -184,19 +193,20 @@ def answer_cmd(
     check_int("--n-ans", n_ans)
     if not question.strip():
         raise ConfigError("the question is empty")
+    options = {k: v for k, v in (("abstain", abstain), ("cite", cite)) if v}
     node = load_config(resolve_pipeline(pipeline))["pipeline"]
     added = not ends_with_answer(node)
     idx = Index.open(index_dir)
-    pipe = build_pipeline(with_answer(node, n_ans), build_context(idx, **settings.llm_settings),
-                          str(pipeline))
+    pipe = build_pipeline(with_answer(node, n_ans, **options),
+                          build_context(idx, **settings.llm_settings), str(pipeline))
     result = pipe.run([question])
     answer = result.rankings[0].query.answer
-    cited = [(n, answer.sources[n - 1]) for n in answer.citations]
+    cited = cited_passages(answer, idx)
     if as_json:
         out.print_json(json.dumps({
             "question": question, "answer": answer.text, "fallback": answer.fallback,
-            "sources": list(answer.sources),
-            "citations": [{"n": n, "id": d, "text": idx.doc_text(d)} for n, d in cited]}))
+            "sources": list(answer.sources), "citations": cited,
+            "unsupported": [e.sentence for e in answer.evidence if e.n is None]}))
         llm_health(settings, result.trace)
         return
     if added:
@@ -204,9 +214,11 @@ def answer_cmd(
     out.print(f"\n[bold]{escape(question)}[/]\n\n{escape(answer.text or '(no answer)')}\n")
     if answer.fallback:
         warn(f"answer fallback: {answer.fallback}")
-    for n, doc_id in cited:
-        doc = idx.doc(doc_id)
-        text = " ".join(doc.text.split()[:60])
-        out.print(f"[bold][{n}][/] {escape(doc_id)}  {escape(doc.title)}\n    "
-                  f"[dim]{escape(text)}[/]")
+    for c in cited:
+        out.print(f"[bold][{c['n']}][/] {escape(c['id'])}  {escape(c['title'])}\n    "
+                  f"[dim]{escape(c['support'])}[/]")
+    unsupported = [e.sentence for e in answer.evidence if e.n is None]
+    if unsupported:
+        warn(f"{len(unsupported)} sentence(s) no passage supports: "
+             + " / ".join(s[:80] for s in unsupported))
     llm_health(settings, result.trace)

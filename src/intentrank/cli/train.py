@@ -211,7 +211,7 @@ def tune_fuq_cmd(
     trace = Trace()
     ds, idx, metric = _tuning_inputs(settings, dataset, index_dir, split, metric, sample,
                                      "tune FUQ weights")
-    llm = settings.load_llm()
+    llm = settings.load_llm(role="followups")
     with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
         res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed, trace=trace)
     llm_health(settings, trace)  # under --strict, weights tuned on fallbacks are not saved

@@ -34,23 +34,32 @@ class BuildContext:
     """What stage factories may need: the index, the shared LLM and other shared resources
     (loaded models), created once per pipeline config.
 
-    ``make_llm`` builds the LLM client on first use (``intentrank.pipelines`` supplies one
-    from the ``--llm`` spec); a client can also be handed in as ``resources['llm']``.
+    ``make_llm(role, spec)`` builds (once per model) the LLM client of a step
+    (``intentrank.pipelines`` supplies one from the ``--llm`` spec: the embedded default picks
+    each role's measured model, see ``llm/roles.py``); a client handed in as
+    ``resources['llm']`` serves every step that does not name its own.
     """
 
     index: IndexLike | None = None
     resources: dict[str, Any] = field(default_factory=dict)
-    make_llm: Callable[[], LLMLike] | None = None
+    make_llm: Callable[..., LLMLike] | None = None
 
-    def llm(self) -> LLMLike:
-        """The LLM client the stages of this config share."""
-        llm = self.resources.get("llm")
-        if llm is None or isinstance(llm, str):
-            if self.make_llm is None:
-                raise ConfigError("this pipeline has LLM stages but no LLM was configured")
-            llm = self.make_llm()
-            self.resources["llm"] = llm
-        return llm
+    def llm(self, role: str | None = None, spec: str | None = None) -> LLMLike:
+        """The LLM client of a step: its own ``spec`` (the step's ``llm:`` parameter) if
+        given, else the client handed in, else the model for its ``role``."""
+        handed = self.resources.get("llm")
+        if spec is None and handed is not None and not isinstance(handed, str):
+            return handed
+        if spec is not None and not isinstance(spec, str):
+            raise ConfigError(f"llm: expected an LLM spec string, got {spec!r}")
+        if self.make_llm is None:
+            raise ConfigError("this pipeline has LLM stages but no LLM was configured")
+        return self.make_llm(role, spec)
+
+    def step_llm(self, role: str, params: dict[str, Any]) -> LLMLike:
+        """The LLM of a step of ``role`` whose config ``params`` may name its own with
+        ``llm: <spec>`` (taken out of ``params``)."""
+        return self.llm(role, params.pop("llm", None))
 
     def require_index(self, stage: str) -> IndexLike:
         if self.index is None:

@@ -351,7 +351,7 @@ def _contexts(spec: ExperimentSpec, indexes: dict[str | None, Any], llm: Any,
     base = build_context(None, **({"llm": llm} if llm is not None else {}), **resources)
     make_llm = base.make_llm
     if LLM in without:
-        def make_llm() -> Any:
+        def make_llm(role: str | None = None, spec: str | None = None) -> Any:
             raise _NeedsLLM
         base.resources.pop("llm", None)
     return {name: BuildContext(idx, base.resources, make_llm) for name, idx in indexes.items()}

@@ -110,7 +110,7 @@ class DynamicWeightedFusion(WeightedFusion):
     @classmethod
     def from_config(cls, branches: Sequence[Stage], ctx: BuildContext,
                     **params: Any) -> DynamicWeightedFusion:
-        return cls(branches, ctx.llm(), **params)
+        return cls(branches, ctx.step_llm("modality_weights", params), **params)
 
     def weights_batch(self, queries: Sequence[Query], trace: Trace) -> list[tuple[float, ...]]:
         """Weights for each query: one batched LLM step, fallbacks counted and logged."""

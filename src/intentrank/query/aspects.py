@@ -102,4 +102,4 @@ class AspectExplorer(Stage):
 @register_stage("aspects")
 def _aspects(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``aspects: {n: 4, max_tokens: 96, structured: false}``: LLM-listed sub-aspects."""
-    return AspectExplorer(ctx.llm(), **params)
+    return AspectExplorer(ctx.step_llm("aspects", params), **params)

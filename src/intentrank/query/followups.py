@@ -83,4 +83,4 @@ class FollowUpPredictor(Stage):
 @register_stage("followups")
 def _followups(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``followups: {m: 2, max_tokens: 160}``: LLM-predicted follow-up questions."""
-    return FollowUpPredictor(ctx.llm(), **params)
+    return FollowUpPredictor(ctx.step_llm("followups", params), **params)

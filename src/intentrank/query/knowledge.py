@@ -260,4 +260,4 @@ def _knowledge(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     auto`` only for questions the LLM finds several parts in)."""
     n_know = params.get("n_know", 5)
     index = ctx.require_index("knowledge") if n_know else None
-    return KnowledgeElements(ctx.llm(), index, **params)
+    return KnowledgeElements(ctx.step_llm("knowledge", params), index, **params)

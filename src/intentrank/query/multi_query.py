@@ -65,4 +65,4 @@ def _multi_query(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     from intentrank.core.config import build_pipeline
 
     retriever = build_pipeline(params.pop("retriever", "dense"), ctx, "multi_query.retriever")
-    return MultiQueryRetriever(ctx.llm(), retriever, **params)
+    return MultiQueryRetriever(ctx.step_llm("multi_query", params), retriever, **params)

@@ -275,7 +275,7 @@ def reformulate_turns(stage: Stage, turns: Turns, trace: Trace, batch_size: int 
 def _register(method: str) -> None:
     @register_stage(method)
     def _factory(ctx: BuildContext, params: dict[str, Any]) -> Stage:
-        return ConversationalReformulator(ctx.llm(), method, **params)
+        return ConversationalReformulator(ctx.step_llm("rewrite", params), method, **params)
 
     _factory.__doc__ = f"``{method}: {{genre, max_history_words, max_answer_words}}``: " \
                        f"conversational reformulation ({', '.join(METHODS[method].prompts)})."

@@ -69,4 +69,5 @@ class ContextualCompression(Stage):
 @register_stage("compression", renamed={"k": "top_k"})
 def _compression(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``compression``: ContextualCompression over the index with the shared LLM."""
-    return ContextualCompression(ctx.require_index("compression"), ctx.llm(), **params)
+    llm = ctx.step_llm("compression", params)
+    return ContextualCompression(ctx.require_index("compression"), llm, **params)

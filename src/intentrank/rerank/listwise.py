@@ -108,4 +108,5 @@ class ListwiseReranker(Stage):
 @register_stage("listwise", renamed={"depth": "top_k"})
 def _listwise(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``listwise``: ListwiseReranker over the index with the shared LLM."""
-    return ListwiseReranker(ctx.require_index("listwise"), ctx.llm(), **params)
+    llm = ctx.step_llm("listwise", params)
+    return ListwiseReranker(ctx.require_index("listwise"), llm, **params)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from intentrank.answer.attribution import cited_passages
 from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
@@ -140,11 +141,9 @@ class Engine:
         llm_lock = threading.Lock()
         make = template.make_llm
 
-        def make_llm() -> Any:  # built once, however many pipelines or threads ask
-            with llm_lock:
-                if self.resources.get("llm") is None or isinstance(self.resources["llm"], str):
-                    self.resources["llm"] = make()  # type: ignore[misc]
-                return self.resources["llm"]
+        def make_llm(role: str | None = None, spec: str | None = None) -> Any:
+            with llm_lock:  # each model built once, however many pipelines or threads ask
+                return make(role, spec)  # type: ignore[misc]
 
         self.make_llm = make_llm
         self.pipelines: dict[str, Served] = {}
@@ -288,9 +287,10 @@ def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_te
     if q.answer is not None:
         a = q.answer
         answer = {"text": a.text, "fallback": a.fallback, "stage": a.stage,
-                  "citations": [{"n": n, "doc_id": a.sources[n - 1],
-                                 "text": index.doc(a.sources[n - 1]).full_text()}
-                                for n in a.citations if 0 < n <= len(a.sources)]}
+                  "citations": [{"n": c["n"], "doc_id": c["id"], "title": c["title"],
+                                 "text": c["text"], "support": c["support"]}
+                                for c in cited_passages(a, index)],
+                  "unsupported": [e.sentence for e in a.evidence if e.n is None]}
     return {"index": index_name, "pipeline": pipeline, "query": q.turn, "searched": q.text,
             "derived": [{"kind": d.kind, "text": d.text, "stage": d.stage} for d in q.derived],
             "results": results, "stages": stages, "events": events,

@@ -128,7 +128,10 @@ class CitationOut(BaseModel):
 
     n: int
     doc_id: str
+    title: str = ""
     text: str
+    support: str = Field("", description="The passage sentence that supports the answer "
+                                         "(post-hoc citations), else its opening words.")
 
 
 class AnswerOut(BaseModel):
@@ -143,6 +146,8 @@ class AnswerOut(BaseModel):
     fallback: str = Field("", description="Why the reply was not used as written; empty "
                                           "when it was.")
     stage: str = ""
+    unsupported: list[str] = Field(default_factory=list, description="Answer sentences no "
+                                   "given passage supports (post-hoc citations).")
 
 
 class SearchResponse(BaseModel):

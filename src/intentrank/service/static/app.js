@@ -164,7 +164,9 @@
     $("answer-fallback").hidden = !a.fallback;
     $("answer-fallback").textContent = a.fallback ? `fallback: ${a.fallback}` : "";
     $("citations").replaceChildren(...a.citations.map((c) => el("li", {id: "cite-" + c.n, value: c.n},
-      el("span", {class: "doc-id", text: c.doc_id}), " ", c.text.slice(0, 300))));
+      el("span", {class: "doc-id", text: c.doc_id}), " ", el("strong", {text: c.title || ""}), " ",
+      el("span", {class: "support", text: (c.support || c.text).slice(0, 300)}))),
+      ...(a.unsupported || []).map((s) => el("li", {class: "unsupported", text: "unsupported: " + s})));
     $("answer").hidden = false;
   }
 

@@ -1,0 +1,132 @@
+"""Citations that follow the retrieval models, not the LLM, and abstention as a decision.
+
+- :func:`attribute` (``cite: posthoc``): the LLM's answer is split into sentences and each is
+  cited by the given passage a cross-encoder scores highest against it; a sentence no passage
+  supports at ``threshold`` or above gets no citation and counts as unsupported. Small LLMs
+  cite the wrong passage more often than a cross-encoder picks the right one.
+- :func:`relevant_enough` (``abstain: relevance``): answer only when at least one given
+  passage scores ``threshold`` or above against the question; otherwise abstain without
+  calling the LLM (an abstention sentence in the prompt attracts small models even when the
+  passages answer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from intentrank.llm.parsing import CITATION_MARKER
+from intentrank.models.cross_encoder import PairScorer
+from intentrank.types import Answer, Evidence
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_WORD = re.compile(r"[a-z0-9]+")
+_END = re.compile(r"[.!?]+[\"')\]]*\s*$")
+MIN_WORDS = 3  # shorter pieces ("Yes.") are kept with the next sentence's citation
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (a piece under :data:`MIN_WORDS` words joins the next)."""
+    pieces = [p.strip() for p in _SENTENCE_END.split(text.strip()) if p.strip()]
+    out: list[str] = []
+    carry = ""
+    for piece in pieces:
+        piece = f"{carry} {piece}".strip() if carry else piece
+        if len(piece.split()) < MIN_WORDS:
+            carry = piece
+            continue
+        out.append(piece)
+        carry = ""
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
+def strip_markers(text: str) -> str:
+    """``text`` without ``[n]``, ``[1, 2]`` or ``[2-4]`` markers."""
+    stripped = CITATION_MARKER.sub("", text)
+    return re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", stripped)).strip()
+
+
+def best_snippet(sentence: str, passage: str) -> str:
+    """The sentence of ``passage`` sharing the most words with ``sentence``."""
+    words = set(_WORD.findall(sentence.lower()))
+    candidates = split_sentences(passage) or [passage]
+    return max(candidates, key=lambda s: len(words & set(_WORD.findall(s.lower()))))
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """An answer with citations attributed: the text with ``[n]`` after each supported
+    sentence, the cited numbers (first-cited order) and the evidence per sentence."""
+
+    text: str
+    citations: tuple[int, ...]
+    evidence: tuple[Evidence, ...]
+
+    @property
+    def unsupported(self) -> int:
+        return sum(e.n is None for e in self.evidence)
+
+
+def attribute(answer: str, passages: Sequence[str], scorer: PairScorer,
+              threshold: float) -> Attributed:
+    """Cite each sentence of ``answer`` by the passage (1-based) ``scorer`` rates highest
+    against it, when that score is at least ``threshold`` (see the module doc)."""
+    sentences = split_sentences(strip_markers(answer))
+    if not sentences or not passages:
+        return Attributed(strip_markers(answer), (), ())
+    pairs = [(s, p) for s in sentences for p in passages]
+    scores = scorer.predict(pairs).reshape(len(sentences), len(passages))
+    parts, cited, evidence = [], [], []
+    for sentence, row in zip(sentences, scores, strict=True):
+        best = int(row.argmax())
+        score = float(row[best])
+        if score >= threshold:
+            n = best + 1
+            parts.append(_cited(sentence, n))
+            if n not in cited:
+                cited.append(n)
+            evidence.append(Evidence(sentence, n, score, best_snippet(sentence,
+                                                                      passages[best])))
+        else:
+            parts.append(sentence)
+            evidence.append(Evidence(sentence, None, score))
+    return Attributed(" ".join(parts), tuple(cited), tuple(evidence))
+
+
+def _cited(sentence: str, n: int) -> str:
+    """``sentence`` with ``[n]`` before its closing punctuation."""
+    m = _END.search(sentence)
+    if m is None:
+        return f"{sentence} [{n}]"
+    return f"{sentence[:m.start()].rstrip()} [{n}]{m.group(0)}"
+
+
+def relevant_enough(question: str, passages: Sequence[str], scorer: PairScorer,
+                    threshold: float) -> tuple[bool, float]:
+    """Whether some passage scores at least ``threshold`` against ``question``, and the best
+    score."""
+    if not passages:
+        return False, 0.0
+    best = float(scorer.predict([(question, p) for p in passages]).max())
+    return best >= threshold, best
+
+
+def cited_passages(answer: Answer, index: Any, words: int = 60) -> list[dict[str, Any]]:
+    """What a user is shown under an answer, one entry per cited number: ``n``, ``id``,
+    ``title``, the passage ``text`` and ``support`` (the passage sentence that supports the
+    answer, from post-hoc attribution; else the passage's first ``words`` words)."""
+    out = []
+    for n in answer.citations:
+        doc = index.doc(answer.sources[n - 1])
+        snippets = [e.snippet for e in answer.evidence if e.n == n and e.snippet]
+        support = " ".join(dict.fromkeys(snippets)) or " ".join(doc.text.split()[:words])
+        out.append({"n": n, "id": doc.id, "title": doc.title, "text": doc.full_text(),
+                    "support": support})
+    return out

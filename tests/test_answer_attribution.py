@@ -1,0 +1,156 @@
+"""Answers whose abstention is a decision (the cross-encoder's relevance gate) and whose
+citations are attributed after the LLM writes (post-hoc): unit tests with a word-overlap
+scorer, then the bundled cross-encoder on real Cranfield passages and the embedded LLM on a
+real SciFact question."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakes import RecordingLLM
+
+from intentrank.answer.attribution import (
+    attribute,
+    best_snippet,
+    relevant_enough,
+    split_sentences,
+    strip_markers,
+)
+from intentrank.answer.citations import ABSTENTION, is_abstention
+from intentrank.answer.generate import AnswerGenerator
+from intentrank.core.params import ParameterError
+from intentrank.llm.base import LLMReply
+from intentrank.llm.client import LLMClient
+from intentrank.types import Query, Ranking, ScoredDoc, Trace
+
+PASSAGES = {"a": "Cold exposure recruits brown fat. Mice were kept at 4 C for a week.",
+            "b": "Exercise raises heart rate. Training lowers resting pulse.",
+            "c": "Sweep lowers the lift slope of a wing."}
+
+
+class Overlap:
+    """A scorer stand-in: the share of the first text's words found in the second."""
+
+    name = "overlap"
+
+    def predict(self, pairs, batch_size: int = 8) -> np.ndarray:
+        def score(a: str, b: str) -> float:
+            words = set(a.lower().replace(".", "").split())
+            return len(words & set(b.lower().replace(".", "").split())) / max(len(words), 1)
+
+        return np.array([score(a, b) for a, b in pairs], dtype=np.float32)
+
+
+class Docs:
+    def doc_text(self, doc_id: str) -> str:
+        return PASSAGES[doc_id]
+
+
+class Replying(RecordingLLM):
+    def __init__(self, reply: str) -> None:
+        super().__init__()
+        self.reply = reply
+
+    def answer(self, messages, params) -> LLMReply:
+        return LLMReply(self.reply)
+
+
+def _ranking(text: str, ids: list[str]) -> Ranking:
+    return Ranking(Query("q", text), [ScoredDoc(d, 1.0) for d in ids])
+
+
+def test_sentences_markers_and_snippets():
+    assert split_sentences("Yes. Cold exposure recruits brown fat [1]. It takes a week.") == [
+        "Yes. Cold exposure recruits brown fat [1].", "It takes a week."]
+    assert strip_markers("Brown fat [1, 2] rises [3-4] and [2].") == "Brown fat rises and."
+    assert best_snippet("kept at 4 C", PASSAGES["a"]) == "Mice were kept at 4 C for a week."
+
+
+def test_each_sentence_is_cited_by_the_passage_that_supports_it():
+    texts = [PASSAGES["b"], PASSAGES["a"]]
+    done = attribute("Cold exposure recruits brown fat [2]. Training lowers resting pulse [9]. "
+                     "Nobody knows why the sky is green.", texts, Overlap(), threshold=0.5)
+    assert done.text == ("Cold exposure recruits brown fat [2]. Training lowers resting pulse "
+                         "[1]. Nobody knows why the sky is green.")
+    assert done.citations == (2, 1) and done.unsupported == 1
+    assert [e.n for e in done.evidence] == [2, 1, None]
+    assert done.evidence[0].snippet == "Cold exposure recruits brown fat."
+
+
+def test_relevance_gate():
+    assert relevant_enough("cold exposure brown fat", list(PASSAGES.values()), Overlap(),
+                           0.5)[0]
+    ok, best = relevant_enough("quantum chromodynamics", list(PASSAGES.values()), Overlap(),
+                               0.5)
+    assert not ok and best == 0.0
+    assert relevant_enough("anything", [], Overlap(), 0.1) == (False, 0.0)
+
+
+def test_the_gate_abstains_without_a_call_and_posthoc_cites_the_supporting_passage():
+    llm = Replying("Cold exposure recruits brown fat [3]. The documents do not say more.")
+    stage = AnswerGenerator(LLMClient(llm, cache=None), Docs(), top_k=3, scorer=Overlap(),
+                            abstain_threshold=0.5, support_threshold=0.6)
+    trace = Trace()
+    out = stage([_ranking("does cold exposure recruit brown fat", ["b", "a", "c"]),
+                 _ranking("quantum chromodynamics of quarks", ["b", "c"])], trace)
+    answered, gated = (r.query.answer for r in out)
+    assert answered.text == "Cold exposure recruits brown fat [2]. The documents do not say more."
+    assert answered.cited_ids == ["a"] and answered.fallback == ""
+    assert [e.n for e in answered.evidence] == [2, None]
+    assert gated.text == ABSTENTION and is_abstention(gated.text) and not gated.citations
+    assert len(llm.requests) == 1  # the gated question cost no call
+    prompt = llm.requests[0]["messages"][-1]["content"]
+    assert "do not answer" not in prompt and "cite" not in prompt  # nothing to imitate
+    c = trace.stage("answer").counters
+    assert c["gated"] == 1 and c["abstentions"] == 1 and c["unsupported"] == 1
+    assert "cite=posthoc" in stage.describe() and "abstain=relevance" in stage.describe()
+
+
+def test_the_papers_modes_stay_available():
+    llm = Replying("The documents do not answer this question.")
+    stage = AnswerGenerator(LLMClient(llm, cache=None), Docs(), top_k=2, abstain="llm",
+                            cite="llm")
+    (out,) = stage([_ranking("anything", ["a", "b"])], Trace())
+    assert is_abstention(out.query.answer.text) and stage.scorer is None
+    assert "reply exactly" in llm.requests[0]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"abstain": "never"}, "abstain"), ({"cite": "model"}, "cite"),
+    ({"abstain_threshold": 1.5}, "abstain_threshold"),
+    ({"support_threshold": -1}, "support_threshold")])
+def test_bad_answer_options_are_refused(params, message):
+    with pytest.raises(ParameterError, match=message):
+        AnswerGenerator(LLMClient(Replying(""), cache=None), Docs(), scorer=Overlap(), **params)
+
+
+def test_posthoc_citations_with_the_bundled_cross_encoder_on_real_cranfield(cranfield_index):
+    """Real passages, the real bundled cross-encoder: a sentence copied from the third
+    passage is cited [3], whatever number the LLM wrote."""
+    ids = ["1", "12", "184"]
+    texts = [cranfield_index.doc_text(d) for d in ids]
+    copied = split_sentences(texts[2])[0]
+    llm = Replying(f"{copied} [1]")
+    stage = AnswerGenerator(LLMClient(llm, cache=None), cranfield_index, top_k=3,
+                            abstain="llm", cite="posthoc")
+    (out,) = stage([_ranking("what is known about this", ids)], Trace())
+    assert out.query.answer.citations == (3,), out.query.answer
+    assert out.query.answer.evidence[0].snippet == copied
+
+
+@pytest.mark.slow
+def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifact_bm25):
+    """The issue's example: the passages BM25 gives for "Does cold exposure increase brown
+    adipose tissue recruitment?" hold the evidence (SciFact 970012); the default answer
+    stage answers (no abstention) and cites it."""
+    from intentrank.core.config import build_pipeline
+    from intentrank.pipelines import build_context
+
+    question = "Does cold exposure increase brown adipose tissue recruitment?"
+    pipe = build_pipeline([{"bm25": {"depth": 5}}, {"answer": {"top_k": 5}}],
+                          build_context(scifact_bm25, llm="llamacpp:qwen2.5-coder-0.5b"))
+    result = pipe.run([Query("q", question)])
+    answer = result.rankings[0].query.answer
+    assert "970012" in result.rankings[0].doc_ids
+    assert not is_abstention(answer.text), answer
+    assert "970012" in answer.cited_ids, answer
