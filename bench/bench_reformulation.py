@@ -41,7 +41,8 @@ from report import DATA, ROOT, header, write_section  # noqa: E402
 OUT = ROOT / "runs" / "reformulation"
 LLM_METHODS = ["rewrite_full", "rewrite_summary", "rewrite_questions", "hyde", "hyde_masked",
                "hyde_doc", "hyde_doc_masked"]
-METHODS = ["raw", "concat_turns", *LLM_METHODS, "gold"]
+NO_LLM_METHODS = ["concat_turns", "first_turn", "history_terms"]
+METHODS = ["raw", *NO_LLM_METHODS, *LLM_METHODS, "gold"]
 GENRE = {"cast2021": "web passage", "scifact": "scientific abstract",
          "cranfield": "aerodynamics research abstract"}
 DEPTH = 100
@@ -57,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--llm", default="embedded", help="the reformulation LLM")
     m.add_argument("--methods", nargs="+", default=METHODS)
+    m.add_argument("--fused", nargs="*", default=[],
+                   help="fused_reformulations rows, each methods joined by '+' (e.g. "
+                        "raw+rewrite_full): the stage's RRF over their BM25 lists")
     m.add_argument("--cite-llm", nargs="*", default=[],
                    help="LLMs for the citation score (none: skipped)")
     m.add_argument("--cite-n", type=int, default=10)
@@ -111,7 +115,9 @@ def sample(queries: list[Any], golds: dict[str, str], qrels: dict, n: int, seed:
 
 def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any, genre: str
                 ) -> tuple[list[Any], dict[str, Any]]:
-    from intentrank.query.reformulate import ConcatTurns, ConversationalReformulator
+    from intentrank.core.config import build_pipeline
+    from intentrank.core.registry import BuildContext
+    from intentrank.query.reformulate import ConversationalReformulator
     from intentrank.types import Trace
 
     t0 = time.perf_counter()
@@ -123,7 +129,7 @@ def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any
     else:
         from intentrank.types import Ranking
 
-        stage = ConcatTurns() if method == "concat_turns" else \
+        stage = build_pipeline(method, BuildContext()) if method in NO_LLM_METHODS else \
             ConversationalReformulator(llm, method, genre=genre)
         out = [r.query for r in stage([Ranking(q) for q in queries], trace)]
     seconds = time.perf_counter() - t0
@@ -135,6 +141,25 @@ def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any
             "calls": int(counters.get("llm_calls", 0) + counters.get("llm_cache_hits", 0)),
             "cache_hits": int(counters.get("llm_cache_hits", 0))}
     return out, info
+
+
+def fused_run(combo: str, index: Any, llm: Any, genre: str, turns: list[Any]
+              ) -> tuple[str, list[Any], dict[str, Any]]:
+    """The ``fused_reformulations`` stage over ``combo``'s methods ('raw+rewrite_full'):
+    its row name, rankings and cost (its LLM replies come from the cache the methods' own
+    rows filled)."""
+    from intentrank.core.config import build_pipeline
+    from intentrank.core.registry import BuildContext
+
+    methods = [{m: {"genre": genre}} if m in LLM_METHODS and m.startswith("hyde_doc") else m
+               for m in combo.split("+")]
+    stage = build_pipeline({"fused_reformulations": {
+        "methods": methods, "retriever": {"bm25": {"depth": DEPTH}}}},
+        BuildContext(index=index, resources={"llm": llm}))
+    t0 = time.perf_counter()
+    result = stage.run(turns)
+    seconds = time.perf_counter() - t0
+    return f"fused({combo})", result.rankings, {"s_per_turn": seconds / max(len(turns), 1)}
 
 
 def bm25_run(index: Any, queries: list[Any]) -> list[Any]:
@@ -217,7 +242,15 @@ def measure(args: argparse.Namespace) -> Path:
                 ev_fused = evaluate(fused, judged, METRICS)
                 robust[method] = ev_fused.aggregate
                 per_query[f"RRF(raw, {method})"] = ev_fused.column("nDCG@10")
-        result.update(labelled=labelled, rss=rss, robust=robust, per_query=per_query)
+        fused: dict[str, Any] = {}
+        for combo in args.fused:
+            name, ranked, info[f"fused:{combo}"] = fused_run(combo, index, llm, genre, turns)
+            ev = evaluate({r.query.id: {d.doc_id: d.score for d in r.docs} for r in ranked},
+                          judged, METRICS)
+            fused[name] = ev.aggregate
+            per_query[name] = ev.column("nDCG@10")
+        result.update(labelled=labelled, rss=rss, robust=robust, per_query=per_query,
+                      fused=fused)
         if args.cite_llm:
             cite_ids = {q.id for q in turns[:args.cite_n]}
             cite_runs = {m: [r for r in runs[m] if r.query.id in cite_ids]
@@ -375,6 +408,9 @@ def _render_one(r: dict[str, Any]) -> str:
             out.append(f"| {m} | {_f(a['nDCG@3'])} | {_f(a['nDCG@10'])} | {_f(a['RR@10'])} | "
                        f"{_f(a['R@100'])} | {_f(rb)} | {_f(rss[m]['bm25@5'])} | "
                        f"{_f(rss[m]['bm25>>ce@5'])} |")
+        for m, a in r.get("fused", {}).items():
+            out.append(f"| {m} | {_f(a['nDCG@3'])} | {_f(a['nDCG@10'])} | {_f(a['RR@10'])} | "
+                       f"{_f(a['R@100'])} | - | - | - |")
         out.append(_gap(r))
         out.append(_agreement(r))
     if "citation" in r:
@@ -400,6 +436,7 @@ def _gap(r: dict[str, Any]) -> str:
     raw, gold = lab["raw"]["nDCG@10"], lab["gold"]["nDCG@10"]
     cands = {m: a["nDCG@10"] for m, a in lab.items() if m not in ("raw", "gold")}
     cands.update({f"RRF(raw, {m})": a["nDCG@10"] for m, a in r["robust"].items()})
+    cands.update({m: a["nDCG@10"] for m, a in r.get("fused", {}).items()})
     best = max(cands, key=cands.get)
     share = (cands[best] - raw) / (gold - raw) if gold != raw else float("nan")
     from intentrank.eval.significance import paired_test
