@@ -223,6 +223,7 @@ def test_the_raw_embeddings_reply_has_openai_shape(served):
     EmbeddingsResponse.model_validate(r.json())
     assert set(r.json()) == {"object", "data", "model", "usage"}
     assert r.json()["object"] == "list" and r.json()["data"][0]["object"] == "embedding"
+    assert r.json()["usage"]["prompt_tokens"] == 4  # [CLS] shock waves [SEP] (MiniLM)
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [

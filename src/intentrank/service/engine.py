@@ -339,17 +339,18 @@ def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_te
 
 def _token_count(embedder: Any, texts: list[str]) -> int:
     """Tokens ``embedder`` reads for ``texts`` as queries (its prefix added, clipped to its
-    length): its ``tokenizers`` tokenizer (ONNX) or its sentence-transformers ``tokenize``;
+    length): its ``tokenizers`` tokenizer (ONNX) or its sentence-transformers ``preprocess``;
     words for an embedder with neither."""
     prefixed = [getattr(embedder, "query_prefix", "") + t for t in texts]
     tokenizer = getattr(embedder, "tokenizer", None)
     if hasattr(tokenizer, "encode_batch"):
         return sum(len(e.ids) for e in tokenizer.encode_batch(prefixed))
     model = getattr(embedder, "model", None)
-    if hasattr(model, "tokenize") and hasattr(model, "max_seq_length"):
+    tokenize = getattr(model, "preprocess", None) or getattr(model, "tokenize", None)
+    if tokenize is not None and hasattr(model, "max_seq_length"):  # sentence-transformers
         from intentrank.models.inputs import clip_texts
 
-        mask = model.tokenize(clip_texts(prefixed, model.max_seq_length))["attention_mask"]
+        mask = tokenize(clip_texts(prefixed, model.max_seq_length))["attention_mask"]
         return int(mask.sum())
     return sum(len(t.split()) for t in prefixed)
 
