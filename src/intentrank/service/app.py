@@ -4,6 +4,11 @@ Every endpoint but ``/health`` and the static page needs an API key (``Authoriza
 Bearer <key>`` or ``X-API-Key: <key>``) unless keys are turned off; a key restricted to some
 pipelines gets 403 for the others. Work runs on a bounded pool (503 + Retry-After when its
 queue is full) under a timeout (504). Errors are ``{"error": message, "request_id": id}``.
+
+POST /v1/rerank and /v2/rerank answer as Cohere's rerank, POST /v1/embeddings as OpenAI's
+embeddings (docs/integrations.md), so those providers' clients work with ``base_url`` set to
+this server: same keys, limits, pool and log; their errors are 400/404 in each provider's
+shape (:func:`error_body`).
 """
 
 from __future__ import annotations
@@ -31,10 +36,16 @@ from intentrank.service.auth import ApiKey
 from intentrank.service.engine import Engine, RequestError, Served, make_query, redact
 from intentrank.service.models import (
     AnswerResponse,
+    CohereErrorOut,
+    CohereRerankRequest,
+    CohereRerankResponse,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
     ErrorOut,
     EvaluateRequest,
     EvaluateResponse,
     HealthResponse,
+    OpenAIErrorOut,
     PipelinesResponse,
     ReportInfo,
     RerankRequest,
@@ -54,6 +65,34 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (403, "the key may not use this pipeline"), (404, "no such report"),
         (413, "the body is over the size limit"), (422, "a limit or a field is violated"),
         (503, "the worker queue is full (see Retry-After)"), (504, "the request timed out"))}
+# The providers' APIs (POST /v1/rerank and /v2/rerank as Cohere's, POST /v1/embeddings as
+# OpenAI's): a bad request is 400 (not 422) and an unknown model 404, as the providers answer
+# and their clients expect; errors carry the message where each client looks for it.
+COHERE_PATHS = frozenset({"/v1/rerank", "/v2/rerank"})
+OPENAI_PATHS = frozenset({"/v1/embeddings"})
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error",
+                 404: "invalid_request_error", 503: "server_error", 504: "server_error"}
+_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found"}
+
+
+def _compatible_errors(model: type, codes: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
+    text = {**{c: v["description"] for c, v in ERRORS.items()},
+            400: "malformed JSON, a field or a limit violated", 404: "no such model"}
+    return {c: {"model": model, "description": text[c]} for c in codes}
+
+
+def error_body(path: str, status: int, message: str, rid: str) -> dict[str, Any]:
+    """The error body for ``path``: ``{"error": message, "request_id"}``; Cohere's paths add
+    ``message``; OpenAI's path has ``{"error": {"message", "type", "param", "code"}}``."""
+    if path in OPENAI_PATHS:
+        kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500
+                                 else "invalid_request_error")
+        return {"error": {"message": message, "type": kind, "param": None,
+                          "code": _OPENAI_CODES.get(status)}, "request_id": rid}
+    body: dict[str, Any] = {"error": message, "request_id": rid}
+    if path in COHERE_PATHS:
+        body["message"] = message
+    return body
 
 
 class _BodyTooLarge(Exception):
@@ -140,7 +179,8 @@ class Gate:
         except _BodyTooLarge:
             info["error"] = f"the body is over the limit of {self.max_body} bytes"
             if status[0] == 0:
-                body_out = json.dumps({"error": info["error"], "request_id": rid}).encode()
+                body_out = json.dumps(error_body(scope.get("path", ""), 413, info["error"],
+                                                 rid)).encode()
                 await send_logged({"type": "http.response.start", "status": 413,
                                    "headers": [(b"content-type", b"application/json"),
                                                (b"content-length",
@@ -151,8 +191,9 @@ class Gate:
             info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
             print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
             if status[0] == 0:
-                body_out = json.dumps({"error": f"internal error (request id {rid})",
-                                       "request_id": rid}).encode()
+                body_out = json.dumps(error_body(scope.get("path", ""), 500,
+                                                 f"internal error (request id {rid})",
+                                                 rid)).encode()
                 await send_logged({"type": "http.response.start", "status": 500,
                                    "headers": [(b"content-type", b"application/json"),
                                                (b"content-length",
@@ -172,7 +213,10 @@ def _error(status: int, message: str, request: Request,
            headers: dict[str, str] | None = None) -> JSONResponse:
     info = request.scope.get("intentrank", {})
     info["error"] = message
-    return JSONResponse({"error": message, "request_id": info.get("request_id", "")},
+    path = request.scope.get("path", "")
+    if status == 422 and (path in COHERE_PATHS or path in OPENAI_PATHS):
+        status = 400
+    return JSONResponse(error_body(path, status, message, info.get("request_id", "")),
                         status_code=status, headers=headers)
 
 
@@ -268,12 +312,16 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if key is not None and not key.allows(served.name):
             raise RequestError(403, f"this key may not use pipeline {served.name!r}")
 
-    async def work(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+    async def run(request: Request, fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
+        """``fn(*args)`` on the pool; its ``fallbacks`` go to the access log."""
         result = await pool.run(fn, *args, timeout=settings.timeout_s)
-        info = request.scope["intentrank"]
-        result["request_id"] = info["request_id"]
         if "fallbacks" in result:
-            info["fallbacks"] = result["fallbacks"]
+            request.scope["intentrank"]["fallbacks"] = result["fallbacks"]
+        return result
+
+    async def work(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+        result = await run(request, fn, *args)
+        result["request_id"] = request.scope["intentrank"]["request_id"]
         # built by the engine in the response model's shape (tests check it against the
         # schema); sent as is, skipping a second validation per request
         return JSONResponse(result)
@@ -381,6 +429,107 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         served = engine.pipeline(body.pipeline, "rerank")
         allow(request, key, served)
         return await work(request, engine.rerank, served, body.query, docs, body.top_k)
+
+    # -- the providers' APIs ------------------------------------------------------------
+    def rerank_texts(body: CohereRerankRequest) -> list[str]:
+        """The text each document is reranked by, checked against the limits."""
+        if not body.documents:
+            raise RequestError(400, "documents is empty: give 1 to "
+                                    f"{limits.max_candidates} documents")
+        if len(body.documents) > limits.max_candidates:
+            raise RequestError(400, f"{len(body.documents)} documents; the limit is "
+                                    f"{limits.max_candidates}")
+        fields = body.rank_fields or ["text"]
+        if any(not f for f in fields):
+            raise RequestError(400, "rank_fields: a field name is empty")
+        texts = []
+        for i, doc in enumerate(body.documents):
+            if isinstance(doc, str):  # its own text, whatever rank_fields names
+                text = doc
+            else:
+                missing = [f for f in fields if not isinstance(doc.get(f), str)]
+                if missing:
+                    raise RequestError(400, f"documents[{i}] has no string field "
+                                            f"{missing[0]!r} (rank_fields: {fields})")
+                text = " ".join(doc[f] for f in fields)
+            check_text(f"documents[{i}]", text, limits.max_candidate_chars)
+            texts.append(text)
+        return texts
+
+    @app.post("/v1/rerank", response_model=CohereRerankResponse,
+              responses=_compatible_errors(CohereErrorOut, (400, 401, 403, 404, 413, 503, 504)),
+              tags=["compatible APIs"])
+    async def cohere_rerank(body: CohereRerankRequest, request: Request,
+                            key: Key) -> Response:
+        """Cohere's rerank (the `cohere` clients' `Client.rerank` and `ClientV2.rerank` with
+        `base_url` set to this server): `model` is a reranker name from GET /pipelines;
+        `relevance_score` is the reranker's own score, `index` the document's position.
+        Limits as POST /rerank (documents: max_candidates, each max_candidate_chars); a bad
+        request is 400, an unknown model 404."""
+        check_text("query", body.query, limits.max_query_chars)
+        if body.top_n is not None and body.top_n < 1:
+            raise RequestError(400, f"top_n must be at least 1, got {body.top_n}")
+        texts = rerank_texts(body)
+        rerankers = [n for n, s in engine.pipelines.items() if s.kind == "rerank"]
+        name = body.model if body.model is not None else next(iter(rerankers), None)
+        served = engine.pipelines.get(name) if name is not None else None
+        if served is None or served.kind != "rerank":
+            raise RequestError(404, f"unknown model {name!r}: the models here are the "
+                                    f"served rerankers: {', '.join(rerankers) or 'none'}")
+        allow(request, key, served)
+        result = await run(request, engine.rerank_texts, served, body.query, texts,
+                           body.top_n or len(texts))
+        del result["fallbacks"]
+        if body.return_documents:
+            for r in result["results"]:
+                doc = body.documents[r["index"]]
+                r["document"] = {"text": doc} if isinstance(doc, str) else doc
+        version = "2" if request.scope["path"].startswith("/v2/") else "1"
+        result["id"] = request.scope["intentrank"]["request_id"]
+        result["meta"] = {"api_version": {"version": version},
+                          "billed_units": {"search_units": -(-len(texts) // 100)}}
+        return JSONResponse(result)
+
+    app.add_api_route("/v2/rerank", cohere_rerank, methods=["POST"],
+                      response_model=CohereRerankResponse,
+                      responses=_compatible_errors(CohereErrorOut,
+                                                   (400, 401, 403, 404, 413, 503, 504)),
+                      tags=["compatible APIs"], summary="Cohere Rerank (v2 path)")
+
+    @app.post("/v1/embeddings", response_model=EmbeddingsResponse,
+              responses=_compatible_errors(OpenAIErrorOut, (400, 401, 404, 413, 503, 504)),
+              tags=["compatible APIs"])
+    async def embeddings(body: EmbeddingsRequest, request: Request, key: Key) -> Response:
+        """OpenAI's embeddings (the `openai` client's `embeddings.create` with `base_url`
+        set to this server's /v1): `model` is an index name, whose dense query encoder
+        encodes each input as a dense search encodes a query. Any valid key may use it.
+        Limits: max_candidates inputs of max_candidate_chars; a bad request is 400, an
+        unknown model 404."""
+        texts = [body.input] if isinstance(body.input, str) else list(body.input)
+        if not texts:
+            raise RequestError(400, "input is empty: give a text or a list of 1 to "
+                                    f"{limits.max_candidates} texts")
+        if len(texts) > limits.max_candidates:
+            raise RequestError(400, f"{len(texts)} inputs; the limit is "
+                                    f"{limits.max_candidates}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise RequestError(400, f"input[{i}] is token ids; this service embeds "
+                                        f"text: send strings")
+            check_text(f"input[{i}]", text, limits.max_candidate_chars)
+        models = engine.embedding_models()
+        name = body.model if body.model is not None else next(iter(models), None)
+        if name not in models:
+            raise RequestError(404, f"unknown model {name!r}: the models here are the "
+                                    f"served indexes with a dense leg: "
+                                    f"{', '.join(models) or 'none'}")
+        request.scope["intentrank"]["index"] = name
+        dim = getattr(getattr(engine.indexes[name], "embedder", None), "dim", None)
+        if body.dimensions is not None and body.dimensions != dim:
+            raise RequestError(400, f"dimensions is {body.dimensions}; model {name!r} gives "
+                                    f"{dim}-dimensional embeddings (no truncation)")
+        return JSONResponse(await run(request, engine.embed, name, texts,
+                                      body.encoding_format == "base64"))
 
     @app.post("/evaluate", response_model=EvaluateResponse, responses=ERRORS, tags=["evaluation"])
     async def evaluate(body: EvaluateRequest, request: Request,

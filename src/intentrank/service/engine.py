@@ -7,6 +7,7 @@ server's settings, so nothing a request says reaches a file path."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import tempfile
@@ -16,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from intentrank.answer.attribution import cited_passages
 from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
@@ -218,9 +221,9 @@ class Engine:
         return _response(ranking, trace, self.indexes[index_name], top_k, include_text,
                          served.name, index_name, seconds)
 
-    def rerank(self, served: Served, query: str, docs: list[Document],
-               top_k: int | None) -> dict[str, Any]:
-        """Rerank the request's own passages (given order first) with a reranker."""
+    def _rerank(self, served: Served, query: str, docs: list[Document]
+                ) -> tuple[Ranking, Trace, float, CandidateIndex]:
+        """Run a reranker over the request's own passages, given order first."""
         candidates = CandidateIndex(docs, next(iter(self.indexes.values())))
         stage = build_pipeline(served.node, self._ctx(candidates))
         n = len(docs)
@@ -229,9 +232,45 @@ class Engine:
                                               for i, d in enumerate(docs)])
         trace, start = Trace(), time.perf_counter()
         ranking = stage([ranking], trace)[0]
-        seconds = time.perf_counter() - start
-        return _response(ranking, trace, candidates, top_k or n, True, served.name, None,
-                         seconds)
+        return ranking, trace, time.perf_counter() - start, candidates
+
+    def rerank(self, served: Served, query: str, docs: list[Document],
+               top_k: int | None) -> dict[str, Any]:
+        """Rerank the request's own passages (given order first) with a reranker."""
+        ranking, trace, seconds, candidates = self._rerank(served, query, docs)
+        return _response(ranking, trace, candidates, top_k or len(docs), True, served.name,
+                         None, seconds)
+
+    def rerank_texts(self, served: Served, query: str, texts: list[str],
+                     top_n: int) -> dict[str, Any]:
+        """Cohere's rerank: ``results`` (``index`` in ``texts``, ``relevance_score``: the
+        reranker's score), best first, at most ``top_n``; ``fallbacks`` for the log."""
+        docs = [Document(str(i), t) for i, t in enumerate(texts)]
+        ranking, trace, _, _ = self._rerank(served, query, docs)
+        results = [{"index": int(d.doc_id), "relevance_score": d.score}
+                   for d in ranking.docs[:top_n]]
+        fallbacks = sum(int(st.counters.get("fallbacks", 0)) for st in trace.stages.values())
+        return {"results": results, "fallbacks": fallbacks}
+
+    def embedding_models(self) -> list[str]:
+        """The indexes whose dense leg can encode texts (the names /v1/embeddings takes)."""
+        return [n for n, idx in self.indexes.items()
+                if getattr(idx, "has", lambda leg: False)("dense")]
+
+    def embed(self, index_name: str, texts: list[str], base64_out: bool) -> dict[str, Any]:
+        """OpenAI's embeddings: ``texts`` encoded by the index's dense query encoder (what
+        a dense search of the index encodes a query with), float lists or base64 of
+        little-endian float32."""
+        idx = self.indexes[index_name]
+        vecs = np.asarray(idx.encode_queries(list(texts)), dtype=np.float32)
+        data = []
+        for i, vec in enumerate(vecs):
+            out: Any = base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii") \
+                if base64_out else vec.tolist()
+            data.append({"object": "embedding", "index": i, "embedding": out})
+        tokens = _token_count(getattr(idx, "embedder", None), texts)
+        return {"object": "list", "data": data, "model": index_name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     def evaluate(self, run_text: str, qrels_text: str, metrics: list[str],
                  per_query: bool) -> dict[str, Any]:
@@ -296,6 +335,24 @@ def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_te
             "results": results, "stages": stages, "events": events,
             "fallbacks": sum(s["fallbacks"] for s in stages), "seconds": seconds,
             "answer": answer}
+
+
+def _token_count(embedder: Any, texts: list[str]) -> int:
+    """Tokens ``embedder`` reads for ``texts`` as queries (its prefix added, clipped to its
+    length): its ``tokenizers`` tokenizer (ONNX) or its sentence-transformers ``preprocess``;
+    words for an embedder with neither."""
+    prefixed = [getattr(embedder, "query_prefix", "") + t for t in texts]
+    tokenizer = getattr(embedder, "tokenizer", None)
+    if hasattr(tokenizer, "encode_batch"):
+        return sum(len(e.ids) for e in tokenizer.encode_batch(prefixed))
+    model = getattr(embedder, "model", None)
+    tokenize = getattr(model, "preprocess", None) or getattr(model, "tokenize", None)
+    if tokenize is not None and hasattr(model, "max_seq_length"):  # sentence-transformers
+        from intentrank.models.inputs import clip_texts
+
+        mask = tokenize(clip_texts(prefixed, model.max_seq_length))["attention_mask"]
+        return int(mask.sum())
+    return sum(len(t.split()) for t in prefixed)
 
 
 def make_query(text: str | None, turns: list[tuple[str, str]] | None) -> Query:

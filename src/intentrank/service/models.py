@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -214,4 +214,122 @@ class ReportInfo(BaseModel):
 
 class ErrorOut(BaseModel):
     error: str
+    request_id: str = ""
+
+
+# -- the providers' APIs: Cohere rerank, OpenAI embeddings --------------------------------
+class _Compatible(BaseModel):
+    """A body of another provider's API: fields this service does not use are accepted and
+    ignored, so newer client versions that send more keep working."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class CohereRerankRequest(_Compatible):
+    """Cohere's rerank body (v1 and v2): a query and documents (strings, or objects whose
+    ``text``, or ``rank_fields``, is read)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [
+        {"model": "cross_encoder", "query": "Does vitamin D reduce fractures?",
+         "documents": ["Vitamin D supplementation did not reduce hip fractures in older "
+                       "adults.", "Aspirin lowers the risk of colorectal cancer."],
+         "top_n": 1, "return_documents": True},
+    ]})
+
+    model: str | None = Field(None, description="A reranker name from GET /pipelines (kind "
+                                                "rerank; default: the first).")
+    query: str
+    documents: list[str | dict[str, Any]] = Field(
+        description="The passages, as strings or objects with a `text` string (other fields "
+                    "are returned as given with `return_documents`).")
+    top_n: int | None = Field(None, description="How many results (default: all).")
+    return_documents: bool = Field(False, description="Return each result's document.")
+    rank_fields: list[str] | None = Field(
+        None, description="The fields of an object document read, in order, joined by a "
+                          "space (default: `text`); a string document is read as is.")
+    max_chunks_per_doc: int | None = Field(None, description="Accepted, not used: the "
+                                           "reranker clips passages to its max_length.")
+    max_tokens_per_doc: int | None = Field(None, description="Accepted, not used: the "
+                                           "reranker clips passages to its max_length.")
+
+
+class CohereApiVersion(BaseModel):
+    version: str
+
+
+class CohereBilledUnits(BaseModel):
+    search_units: int = Field(description="One per 100 documents, as Cohere counts them; "
+                                          "nothing is billed.")
+
+
+class CohereMeta(BaseModel):
+    api_version: CohereApiVersion
+    billed_units: CohereBilledUnits
+
+
+class CohereRerankResult(BaseModel):
+    index: int = Field(description="The document's position in the request.")
+    relevance_score: float = Field(description="The reranker's score (the bundled "
+                                               "cross-encoder's is in [0, 1]).")
+    document: dict[str, Any] | None = Field(
+        None, description="With `return_documents`: `{text}` for a string, the object "
+                          "as given for an object.")
+
+
+class CohereRerankResponse(BaseModel):
+    id: str = Field(description="The request id (also the X-Request-ID header).")
+    results: list[CohereRerankResult] = Field(description="Best first.")
+    meta: CohereMeta
+
+
+class CohereErrorOut(ErrorOut):
+    message: str = Field(description="The error, where Cohere's clients look for it.")
+
+
+class EmbeddingsRequest(_Compatible):
+    """OpenAI's embeddings body: texts encoded by a served index's dense query encoder."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [
+        {"model": "scifact", "input": ["ALDH1 expression in breast cancer"],
+         "encoding_format": "float"},
+    ]})
+
+    model: str | None = Field(None, description="An index name from GET /pipelines whose "
+                                                "dense leg encodes (default: the first).")
+    input: str | list[str] | list[int] | list[list[int]] = Field(
+        description="A text or a list of texts (token ids are refused).")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="`base64`: little-endian float32 bytes, base64-encoded.")
+    dimensions: int | None = Field(None, description="If given, must be the model's "
+                                                     "dimension (no truncation).")
+    user: str | None = Field(None, description="Accepted, not used.")
+
+
+class EmbeddingOut(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingsUsage(BaseModel):
+    prompt_tokens: int = Field(description="Tokens the encoder read (after clipping).")
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingOut]
+    model: str
+    usage: EmbeddingsUsage
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorOut(BaseModel):
+    error: OpenAIErrorDetail
     request_id: str = ""
