@@ -77,6 +77,15 @@ def test_each_sentence_is_cited_by_the_passage_that_supports_it():
     assert done.evidence[0].snippet == "Cold exposure recruits brown fat."
 
 
+def test_a_sentence_may_cite_every_passage_that_supports_it():
+    texts = [PASSAGES["a"], PASSAGES["b"], "Cold exposure recruits brown fat in mice."]
+    done = attribute("Cold exposure recruits brown fat.", texts, Overlap(), threshold=0.5,
+                     max_citations=2)
+    assert done.text == "Cold exposure recruits brown fat [1][3]."
+    assert done.citations == (1, 3) and done.sentences == 1 and done.unsupported == 0
+    assert [e.n for e in done.evidence] == [1, 3]
+
+
 def test_relevance_gate():
     assert relevant_enough("cold exposure brown fat", list(PASSAGES.values()), Overlap(),
                            0.5)[0]
@@ -118,7 +127,7 @@ def test_the_papers_modes_stay_available():
 @pytest.mark.parametrize(("params", "message"), [
     ({"abstain": "never"}, "abstain"), ({"cite": "model"}, "cite"),
     ({"abstain_threshold": 1.5}, "abstain_threshold"),
-    ({"support_threshold": -1}, "support_threshold")])
+    ({"support_threshold": -1}, "support_threshold"), ({"max_citations": 0}, "max_citations")])
 def test_bad_answer_options_are_refused(params, message):
     with pytest.raises(ParameterError, match=message):
         AnswerGenerator(LLMClient(Replying(""), cache=None), Docs(), scorer=Overlap(), **params)

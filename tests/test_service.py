@@ -52,7 +52,10 @@ def served(index, llm, tmp_path_factory):
     (reports / "passwd.html").symlink_to("/etc/passwd")
     pipelines = {"bm25": "bm25", "rrf": "rrf"}
     if has_answer_stage():
-        pipelines["qa"] = ["bm25", {"cutoff": 5}, {"answer": {"top_k": 3}}]
+        pipelines["qa"] = ["bm25", {"cutoff": 5},
+                           {"answer": {"top_k": 3, "abstain": "llm", "cite": "llm"}}]
+        pipelines["qa-posthoc"] = ["bm25", {"cutoff": 5},
+                                   {"answer": {"top_k": 3, "abstain": "llm"}}]
     keys = KeyStore([ApiKey("all", hash_key(KEY)),
                      ApiKey("bm25-only", hash_key(BM25_KEY), frozenset({"bm25"}))])
     settings = ServiceSettings(
@@ -285,6 +288,20 @@ def test_answer_with_citations_and_a_failing_llm_degrades_to_counted_fallbacks(
     assert r.json()["stages"][-1]["counters"].get("llm_failed") == 1
     assert SECRET not in r.text and "[redacted]" in r.text
     assert SECRET not in served[1].read_text()
+
+
+def test_posthoc_answer_shows_each_cited_passage_with_its_supporting_sentence(client):
+    """Citations attributed by the real bundled cross-encoder: every cited passage comes
+    with its title and the sentence that supports the answer; unsupported sentences listed."""
+    r = client.post("/answer", json={"query": "boundary layer on a flat plate",
+                                     "pipeline": "qa-posthoc"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    answer = AnswerResponse.model_validate(r.json()).answer
+    assert "[" not in answer.text or answer.citations  # markers only for real citations
+    for c in answer.citations:
+        assert c.support and c.support in c.text
+    assert isinstance(answer.unsupported, list)
+    assert len(answer.citations) + len(answer.unsupported) >= 1
 
 
 def test_evaluate_matches_the_metrics_code(client):

@@ -31,7 +31,7 @@ def page_server(data_dir, tmp_path_factory):
     index = small_index(data_dir, tmp_path_factory.mktemp("browser") / "cranfield300")
     pipelines = {"rrf": "rrf", "bm25": "bm25"}
     if has_answer_stage():
-        pipelines["qa"] = ["bm25", {"cutoff": 5}, {"answer": {"top_k": 3}}]
+        pipelines["qa"] = ["bm25", {"cutoff": 5}, {"answer": {"top_k": 3, "abstain": "llm"}}]
     settings = ServiceSettings(
         indexes={"cranfield": index}, pipelines=pipelines, access_log=False,
         keys=KeyStore([ApiKey("browser", hash_key(KEY))]), report_dirs=[REPORTS],
@@ -120,7 +120,9 @@ def test_answer_with_clickable_citations(page_server, browser):
     browser.find_element(By.ID, "answer-btn").click()
     _wait(browser, lambda d: d.find_element(By.ID, "answer").is_displayed())
     link = browser.find_element(By.CSS_SELECTOR, "#answer-text a.cite")
-    assert link.text == "[1]"
+    assert link.text in ("[1]", "[2]", "[3]")  # cited by the cross-encoder (post hoc)
+    support = browser.find_element(By.CSS_SELECTOR, f"#cite-{link.text[1]} .support")
+    assert support.text  # the passage sentence behind the citation
     link.click()
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "li.result.flash"))
     browser.save_screenshot(str(SCREENSHOT))

@@ -63,21 +63,25 @@ def best_snippet(sentence: str, passage: str) -> str:
 @dataclass(frozen=True)
 class Attributed:
     """An answer with citations attributed: the text with ``[n]`` after each supported
-    sentence, the cited numbers (first-cited order) and the evidence per sentence."""
+    sentence, the cited numbers (first-cited order), the evidence (one per citation of a
+    sentence, one for each unsupported sentence) and the number of sentences."""
 
     text: str
     citations: tuple[int, ...]
     evidence: tuple[Evidence, ...]
+    sentences: int = 0
 
     @property
     def unsupported(self) -> int:
+        """Sentences no passage supports (one Evidence each, ``n`` None)."""
         return sum(e.n is None for e in self.evidence)
 
 
 def attribute(answer: str, passages: Sequence[str], scorer: PairScorer,
-              threshold: float) -> Attributed:
-    """Cite each sentence of ``answer`` by the passage (1-based) ``scorer`` rates highest
-    against it, when that score is at least ``threshold`` (see the module doc)."""
+              threshold: float, max_citations: int = 1) -> Attributed:
+    """Cite each sentence of ``answer`` by the passages (1-based) ``scorer`` rates at least
+    ``threshold`` against it, best first, at most ``max_citations`` of them (see the module
+    doc); a sentence none reaches is left uncited and counted unsupported."""
     sentences = split_sentences(strip_markers(answer))
     if not sentences or not passages:
         return Attributed(strip_markers(answer), (), ())
@@ -85,27 +89,28 @@ def attribute(answer: str, passages: Sequence[str], scorer: PairScorer,
     scores = scorer.predict(pairs).reshape(len(sentences), len(passages))
     parts, cited, evidence = [], [], []
     for sentence, row in zip(sentences, scores, strict=True):
-        best = int(row.argmax())
-        score = float(row[best])
-        if score >= threshold:
-            n = best + 1
-            parts.append(_cited(sentence, n))
-            if n not in cited:
-                cited.append(n)
-            evidence.append(Evidence(sentence, n, score, best_snippet(sentence,
-                                                                      passages[best])))
-        else:
+        order = sorted(range(len(passages)), key=lambda i: (-float(row[i]), i))
+        chosen = [i for i in order if row[i] >= threshold][:max_citations]
+        if not chosen:
             parts.append(sentence)
-            evidence.append(Evidence(sentence, None, score))
-    return Attributed(" ".join(parts), tuple(cited), tuple(evidence))
+            evidence.append(Evidence(sentence, None, float(row[order[0]])))
+            continue
+        parts.append(_cited(sentence, [i + 1 for i in chosen]))
+        for i in chosen:
+            if i + 1 not in cited:
+                cited.append(i + 1)
+            evidence.append(Evidence(sentence, i + 1, float(row[i]),
+                                     best_snippet(sentence, passages[i])))
+    return Attributed(" ".join(parts), tuple(cited), tuple(evidence), len(sentences))
 
 
-def _cited(sentence: str, n: int) -> str:
-    """``sentence`` with ``[n]`` before its closing punctuation."""
+def _cited(sentence: str, numbers: list[int]) -> str:
+    """``sentence`` with ``[n]`` markers before its closing punctuation."""
+    markers = "".join(f"[{n}]" for n in numbers)
     m = _END.search(sentence)
     if m is None:
-        return f"{sentence} [{n}]"
-    return f"{sentence[:m.start()].rstrip()} [{n}]{m.group(0)}"
+        return f"{sentence} {markers}"
+    return f"{sentence[:m.start()].rstrip()} {markers}{m.group(0)}"
 
 
 def relevant_enough(question: str, passages: Sequence[str], scorer: PairScorer,

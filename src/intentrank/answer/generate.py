@@ -64,7 +64,7 @@ class AnswerGenerator(Stage):
                  max_tokens: int | None = None, name: str = "answer", *,
                  abstain: str = "relevance", abstain_threshold: float = 0.2,
                  cite: str = "posthoc", support_threshold: float = 0.1,
-                 scorer: Any = None) -> None:
+                 max_citations: int = 1, scorer: Any = None) -> None:
         self.top_k = check_int("top_k", top_k)
         self.doc_words = check_int("doc_words", doc_words)
         self.context_words = check_int("context_words", context_words)
@@ -75,6 +75,7 @@ class AnswerGenerator(Stage):
                                               minimum=0, maximum=1)
         self.support_threshold = check_number("support_threshold", support_threshold,
                                               minimum=0, maximum=1)
+        self.max_citations = check_int("max_citations", max_citations)
         self.contract = load_contract("answer_plain" if self.plain else "answer_with_citations")
         self.max_tokens = check_int("max_tokens", self.contract.max_tokens
                                     if max_tokens is None else max_tokens)
@@ -136,8 +137,9 @@ class AnswerGenerator(Stage):
             return Answer("", sources, (), path_id, "empty")
         if is_abstention(text):
             return Answer(text, sources, (), path_id)
-        done = attribute(text, texts, self.scorer, self.support_threshold)
-        trace.count(path_id, "sentences", len(done.evidence))
+        done = attribute(text, texts, self.scorer, self.support_threshold,
+                         self.max_citations)
+        trace.count(path_id, "sentences", done.sentences)
         trace.count(path_id, "unsupported", done.unsupported)
         return Answer(done.text, sources, done.citations, path_id,
                       "" if done.citations else "no_citation", done.evidence)
@@ -162,7 +164,8 @@ class AnswerGenerator(Stage):
                               context_words=self.context_words, max_words=self.max_words,
                               max_tokens=self.max_tokens, abstain=self.abstain,
                               abstain_threshold=self.abstain_threshold, cite=self.cite,
-                              support_threshold=self.support_threshold, scorer=scorer,
+                              support_threshold=self.support_threshold,
+                              max_citations=self.max_citations, scorer=scorer,
                               prompt=self.contract.name)
 
 

@@ -1,0 +1,179 @@
+"""Answers that answer and cite (issue 34): how the answer stage abstains and cites, measured
+on answerable and unanswerable questions, with the embedded LLMs.
+
+    .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain llm --cite llm
+    .venv/bin/python bench/bench_answers.py measure --llm embedded
+    .venv/bin/python bench/bench_answers.py render
+
+Questions: ``--n`` SciFact test claims (seed 0) phrased as questions ("Is it true that
+...?"). Each gets the `answer` pipeline's passages (RRF(BM25, dense) top 20 -> the bundled
+cross-encoder -> top 5). Answerable: a gold document is among its 5 passages. Unanswerable:
+the same question with the 5 passages of the next sampled question (none of them gold).
+Reported: answered, answered citing a gold passage, false abstentions (answerable),
+abstentions (unanswerable), unsupported sentences per answer, s/answer (LLM + scorer time
+over every question asked). One JSON per system in runs/answers/; ``render`` writes the
+``answers`` section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import DATA, ROOT, header, write_section  # noqa: E402
+
+OUT = ROOT / "runs" / "answers"
+RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
+                                                  {"dense": {"depth": 50}}]}},
+             {"cutoff": 20}, {"cross_encoder": {"top_k": 20, "backend": "onnx",
+                                                "max_length": 128}},
+             {"cutoff": 5}]
+
+
+def as_question(claim: str) -> str:
+    """A SciFact claim as a yes/no question."""
+    claim = claim.strip().rstrip(".")
+    first = claim[:1] if claim[1:2].isupper() else claim[:1].lower()
+    return f"Is it true that {first}{claim[1:]}?"
+
+
+def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
+    """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims."""
+    from intentrank.core.config import build_pipeline
+    from intentrank.core.registry import BuildContext
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import open_or_build
+    from intentrank.types import Ranking
+
+    ds = load_dataset(DATA / "scifact")
+    index = open_or_build(ds.corpus, ROOT / "indexes" / "scifact", source=str(ds.root))
+    queries, qrels = ds.split("test")
+    sample = sorted(random.Random(seed).sample(list(queries), n), key=lambda q: q.id)
+    sample = [replace(q, text=as_question(q.text)) for q in sample]
+    ranked = build_pipeline(RETRIEVAL, BuildContext(index)).run(sample).rankings
+    answerable = [r for r in ranked if set(qrels[r.query.id]) & set(r.doc_ids)]
+    unanswerable = []
+    for i, r in enumerate(ranked):
+        other = ranked[(i + 1) % len(ranked)]
+        if not set(qrels[r.query.id]) & set(other.doc_ids):
+            unanswerable.append(Ranking(r.query, other.docs))
+    return index, qrels, answerable, unanswerable
+
+
+def measure(args: argparse.Namespace) -> Path:
+    from intentrank.answer.citations import is_abstention
+    from intentrank.answer.generate import AnswerGenerator
+    from intentrank.llm.client import load_llm
+    from intentrank.llm.roles import role_spec
+    from intentrank.types import Trace
+
+    index, qrels, answerable, unanswerable = question_sets(args.n, args.seed)
+    spec = role_spec(args.llm, "answer")
+    stage = AnswerGenerator(load_llm(spec), index, top_k=5, abstain=args.abstain,
+                            cite=args.cite, abstain_threshold=args.abstain_threshold,
+                            support_threshold=args.support_threshold,
+                            max_citations=args.max_citations)
+    result: dict[str, Any] = {"llm": spec, "abstain": args.abstain, "cite": args.cite,
+                              "abstain_threshold": args.abstain_threshold,
+                              "support_threshold": args.support_threshold,
+                              "max_citations": args.max_citations, "n": args.n,
+                              "seed": args.seed}
+    for kind, rankings in (("answerable", answerable), ("unanswerable", unanswerable)):
+        trace = Trace()
+        t0 = time.perf_counter()
+        answers = [r.query.answer for r in stage(rankings, trace)]
+        seconds = time.perf_counter() - t0
+        c = trace.stage("answer").counters
+        llm_s = c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)
+        rows = []
+        for r, a in zip(rankings, answers, strict=True):
+            gold = set(qrels[r.query.id])
+            rows.append({"id": r.query.id, "abstained": is_abstention(a.text) or not a.text,
+                         "cites_gold": bool(gold & set(a.cited_ids)), "text": a.text,
+                         "fallback": a.fallback, "unsupported": sum(
+                             e.n is None for e in a.evidence)})
+        result[kind] = {
+            "n": len(rows), "rows": rows,
+            "abstained": sum(x["abstained"] for x in rows),
+            "cites_gold": sum(x["cites_gold"] for x in rows),
+            "unsupported": sum(x["unsupported"] for x in rows),
+            "sentences": int(c.get("sentences", 0)), "gated": int(c.get("gated", 0)),
+            "llm_calls": int(c.get("llm_calls", 0) + c.get("llm_cache_hits", 0)),
+            "seconds": seconds, "llm_seconds": llm_s}
+        print(f"[bench] {kind}: {result[kind]['abstained']}/{len(rows)} abstained, "
+              f"{result[kind]['cites_gold']} cite gold, {seconds:.0f} s", file=sys.stderr)
+    result["command"] = header()
+    OUT.mkdir(parents=True, exist_ok=True)
+    cite = f"{args.cite}{args.max_citations}" if args.cite == "posthoc" else args.cite
+    name = f"{spec.replace(':', '_')}--{args.abstain}-{cite}--n{args.n}.json"
+    path = OUT / name
+    path.write_text(json.dumps(result, indent=1))
+    print(f"[bench] wrote {path}", file=sys.stderr)
+    return path
+
+
+def _posthoc(r: dict[str, Any]) -> str:
+    return f" ({r['support_threshold']:g}, up to {r.get('max_citations', 1)})"
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{100 * a / b:.0f}% ({a}/{b})" if b else "-"
+
+
+def render() -> None:
+    results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
+    if not results:
+        raise SystemExit(f"no results in {OUT}: run `bench_answers.py measure` first")
+    lines = ["## Answers: abstention and citations (issue 34)\n",
+             __doc__.split("\n\n")[2].replace("\n", " ") + "\n",
+             "Goals (default model, 2 cores): >= 90% of answerable questions answered citing "
+             "a gold passage; >= 70% abstention on unanswerable ones; <= 10 s per answer.\n",
+             "| LLM | abstain | cite | answered | answered citing gold | false abstentions | "
+             "abstained (unanswerable) | unsupported sentences | s/answer |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        a, u = r["answerable"], r["unanswerable"]
+        asked = a["n"] + u["n"]
+        answered = a["n"] - a["abstained"]
+        lines.append(
+            f"| {r['llm']} | {r['abstain']} ({r['abstain_threshold']:g}) | {r['cite']}"
+            f"{_posthoc(r) if r['cite'] == 'posthoc' else ''}"
+            f" | {_pct(answered, a['n'])} | {_pct(a['cites_gold'], a['n'])} | "
+            f"{_pct(a['abstained'], a['n'])} | {_pct(u['abstained'], u['n'])} | "
+            f"{_pct(a['unsupported'], a['sentences']) if a['sentences'] else '-'} | "
+            f"{(a['seconds'] + u['seconds']) / max(asked, 1):.1f} |")
+    lines.append("\nRuns:\n")
+    lines += [r["command"].replace("- command:", f"- {r['llm']} {r['abstain']}/{r['cite']}:")
+              .splitlines()[0] for r in results]
+    lines.append("\n" + "\n".join(results[-1]["command"].splitlines()[1:]))
+    write_section("answers", "\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--llm", default="embedded", help="LLM spec (embedded: the answer role's)")
+    m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled (seed 0)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--abstain", default="relevance", choices=["relevance", "llm"])
+    m.add_argument("--cite", default="posthoc", choices=["posthoc", "llm"])
+    m.add_argument("--abstain-threshold", type=float, default=0.2)
+    m.add_argument("--support-threshold", type=float, default=0.1)
+    m.add_argument("--max-citations", type=int, default=1,
+                   help="passages a sentence may cite (each at the support threshold)")
+    sub.add_parser("render")
+    args = p.parse_args(argv)
+    measure(args) if args.cmd == "measure" else render()
+
+
+if __name__ == "__main__":
+    main()
