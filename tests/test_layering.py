@@ -27,6 +27,7 @@ LAYERS = {
     "intentrank.tune": 5, "intentrank.training": 5, "intentrank.pipelines": 5,
     "intentrank.generate": 5,
     "intentrank.eval": 6, "intentrank.report": 6, "intentrank.scale": 6, "intentrank.service": 6,
+    "intentrank.integrations": 6,
     "intentrank.cli": 7,
 }
 

@@ -1,0 +1,116 @@
+"""LangChain adapters (``pip install 'intentrank[langchain]'``):
+
+- :class:`IntentrankRetriever`, a ``BaseRetriever``: any intentrank search pipeline over an
+  index; each result is a ``Document`` whose ``page_content`` is the passage text and whose
+  ``metadata`` has ``doc_id``, ``title``, ``score`` (the pipeline's), ``rank`` and
+  ``stage_scores`` (every stage's score by path id).
+- :class:`IntentrankReranker`, a ``BaseDocumentCompressor``: any intentrank reranking
+  pipeline (default: the bundled cross-encoder) over the documents a chain hands it, best
+  first, each with ``score``, ``rank`` and ``stage_scores`` added to its metadata.
+
+::
+
+    retriever = IntentrankRetriever(pipeline="bm25", index="indexes/cranfield", k=30)
+    reranker = IntentrankReranker(pipeline={"cross_encoder": {"top_k": 30}}, top_n=5)
+    docs = reranker.compress_documents(retriever.invoke(question), question)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from intentrank.extras import require
+
+require("langchain_core", "langchain", "the LangChain adapters")
+
+from langchain_core.callbacks import (  # noqa: E402 (after the check that names the extra)
+    CallbackManagerForRetrieverRun,
+    Callbacks,
+)
+from langchain_core.documents import BaseDocumentCompressor  # noqa: E402
+from langchain_core.documents import Document as LCDocument  # noqa: E402
+from langchain_core.retrievers import BaseRetriever  # noqa: E402
+from pydantic import ConfigDict, PrivateAttr  # noqa: E402
+
+from intentrank.integrations.common import PassageReranker, PipelineSearch  # noqa: E402
+from intentrank.types import Document  # noqa: E402
+
+
+class IntentrankRetriever(BaseRetriever):
+    """An intentrank search pipeline as a LangChain retriever.
+
+    ``pipeline``: a built Stage, a shipped config name (``bm25``, ``rrf``, ``cascade``), a
+    YAML config file or a config node; ``index``: an open index or its directory (a config
+    file's own ``index:`` when omitted); ``k``: results returned; ``resources``: passed to
+    the pipeline's build context (``{"llm": "openai:<model>@<url>"}`` for LLM stages)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    pipeline: Any
+    index: Any = None
+    k: int = 10
+    resources: dict[str, Any] = {}
+    _search: PipelineSearch = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        self._search = PipelineSearch(self.pipeline, self.index, **self.resources)
+
+    @property
+    def stage(self) -> Any:
+        """The intentrank pipeline (a Stage) this retriever runs."""
+        return self._search.stage
+
+    def _get_relevant_documents(self, query: str, *,
+                                run_manager: CallbackManagerForRetrieverRun
+                                ) -> list[LCDocument]:
+        return [LCDocument(page_content=h.document.text, id=h.doc_id,
+                           metadata={**h.document.metadata, "doc_id": h.doc_id,
+                                     "title": h.document.title, "score": h.score,
+                                     "rank": h.rank, "stage_scores": h.stage_scores})
+                for h in self._search.search(query, self.k)]
+
+
+class IntentrankReranker(BaseDocumentCompressor):
+    """An intentrank reranking pipeline as a LangChain document compressor.
+
+    ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
+    a YAML file or shipped config whose pipeline reranks, a function from a candidate index
+    to a Stage, or a built Stage (which reads its own index: the documents must carry its
+    ``doc_id`` in their metadata). ``top_n``: documents kept (all that the pipeline returns
+    when None). ``title_key``: the metadata field read as the document's title (what the
+    reranker sees is title and text, as for an indexed document). ``index``: encodes queries
+    for rerankers that need embeddings."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    pipeline: Any = "cross_encoder"
+    index: Any = None
+    top_n: int | None = None
+    title_key: str | None = "title"
+    resources: dict[str, Any] = {}
+    _reranker: PassageReranker = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        self._reranker = PassageReranker(self.pipeline, self.index, **self.resources)
+
+    def compress_documents(self, documents: Sequence[LCDocument], query: str,
+                           callbacks: Callbacks | None = None) -> Sequence[LCDocument]:
+        docs = [Document(str(d.metadata.get("doc_id") or d.id or ""), d.page_content,
+                         str(d.metadata.get(self.title_key) or "") if self.title_key else "")
+                for d in documents]
+        ranked = self._reranker.rerank(query, docs)
+        if self.top_n is not None:
+            ranked = ranked[:self.top_n]
+        out = []
+        for rank, (i, scored) in enumerate(ranked, 1):
+            d = documents[i]
+            out.append(LCDocument(page_content=d.page_content, id=d.id, metadata={
+                **d.metadata, "score": float(scored.score), "rank": rank,
+                "stage_scores": dict(scored.stage_scores)}))
+        return out
+
+
+__all__ = ["IntentrankReranker", "IntentrankRetriever"]

@@ -1,0 +1,135 @@
+"""LlamaIndex adapters (``pip install 'intentrank[llamaindex]'``):
+
+- :class:`IntentrankRetriever`, a ``BaseRetriever``: any intentrank search pipeline over an
+  index; each result is a ``NodeWithScore`` (the pipeline's score) over a ``TextNode`` whose
+  id is the doc id, whose text is the passage and whose ``metadata`` has ``doc_id``,
+  ``title``, ``score``, ``rank`` and ``stage_scores`` (every stage's score by path id); only
+  ``title`` is shown to LLMs and embedders.
+- :class:`IntentrankReranker`, a ``BaseNodePostprocessor``: any intentrank reranking
+  pipeline (default: the bundled cross-encoder) over the nodes a query engine hands it.
+
+::
+
+    retriever = IntentrankRetriever("bm25", index="indexes/cranfield", k=30)
+    reranker = IntentrankReranker(pipeline={"cross_encoder": {"top_k": 30}}, top_n=5)
+    nodes = reranker.postprocess_nodes(retriever.retrieve(question), query_str=question)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from intentrank.extras import require
+
+require("llama_index.core", "llamaindex", "the LlamaIndex adapters")
+
+from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
+from llama_index.core.callbacks import CallbackManager  # noqa: E402
+from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
+from llama_index.core.retrievers import BaseRetriever  # noqa: E402
+from llama_index.core.schema import (  # noqa: E402
+    MetadataMode,
+    NodeWithScore,
+    QueryBundle,
+    TextNode,
+)
+
+from intentrank.errors import ConfigError  # noqa: E402
+from intentrank.integrations.common import (  # noqa: E402
+    PassageReranker,
+    PipelineSearch,
+    PipelineSpec,
+)
+from intentrank.types import Document  # noqa: E402
+
+HIDDEN = ["doc_id", "score", "rank", "stage_scores"]  # metadata kept from LLMs and embedders
+
+
+def _hide(keys: list[str]) -> list[str]:
+    return [*keys, *(k for k in HIDDEN if k not in keys)]
+
+
+class IntentrankRetriever(BaseRetriever):
+    """An intentrank search pipeline as a LlamaIndex retriever.
+
+    ``pipeline``: a built Stage, a shipped config name (``bm25``, ``rrf``, ``cascade``), a
+    YAML config file or a config node; ``index``: an open index or its directory (a config
+    file's own ``index:`` when omitted); ``k``: results returned; ``resources``: passed to
+    the pipeline's build context (``llm=...`` for LLM stages)."""
+
+    def __init__(self, pipeline: PipelineSpec, index: Any = None, k: int = 10,
+                 callback_manager: CallbackManager | None = None, **resources: Any) -> None:
+        super().__init__(callback_manager=callback_manager)
+        self.k = k
+        self._search = PipelineSearch(pipeline, index, **resources)
+
+    @property
+    def stage(self) -> Any:
+        """The intentrank pipeline (a Stage) this retriever runs."""
+        return self._search.stage
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        out = []
+        for h in self._search.search(query_bundle.query_str, self.k):
+            node = TextNode(id_=h.doc_id, text=h.document.text, metadata={
+                **h.document.metadata, "doc_id": h.doc_id, "title": h.document.title,
+                "score": h.score, "rank": h.rank, "stage_scores": h.stage_scores},
+                excluded_llm_metadata_keys=list(HIDDEN),
+                excluded_embed_metadata_keys=list(HIDDEN))
+            out.append(NodeWithScore(node=node, score=h.score))
+        return out
+
+
+class IntentrankReranker(BaseNodePostprocessor):
+    """An intentrank reranking pipeline as a LlamaIndex node postprocessor.
+
+    ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
+    a YAML file or shipped config whose pipeline reranks, a function from a candidate index
+    to a Stage, or a built Stage (which reads its own index: the nodes must carry its
+    ``doc_id`` in their metadata). ``top_n``: nodes kept (all that the pipeline returns when
+    None). ``title_key``: the metadata field read as the title (the reranker sees title and
+    text, as for an indexed document). ``index``: encodes queries for rerankers that need
+    embeddings. Returned nodes are copies with ``score``, ``rank`` and ``stage_scores`` in
+    their metadata."""
+
+    pipeline: Any = "cross_encoder"
+    index: Any = None
+    top_n: int | None = None
+    title_key: str | None = "title"
+    resources: dict[str, Any] = {}
+    _reranker: PassageReranker = PrivateAttr()
+
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
+        self._reranker = PassageReranker(self.pipeline, self.index, **self.resources)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "IntentrankReranker"
+
+    def _postprocess_nodes(self, nodes: list[NodeWithScore],
+                           query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
+        if query_bundle is None:
+            raise ConfigError("IntentrankReranker needs the query: pass query_bundle or "
+                              "query_str")
+        docs = []
+        for n in nodes:
+            meta = n.node.metadata
+            title = str(meta.get(self.title_key) or "") if self.title_key else ""
+            docs.append(Document(str(meta.get("doc_id") or n.node.node_id),
+                                 n.node.get_content(metadata_mode=MetadataMode.NONE), title))
+        ranked = self._reranker.rerank(query_bundle.query_str, docs)
+        if self.top_n is not None:
+            ranked = ranked[:self.top_n]
+        out = []
+        for rank, (i, scored) in enumerate(ranked, 1):
+            node = nodes[i].node.model_copy()
+            node.metadata = {**node.metadata, "score": float(scored.score), "rank": rank,
+                             "stage_scores": dict(scored.stage_scores)}
+            node.excluded_llm_metadata_keys = _hide(node.excluded_llm_metadata_keys)
+            node.excluded_embed_metadata_keys = _hide(node.excluded_embed_metadata_keys)
+            out.append(NodeWithScore(node=node, score=float(scored.score)))
+        return out
+
+
+__all__ = ["IntentrankReranker", "IntentrankRetriever"]
