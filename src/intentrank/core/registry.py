@@ -8,7 +8,10 @@ A stage module registers its config name next to its class::
 
 and a fusion class registers its ``method`` with ``@register_fuser``. The built-in stage
 packages are imported on first lookup (:func:`load_builtins`), so the registry itself depends
-on nothing above it.
+on nothing above it; so are installed plugins, after them: the modules their package entry
+points name in the groups ``intentrank.stages`` and ``intentrank.fusers``
+(:func:`load_plugins`). Plugin prompt directories (group ``intentrank.prompts``) are found by
+:func:`plugin_prompt_dirs`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import metadata, resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from intentrank.errors import ConfigError
@@ -104,14 +109,75 @@ def register_fuser(cls: type) -> type:
 
 _LOADED = False
 
+# Package entry point groups of third-party plugins: a stage or fusion plugin names a module
+# whose import registers it; a prompt plugin names a package (or a module attribute holding
+# a directory path) of prompt contract files.
+PLUGIN_GROUPS = ("intentrank.stages", "intentrank.fusers")
+PROMPT_GROUP = "intentrank.prompts"
+
 
 def load_builtins() -> None:
-    """Import the built-in stage packages so their registrations run (once)."""
+    """Import the built-in stage packages so their registrations run, then the installed
+    plugins (once)."""
     global _LOADED
     if not _LOADED:
         for package in BUILTIN_PACKAGES:
             importlib.import_module(package)
+        load_plugins()
         _LOADED = True
+
+
+def _entry_points(group: str) -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=group), key=lambda ep: (ep.name, ep.value))
+
+
+def _plugin_error(ep: metadata.EntryPoint, group: str, exc: BaseException) -> ConfigError:
+    dist = getattr(ep.dist, "name", None)
+    source = f" of package {dist!r}" if dist else ""
+    return ConfigError(f"plugin entry point {ep.name!r} = {ep.value!r} (group {group!r}"
+                       f"{source}) failed to load: {type(exc).__name__}: {exc}; fix or "
+                       f"uninstall the plugin")
+
+
+def load_plugins() -> None:
+    """Import the module each ``intentrank.stages`` / ``intentrank.fusers`` entry point
+    names, so its ``@register_stage`` / ``@register_fuser`` decorators run. A plugin that
+    fails to import (or registers a name already taken) raises ConfigError naming the entry
+    point and the error."""
+    for group in PLUGIN_GROUPS:
+        for ep in _entry_points(group):
+            try:
+                ep.load()
+            except Exception as exc:
+                raise _plugin_error(ep, group, exc) from exc
+
+
+_PROMPT_DIRS: list[tuple[str, Any]] | None = None
+
+
+def plugin_prompt_dirs() -> list[tuple[str, Any]]:
+    """(entry point name, directory) for each ``intentrank.prompts`` entry point, found once.
+    The entry point names a package (its directory: ``mypkg.prompts``), a module attribute
+    holding a directory path (``mypkg:PROMPTS``) or a directory path; the directory holds
+    ``<name>.yaml`` contracts. A missing or broken one raises ConfigError."""
+    global _PROMPT_DIRS
+    if _PROMPT_DIRS is None:
+        found = []
+        for ep in _entry_points(PROMPT_GROUP):
+            try:
+                if ":" in ep.value:
+                    where: Any = Path(str(ep.load()))
+                elif "/" in ep.value or "\\" in ep.value:
+                    where = Path(ep.value)
+                else:
+                    where = resources.files(ep.value)
+                if not where.is_dir():
+                    raise NotADirectoryError(f"{where} is not a directory")
+            except Exception as exc:
+                raise _plugin_error(ep, PROMPT_GROUP, exc) from exc
+            found.append((ep.name, where))
+        _PROMPT_DIRS = found
+    return _PROMPT_DIRS
 
 
 def import_submodules(package: str, path: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""Prompts as contracts: one YAML file per prompt in ``intentrank/prompts/<name>.yaml``.
+"""Prompts as contracts: one YAML file per prompt in ``intentrank/prompts/<name>.yaml`` (or
+in the prompt directory of an installed plugin, :func:`plugin_contracts`).
 
 A contract says everything about one LLM step except the stage's own logic: the messages
 (optional ``system``, the user ``template`` with ``{slot}``s, few-shot ``examples``), the
@@ -24,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from intentrank.core.registry import plugin_prompt_dirs
 from intentrank.errors import ConfigError
 from intentrank.llm.base import Message
 
@@ -303,13 +305,42 @@ def shipped_contracts() -> list[str]:
 
 
 @cache
+def plugin_contracts() -> dict[str, tuple[str, Any]]:
+    """Prompt name -> (entry point name, file) for the ``<name>.yaml`` files of installed
+    prompt plugins (entry point group ``intentrank.prompts``, see
+    :func:`~intentrank.core.registry.plugin_prompt_dirs`), found once. A plugin prompt may
+    not take a shipped prompt's name or another plugin's (ConfigError)."""
+    shipped = set(shipped_contracts())
+    out: dict[str, tuple[str, Any]] = {}
+    for plugin, folder in plugin_prompt_dirs():
+        for path in sorted(folder.iterdir(), key=lambda p: p.name):
+            if not path.name.endswith(".yaml"):
+                continue
+            name = path.name.removesuffix(".yaml")
+            if name in shipped:
+                raise ConfigError(f"prompt plugin {plugin!r}: {path} takes the name of the "
+                                  f"shipped prompt {name!r}; rename it")
+            if name in out:
+                raise ConfigError(f"prompt plugins {out[name][0]!r} and {plugin!r} both "
+                                  f"define a prompt named {name!r}")
+            out[name] = (plugin, path)
+    return out
+
+
+@cache
 def _load_shipped(name: str) -> PromptContract:
+    """A shipped prompt by name, else an installed plugin's."""
     path = resources.files("intentrank").joinpath("prompts", f"{name}.yaml")
     try:
         text = path.read_text("utf-8")
     except (FileNotFoundError, IsADirectoryError):
+        plugins = plugin_contracts()
+        if name in plugins:
+            found = plugins[name][1]
+            return _parse_text(found.read_text("utf-8"), name, str(found))
+        extra = f"; from plugins: {', '.join(sorted(plugins))}" if plugins else ""
         raise ConfigError(f"no prompt named {name!r} in intentrank/prompts (shipped: "
-                          f"{', '.join(shipped_contracts())})") from None
+                          f"{', '.join(shipped_contracts())}{extra})") from None
     return _parse_text(text, name, f"intentrank/prompts/{name}.yaml")
 
 
