@@ -5,6 +5,7 @@ in-process BM25 >> cross-encoder pipeline gives."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
 
@@ -149,6 +150,8 @@ def test_llamaindex_retriever_and_reranker_in_a_query_engine(bm25_index, cascade
         _same([(n.node.node_id, n.score) for n in reranked], want)
         response = engine.query(q)
         _same([(n.node.node_id, n.score) for n in response.source_nodes], want)
+        later = asyncio.run(engine.aquery(q))  # async: the pipeline runs in a thread
+        _same([(n.node.node_id, n.score) for n in later.source_nodes], want)
         top = reranked[0].node
         assert top.metadata["stage_scores"].keys() == {"input", "cross_encoder"}
         assert top.metadata["rank"] == 1 and nodes[0].node.metadata["rank"] == 1  # a copy

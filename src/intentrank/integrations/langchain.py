@@ -22,7 +22,7 @@ from typing import Any
 
 from intentrank.extras import require
 
-require("langchain_core", "langchain", "the LangChain adapters")
+require("langchain_core", "langchain", "intentrank.integrations.langchain")
 
 from langchain_core.callbacks import (  # noqa: E402 (after the check that names the extra)
     CallbackManagerForRetrieverRun,

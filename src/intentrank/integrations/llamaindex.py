@@ -17,11 +17,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from intentrank.extras import require
 
-require("llama_index.core", "llamaindex", "the LlamaIndex adapters")
+require("llama_index.core", "llamaindex", "intentrank.integrations.llamaindex")
 
 from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
 from llama_index.core.callbacks import CallbackManager  # noqa: E402
@@ -79,6 +80,10 @@ class IntentrankRetriever(BaseRetriever):
             out.append(NodeWithScore(node=node, score=h.score))
         return out
 
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        # LlamaIndex's default runs _retrieve on the event loop; a pipeline would block it
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
 
 class IntentrankReranker(BaseNodePostprocessor):
     """An intentrank reranking pipeline as a LlamaIndex node postprocessor.
@@ -130,6 +135,11 @@ class IntentrankReranker(BaseNodePostprocessor):
             node.excluded_embed_metadata_keys = _hide(node.excluded_embed_metadata_keys)
             out.append(NodeWithScore(node=node, score=float(scored.score)))
         return out
+
+    async def _apostprocess_nodes(self, nodes: list[NodeWithScore],
+                                  query_bundle: QueryBundle | None = None
+                                  ) -> list[NodeWithScore]:
+        return await asyncio.to_thread(self._postprocess_nodes, nodes, query_bundle)
 
 
 __all__ = ["IntentrankReranker", "IntentrankRetriever"]
