@@ -3,7 +3,6 @@ on answerable and unanswerable questions, with the embedded LLMs.
 
     .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain llm --cite llm
     .venv/bin/python bench/bench_answers.py measure --llm embedded
-    .venv/bin/python bench/bench_answers.py render
 
 Questions: ``--n`` SciFact test claims (seed 0) phrased as questions ("Is it true that
 ...?"). Each gets the `answer` pipeline's passages (RRF(BM25, dense) top 20 -> the bundled
@@ -11,8 +10,8 @@ cross-encoder -> top 5). Answerable: a gold document is among its 5 passages. Un
 the same question with the 5 passages of the next sampled question (none of them gold).
 Reported: answered, answered citing a gold passage, false abstentions (answerable),
 abstentions (unanswerable), unsupported sentences per answer, s/answer (LLM + scorer time
-over every question asked). One JSON per system in runs/answers/; ``render`` writes the
-``answers`` section of docs/benchmarks.md.
+over every question asked). One JSON per system in runs/answers/; bench_defaults.py renders
+them into docs/benchmarks.md's "Defaults" section.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header  # noqa: E402
 
 OUT = ROOT / "runs" / "answers"
 RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
@@ -90,20 +89,24 @@ def measure(args: argparse.Namespace) -> Path:
         trace = Trace()
         t0 = time.perf_counter()
         answers = [r.query.answer for r in stage(rankings, trace)]
-        seconds = time.perf_counter() - t0
         c = trace.stage("answer").counters
+        # replies replayed from the cache are charged the time they took when generated
+        seconds = time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0)
         llm_s = c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)
         rows = []
         for r, a in zip(rankings, answers, strict=True):
             gold = set(qrels[r.query.id])
             rows.append({"id": r.query.id, "abstained": is_abstention(a.text) or not a.text,
                          "cites_gold": bool(gold & set(a.cited_ids)), "text": a.text,
+                         "cited": len(a.cited_ids), "cited_gold": len(gold & set(a.cited_ids)),
                          "fallback": a.fallback, "unsupported": sum(
                              e.n is None for e in a.evidence)})
         result[kind] = {
             "n": len(rows), "rows": rows,
             "abstained": sum(x["abstained"] for x in rows),
             "cites_gold": sum(x["cites_gold"] for x in rows),
+            "cited": sum(x["cited"] for x in rows),
+            "cited_gold": sum(x["cited_gold"] for x in rows),
             "unsupported": sum(x["unsupported"] for x in rows),
             "sentences": int(c.get("sentences", 0)), "gated": int(c.get("gated", 0)),
             "llm_calls": int(c.get("llm_calls", 0) + c.get("llm_cache_hits", 0)),
@@ -113,7 +116,10 @@ def measure(args: argparse.Namespace) -> Path:
     result["command"] = header()
     OUT.mkdir(parents=True, exist_ok=True)
     cite = f"{args.cite}{args.max_citations}" if args.cite == "posthoc" else args.cite
-    name = f"{spec.replace(':', '_')}--{args.abstain}-{cite}--n{args.n}.json"
+    name = f"{spec.replace(':', '_')}--{args.abstain}-{cite}--n{args.n}"
+    if args.cite == "posthoc" and args.support_threshold != 0.1:
+        name += f"--support{args.support_threshold:g}"
+    name += ".json"
     path = OUT / name
     path.write_text(json.dumps(result, indent=1))
     print(f"[bench] wrote {path}", file=sys.stderr)
@@ -128,17 +134,18 @@ def _pct(a: int, b: int) -> str:
     return f"{100 * a / b:.0f}% ({a}/{b})" if b else "-"
 
 
-def render() -> None:
+def table() -> list[str]:
+    """The answers table of docs/benchmarks.md's "Defaults" section (bench_defaults.py)."""
     results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
     if not results:
         raise SystemExit(f"no results in {OUT}: run `bench_answers.py measure` first")
-    lines = ["## Answers: abstention and citations (issue 34)\n",
-             __doc__.split("\n\n")[2].replace("\n", " ") + "\n",
+    lines = [__doc__.split("\n\n")[2].replace("\n", " ") + "\n",
              "Goals (default model, 2 cores): >= 90% of answerable questions answered citing "
              "a gold passage; >= 70% abstention on unanswerable ones; <= 10 s per answer.\n",
-             "| LLM | abstain | cite | answered | answered citing gold | false abstentions | "
-             "abstained (unanswerable) | unsupported sentences | s/answer |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| LLM | abstain | cite | answered | answered citing gold | citations of gold "
+             "| false abstentions | abstained (unanswerable) | unsupported sentences | "
+             "s/answer |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         a, u = r["answerable"], r["unanswerable"]
         asked = a["n"] + u["n"]
@@ -147,14 +154,14 @@ def render() -> None:
             f"| {r['llm']} | {r['abstain']} ({r['abstain_threshold']:g}) | {r['cite']}"
             f"{_posthoc(r) if r['cite'] == 'posthoc' else ''}"
             f" | {_pct(answered, a['n'])} | {_pct(a['cites_gold'], a['n'])} | "
+            f"{_pct(a['cited_gold'], a['cited']) if 'cited' in a else '-'} | "
             f"{_pct(a['abstained'], a['n'])} | {_pct(u['abstained'], u['n'])} | "
             f"{_pct(a['unsupported'], a['sentences']) if a['sentences'] else '-'} | "
             f"{(a['seconds'] + u['seconds']) / max(asked, 1):.1f} |")
-    lines.append("\nRuns:\n")
-    lines += [r["command"].replace("- command:", f"- {r['llm']} {r['abstain']}/{r['cite']}:")
-              .splitlines()[0] for r in results]
-    lines.append("\n" + "\n".join(results[-1]["command"].splitlines()[1:]))
-    write_section("answers", "\n".join(lines) + "\n")
+    lines.append("\nCommands:\n")
+    lines += [r["command"].splitlines()[0].replace("- command: ", "- ") + " ("
+              + r["command"].splitlines()[2].removeprefix("- date: ") + ")" for r in results]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -170,9 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--support-threshold", type=float, default=0.1)
     m.add_argument("--max-citations", type=int, default=1,
                    help="passages a sentence may cite (each at the support threshold)")
-    sub.add_parser("render")
     args = p.parse_args(argv)
-    measure(args) if args.cmd == "measure" else render()
+    measure(args)
 
 
 if __name__ == "__main__":

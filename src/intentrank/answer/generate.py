@@ -64,7 +64,7 @@ class AnswerGenerator(Stage):
                  max_tokens: int | None = None, name: str = "answer", *,
                  abstain: str = "relevance", abstain_threshold: float = 0.2,
                  cite: str = "posthoc", support_threshold: float = 0.1,
-                 max_citations: int = 1, scorer: Any = None) -> None:
+                 max_citations: int = 3, scorer: Any = None) -> None:
         self.top_k = check_int("top_k", top_k)
         self.doc_words = check_int("doc_words", doc_words)
         self.context_words = check_int("context_words", context_words)
@@ -172,7 +172,8 @@ class AnswerGenerator(Stage):
 @register_stage("answer")
 def _answer(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``answer: {top_k: 5, doc_words: 200, context_words: 2000, max_words: 80, abstain:
-    relevance, abstain_threshold: 0.2, cite: posthoc, support_threshold: 0.1}``: a concise
+    relevance, abstain_threshold: 0.2, cite: posthoc, support_threshold: 0.1, max_citations:
+    3}``: a concise
     answer with numbered citations from the top ``top_k`` documents (sets Query.answer)."""
     llm = ctx.step_llm("answer", params)
     if params.get("abstain", "relevance") == "relevance" or params.get("cite",

@@ -1,0 +1,113 @@
+"""The "Defaults" section of docs/benchmarks.md (issue 34): the numbers every default is
+chosen by, rendered from stored results; the prose that reads them is bench/defaults.md.
+
+    .venv/bin/python bench/bench_defaults.py render
+
+Inputs (each made by the command printed beside its table):
+- runs/defaults/shipped-pipelines.json, runs/defaults/cascade-variants.json
+  (`intentrank experiment shipped-pipelines|cascade-variants --out runs/defaults/<name>`);
+- runs/answers/*.json (`bench/bench_answers.py measure ...`);
+- runs/reformulation/cast2021--*--n60.json (`bench/bench_reformulation.py measure cast2021
+  --n 60 ...`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import ROOT, machine, write_section  # noqa: E402
+
+DEFAULTS = ROOT / "runs" / "defaults"
+REFORMULATION = ROOT / "runs" / "reformulation"
+READING = Path(__file__).with_name("defaults.md")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SystemExit(f"{path} is missing: run the command in bench/bench_defaults.py's "
+                         f"docstring first")
+    return json.loads(path.read_text())
+
+
+def pipelines_table(name: str, command: str) -> list[str]:
+    """One experiment's systems: quality, p against its baseline, mean latency."""
+    from intentrank.eval.significance import paired_test
+
+    r = _load(DEFAULTS / f"{name}.json")
+    metrics = [m for m in r["metrics"] if m != "Recall@100"][:3]
+    base = next(c for c in r["configs"] if c["name"] == r["baseline"])
+    lines = [f"`{command}` ({r['dataset']} {r['split']}, {r['n_queries']} queries; p: paired "
+             f"randomization test on nDCG@10 against {r['baseline']})\n",
+             "| pipeline | " + " | ".join(metrics) + " | p | ms/query |",
+             "|---|" + "---|" * (len(metrics) + 2)]
+    for c in r["configs"]:
+        ids = sorted(c["per_query"])
+        p = "-" if c is base else f"{paired_test([base['per_query'][q]['nDCG@10'] for q in ids], [c['per_query'][q]['nDCG@10'] for q in ids], 'nDCG@10').p_randomization:.3f}"  # noqa: E501
+        lines.append(f"| {c['name']} | " + " | ".join(f"{c['aggregate'][m]:.4f}"
+                                                      for m in metrics)
+                     + f" | {p} | {sum(c['latency_ms'].values()):.0f} |")
+    return lines
+
+
+def reformulation_table() -> list[str]:
+    """CAsT 2021 contextual turns: nDCG@10 of each method and LLM, the share of the raw-to-
+    manual-rewrite gap it closes, p against the raw turn, LLM seconds per turn."""
+    from intentrank.eval.significance import paired_test
+
+    runs = [_load(p) for p in sorted(REFORMULATION.glob("cast2021--*--n60.json"))]
+    if not runs:
+        raise SystemExit(f"no cast2021 n60 results in {REFORMULATION}")
+    lines = ["| LLM | method | nDCG@10 | gap closed | p vs raw | s/turn | unchanged |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lab, pq = r["labelled"], r["per_query"]
+        raw, gold = lab["raw"]["nDCG@10"], lab["gold"]["nDCG@10"]
+        rows = {**{m: a for m, a in lab.items()}, **r.get("fused", {})}
+        for m, a in rows.items():
+            v = a["nDCG@10"]
+            p = "-" if m == "raw" else f"{paired_test(pq['raw'], pq[m], 'nDCG@10').p_randomization:.3f}"  # noqa: E501
+            info = r["info"].get(m) or r["info"].get(f"fused:{m[6:-1]}", {})
+            llm = r["llm"] if m.startswith(("rewrite", "hyde", "fused")) else "-"
+            lines.append(f"| {llm} | {m} | {v:.3f} | {100 * (v - raw) / (gold - raw):.0f}% | "
+                         f"{p} | {info.get('s_per_turn', 0.0):.1f} | "
+                         f"{info.get('unchanged', '-')} |")
+    first = runs[0]
+    lines.append(f"\n{first['n_turns']} contextual turns of CAsT 2021 (seed {first['seed']}), "
+                 f"BM25 depth 100 over its 235 canonical passages; gap closed = (method - raw "
+                 f"turn) / (manual rewrite - raw turn).")
+    return lines
+
+
+def render() -> None:
+    import bench_answers
+
+    reading = READING.read_text()
+    parts = ["## Defaults (issue 34)\n",
+             "What each default rests on. Machine: " + machine() + "; the machine was shared "
+             "with other jobs during these runs (load average 3-6 on 2 cores), so latencies "
+             "are upper bounds; the cascade's was also measured alone (see the reading).\n",
+             "### Shipped retrieval pipelines (SciFact)\n",
+             *pipelines_table("shipped-pipelines", "intentrank experiment shipped-pipelines "
+                              "--out runs/defaults/shipped-pipelines"),
+             "\n### Which cascade (SciFact)\n",
+             *pipelines_table("cascade-variants", "intentrank experiment cascade-variants "
+                              "--out runs/defaults/cascade-variants"),
+             "\n### Answers: abstention and citations\n",
+             *bench_answers.table(),
+             "\n### Conversational reformulation (CAsT 2021)\n",
+             "`python bench/bench_reformulation.py measure cast2021 --n 60 --llm <LLM> "
+             "--methods ... --fused ...` (the methods and fusions in the rows)\n",
+             *reformulation_table(),
+             "\n" + reading]
+    write_section("defaults", "\n".join(parts) + "\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["render"]:
+        raise SystemExit("usage: bench_defaults.py render")
+    render()
