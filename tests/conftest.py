@@ -78,3 +78,15 @@ def fake_openai():
     servers = FakeOpenAI()
     yield servers
     servers.close()
+
+
+# Fixtures that encode a real collection with the dense model: a test using one is in the
+# full tier only (`scripts/test.sh --fast` runs `-m "not slow"`; see README).
+DENSE_FIXTURES = frozenset({"cranfield_index"})
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytest hook)
+    slow = pytest.mark.slow(reason="encodes a real collection with the dense model")
+    for item in items:
+        if DENSE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(slow)
