@@ -13,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
-os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
+os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "tests"))  # not the benchmarks'
 
 
 @pytest.fixture(scope="session")
