@@ -115,8 +115,8 @@ def sample(queries: list[Any], golds: dict[str, str], qrels: dict, n: int, seed:
 
 def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any, genre: str
                 ) -> tuple[list[Any], dict[str, Any]]:
-    from intentrank.core.config import build_pipeline
     from intentrank.core.registry import BuildContext
+    from intentrank.pipelines import build_pipeline
     from intentrank.query.reformulate import ConversationalReformulator
     from intentrank.types import Trace
 
@@ -148,8 +148,8 @@ def fused_run(combo: str, index: Any, llm: Any, genre: str, turns: list[Any]
     """The ``fused_reformulations`` stage over ``combo``'s methods ('raw+rewrite_full'):
     its row name, rankings and cost (its LLM replies come from the cache the methods' own
     rows filled)."""
-    from intentrank.core.config import build_pipeline
     from intentrank.core.registry import BuildContext
+    from intentrank.pipelines import build_pipeline
 
     methods = [{m: {"genre": genre}} if m in LLM_METHODS and m.startswith("hyde_doc") else m
                for m in combo.split("+")]

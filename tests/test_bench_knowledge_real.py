@@ -78,8 +78,7 @@ def test_measure_real_on_cranfield(bk, small_cranfield, cranfield_index, fake_op
             assert [row[f"R@{k}"] for k in bk.CUTS] == sorted(row[f"R@{k}"] for k in bk.CUTS)
             assert all(0.0 <= v <= 1.0 for v in row.values())
     # ir-measures recall against recall counted by hand on the same ranking
-    from intentrank.core.config import build_pipeline
-    from intentrank.pipelines import build_context
+    from intentrank.pipelines import build_context, build_pipeline
     from intentrank.types import Ranking, Trace
 
     first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [
@@ -144,8 +143,7 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     assert res["cost"]["oracle"]["calls"] == 0
     assert res["cost"]["0"]["calls"] == pytest.approx(1.0)  # one declaration, no summary
 
-    from intentrank.core.config import build_pipeline
-    from intentrank.pipelines import build_context
+    from intentrank.pipelines import build_context, build_pipeline
     from intentrank.types import Query, Ranking, Trace
 
     first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [

@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from intentrank.cli import app
-from intentrank.core.config import build_pipeline, builtin_pipelines, resolve_pipeline
+from intentrank.core.config import builtin_pipelines, resolve_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.errors import ConfigError
-from intentrank.pipelines import pipeline_from_config
+from intentrank.pipelines import build_pipeline, pipeline_from_config
 
 runner = CliRunner()
 

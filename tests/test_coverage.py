@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from tolerances import F32_ABS, F32_REL
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.params import ParameterError
 from intentrank.core.registry import BuildContext
 from intentrank.errors import DataError
@@ -30,7 +29,7 @@ from intentrank.eval.coverage import (
 from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import ParseError
-from intentrank.pipelines import pipeline_from_config
+from intentrank.pipelines import build_pipeline, pipeline_from_config
 from intentrank.query.aspects import AspectExplorer, aspects_of, parse_aspects
 from intentrank.query.multi_faceted import MultiFacetedRetriever, aspects_found
 from intentrank.rerank.coverage import CoverageReranker, coverage_weights, greedy_coverage

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from tolerances import F32_ABS, F32_REL
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.errors import ModelError
 from intentrank.models.cross_encoder import default_reranker_dir, load_cross_encoder
+from intentrank.pipelines import build_pipeline
 from intentrank.rerank.cross_encoder import CrossEncoderReranker
 from intentrank.retrieve.retrievers import BM25Retriever
 from intentrank.types import Trace

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import REGISTRY, BuildContext, fuser
+from intentrank.pipelines import build_pipeline
 from intentrank.types import Query, Ranking, ScoredDoc
 
 RERANKER = '''

@@ -8,9 +8,14 @@ A stage module registers its config name next to its class::
 
 and a fusion class registers its ``method`` with ``@register_fuser``, a thin form of the same
 thing: one table (:data:`REGISTRY`), one lookup (:func:`lookup`), one error for a name
-registered twice or unknown. The built-in stage
-packages are imported on first lookup (:func:`load_builtins`), so the registry itself depends
-on nothing above it.
+registered twice or unknown.
+
+The registry names no package above the core. The packages whose modules register stages are
+given to it (:func:`add_stage_packages`) by the layer that builds pipelines:
+``intentrank.pipelines`` (layer 5) gives the built-in ones (retrieve, fuse, query, rerank,
+answer) when it is imported, and every lookup first imports the packages given so far
+(:func:`load_builtins`), so they stay unimported until a name is looked up. Without them the
+core knows only what is registered in it (``fuse: {method: rrf}``).
 """
 
 from __future__ import annotations
@@ -26,10 +31,6 @@ from intentrank.errors import ConfigError
 if TYPE_CHECKING:
     from intentrank.core.protocols import IndexLike, LLMLike
     from intentrank.core.stage import Stage
-
-BUILTIN_PACKAGES = ("intentrank.retrieve", "intentrank.fuse", "intentrank.query",
-                    "intentrank.rerank", "intentrank.answer")
-
 
 @dataclass
 class BuildContext:
@@ -144,16 +145,25 @@ def register_fuser(cls: type) -> type:
     return cls
 
 
-_LOADED = False
+STAGE_PACKAGES: list[str] = []  # given by a higher layer (intentrank.pipelines), in order
+_IMPORTED: set[str] = set()
+
+
+def add_stage_packages(*packages: str) -> None:
+    """Name packages whose modules register stages (each package's ``__init__`` imports its
+    modules with :func:`import_submodules`); they are imported on the next lookup. The core
+    names none itself: ``intentrank.pipelines`` gives the built-in ones."""
+    for package in packages:
+        if package not in STAGE_PACKAGES:
+            STAGE_PACKAGES.append(package)
 
 
 def load_builtins() -> None:
-    """Import the built-in stage packages so their registrations run (once)."""
-    global _LOADED
-    if not _LOADED:
-        for package in BUILTIN_PACKAGES:
+    """Import the stage packages given so far (each once) so their registrations run."""
+    for package in list(STAGE_PACKAGES):
+        if package not in _IMPORTED:
             importlib.import_module(package)
-        _LOADED = True
+            _IMPORTED.add(package)
 
 
 def import_submodules(package: str, path: list[str]) -> None:
@@ -173,6 +183,9 @@ def lookup(name: str, fusion: bool = False) -> Registration:
     what = "fusion method" if fusion else "stage"
     known = known_names(fusion=fusion) + ([] if fusion else list(RESERVED))
     hint = f" ({name!r} is a {entry.kind})" if entry is not None else ""
+    if not STAGE_PACKAGES:
+        hint += (" (no stage package was given to the registry: build through "
+                 "intentrank.pipelines, which gives it the built-in ones)")
     raise ConfigError(f"unknown {what} {name!r}{hint}; known: {', '.join(sorted(known))}")
 
 

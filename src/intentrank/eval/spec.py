@@ -244,7 +244,7 @@ def parse_assignment(item: str, where: str = "--set") -> tuple[str, str, Any]:
 def check_without(names: Iterable[str], where: str = "--without") -> list[str]:
     """``names`` to skip pipelines by (``run_experiment(without=...)``), checked: each a
     registered stage name, a fusion method or ``llm``."""
-    from intentrank.core.registry import known_names
+    from intentrank.pipelines import known_names
 
     names = list(names)
     known = {*known_names(), WITHOUT_LLM}
