@@ -117,7 +117,7 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
                                                tmp_path):
     """Two real Cranfield queries composed into one question: recall against the union of
     their judgments, S-recall@10 per aspect counted by hand, KA against CE tested."""
-    from intentrank.eval.coverage import (
+    from intentrank.data.aspects import (
         Aspect,
         AspectQuestion,
         load_aspect_set,

@@ -118,7 +118,7 @@ def test_bundled_reranker_is_the_default_and_reranks_real_queries(data_dir) -> N
     import json
 
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
     from intentrank.models.cross_encoder import OnnxCrossEncoder, bundled_reranker_dir
 
     scorer = load_cross_encoder()

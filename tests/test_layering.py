@@ -25,9 +25,7 @@ LAYERS = {
     "intentrank.types": 0,
     "intentrank.core": 1, "intentrank.data": 1,
     "intentrank.models": 2, "intentrank.llm": 2,
-    "intentrank.eval.metrics": 2, "intentrank.eval.significance": 2,
-    "intentrank.eval.swaps": 2, "intentrank.eval.error_analysis": 2,
-    "intentrank.eval.coverage": 2,
+    "intentrank.measures": 2,
     "intentrank.index": 3,
     "intentrank.retrieve": 4, "intentrank.fuse": 4, "intentrank.query": 4,
     "intentrank.rerank": 4, "intentrank.answer": 4,
@@ -170,8 +168,8 @@ def test_the_core_names_no_stage_package() -> None:
 
 
 def test_label_free_scores_import_nothing_above_layer_2() -> None:
-    """docs/architecture.md: models are passed in, so eval/label_free.py needs no stage."""
-    above = sorted(t for t in GRAPH["intentrank.eval.label_free"] if _layer(t) > 2)
+    """docs/architecture.md: models are passed in, so measures/label_free.py needs no stage."""
+    above = sorted(t for t in GRAPH["intentrank.measures.label_free"] if _layer(t) > 2)
     assert not above, above
 
 

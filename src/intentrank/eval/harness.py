@@ -35,11 +35,11 @@ from intentrank.core.cache import Cached
 from intentrank.core.stage import Chain, Cutoff, Stage
 from intentrank.data.trec import Qrels, ranked_scores
 from intentrank.errors import ConfigError, DataError
-from intentrank.eval.error_analysis import Degradation, degraded_queries
-from intentrank.eval.metrics import EvalResult, evaluate
-from intentrank.eval.significance import PairedTest, paired_test
 from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
-from intentrank.eval.swaps import SwapStats, swap_stats
+from intentrank.measures.error_analysis import Degradation, degraded_queries
+from intentrank.measures.metrics import EvalResult, evaluate
+from intentrank.measures.significance import PairedTest, paired_test
+from intentrank.measures.swaps import SwapStats, swap_stats
 from intentrank.paths import default_data_dir
 from intentrank.types import EventKind, Query, Ranking, Trace, stage_name
 

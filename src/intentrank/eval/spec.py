@@ -159,7 +159,7 @@ class ExperimentSpec:
 
     def check(self, where: str = "") -> ExperimentSpec:
         """Cross-field checks (names, metrics and links that must agree); fills defaults."""
-        from intentrank.eval.metrics import validate_metrics
+        from intentrank.measures.metrics import validate_metrics
 
         where = where or self.source
         if not self.pipelines:
