@@ -15,7 +15,8 @@ import pytest
 
 from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError
-from intentrank.eval.harness import canonical, latency_ms, run_experiment
+from intentrank.eval.harness import latency_ms, run_experiment
+from intentrank.eval.prefixes import canonical
 from intentrank.eval.spec import load_experiment, parse_experiment, shipped_experiments
 from intentrank.llm.base import LLMReply
 from intentrank.llm.client import LLMClient
