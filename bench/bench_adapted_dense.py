@@ -211,9 +211,9 @@ def run_all(idx: Any, queries: list[Any], wanted: list[str], scorer: CachedScore
 
 def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
-    from intentrank.eval.significance import paired_test
     from intentrank.index import Index
+    from intentrank.measures.metrics import evaluate
+    from intentrank.measures.significance import paired_test
 
     scorer = CachedScorer(args.ce_cache)
     if args.warm_only:

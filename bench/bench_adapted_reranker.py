@@ -108,9 +108,9 @@ def by_score(first: list[list[str]], scores: list[dict[str, float]]) -> list[lis
 
 def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
-    from intentrank.eval.significance import paired_test
     from intentrank.fuse.rrf import rrf
+    from intentrank.measures.metrics import evaluate
+    from intentrank.measures.significance import paired_test
     from intentrank.models.cross_encoder import load_cross_encoder
 
     model_dir, info = train(name, args)

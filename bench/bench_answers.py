@@ -46,10 +46,10 @@ def as_question(claim: str) -> str:
 
 def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
     """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims."""
-    from intentrank.core.config import build_pipeline
     from intentrank.core.registry import BuildContext
     from intentrank.data.dataset import load_dataset
     from intentrank.index import open_or_build
+    from intentrank.pipelines import build_pipeline
     from intentrank.types import Ranking
 
     ds = load_dataset(DATA / "scifact")

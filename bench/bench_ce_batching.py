@@ -31,7 +31,7 @@ RESULTS = ROOT / "runs" / "bench_ce_batching.json"
 def measure(name: str, k: int, tmp: Path) -> dict:
     """BM25 top-k -> bundled CE, batched (8) and per pair, on ``name``'s test queries."""
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
     from intentrank.models.cross_encoder import load_cross_encoder
 
     ds = load_dataset(DATA / name)
@@ -70,7 +70,7 @@ def measure(name: str, k: int, tmp: Path) -> dict:
         start += len(ids)
     diff = np.abs(scores["batched"] - scores["per_pair"])
     ev = {m: evaluate(r, qrels, ["nDCG@10"]) for m, r in runs.items()}
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     test = paired_test(ev["batched"].column("nDCG@10"), ev["per_pair"].column("nDCG@10"),
                        "nDCG@10")

@@ -55,8 +55,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     from intentrank.core.config import build_pipeline
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
     from intentrank.index import Index
+    from intentrank.measures.metrics import evaluate
     from intentrank.pipelines import build_context
     from intentrank.types import Trace
 

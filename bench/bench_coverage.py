@@ -1,7 +1,7 @@
 """Coverage-aware list ranking (RichRAG, method 4) against RAG-Fusion, MMR, the max-score
 pool and the plain pipeline, on aspect-labelled question sets, through the experiment
 harness (``src/intentrank/experiments/coverage.yaml``); NCOM and ndeval's diversity measures
-are added from ``eval/coverage.py``.
+are added from ``measures/ncom.py`` and ``measures/diversity.py``.
 
     python bench/bench_coverage.py sets       # runs/aspects/<corpus>-<how>.jsonl
     python bench/bench_coverage.py run --sample 40 --ordinary 50   # docs/benchmarks.md
@@ -55,8 +55,8 @@ def without_explorer(node: Any) -> Any:
 
 
 def make_sets(n: int, seed: int) -> None:
+    from intentrank.data.aspects import write_aspect_set
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.coverage import write_aspect_set
     from intentrank.generate.aspect_sets import compose_pairs, from_generated, restyled
     from intentrank.index import Index
 
@@ -86,10 +86,12 @@ def make_sets(n: int, seed: int) -> None:
 
 def run_set(name: str, corpus: str, llm_name: str, sample: int, llm: Any) -> dict[str, Any]:
     """The experiment on one aspect set; per-question scores of every measure."""
-    from intentrank.eval.coverage import NcomScorer, evaluate_diversity, load_aspect_set
+    from intentrank.data.aspects import load_aspect_set
     from intentrank.eval.harness import run_experiment
     from intentrank.eval.spec import load_experiment
     from intentrank.index import Index
+    from intentrank.measures.diversity import evaluate_diversity
+    from intentrank.measures.ncom import NcomScorer
     from intentrank.types import Query
 
     questions = load_aspect_set(RUNS / f"{name}.jsonl")[:sample or None]
@@ -151,7 +153,7 @@ def _means(per: dict[str, dict[str, float]], metric: str) -> float:
 
 
 def _test(a: dict, b: dict, metric: str) -> Any:
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     return paired_test({q: v[metric] for q, v in a.items()},
                        {q: v[metric] for q, v in b.items()}, metric, 10_000, 0)

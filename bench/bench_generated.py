@@ -74,7 +74,7 @@ def systems(single: dict[str, list[list[str]]]) -> dict[str, list[dict[str, floa
 
 def evaluate(queries: list[Any], qrels: dict, runs: dict[str, list[dict[str, float]]],
              metrics: list[str]) -> dict[str, dict[str, float]]:
-    from intentrank.eval.metrics import evaluate as ev
+    from intentrank.measures.metrics import evaluate as ev
 
     return {name: ev({q.id: run[i] for i, q in enumerate(queries)}, qrels, metrics).aggregate
             for name, run in runs.items()}

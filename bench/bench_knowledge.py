@@ -450,9 +450,9 @@ def measure_real(args: argparse.Namespace) -> None:
     """``measure-real DATASET``: the three systems of ``measure`` on a fixed-seed sample of a
     collection's labelled queries, scored against its qrels (R@k, nDCG@10 by ir-measures)."""
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
     from intentrank.index import open_or_build
     from intentrank.llm.client import load_llm
+    from intentrank.measures.metrics import evaluate
 
     ds = load_dataset(args.dataset)
     name = ds.root.name
@@ -499,10 +499,11 @@ def measure_aspects(args: argparse.Namespace) -> None:
     union of the aspects' judgments, S-recall@10 (share of aspects with a relevant document
     in the top 10) and alpha-nDCG@10 (ndeval), written to
     ``runs/knowledge/aspects-<set>-<llm>.json``."""
-    from intentrank.eval.coverage import evaluate_diversity, load_aspect_set
-    from intentrank.eval.metrics import evaluate
+    from intentrank.data.aspects import load_aspect_set
     from intentrank.index import Index
     from intentrank.llm.client import load_llm
+    from intentrank.measures.diversity import evaluate_diversity
+    from intentrank.measures.metrics import evaluate
     from intentrank.types import Query
 
     source = Path(args.set)
@@ -554,7 +555,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
 def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per system of a ``measure-real`` result: label, metric means, and for the
     knowledge-aware systems the paired randomization p against CE on R@10 and nDCG@10."""
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     per_query = result["per_query"]
     metrics, tests = result.get("metrics", REAL_METRICS), result.get("tests", REAL_TESTS)
@@ -823,7 +824,7 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
 
 
 def render(out: Path = BENCHMARKS) -> None:
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     lines = [header(), "",
              "Generated question sets (`intentrank generate`, split `generated`, the embedded "

@@ -141,7 +141,7 @@ def phase_speed(model_dir: Path, n_pairs: int, repeats: int, tmp: Path) -> dict[
 
 
 def rerank_eval(idx: Any, queries: list, qrels: dict, scorer: Any, k: int) -> dict[str, Any]:
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
     from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.retrieve.retrievers import BM25Retriever
 

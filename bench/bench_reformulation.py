@@ -115,8 +115,8 @@ def sample(queries: list[Any], golds: dict[str, str], qrels: dict, n: int, seed:
 
 def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any, genre: str
                 ) -> tuple[list[Any], dict[str, Any]]:
-    from intentrank.core.config import build_pipeline
     from intentrank.core.registry import BuildContext
+    from intentrank.pipelines import build_pipeline
     from intentrank.query.reformulate import ConversationalReformulator
     from intentrank.types import Trace
 
@@ -148,8 +148,8 @@ def fused_run(combo: str, index: Any, llm: Any, genre: str, turns: list[Any]
     """The ``fused_reformulations`` stage over ``combo``'s methods ('raw+rewrite_full'):
     its row name, rankings and cost (its LLM replies come from the cache the methods' own
     rows filled)."""
-    from intentrank.core.config import build_pipeline
     from intentrank.core.registry import BuildContext
+    from intentrank.pipelines import build_pipeline
 
     methods = [{m: {"genre": genre}} if m in LLM_METHODS and m.startswith("hyde_doc") else m
                for m in combo.split("+")]
@@ -169,7 +169,9 @@ def bm25_run(index: Any, queries: list[Any]) -> list[Any]:
 
 
 def measure(args: argparse.Namespace) -> Path:
-    from intentrank.eval.label_free import (
+    from intentrank.fuse.rrf import rrf
+    from intentrank.llm.client import load_llm
+    from intentrank.measures.label_free import (
         HYDE,
         PARAPHRASE,
         citation_scores,
@@ -177,9 +179,7 @@ def measure(args: argparse.Namespace) -> Path:
         cosine_rows,
         reranker_support,
     )
-    from intentrank.eval.metrics import evaluate
-    from intentrank.fuse.rrf import rrf
-    from intentrank.llm.client import load_llm
+    from intentrank.measures.metrics import evaluate
     from intentrank.models.cross_encoder import load_cross_encoder
     from intentrank.models.embedder import load_embedder
     from intentrank.query.reformulate import METHODS as LLM
@@ -273,7 +273,7 @@ def measure(args: argparse.Namespace) -> Path:
 
 
 def _bucket(n: int) -> str:
-    from intentrank.eval.label_free import length_bucket
+    from intentrank.measures.label_free import length_bucket
 
     return length_bucket(n)
 
@@ -439,7 +439,7 @@ def _gap(r: dict[str, Any]) -> str:
     cands.update({m: a["nDCG@10"] for m, a in r.get("fused", {}).items()})
     best = max(cands, key=cands.get)
     share = (cands[best] - raw) / (gold - raw) if gold != raw else float("nan")
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     sig = ""
     if best in r["per_query"]:
@@ -450,7 +450,7 @@ def _gap(r: dict[str, Any]) -> str:
 
 
 def _agreement(r: dict[str, Any]) -> str:
-    from intentrank.eval.label_free import method_agreement
+    from intentrank.measures.label_free import method_agreement
 
     methods = [m for m in r["labelled"] if m != "gold"]
     ndcg = {m: r["labelled"][m]["nDCG@10"] for m in methods}

@@ -72,8 +72,8 @@ def bm25_qps(idx, queries, repeats: int = 15) -> dict[str, float]:
 def run_one(name: str, split: str) -> dict:
     from intentrank.core.config import resolve_pipeline
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
     from intentrank.index import build_index
+    from intentrank.measures.metrics import evaluate
     from intentrank.pipelines import pipeline_from_config
 
     ds = load_dataset(DATA / name)

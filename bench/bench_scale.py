@@ -72,9 +72,9 @@ def _ann_methods() -> dict:
 # -- shipped corpora ------------------------------------------------------------------------
 def shipped() -> None:
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
     from intentrank.index import Index
     from intentrank.index.ann import AnnSearcher, build_ann, exact_search
+    from intentrank.measures.metrics import evaluate
 
     out = {}
     for name in ("scifact", "vaswani"):

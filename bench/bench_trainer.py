@@ -72,7 +72,7 @@ def old_module(rev: str, tmp: Path) -> ModuleType:
 
 def evaluate_reranker(idx: Any, queries: list, qrels: dict, model_dir: Path, k: int
                       ) -> dict[str, Any]:
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
     from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.retrieve.retrievers import BM25Retriever
 

@@ -78,7 +78,7 @@ def source_measures(idx: Any, kept: dict[int, dict[str, Any]]) -> dict[str, dict
 
 
 def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     idx = open_index(collection)
     writers = []

@@ -12,6 +12,7 @@ from typing import Any
 
 from fakes import RecordingLLM
 
+import intentrank.pipelines  # noqa: F401  (gives the registry the built-in stage packages)
 from intentrank.core.registry import BuildContext, register_stage, stage_factory
 from intentrank.core.stage import Stage
 from intentrank.llm.base import ChatParams, LLMReply, Message

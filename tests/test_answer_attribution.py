@@ -152,8 +152,7 @@ def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifa
     """The issue's example: the passages BM25 gives for "Does cold exposure increase brown
     adipose tissue recruitment?" hold the evidence (SciFact 970012); the default answer
     stage answers (no abstention) and cites it."""
-    from intentrank.core.config import build_pipeline
-    from intentrank.pipelines import build_context
+    from intentrank.pipelines import build_context, build_pipeline
 
     question = "Does cold exposure increase brown adipose tissue recruitment?"
     pipe = build_pipeline([{"bm25": {"depth": 5}}, {"answer": {"top_k": 5}}],

@@ -78,8 +78,7 @@ def test_measure_real_on_cranfield(bk, small_cranfield, cranfield_index, fake_op
             assert [row[f"R@{k}"] for k in bk.CUTS] == sorted(row[f"R@{k}"] for k in bk.CUTS)
             assert all(0.0 <= v <= 1.0 for v in row.values())
     # ir-measures recall against recall counted by hand on the same ranking
-    from intentrank.core.config import build_pipeline
-    from intentrank.pipelines import build_context
+    from intentrank.pipelines import build_context, build_pipeline
     from intentrank.types import Ranking, Trace
 
     first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [
@@ -118,7 +117,7 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
                                                tmp_path):
     """Two real Cranfield queries composed into one question: recall against the union of
     their judgments, S-recall@10 per aspect counted by hand, KA against CE tested."""
-    from intentrank.eval.coverage import (
+    from intentrank.data.aspects import (
         Aspect,
         AspectQuestion,
         load_aspect_set,
@@ -144,8 +143,7 @@ def test_measure_aspects_on_composed_cranfield(bk, cranfield, cranfield_index, f
     assert res["cost"]["oracle"]["calls"] == 0
     assert res["cost"]["0"]["calls"] == pytest.approx(1.0)  # one declaration, no summary
 
-    from intentrank.core.config import build_pipeline
-    from intentrank.pipelines import build_context
+    from intentrank.pipelines import build_context, build_pipeline
     from intentrank.types import Query, Ranking, Trace
 
     first = build_pipeline([{"fuse": {"method": "interleave", "inputs": [

@@ -215,7 +215,7 @@ def test_python_constructors_name_the_parameter(bm25_index):
 
 
 def test_metrics_are_checked_up_front():
-    from intentrank.eval.metrics import evaluate, validate_metrics
+    from intentrank.measures.metrics import evaluate, validate_metrics
 
     assert validate_metrics(" nDCG@10, MRR@10 ,,nDCG@10") == ["nDCG@10", "MRR@10"]
     for bad, message in [("nDCG@0", "the cut-off must be >= 1, got 0"),

@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from intentrank.cli import app
-from intentrank.core.config import build_pipeline, builtin_pipelines, resolve_pipeline
+from intentrank.core.config import builtin_pipelines, resolve_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.errors import ConfigError
-from intentrank.pipelines import pipeline_from_config
+from intentrank.pipelines import build_pipeline, pipeline_from_config
 
 runner = CliRunner()
 
@@ -33,7 +33,7 @@ def test_config_builds_the_same_pipeline_as_operators(cranfield_index, tmp_path)
 @pytest.mark.parametrize("node, message", [
     ({"nope": {}}, "unknown stage 'nope'"),
     ({"fuse": {"inputs": ["bm25"]}}, "at least two branches"),
-    ({"fuse": {"method": "max", "inputs": ["bm25", "tfidf"]}}, "unknown method 'max'"),
+    ({"fuse": {"method": "max", "inputs": ["bm25", "tfidf"]}}, "unknown fusion method 'max'"),
     ([{"bm25": {"kk": 3}}], r"pipeline\[0\].bm25: .*kk"),
     ({"cutoff": "ten"}, "cutoff takes an integer"),
 ])

@@ -13,7 +13,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError, DataError, IntentrankError
@@ -27,7 +26,7 @@ from intentrank.llm.parsing import (
     parse_numbered_list,
     parse_yes_no,
 )
-from intentrank.pipelines import pipeline_from_config
+from intentrank.pipelines import build_pipeline, pipeline_from_config
 from intentrank.query.followups import parse_followups
 from intentrank.rerank.listwise import repair_order
 from intentrank.types import Query

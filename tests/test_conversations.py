@@ -190,8 +190,8 @@ def test_cast2021_bm25_finds_gold_passages(passages21, tmp_path):
     """The real BM25 index over the 235 passages: gold rewrites find the turn's passage in the
     top 10 for 224 of 239 turns (R@10 0.937), the raw turns for 175 (BM25 ties ordered by row,
     and evaluated in that order: trec_eval alone orders tied scores by doc id and counts 174)."""
-    from intentrank.eval.metrics import evaluate
     from intentrank.index import IndexSettings, build_index
+    from intentrank.measures.metrics import evaluate
     from intentrank.retrieve.retrievers import BM25Retriever
 
     ds = load_dataset(passages21)

@@ -11,26 +11,16 @@ import numpy as np
 import pytest
 from tolerances import F32_ABS, F32_REL
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.params import ParameterError
 from intentrank.core.registry import BuildContext
+from intentrank.data.aspects import Aspect, AspectQuestion, load_aspect_set, write_aspect_set
 from intentrank.errors import DataError
-from intentrank.eval.coverage import (
-    Aspect,
-    AspectQuestion,
-    NcomScorer,
-    com,
-    evaluate_diversity,
-    load_aspect_set,
-    rouge_phi,
-    silver_list,
-    tokens,
-    write_aspect_set,
-)
 from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import ParseError
-from intentrank.pipelines import pipeline_from_config
+from intentrank.measures.diversity import evaluate_diversity
+from intentrank.measures.ncom import NcomScorer, com, rouge_phi, silver_list, tokens
+from intentrank.pipelines import build_pipeline, pipeline_from_config
 from intentrank.query.aspects import AspectExplorer, aspects_of, parse_aspects
 from intentrank.query.multi_faceted import MultiFacetedRetriever, aspects_found
 from intentrank.rerank.coverage import CoverageReranker, coverage_weights, greedy_coverage
@@ -337,7 +327,7 @@ def test_key_sentence_and_composition_by_hand():
 
 
 def test_composed_questions_restyled_as_one_sentence():
-    from intentrank.eval.coverage import Aspect, AspectQuestion
+    from intentrank.data.aspects import Aspect, AspectQuestion
     from intentrank.generate.aspect_sets import compose_text, restyled
 
     assert compose_text("Vitamin D lowers risk.", " ALDH1 marks stem cells") == \

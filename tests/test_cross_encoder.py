@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from tolerances import F32_ABS, F32_REL
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.errors import ModelError
 from intentrank.models.cross_encoder import default_reranker_dir, load_cross_encoder
+from intentrank.pipelines import build_pipeline
 from intentrank.rerank.cross_encoder import CrossEncoderReranker
 from intentrank.retrieve.retrievers import BM25Retriever
 from intentrank.types import Trace
@@ -118,7 +118,7 @@ def test_bundled_reranker_is_the_default_and_reranks_real_queries(data_dir) -> N
     import json
 
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
     from intentrank.models.cross_encoder import OnnxCrossEncoder, bundled_reranker_dir
 
     scorer = load_cross_encoder()

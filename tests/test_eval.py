@@ -8,8 +8,8 @@ import ir_measures
 import pytest
 
 from intentrank.eval.harness import run_experiment
-from intentrank.eval.metrics import evaluate, to_measure
-from intentrank.eval.significance import paired_test
+from intentrank.measures.metrics import evaluate, to_measure
+from intentrank.measures.significance import paired_test
 from intentrank.retrieve.retrievers import BM25Retriever, TfidfRetriever
 
 QRELS = {"1": {"a": 2, "b": 1, "z": 0}, "2": {"c": 1}, "3": {"d": 1}}
@@ -83,7 +83,7 @@ def test_experiment_on_real_index(cranfield, cranfield_index):
 def test_bad_metrics_are_refused_before_any_system_runs():
     from intentrank.core.stage import Stage
     from intentrank.errors import ConfigError
-    from intentrank.eval.metrics import validate_metrics
+    from intentrank.measures.metrics import validate_metrics
 
     class Exploding(Stage):
         name = "exploding"

@@ -15,14 +15,15 @@ import pytest
 
 from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError
-from intentrank.eval.error_analysis import degraded_queries
-from intentrank.eval.harness import canonical, latency_ms, run_experiment
-from intentrank.eval.metrics import evaluate
-from intentrank.eval.significance import paired_test
+from intentrank.eval.harness import latency_ms, run_experiment
+from intentrank.eval.prefixes import canonical
 from intentrank.eval.spec import load_experiment, parse_experiment, shipped_experiments
-from intentrank.eval.swaps import swap_stats
 from intentrank.llm.base import LLMReply
 from intentrank.llm.client import LLMClient
+from intentrank.measures.error_analysis import degraded_queries
+from intentrank.measures.metrics import evaluate
+from intentrank.measures.significance import paired_test
+from intentrank.measures.swaps import swap_stats
 from intentrank.report import html, markdown, write_report
 from intentrank.report import json as json_report
 from intentrank.types import Trace

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.errors import ConfigError
 from intentrank.fuse.rrf import rrf
+from intentrank.pipelines import build_pipeline
 from intentrank.query.history_expansion import FirstTurn, HistoryTerms, content_words
 from intentrank.types import Query, Ranking, Trace, Turn
 

@@ -12,9 +12,9 @@ import Stemmer
 
 from intentrank.data.trec import ranked_scores
 from intentrank.errors import DataError, IndexMismatchError
-from intentrank.eval.metrics import evaluate
 from intentrank.index import Index, IndexSettings, build_index
 from intentrank.index.entities import build_entity_graph, extract_entities
+from intentrank.measures.metrics import evaluate
 from intentrank.retrieve.retrievers import (
     BM25Retriever,
     DenseRetriever,

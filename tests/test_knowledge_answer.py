@@ -349,8 +349,8 @@ def test_shipped_knowledge_config_on_real_cranfield(cranfield_index):
 def test_sub_questions_alone_with_the_question_list_on_real_cranfield(cranfield_index):
     """The single-part-safe setting from YAML: elements as sub-questions from the question
     alone, each scored alone, the cross-encoder's own order interleaved first."""
-    from intentrank.core.config import build_pipeline, load_config
-    from intentrank.pipelines import build_context
+    from intentrank.core.config import load_config
+    from intentrank.pipelines import build_context, build_pipeline
 
     fake = ByPrompt(lambda prompt: json.dumps({"needed": [
         "What is heat transfer at a wall?", "How does a boundary layer form?"]}))
@@ -373,8 +373,8 @@ def test_split_auto_keeps_the_cross_encoder_order_of_a_one_part_question_on_real
         cranfield_index):
     """From YAML on the real index: ``split: auto`` leaves a one-part question exactly as the
     cross-encoder ranked it and reranks a two-part one per element."""
-    from intentrank.core.config import build_pipeline, load_config
-    from intentrank.pipelines import build_context
+    from intentrank.core.config import load_config
+    from intentrank.pipelines import build_context, build_pipeline
 
     one = "how does the boundary layer affect heat transfer in hypersonic flow"
     two = "what is the drag of a delta wing? And how is a shock wave detached from a cone?"

@@ -1,4 +1,4 @@
-"""Label-free reformulation scores (eval/label_free.py): cosine to gold by conversation-length
+"""Label-free reformulation scores (measures/label_free.py): cosine to gold by conversation-length
 bucket, the Reranker Support Score, the LLM Citation Score and the agreement check, each
 against hand-computed values with fakes, then on real models and data (MiniLM on CAsT 2019
 turns, the bundled cross-encoder on SciFact, the embedded 0.5B answering with citations)."""
@@ -19,7 +19,10 @@ from tolerances import F32_ABS, F32_REL
 
 from intentrank.core.params import ParameterError
 from intentrank.errors import DataError
-from intentrank.eval.label_free import (
+from intentrank.llm.base import ChatParams, LLMReply, Message
+from intentrank.llm.client import LLMClient
+from intentrank.llm.parsing import Repaired
+from intentrank.measures.label_free import (
     BUCKETS,
     HYDE,
     PARAPHRASE,
@@ -37,9 +40,6 @@ from intentrank.eval.label_free import (
     read_citations,
     reranker_support,
 )
-from intentrank.llm.base import ChatParams, LLMReply, Message
-from intentrank.llm.client import LLMClient
-from intentrank.llm.parsing import Repaired
 from intentrank.types import Query, Ranking, ScoredDoc, Trace, Turn
 
 

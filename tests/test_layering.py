@@ -1,6 +1,13 @@
 """The package layering: every module imports, no module imports from a higher layer, and
 there are no import cycles (function-level imports included; ``TYPE_CHECKING`` blocks are
-type hints only and not counted)."""
+type hints only and not counted).
+
+Imports by string count too: ``importlib.import_module("intentrank.x")``,
+``import_submodules("intentrank.x", ...)``, ``__import__("intentrank.x")`` and any string
+that names an intentrank module (``BUILTIN_PACKAGES = ("intentrank.retrieve", ...)``), so a
+lower layer cannot reach up by naming a module. The package root ``intentrank/__init__.py``
+is the lazy public facade (docs/architecture.md): it names modules of every layer by string
+and is exempt from that rule only."""
 
 from __future__ import annotations
 
@@ -18,9 +25,7 @@ LAYERS = {
     "intentrank.types": 0,
     "intentrank.core": 1, "intentrank.data": 1,
     "intentrank.models": 2, "intentrank.llm": 2,
-    "intentrank.eval.metrics": 2, "intentrank.eval.significance": 2,
-    "intentrank.eval.swaps": 2, "intentrank.eval.error_analysis": 2,
-    "intentrank.eval.coverage": 2,
+    "intentrank.measures": 2,
     "intentrank.index": 3,
     "intentrank.retrieve": 4, "intentrank.fuse": 4, "intentrank.query": 4,
     "intentrank.rerank": 4, "intentrank.answer": 4,
@@ -55,9 +60,44 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+FACADE = "intentrank"  # the root package: names modules of every layer by string, lazily
+IMPORT_CALLS = ("import_module", "import_submodules", "__import__")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) \
+                and node.body and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant):
+            out.add(id(node.body[0].value))
+    return out
+
+
+def _string_imports(tree: ast.AST, modules: dict[str, Path] | set[str]) -> set[str]:
+    """intentrank modules a file names by string: the first argument of an import call
+    (``importlib.import_module``, ``import_submodules``, ``__import__``), and any other string
+    (not a docstring) that is exactly the name of an intentrank module."""
+    found: set[str] = set()
+    docs = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            arg = node.args[0]
+            if fname in IMPORT_CALLS and isinstance(arg, ast.Constant) \
+                    and isinstance(arg.value, str) and arg.value.startswith("intentrank"):
+                found.add(arg.value)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docs and node.value in modules and node.value != FACADE:
+            found.add(node.value)
+    return found
+
+
+def _imports(path: Path, modules: dict[str, Path], source: str | None = None) -> set[str]:
     """intentrank modules imported anywhere in the file (``from pkg import mod`` counts as
-    importing ``pkg.mod`` when that is a module)."""
+    importing ``pkg.mod`` when that is a module), by statement or by string."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -75,7 +115,12 @@ def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    visit(ast.parse(path.read_text()))
+    tree = ast.parse(path.read_text() if source is None else source)
+    visit(tree)
+    name = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__") \
+        if path.is_relative_to(SRC) else ""
+    if name != FACADE:
+        found |= _string_imports(tree, modules)
     return found
 
 
@@ -94,9 +139,38 @@ def test_no_module_imports_from_a_higher_layer() -> None:
     assert not upward, "\n".join(upward)
 
 
+def test_imports_by_string_are_seen() -> None:
+    """A lower layer naming an upper module in a string is an import: the registry's lazy
+    load of the stage packages was such a hidden upward tie (now given it by pipelines.py)."""
+    source = (
+        'import importlib\n'
+        'from intentrank.core.registry import import_submodules\n'
+        'PACKAGES = ("intentrank.retrieve", "intentrank.fuse")\n'
+        'def load():\n'
+        '    """Loads intentrank.cli (a docstring is not an import)."""\n'
+        '    importlib.import_module("intentrank.rerank")\n'
+        '    import_submodules("intentrank.query", [])\n'
+        '    __import__("intentrank.answer.generate")\n'
+        '    return "intentrank.not_a_module", "intentrank"\n')
+    found = _imports(SRC / "intentrank" / "core" / "fake.py", MODULES, source)
+    assert found == {"intentrank.core.registry", "intentrank.retrieve", "intentrank.fuse",
+                     "intentrank.rerank", "intentrank.query", "intentrank.answer.generate"}
+    assert all(_layer(m) == 4 for m in found - {"intentrank.core.registry"})
+
+
+def test_the_core_names_no_stage_package() -> None:
+    """The registry loads stage packages it is given; the names live in layer 5."""
+    from intentrank.core import registry
+    from intentrank.pipelines import BUILTIN_PACKAGES
+
+    assert not _string_imports(ast.parse(Path(registry.__file__).read_text()), MODULES)
+    assert set(BUILTIN_PACKAGES) <= set(registry.STAGE_PACKAGES)
+    assert _layer("intentrank.pipelines") > max(_layer(p) for p in BUILTIN_PACKAGES)
+
+
 def test_label_free_scores_import_nothing_above_layer_2() -> None:
-    """docs/architecture.md: models are passed in, so eval/label_free.py needs no stage."""
-    above = sorted(t for t in GRAPH["intentrank.eval.label_free"] if _layer(t) > 2)
+    """docs/architecture.md: models are passed in, so measures/label_free.py needs no stage."""
+    above = sorted(t for t in GRAPH["intentrank.measures.label_free"] if _layer(t) > 2)
     assert not above, above
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.errors import ConfigError
+from intentrank.pipelines import build_pipeline
 
 
 def test_the_embedded_default_picks_each_roles_measured_model():

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from intentrank.core.config import build_pipeline
-from intentrank.core.registry import FUSERS, STAGES, BuildContext, fuser
+from intentrank.core.registry import REGISTRY, BuildContext, fuser
+from intentrank.pipelines import build_pipeline
 from intentrank.types import Query, Ranking, ScoredDoc
 
 RERANKER = '''
@@ -71,8 +71,8 @@ def test_a_new_stage_file_registers_itself(tmp_path, monkeypatch) -> None:
         fused = fuser("combsum")([stage, stage])([ranking])[0]
         assert fused.doc_ids == ["b", "c", "a"]
     finally:
-        STAGES.pop("shortest_first", None)
-        FUSERS.pop("combsum", None)
+        REGISTRY.pop("shortest_first", None)
+        REGISTRY.pop("combsum", None)
         sys.modules.pop("myplugins", None)
 
 
@@ -82,11 +82,34 @@ def test_a_second_registration_of_a_name_is_refused() -> None:
     from intentrank.fuse.rrf import RRFFusion
 
     load_builtins()
-    assert FUSERS["rrf"] is RRFFusion and register_fuser(RRFFusion) is RRFFusion  # same class
-    assert {cls.method for cls in FUSERS.values()} == set(FUSERS)  # each under its own name
+    assert fuser("rrf") is RRFFusion and register_fuser(RRFFusion) is RRFFusion  # same class
+    fusions = {n: e for n, e in REGISTRY.items() if e.fusion}
+    assert {e.origin.method for e in fusions.values()} == set(fusions)  # each under its name
     clash = type("OtherRRF", (RRFFusion,), {"method": "rrf"})
-    with pytest.raises(ConfigError, match="two fusions register the method name 'rrf'"):
+    with pytest.raises(ConfigError, match="two registrations of the name 'rrf': fusion method "
+                                          "intentrank.core.stage.RRFFusion and fusion method"):
         register_fuser(clash)
-    assert FUSERS["rrf"] is RRFFusion
-    with pytest.raises(ConfigError, match="two stages register the config name 'bm25'"):
+    assert fuser("rrf") is RRFFusion
+    with pytest.raises(ConfigError, match="two registrations of the name 'bm25': stage "):
         register_stage("bm25")(lambda ctx, params: None)
+    # stages and fusion methods share one namespace and one error style
+    with pytest.raises(ConfigError, match="two registrations of the name 'rrf': fusion method "
+                                          ".* and stage "):
+        register_stage("rrf")(lambda ctx, params: None)
+    with pytest.raises(ConfigError, match="as 'fuse': cutoff, fuse are keys of the config grammar"):
+        register_stage("fuse")(lambda ctx, params: None)
+
+
+def test_one_lookup_for_stages_and_fusion_methods() -> None:
+    from intentrank.core.registry import lookup
+    from intentrank.errors import ConfigError
+
+    assert lookup("bm25").kind == "stage" and lookup("rrf", fusion=True).kind == "fusion method"
+    with pytest.raises(ConfigError, match=r"unknown stage 'rrf' \('rrf' is a fusion method\)"):
+        build_pipeline({"rrf": {}}, BuildContext())
+    with pytest.raises(ConfigError, match=r"pipeline.fuse: unknown fusion method 'bm25' "
+                                          r"\('bm25' is a stage\); known: .*interleave, rrf"):
+        build_pipeline({"fuse": {"method": "bm25", "inputs": ["bm25", "tfidf"]}}, BuildContext())
+    with pytest.raises(ConfigError, match=r"rrf_k"):  # a fusion's renamed parameter, refused
+        build_pipeline({"fuse": {"method": "rrf", "k": 60, "inputs": ["bm25", "tfidf"]}},
+                       BuildContext())

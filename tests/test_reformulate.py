@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from fakes import RecordingLLM
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
 from intentrank.data.conversations import load_cast, write_cast2021_passages
@@ -14,6 +13,7 @@ from intentrank.data.dataset import load_dataset
 from intentrank.llm.base import LLMReply
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import ParseError
+from intentrank.pipelines import build_pipeline
 from intentrank.query.dialog import clip_words, render_dialog
 from intentrank.query.reformulate import (
     METHODS,
@@ -230,7 +230,7 @@ def test_yaml_pipeline_rewrite_then_bm25_and_the_robust_fusion(cast21):
 
 
 def test_every_method_is_a_registered_stage():
-    from intentrank.core.registry import known_names
+    from intentrank.pipelines import known_names
 
     assert {*METHODS, "concat_turns"} <= set(known_names())
 

@@ -66,7 +66,7 @@ def test_ray_data_encoding_builds_the_same_index(cluster, cranfield, tmp_path):
 
 
 def test_ray_evaluation_equals_single_process(cluster, cranfield, cranfield_index):
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
     from intentrank.scale.evaluate import build_pipeline_for, ray_evaluate
 
     queries, qrels = cranfield.split("test")

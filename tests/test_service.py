@@ -305,7 +305,7 @@ def test_posthoc_answer_shows_each_cited_passage_with_its_supporting_sentence(cl
 
 
 def test_evaluate_matches_the_metrics_code(client):
-    from intentrank.eval.metrics import evaluate
+    from intentrank.measures.metrics import evaluate
 
     run = "1 Q0 d1 1 3.0 t\n1 Q0 d2 2 2.0 t\n2 Q0 d3 1 1.0 t\n2 Q0 d9 2 0.5 t\n"
     qrels = "1 0 d2 1\n2 0 d3 2\n2 0 d4 1\n3 0 d5 0\n"

@@ -9,11 +9,10 @@ import time
 
 import pytest
 
-from intentrank.core.config import build_pipeline
 from intentrank.core.params import ParameterError
 from intentrank.core.stage import Stage
 from intentrank.core.streaming import run_streamed
-from intentrank.pipelines import build_context
+from intentrank.pipelines import build_context, build_pipeline
 from intentrank.types import Query, Ranking, Trace
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from intentrank.core.cache import Cached
-from intentrank.eval.error_analysis import degraded_queries
-from intentrank.eval.swaps import position_swaps, swap_stats
+from intentrank.measures.error_analysis import degraded_queries
+from intentrank.measures.swaps import position_swaps, swap_stats
 from intentrank.retrieve.retrievers import BM25Retriever
 from intentrank.types import Query, Ranking, ScoredDoc, Trace
 

@@ -32,7 +32,7 @@ _LAZY: dict[str, str] = {
     "DenseRetriever": "intentrank.retrieve.retrievers",
     "CrossEncoderReranker": "intentrank.rerank.cross_encoder",
     "pipeline_from_config": "intentrank.pipelines",
-    "evaluate": "intentrank.eval.metrics",
+    "evaluate": "intentrank.measures.metrics",
 }
 
 __all__ = [  # _LAZY's names (a test checks they agree)
@@ -43,9 +43,9 @@ __all__ = [  # _LAZY's names (a test checks they agree)
 
 if TYPE_CHECKING:  # what type checkers and IDEs see (py.typed)
     from intentrank.data.dataset import load_dataset
-    from intentrank.eval.metrics import evaluate
     from intentrank.index.build import build_index, open_or_build
     from intentrank.index.store import Index
+    from intentrank.measures.metrics import evaluate
     from intentrank.pipelines import pipeline_from_config
     from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.retrieve.retrievers import BM25Retriever, DenseRetriever

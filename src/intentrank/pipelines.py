@@ -1,5 +1,10 @@
 """Build runnable pipelines from config files: opens the index a config names and supplies
-the shared LLM client (from an ``--llm`` spec) to the stages that need one."""
+the shared LLM client (from an ``--llm`` spec) to the stages that need one.
+
+Importing this module gives the stage registry the built-in stage packages
+(:data:`BUILTIN_PACKAGES`, imported on the first lookup), so ``build_pipeline`` from here
+(the config grammar of ``core/config.py``) knows every built-in stage; the core itself names
+no package above it."""
 
 from __future__ import annotations
 
@@ -7,9 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.core.config import build_pipeline, load_config
-from intentrank.core.registry import BuildContext
+from intentrank.core.registry import BuildContext, add_stage_packages, known_names
 from intentrank.core.stage import Stage
 from intentrank.index.store import Index
+
+__all__ = ["BUILTIN_PACKAGES", "build_context", "build_pipeline", "ends_with_answer",
+           "known_names", "pipeline_from_config", "with_answer"]
+
+# The packages whose modules register the built-in stages and fusion methods.
+BUILTIN_PACKAGES = ("intentrank.retrieve", "intentrank.fuse", "intentrank.query",
+                    "intentrank.rerank", "intentrank.answer")
+add_stage_packages(*BUILTIN_PACKAGES)
 
 
 def build_context(index: Index | None = None, **resources: Any) -> BuildContext:

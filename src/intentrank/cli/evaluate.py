@@ -74,7 +74,7 @@ def evaluate_cmd(
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
     from intentrank.core.config import load_config, resolve_pipeline
     from intentrank.data.trec import write_run
-    from intentrank.eval.metrics import validate_metrics
+    from intentrank.measures.metrics import validate_metrics
 
     settings = settings_of(ctx)
     names = pipeline or ["bm25", "dense", "rrf"]

@@ -165,7 +165,7 @@ def _tuning_inputs(settings: Settings, dataset: Path, index_dir: Path | None, sp
     not test, the metric and sample are valid, the split exists (dataset warnings shown),
     then the index is opened (or built). The dataset, the index and the metric's name."""
     from intentrank.data.dataset import refuse_test_split
-    from intentrank.eval.metrics import validate_metrics
+    from intentrank.measures.metrics import validate_metrics
 
     refuse_test_split(split, purpose)
     metric = validate_metrics([metric])[0]

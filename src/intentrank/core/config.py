@@ -30,13 +30,7 @@ from typing import Any
 import yaml
 
 from intentrank.core.params import refuse_renamed
-from intentrank.core.registry import (
-    BuildContext,
-    fuser,
-    known_names,
-    renamed_parameters,
-    stage_factory,
-)
+from intentrank.core.registry import BuildContext, lookup
 from intentrank.core.stage import Chain, Cutoff, Stage
 from intentrank.errors import ConfigError
 
@@ -61,19 +55,19 @@ def build_pipeline(node: Any, ctx: BuildContext, where: str = "pipeline") -> Sta
         return Cutoff(params)
     if name == "fuse":
         return _build_fuse(params, ctx, where)
-    factory = stage_factory(name) if isinstance(name, str) else None
-    if factory is None:
-        raise ConfigError(f"{where}: unknown stage {name!r}; known: "
-                          f"{', '.join(sorted([*known_names(), 'cutoff', 'fuse']))}")
+    try:
+        entry = lookup(name if isinstance(name, str) else repr(name))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     params = {} if params is None else params
     if not isinstance(params, dict):
         raise ConfigError(f"{where}.{name}: parameters must be a mapping, got {params!r}")
     bad_keys = [key for key in params if not isinstance(key, str)]
     if bad_keys:
         raise ConfigError(f"{where}.{name}: parameter names must be strings, got {bad_keys!r}")
-    refuse_renamed(f"{where}.{name}", params, renamed_parameters(name))
+    refuse_renamed(f"{where}.{name}", params, entry.renamed)
     try:
-        return factory(ctx, dict(params))
+        return entry.factory(ctx, dict(params))
     except (TypeError, ValueError) as exc:  # ParameterError: a value out of range
         raise ConfigError(f"{where}.{name}: {exc}") from exc
 
@@ -87,18 +81,16 @@ def _build_fuse(params: Any, ctx: BuildContext, where: str) -> Stage:
     params = dict(params)
     method = params.pop("method", "rrf")
     try:
-        cls = fuser(method if isinstance(method, str) else repr(method))
+        entry = lookup(method if isinstance(method, str) else repr(method), fusion=True)
     except ConfigError as exc:
         raise ConfigError(f"{where}.fuse: {exc}") from None
-    refuse_renamed(f"{where}.fuse", params, getattr(cls, "renamed", {}))
+    refuse_renamed(f"{where}.fuse", params, entry.renamed)
     inputs = params.pop("inputs")
     if not isinstance(inputs, list) or len(inputs) < 2:
         raise ConfigError(f"{where}.fuse: 'inputs' must list at least two branches")
     branches = [build_pipeline(b, ctx, f"{where}.fuse.inputs[{i}]") for i, b in enumerate(inputs)]
     try:
-        if hasattr(cls, "from_config"):  # a fusion that needs shared resources (an LLM)
-            return cls.from_config(branches, ctx, **params)
-        return cls(branches, **params)
+        return entry.factory(ctx, {**params, "inputs": branches})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}.fuse: {exc}") from exc
 

@@ -6,12 +6,19 @@ A stage module registers its config name next to its class::
     def _bm25(ctx: BuildContext, params: dict) -> Stage:
         return BM25Retriever(ctx.require_index("bm25"), **params)
 
-and a fusion class registers its ``method`` with ``@register_fuser``. The built-in stage
-packages are imported on first lookup (:func:`load_builtins`), so the registry itself depends
-on nothing above it; so are installed plugins, after them: the modules their package entry
-points name in the groups ``intentrank.stages`` and ``intentrank.fusers``
-(:func:`load_plugins`). Plugin prompt directories (group ``intentrank.prompts``) are found by
-:func:`plugin_prompt_dirs`.
+and a fusion class registers its ``method`` with ``@register_fuser``, a thin form of the same
+thing: one table (:data:`REGISTRY`), one lookup (:func:`lookup`), one error for a name
+registered twice or unknown.
+
+The registry names no package above the core. The packages whose modules register stages are
+given to it (:func:`add_stage_packages`) by the layer that builds pipelines:
+``intentrank.pipelines`` (layer 5) gives the built-in ones (retrieve, fuse, query, rerank,
+answer) when it is imported, and every lookup first imports the packages given so far
+(:func:`load_builtins`), so they stay unimported until a name is looked up. Without them the
+core knows only what is registered in it (``fuse: {method: rrf}``). Installed plugins load
+after them, once: the modules their package entry points name in the groups
+``intentrank.stages`` and ``intentrank.fusers`` (:func:`load_plugins`). Plugin prompt
+directories (group ``intentrank.prompts``) are found by :func:`plugin_prompt_dirs`.
 """
 
 from __future__ import annotations
@@ -29,10 +36,6 @@ from intentrank.errors import ConfigError
 if TYPE_CHECKING:
     from intentrank.core.protocols import IndexLike, LLMLike
     from intentrank.core.stage import Stage
-
-BUILTIN_PACKAGES = ("intentrank.retrieve", "intentrank.fuse", "intentrank.query",
-                    "intentrank.rerank", "intentrank.answer")
-
 
 @dataclass
 class BuildContext:
@@ -74,9 +77,44 @@ class BuildContext:
 
 
 StageFactory = Callable[[BuildContext, dict[str, Any]], "Stage"]
-STAGES: dict[str, StageFactory] = {}
-FUSERS: dict[str, Callable[..., Stage]] = {}
-RENAMED: dict[str, dict[str, str]] = {}  # stage -> {old parameter name: new name}
+RESERVED = ("cutoff", "fuse")  # the config grammar's own keys, never a registered name
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered name: a stage (a config step ``{name: params}``) or a fusion method
+    (``fuse: {method: name, inputs: [...]}``). Both are built the same way,
+    ``factory(ctx, params)``; a fusion's ``params`` hold its built branches as ``inputs``."""
+
+    name: str
+    factory: StageFactory
+    renamed: dict[str, str]  # old parameter name -> new name (refused in configs)
+    origin: Any  # what was registered: the stage factory or the fusion class
+    fusion: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "fusion method" if self.fusion else "stage"
+
+    def describe(self) -> str:
+        o = self.origin
+        return f"{self.kind} {getattr(o, '__module__', '?')}.{getattr(o, '__qualname__', o)}"
+
+
+REGISTRY: dict[str, Registration] = {}  # every stage and fusion method, by name
+
+
+def register(entry: Registration) -> None:
+    """Add a name to the registry; the one check for every kind: a name is registered once
+    (registering the same factory or class again is a no-op) and is not a grammar key."""
+    if entry.name in RESERVED:
+        raise ConfigError(f"{entry.describe()} cannot be registered as {entry.name!r}: "
+                          f"{', '.join(RESERVED)} are keys of the config grammar")
+    old = REGISTRY.get(entry.name)
+    if old is not None and old.origin is not entry.origin:
+        raise ConfigError(f"two registrations of the name {entry.name!r}: {old.describe()} "
+                          f"and {entry.describe()}")
+    REGISTRY[entry.name] = entry
 
 
 def register_stage(name: str, renamed: dict[str, str] | None = None
@@ -86,28 +124,44 @@ def register_stage(name: str, renamed: dict[str, str] | None = None
     with a message naming the new one."""
 
     def deco(factory: StageFactory) -> StageFactory:
-        if name in STAGES and STAGES[name] is not factory:
-            raise ConfigError(f"two stages register the config name {name!r}")
-        STAGES[name] = factory
-        RENAMED[name] = dict(renamed or {})
+        register(Registration(name, factory, dict(renamed or {}), factory))
         return factory
 
     return deco
 
 
 def register_fuser(cls: type) -> type:
-    """Make a fusion class usable as ``fuse: {method: <cls.method>}``; a second class
-    under the same method name is refused (ConfigError), as :func:`register_stage` does."""
+    """Make a fusion class usable as ``fuse: {method: <cls.method>}``: the same registry as
+    :func:`register_stage`, under the class's ``method`` name, its old parameter names from
+    ``cls.renamed``, built by ``cls.from_config(branches, ctx, **params)`` when the class
+    has one (a fusion that needs the LLM), else ``cls(branches, **params)``."""
     method = getattr(cls, "method", None)
     if not isinstance(method, str) or not method:
         raise ConfigError(f"fusion class {cls.__name__} has no 'method' name to register")
-    if method in FUSERS and FUSERS[method] is not cls:
-        raise ConfigError(f"two fusions register the method name {method!r}")
-    FUSERS[method] = cls
+
+    def factory(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+        params = dict(params)
+        branches = params.pop("inputs")
+        if hasattr(cls, "from_config"):
+            return cls.from_config(branches, ctx, **params)
+        return cls(branches, **params)
+
+    register(Registration(method, factory, dict(getattr(cls, "renamed", {})), cls, fusion=True))
     return cls
 
 
-_LOADED = False
+STAGE_PACKAGES: list[str] = []  # given by a higher layer (intentrank.pipelines), in order
+_IMPORTED: set[str] = set()
+_PLUGINS_LOADED = False
+
+
+def add_stage_packages(*packages: str) -> None:
+    """Name packages whose modules register stages (each package's ``__init__`` imports its
+    modules with :func:`import_submodules`); they are imported on the next lookup. The core
+    names none itself: ``intentrank.pipelines`` gives the built-in ones."""
+    for package in packages:
+        if package not in STAGE_PACKAGES:
+            STAGE_PACKAGES.append(package)
 
 # Package entry point groups of third-party plugins: a stage or fusion plugin names a module
 # whose import registers it; a prompt plugin names a package (or a module attribute holding
@@ -117,14 +171,16 @@ PROMPT_GROUP = "intentrank.prompts"
 
 
 def load_builtins() -> None:
-    """Import the built-in stage packages so their registrations run, then the installed
-    plugins (once)."""
-    global _LOADED
-    if not _LOADED:
-        for package in BUILTIN_PACKAGES:
+    """Import the stage packages given so far (each once) so their registrations run, then
+    the installed plugins (once)."""
+    global _PLUGINS_LOADED
+    for package in list(STAGE_PACKAGES):
+        if package not in _IMPORTED:
             importlib.import_module(package)
+            _IMPORTED.add(package)
+    if not _PLUGINS_LOADED:
+        _PLUGINS_LOADED = True
         load_plugins()
-        _LOADED = True
 
 
 def _entry_points(group: str) -> list[metadata.EntryPoint]:
@@ -187,25 +243,44 @@ def import_submodules(package: str, path: list[str]) -> None:
         importlib.import_module(f"{package}.{module.name}")
 
 
-def stage_factory(name: str) -> StageFactory | None:
+def lookup(name: str, fusion: bool = False) -> Registration:
+    """The registration of stage ``name`` (with ``fusion=True``: of fusion method ``name``);
+    ConfigError ``unknown stage 'x'; known: ...`` (or ``unknown fusion method``) otherwise."""
     load_builtins()
-    return STAGES.get(name)
+    entry = REGISTRY.get(name)
+    if entry is not None and entry.fusion == fusion:
+        return entry
+    what = "fusion method" if fusion else "stage"
+    known = known_names(fusion=fusion) + ([] if fusion else list(RESERVED))
+    hint = f" ({name!r} is a {entry.kind})" if entry is not None else ""
+    if not STAGE_PACKAGES:
+        hint += (" (no stage package was given to the registry: build through "
+                 "intentrank.pipelines, which gives it the built-in ones)")
+    raise ConfigError(f"unknown {what} {name!r}{hint}; known: {', '.join(sorted(known))}")
+
+
+def stage_factory(name: str) -> StageFactory | None:
+    """The factory of stage ``name``, or None."""
+    load_builtins()
+    entry = REGISTRY.get(name)
+    return entry.factory if entry is not None and not entry.fusion else None
 
 
 def fuser(method: str) -> Callable[..., Stage]:
     """The fusion class registered for ``method`` (``rrf``, ``weighted``, ...)."""
-    load_builtins()
-    if method not in FUSERS:
-        raise ConfigError(f"unknown method {method!r}; use {', '.join(sorted(FUSERS))}")
-    return FUSERS[method]
+    return lookup(method, fusion=True).origin
 
 
 def renamed_parameters(name: str) -> dict[str, str]:
-    """Old parameter name -> new name, for the stage registered as ``name``."""
+    """Old parameter name -> new name, for the stage or fusion method registered as
+    ``name``."""
     load_builtins()
-    return RENAMED.get(name, {})
+    entry = REGISTRY.get(name)
+    return dict(entry.renamed) if entry is not None else {}
 
 
-def known_names() -> list[str]:
+def known_names(fusion: bool | None = None) -> list[str]:
+    """Registered names, sorted: stages (``fusion=False``), fusion methods (``True``) or
+    both (None)."""
     load_builtins()
-    return sorted(STAGES)
+    return sorted(n for n, e in REGISTRY.items() if fusion is None or e.fusion == fusion)

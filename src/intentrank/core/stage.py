@@ -7,15 +7,21 @@ texts onto the query, fusers combine the outputs of several branches.
 Operators (PyTerrier style):
     ``a >> b``  run ``a`` then ``b``;
     ``a % k``   keep the top ``k`` of ``a``;
-    ``a | b``   fuse the outputs of ``a`` and ``b`` with reciprocal rank fusion (k=60).
+    ``a | b``   fuse the outputs of ``a`` and ``b`` with reciprocal rank fusion (rrf_k=60).
+
+The fusion base class (:class:`FusionStage`) and RRF (:class:`RRFFusion`) live here with the
+operators, so ``a | b`` needs nothing above the core; the other fusion methods are in
+``fuse/``, one file each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from intentrank.core.params import ParameterError, check_int
+from intentrank.core.fusion import check_rrf_k, rrf
+from intentrank.core.params import ParameterError, check_int, check_weights
+from intentrank.core.registry import register_fuser
 from intentrank.data.trec import ranked_scores
 from intentrank.types import Query, Ranking, Trace
 
@@ -85,9 +91,7 @@ class Stage:
         return Chain([self, Cutoff(k)])
 
     def __or__(self, other: Stage) -> Stage:
-        from intentrank.core.registry import fuser
-
-        return fuser("rrf")([self, other])
+        return RRFFusion([self, other])
 
     def describe(self) -> str:
         return self.name
@@ -139,3 +143,100 @@ class Cutoff(Stage):
 
     def describe(self) -> str:
         return f"% {self.k}"
+
+
+class FusionStage(Stage):
+    """Runs each branch on the same input and fuses their rankings per query."""
+
+    method = "fusion"
+    renamed: dict[str, str] = {}  # old parameter name -> new one (refused in configs)
+
+    def __init__(self, branches: Sequence[Stage], weights: Sequence[float] | None = None,
+                 name: str | None = None) -> None:
+        if isinstance(branches, Stage | str) or not hasattr(branches, "__iter__"):
+            raise ParameterError(f"{self.method} fusion takes a list of stages, got "
+                                 f"{branches!r}")
+        branches = list(branches)
+        if not all(isinstance(b, Stage) for b in branches):
+            raise ParameterError(f"{self.method} fusion takes a list of stages, got "
+                                 f"{branches!r}")
+        flat: list[Stage] = []
+        for b in branches:  # (a | b) | c fuses all three at once, with one weight each,
+            # unless the inner fusion has weights or other parameters (its own rrf_k)
+            same = (type(b) is type(self) and b.weights is None and weights is None
+                    and b.name == b.method and b.fusion_params() == self.fusion_params())
+            flat.extend(b.branches if same else [b])
+        if not flat:  # zip(*[]) would silently answer no query at all
+            raise ParameterError(f"{self.method} fusion needs at least one branch, got none")
+        self.branches = flat
+        self.weights = None if weights is None else check_weights(
+            weights, len(flat), allow_all_zero=False)
+        self.name = name or self.method
+
+    def fusion_params(self) -> tuple:
+        """The method's own parameters (set before ``__init__`` runs): fusions of one method
+        with the same parameters merge into one when nested."""
+        return ()
+
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
+        raise NotImplementedError
+
+    def prepare(self, queries: Sequence[Query], trace: Trace) -> None:
+        """Called once per batch, before :meth:`fuse` runs per query (e.g. one batched LLM
+        step for all queries); nothing by default."""
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
+        trace = trace if trace is not None else Trace()
+        with trace.enter(self) as path_id:  # the branches run below the fusion's path id
+            outputs = [branch(list(rankings), trace) for branch in self.branches]
+            with trace.timed(path_id, n_queries=len(rankings)):
+                self.prepare([r.query for r in rankings], trace)
+                fused = []
+                for per_query in zip(*outputs, strict=True):
+                    merged = _merge_stage_scores(per_query)
+                    query = per_query[0].query
+                    for other in per_query[1:]:
+                        extra = tuple(d for d in other.query.derived if d not in query.derived)
+                        query = replace(query, derived=query.derived + extra)
+                    result = Ranking.from_scores(query, self.fuse(per_query, trace), path_id)
+                    for d in result.docs:
+                        d.stage_scores = {**merged.get(d.doc_id, {}), path_id: d.score}
+                    fused.append(result)
+        return fused
+
+    def describe(self) -> str:
+        inner = " | ".join(b.describe() for b in self.branches)
+        w = f", weights={self.weights}" if self.weights else ""
+        return f"{self.method}({inner}{w})"
+
+
+def _merge_stage_scores(rankings: Sequence[Ranking]) -> dict[str, dict[str, float]]:
+    merged: dict[str, dict[str, float]] = {}
+    for r in rankings:
+        for d in r.docs:
+            merged.setdefault(d.doc_id, {}).update(d.stage_scores)
+    return merged
+
+
+@register_fuser
+class RRFFusion(FusionStage):
+    """Reciprocal rank fusion (1-based ranks, weights multiply each list's term)."""
+
+    method = "rrf"
+    renamed = {"k": "rrf_k"}
+
+    def __init__(
+        self, branches: Sequence[Stage], weights: Sequence[float] | None = None,
+        rrf_k: float = 60, name: str | None = None,
+    ) -> None:
+        self.rrf_k = check_rrf_k(rrf_k)
+        super().__init__(branches, weights, name)
+
+    def fusion_params(self) -> tuple:
+        return (self.rrf_k,)
+
+    def fuse(self, rankings: Sequence[Ranking], trace: Trace) -> dict[str, float]:
+        return rrf([r.doc_ids for r in rankings], rrf_k=self.rrf_k, weights=self.weights)
+
+    def describe(self) -> str:
+        return super().describe()[:-1] + f", rrf_k={self.rrf_k:g})"

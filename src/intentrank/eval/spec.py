@@ -159,7 +159,7 @@ class ExperimentSpec:
 
     def check(self, where: str = "") -> ExperimentSpec:
         """Cross-field checks (names, metrics and links that must agree); fills defaults."""
-        from intentrank.eval.metrics import validate_metrics
+        from intentrank.measures.metrics import validate_metrics
 
         where = where or self.source
         if not self.pipelines:
@@ -244,10 +244,10 @@ def parse_assignment(item: str, where: str = "--set") -> tuple[str, str, Any]:
 def check_without(names: Iterable[str], where: str = "--without") -> list[str]:
     """``names`` to skip pipelines by (``run_experiment(without=...)``), checked: each a
     registered stage name, a fusion method or ``llm``."""
-    from intentrank.core.registry import FUSERS, known_names
+    from intentrank.pipelines import known_names
 
     names = list(names)
-    known = {*known_names(), *FUSERS, WITHOUT_LLM}
+    known = {*known_names(), WITHOUT_LLM}
     unknown = sorted(set(names) - known)
     if unknown:
         raise ConfigError(f"{where} {unknown}: not a stage name, fusion method or "

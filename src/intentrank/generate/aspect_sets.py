@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from intentrank.data.aspects import Aspect, AspectQuestion
 from intentrank.errors import DataError
-from intentrank.eval.coverage import Aspect, AspectQuestion, tokens
+from intentrank.measures.ncom import tokens
 from intentrank.types import Query
 
 MIN_SENTENCE_TOKENS = 6

@@ -4,6 +4,9 @@ A build takes the directory's writer lock (a second concurrent build fails at on
 :class:`IndexBusyError`), writes a new generation into ``DIR/.tmp-<id>``, renames it to
 ``DIR/gen-<id>`` and then replaces ``DIR/CURRENT``: a crash at any point leaves the previous
 index readable, and the next build removes what the crashed one left behind.
+
+The legs themselves (BM25, dense + ANN, TF-IDF, graph) are built by
+:mod:`intentrank.index.legs`, one function each.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import pickle
 import shutil
 import signal
 import threading
@@ -26,30 +28,26 @@ from typing import Any
 import numpy as np
 
 from intentrank.data.corpus import chunk_documents
-from intentrank.errors import DataError, IndexMismatchError
+from intentrank.errors import IndexMismatchError
 from intentrank.extras import package_versions
 from intentrank.index import layout
 from intentrank.index.embedding_cache import (
     EmbeddingCache,
     EmbeddingCacheWarning,
-    model_key,
 )
-from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
 from intentrank.index.errors import (
     IndexBuildInterrupted,
     IndexCorruptError,
     IndexFormatError,
 )
 from intentrank.index.layout import MANIFEST
+from intentrank.index.legs import Encoder, build_leg
 from intentrank.index.settings import IndexSettings, IndexSettingsError
-from intentrank.index.shards import build_bm25_shards, shard_bounds
-from intentrank.index.store import FORMAT_VERSION, Index, bm25_tokenize
+from intentrank.index.shards import shard_bounds
+from intentrank.index.store import FORMAT_VERSION, Index
 from intentrank.types import Document
 
 Progress = Callable[[str], None]
-# Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
-# dense leg's model by default; intentrank.scale passes a Ray Data encoder).
-Encoder = Callable[[list[str]], np.ndarray]
 
 
 def _versions() -> dict[str, str]:
@@ -98,102 +96,6 @@ def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
     np.save(tmp / "doc_offsets.npy", np.asarray(offsets, dtype=np.int64))
     (tmp / "ids.json").write_text(json.dumps([d.id for d in kept]))
     return kept, digest.hexdigest()
-
-
-def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: bool
-                ) -> dict[str, Any] | None:
-    import bm25s
-
-    s = settings.bm25
-    if settings.shards > 1:
-        return build_bm25_shards(texts, s, out.parent, shard_bounds(len(texts),
-                                                                    settings.shards), progress)
-    tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
-    if not any(tokens):
-        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
-                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
-                        f"only stopwords")
-    retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-    retriever.index(bm25s.tokenization.Tokenized(*_to_ids(tokens)), show_progress=progress)
-    retriever.save(str(out))
-    return None
-
-
-def _to_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
-    vocab: dict[str, int] = {}
-    ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
-    return ids, vocab
-
-
-def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress: bool,
-                 cache: EmbeddingCache | None, encoder: Encoder | None = None
-                 ) -> dict[str, Any]:
-    s = settings.dense
-    if encoder is None:
-        from intentrank.models.embedder import load_embedder
-
-        embedder = load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
-                                 passage_prefix=s.passage_prefix)
-
-        def encode(batch: list[str]) -> np.ndarray:
-            return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
-    else:
-        encode = encoder
-
-    if cache is None:
-        vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
-    else:
-        key = f"{s.backend}:{model_key(s.model)}:{s.passage_prefix}"
-        before_hits, before_miss = cache.hits, cache.misses
-        vecs = cache.encode(key, texts, encode)
-        stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}
-    vecs = np.ascontiguousarray(vecs, dtype=np.float32)
-    if vecs.shape[0] != len(texts):
-        raise ValueError(f"the encoder returned {vecs.shape[0]} vectors for {len(texts)} "
-                         f"passages")
-    out.mkdir()
-    np.save(out / "embeddings.npy", vecs)
-    if s.ann.method != "exact":
-        stats["ann"] = _build_ann(np.load(out / "embeddings.npy", mmap_mode="r"), settings, out)
-    return stats
-
-
-def _build_ann(vecs: np.ndarray, settings: IndexSettings, out: Path) -> list[dict[str, Any]]:
-    """One faiss structure per shard (``dense/ann.faiss`` when unsharded)."""
-    from intentrank.index.ann import ann_file, build_ann
-
-    sharded = settings.shards > 1
-    return [build_ann(vecs[a:e], settings.dense.ann,
-                      out.parent / ann_file(i if sharded else None))
-            for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
-
-
-def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:
-    import scipy.sparse
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    s = settings.tfidf
-    vectorizer = TfidfVectorizer(ngram_range=(1, s.ngram_max), max_features=s.max_features,
-                                 stop_words=s.stop_words, sublinear_tf=s.sublinear_tf,
-                                 dtype=np.float32)
-    matrix = vectorizer.fit_transform(texts)
-    out.mkdir()
-    with open(out / "vectorizer.pkl", "wb") as fh:
-        pickle.dump(vectorizer, fh)
-    scipy.sparse.save_npz(out / "matrix.npz", matrix.tocsr())
-
-
-def _build_graph(texts: list[str], settings: IndexSettings, out: Path) -> dict[str, int]:
-    s = settings.graph
-    entities = [extract_entities(t) for t in texts]
-    edges = entity_edges(entities, window=s.window, min_shared=s.min_shared)
-    pr = pagerank_sparse(len(entities), edges, s.damping)
-    out.mkdir()
-    (out / "entities.json").write_text(json.dumps([sorted(e) for e in entities]))
-    np.save(out / "pagerank.npy", pr)
-    np.save(out / "edges.npy", edges)
-    return {"edges": int(len(edges)),
-            "docs_with_entities": int(sum(1 for e in entities if e))}
 
 
 def build_index(
@@ -434,17 +336,9 @@ def _build_generation(
     for leg in settings.legs:
         say(f"building {leg} over {len(texts)} documents")
         t = time.perf_counter()
-        if leg == "bm25":
-            bm25_stats = _build_bm25(texts, settings, tmp / "bm25", progress)
-            if bm25_stats:
-                stats["bm25"] = bm25_stats
-        elif leg == "dense":
-            stats["dense"] = _build_dense(texts, settings, tmp / "dense", progress, cache,
-                                          encoder)
-        elif leg == "tfidf":
-            _build_tfidf(texts, settings, tmp / "tfidf")
-        elif leg == "graph":
-            stats["graph"] = _build_graph(texts, settings, tmp / "graph")
+        leg_stats = build_leg(leg, texts, settings, tmp, progress, cache, encoder)
+        if leg_stats:
+            stats[leg] = leg_stats
         timings[leg] = time.perf_counter() - t
     manifest = {
         "format": FORMAT_VERSION,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from intentrank.eval.harness import ExperimentResult
-    from intentrank.eval.significance import PairedTest
+    from intentrank.measures.significance import PairedTest
 
 
 def _tests(tests: dict[str, dict[str, PairedTest]]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from intentrank.core.stage import RunResult
 from intentrank.data.trec import Qrels
-from intentrank.eval.metrics import EvalResult, evaluate
+from intentrank.measures.metrics import EvalResult, evaluate
 from intentrank.types import Query, Trace
 
 

@@ -8,17 +8,12 @@ queue is full) under a timeout (504). Errors are ``{"error": message, "request_i
 POST /v1/rerank and /v2/rerank answer as Cohere's rerank, POST /v1/embeddings as OpenAI's
 embeddings (docs/integrations.md), so those providers' clients work with ``base_url`` set to
 this server: same keys, limits, pool and log; their errors are 400/404 in each provider's
-shape (:func:`error_body`).
+shape (:func:`~intentrank.service.gate.error_body`). The ASGI layer under the routes (request
+ids, the body-size limit, the access log) is :mod:`intentrank.service.gate`.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
-import time
-import traceback
-import uuid
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from intentrank import __version__
 from intentrank.service.auth import ApiKey
 from intentrank.service.engine import Engine, RequestError, Served, make_query, redact
+from intentrank.service.gate import COHERE_PATHS, OPENAI_PATHS, AccessLog, Gate, error_body
 from intentrank.service.models import (
     AnswerResponse,
     CohereErrorOut,
@@ -58,155 +54,18 @@ from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document
 
 STATIC = Path(__file__).resolve().parent / "static"
-_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": text} for code, text in (
         (400, "malformed JSON"), (401, "no API key, or an unknown one"),
         (403, "the key may not use this pipeline"), (404, "no such report"),
         (413, "the body is over the size limit"), (422, "a limit or a field is violated"),
         (503, "the worker queue is full (see Retry-After)"), (504, "the request timed out"))}
-# The providers' APIs (POST /v1/rerank and /v2/rerank as Cohere's, POST /v1/embeddings as
-# OpenAI's): a bad request is 400 (not 422) and an unknown model 404, as the providers answer
-# and their clients expect; errors carry the message where each client looks for it.
-COHERE_PATHS = frozenset({"/v1/rerank", "/v2/rerank"})
-OPENAI_PATHS = frozenset({"/v1/embeddings"})
-_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error",
-                 404: "invalid_request_error", 503: "server_error", 504: "server_error"}
-_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found"}
 
 
 def _compatible_errors(model: type, codes: tuple[int, ...]) -> dict[int | str, dict[str, Any]]:
     text = {**{c: v["description"] for c, v in ERRORS.items()},
             400: "malformed JSON, a field or a limit violated", 404: "no such model"}
     return {c: {"model": model, "description": text[c]} for c in codes}
-
-
-def error_body(path: str, status: int, message: str, rid: str) -> dict[str, Any]:
-    """The error body for ``path``: ``{"error": message, "request_id"}``; Cohere's paths add
-    ``message``; OpenAI's path has ``{"error": {"message", "type", "param", "code"}}``."""
-    if path in OPENAI_PATHS:
-        kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500
-                                 else "invalid_request_error")
-        return {"error": {"message": message, "type": kind, "param": None,
-                          "code": _OPENAI_CODES.get(status)}, "request_id": rid}
-    body: dict[str, Any] = {"error": message, "request_id": rid}
-    if path in COHERE_PATHS:
-        body["message"] = message
-    return body
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-class AccessLog:
-    """One JSON object per request and line: request id, method, path, status, latency,
-    key name, index, pipeline, fallbacks (and the error message for 4xx/5xx)."""
-
-    def __init__(self, target: Any) -> None:
-        self._lock = threading.Lock()
-        self._own = None
-        if target is False:
-            self._stream = None
-        elif target is None:
-            self._stream = sys.stderr
-        elif isinstance(target, (str, Path)):
-            self._own = self._stream = open(target, "a", encoding="utf-8")  # noqa: SIM115
-        else:
-            self._stream = target
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self._stream is None:
-            return
-        line = redact(json.dumps(record, ensure_ascii=False))
-        with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
-
-    def close(self) -> None:
-        if self._own is not None:
-            self._own.close()
-
-
-class Gate:
-    """Pure ASGI middleware: request id, body-size limit, access log."""
-
-    def __init__(self, app: Any, max_body: int, log: AccessLog) -> None:
-        self.app, self.max_body, self.log = app, max_body, log
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        given = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = given if 0 < len(given) <= 64 and set(given) <= _ID_OK else uuid.uuid4().hex[:16]
-        info: dict[str, Any] = {"request_id": rid}
-        scope["intentrank"] = info
-        start, status, received = time.perf_counter(), [0], [0]
-
-        async def send_logged(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-                message["headers"] = [*message.get("headers", []),
-                                      (b"x-request-id", rid.encode()),
-                                      (b"x-content-type-options", b"nosniff")]
-            await send(message)
-
-        try:
-            length = int(headers.get(b"content-length", b"0") or 0)
-        except ValueError:
-            length = 0
-        try:
-            if length > self.max_body:
-                raise _BodyTooLarge
-            body, more = [], True  # read (bounded) before the app sees it: chunked bodies too
-            while more:
-                message = await receive()
-                if message["type"] != "http.request":
-                    break
-                body.append(message.get("body", b""))
-                received[0] += len(body[-1])
-                more = message.get("more_body", False)
-                if received[0] > self.max_body:
-                    raise _BodyTooLarge
-            replay = [{"type": "http.request", "body": b"".join(body), "more_body": False}]
-
-            async def receive_buffered() -> dict:
-                return replay.pop() if replay else await receive()
-
-            await self.app(scope, receive_buffered, send_logged)
-        except _BodyTooLarge:
-            info["error"] = f"the body is over the limit of {self.max_body} bytes"
-            if status[0] == 0:
-                body_out = json.dumps(error_body(scope.get("path", ""), 413, info["error"],
-                                                 rid)).encode()
-                await send_logged({"type": "http.response.start", "status": 413,
-                                   "headers": [(b"content-type", b"application/json"),
-                                               (b"content-length",
-                                                str(len(body_out)).encode()),
-                                               (b"connection", b"close")]})
-                await send_logged({"type": "http.response.body", "body": body_out})
-        except Exception as exc:  # anything unhandled: logged (redacted), answered 500
-            info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
-            print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
-            if status[0] == 0:
-                body_out = json.dumps(error_body(scope.get("path", ""), 500,
-                                                 f"internal error (request id {rid})",
-                                                 rid)).encode()
-                await send_logged({"type": "http.response.start", "status": 500,
-                                   "headers": [(b"content-type", b"application/json"),
-                                               (b"content-length",
-                                                str(len(body_out)).encode())]})
-                await send_logged({"type": "http.response.body", "body": body_out})
-        finally:
-            self.log.write({
-                "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
-                "method": scope.get("method"), "path": scope.get("path"),
-                "status": status[0] or 500,
-                "latency_ms": round(1000 * (time.perf_counter() - start), 2),
-                "bytes_in": max(received[0], length),
-                **{k: v for k, v in info.items() if k != "request_id"}})
 
 
 def _error(status: int, message: str, request: Request,

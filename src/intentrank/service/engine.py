@@ -26,8 +26,8 @@ from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
 from intentrank.data.trec import load_qrels, load_run
 from intentrank.errors import ConfigError, DataError, IntentrankError
-from intentrank.eval.metrics import MetricError, evaluate, validate_metrics
 from intentrank.index.store import Index
+from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
 from intentrank.pipelines import build_context
 from intentrank.report.search import result_rows
 from intentrank.service.settings import ServiceSettings

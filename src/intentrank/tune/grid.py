@@ -19,7 +19,7 @@ import numpy as np
 
 from intentrank.data.trec import Qrels, Run, ranked_scores
 from intentrank.errors import ConfigError
-from intentrank.eval.metrics import evaluate
+from intentrank.measures.metrics import evaluate
 from intentrank.types import Ranking
 
 Grid = Mapping[str, Sequence[float]]

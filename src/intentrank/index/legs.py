@@ -1,0 +1,138 @@
+"""The per-leg builders of an index generation: each writes its leg's files under the
+generation directory and returns its build statistics (recorded in the manifest) or None.
+:func:`build_leg` is what :mod:`intentrank.index.build` calls for every leg the settings
+name."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from intentrank.errors import DataError
+from intentrank.index.embedding_cache import EmbeddingCache, model_key
+from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
+from intentrank.index.settings import IndexSettings
+from intentrank.index.shards import build_bm25_shards, shard_bounds
+from intentrank.index.store import bm25_tokenize
+
+# Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
+# dense leg's model by default; intentrank.scale passes a Ray Data encoder).
+Encoder = Callable[[list[str]], np.ndarray]
+
+
+def build_leg(leg: str, texts: list[str], settings: IndexSettings, gen: Path, progress: bool,
+              cache: EmbeddingCache | None = None, encoder: Encoder | None = None
+              ) -> dict[str, Any] | None:
+    """Build ``leg`` (``bm25``, ``dense``, ``tfidf`` or ``graph``) of the passages ``texts``
+    into the generation directory ``gen``; its statistics, or None."""
+    if leg == "bm25":
+        return _build_bm25(texts, settings, gen / "bm25", progress)
+    if leg == "dense":
+        return _build_dense(texts, settings, gen / "dense", progress, cache, encoder)
+    if leg == "tfidf":
+        _build_tfidf(texts, settings, gen / "tfidf")
+        return None
+    if leg == "graph":
+        return _build_graph(texts, settings, gen / "graph")
+    raise ValueError(f"unknown index leg {leg!r}")
+
+
+def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: bool
+                ) -> dict[str, Any] | None:
+    import bm25s
+
+    s = settings.bm25
+    if settings.shards > 1:
+        return build_bm25_shards(texts, s, out.parent, shard_bounds(len(texts),
+                                                                    settings.shards), progress)
+    tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
+    if not any(tokens):
+        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
+                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
+                        f"only stopwords")
+    retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
+    retriever.index(bm25s.tokenization.Tokenized(*_to_ids(tokens)), show_progress=progress)
+    retriever.save(str(out))
+    return None
+
+
+def _to_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
+    vocab: dict[str, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
+    return ids, vocab
+
+
+def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress: bool,
+                 cache: EmbeddingCache | None, encoder: Encoder | None = None
+                 ) -> dict[str, Any]:
+    s = settings.dense
+    if encoder is None:
+        from intentrank.models.embedder import load_embedder
+
+        embedder = load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
+                                 passage_prefix=s.passage_prefix)
+
+        def encode(batch: list[str]) -> np.ndarray:
+            return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
+    else:
+        encode = encoder
+
+    if cache is None:
+        vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
+    else:
+        key = f"{s.backend}:{model_key(s.model)}:{s.passage_prefix}"
+        before_hits, before_miss = cache.hits, cache.misses
+        vecs = cache.encode(key, texts, encode)
+        stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}
+    vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+    if vecs.shape[0] != len(texts):
+        raise ValueError(f"the encoder returned {vecs.shape[0]} vectors for {len(texts)} "
+                         f"passages")
+    out.mkdir()
+    np.save(out / "embeddings.npy", vecs)
+    if s.ann.method != "exact":
+        stats["ann"] = _build_ann(np.load(out / "embeddings.npy", mmap_mode="r"), settings, out)
+    return stats
+
+
+def _build_ann(vecs: np.ndarray, settings: IndexSettings, out: Path) -> list[dict[str, Any]]:
+    """One faiss structure per shard (``dense/ann.faiss`` when unsharded)."""
+    from intentrank.index.ann import ann_file, build_ann
+
+    sharded = settings.shards > 1
+    return [build_ann(vecs[a:e], settings.dense.ann,
+                      out.parent / ann_file(i if sharded else None))
+            for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
+
+
+def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:
+    import scipy.sparse
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    s = settings.tfidf
+    vectorizer = TfidfVectorizer(ngram_range=(1, s.ngram_max), max_features=s.max_features,
+                                 stop_words=s.stop_words, sublinear_tf=s.sublinear_tf,
+                                 dtype=np.float32)
+    matrix = vectorizer.fit_transform(texts)
+    out.mkdir()
+    with open(out / "vectorizer.pkl", "wb") as fh:
+        pickle.dump(vectorizer, fh)
+    scipy.sparse.save_npz(out / "matrix.npz", matrix.tocsr())
+
+
+def _build_graph(texts: list[str], settings: IndexSettings, out: Path) -> dict[str, int]:
+    s = settings.graph
+    entities = [extract_entities(t) for t in texts]
+    edges = entity_edges(entities, window=s.window, min_shared=s.min_shared)
+    pr = pagerank_sparse(len(entities), edges, s.damping)
+    out.mkdir()
+    (out / "entities.json").write_text(json.dumps([sorted(e) for e in entities]))
+    np.save(out / "pagerank.npy", pr)
+    np.save(out / "edges.npy", edges)
+    return {"edges": int(len(edges)),
+            "docs_with_entities": int(sum(1 for e in entities if e))}

@@ -1,0 +1,155 @@
+"""The ASGI layer under the service's routes: request ids, the body-size limit (413 before
+the app reads an oversized body, chunked bodies too), the access log (one JSON line per
+request), 500 for anything unhandled, and the error body each API's clients expect."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from intentrank.service.engine import redact
+
+_ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+# The providers' APIs (POST /v1/rerank and /v2/rerank as Cohere's, POST /v1/embeddings as
+# OpenAI's): a bad request is 400 (not 422) and an unknown model 404, as the providers answer
+# and their clients expect; errors carry the message where each client looks for it.
+COHERE_PATHS = frozenset({"/v1/rerank", "/v2/rerank"})
+OPENAI_PATHS = frozenset({"/v1/embeddings"})
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error",
+                 404: "invalid_request_error", 503: "server_error", 504: "server_error"}
+_OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found"}
+
+
+def error_body(path: str, status: int, message: str, rid: str) -> dict[str, Any]:
+    """The error body for ``path``: ``{"error": message, "request_id"}``; Cohere's paths add
+    ``message``; OpenAI's path has ``{"error": {"message", "type", "param", "code"}}``."""
+    if path in OPENAI_PATHS:
+        kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500
+                                 else "invalid_request_error")
+        return {"error": {"message": message, "type": kind, "param": None,
+                          "code": _OPENAI_CODES.get(status)}, "request_id": rid}
+    body: dict[str, Any] = {"error": message, "request_id": rid}
+    if path in COHERE_PATHS:
+        body["message"] = message
+    return body
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class AccessLog:
+    """One JSON object per request and line: request id, method, path, status, latency,
+    key name, index, pipeline, fallbacks (and the error message for 4xx/5xx)."""
+
+    def __init__(self, target: Any) -> None:
+        self._lock = threading.Lock()
+        self._own = None
+        if target is False:
+            self._stream = None
+        elif target is None:
+            self._stream = sys.stderr
+        elif isinstance(target, (str, Path)):
+            self._own = self._stream = open(target, "a", encoding="utf-8")  # noqa: SIM115
+        else:
+            self._stream = target
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._stream is None:
+            return
+        line = redact(json.dumps(record, ensure_ascii=False))
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+
+class Gate:
+    """Pure ASGI middleware: request id, body-size limit, access log."""
+
+    def __init__(self, app: Any, max_body: int, log: AccessLog) -> None:
+        self.app, self.max_body, self.log = app, max_body, log
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        rid = given if 0 < len(given) <= 64 and set(given) <= _ID_OK else uuid.uuid4().hex[:16]
+        info: dict[str, Any] = {"request_id": rid}
+        scope["intentrank"] = info
+        start, status, received = time.perf_counter(), [0], [0]
+
+        async def send_logged(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-request-id", rid.encode()),
+                                      (b"x-content-type-options", b"nosniff")]
+            await send(message)
+
+        try:
+            length = int(headers.get(b"content-length", b"0") or 0)
+        except ValueError:
+            length = 0
+        try:
+            if length > self.max_body:
+                raise _BodyTooLarge
+            body, more = [], True  # read (bounded) before the app sees it: chunked bodies too
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break
+                body.append(message.get("body", b""))
+                received[0] += len(body[-1])
+                more = message.get("more_body", False)
+                if received[0] > self.max_body:
+                    raise _BodyTooLarge
+            replay = [{"type": "http.request", "body": b"".join(body), "more_body": False}]
+
+            async def receive_buffered() -> dict:
+                return replay.pop() if replay else await receive()
+
+            await self.app(scope, receive_buffered, send_logged)
+        except _BodyTooLarge:
+            info["error"] = f"the body is over the limit of {self.max_body} bytes"
+            if status[0] == 0:
+                body_out = json.dumps(error_body(scope.get("path", ""), 413, info["error"],
+                                                 rid)).encode()
+                await send_logged({"type": "http.response.start", "status": 413,
+                                   "headers": [(b"content-type", b"application/json"),
+                                               (b"content-length",
+                                                str(len(body_out)).encode()),
+                                               (b"connection", b"close")]})
+                await send_logged({"type": "http.response.body", "body": body_out})
+        except Exception as exc:  # anything unhandled: logged (redacted), answered 500
+            info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
+            print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
+            if status[0] == 0:
+                body_out = json.dumps(error_body(scope.get("path", ""), 500,
+                                                 f"internal error (request id {rid})",
+                                                 rid)).encode()
+                await send_logged({"type": "http.response.start", "status": 500,
+                                   "headers": [(b"content-type", b"application/json"),
+                                               (b"content-length",
+                                                str(len(body_out)).encode())]})
+                await send_logged({"type": "http.response.body", "body": body_out})
+        finally:
+            self.log.write({
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
+                "method": scope.get("method"), "path": scope.get("path"),
+                "status": status[0] or 500,
+                "latency_ms": round(1000 * (time.perf_counter() - start), 2),
+                "bytes_in": max(received[0], length),
+                **{k: v for k, v in info.items() if k != "request_id"}})
