@@ -36,7 +36,7 @@ def _load(path: Path) -> dict[str, Any]:
 
 def pipelines_table(name: str, command: str) -> list[str]:
     """One experiment's systems: quality, p against its baseline, mean latency."""
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     r = _load(DEFAULTS / f"{name}.json")
     metrics = [m for m in r["metrics"] if m != "Recall@100"][:3]
@@ -57,7 +57,7 @@ def pipelines_table(name: str, command: str) -> list[str]:
 def reformulation_table() -> list[str]:
     """CAsT 2021 contextual turns: nDCG@10 of each method and LLM, the share of the raw-to-
     manual-rewrite gap it closes, p against the raw turn, LLM seconds per turn."""
-    from intentrank.eval.significance import paired_test
+    from intentrank.measures.significance import paired_test
 
     runs = [_load(p) for p in sorted(REFORMULATION.glob("cast2021--*--n60.json"))]
     if not runs:

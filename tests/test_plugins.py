@@ -116,7 +116,8 @@ from intentrank.core.registry import known_names
 from intentrank.llm.prompts import load_contract
 
 contract = load_contract("demo_keywords")
-out = {"stage": "demo_shortest" in known_names(), "fuser": "demo_combsum" in known_names(fusion=True),
+out = {"stage": "demo_shortest" in known_names(),
+       "fuser": "demo_combsum" in known_names(fusion=True),
        "prompt": contract.render(query="wing flutter"), "prompt_source": contract.source}
 
 from fastapi.testclient import TestClient
