@@ -107,4 +107,5 @@ class LLMJudge(Stage):
 @register_stage("llm_judge", renamed={"k": "top_k"})
 def _llm_judge(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``llm_judge``: LLMJudge over the index with the shared LLM."""
-    return LLMJudge(ctx.require_index("llm_judge"), ctx.step_llm("relevance_judge", params), **params)
+    llm = ctx.step_llm("relevance_judge", params)
+    return LLMJudge(ctx.require_index("llm_judge"), llm, **params)
