@@ -162,3 +162,23 @@ def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifa
     assert "970012" in result.rankings[0].doc_ids
     assert not is_abstention(answer.text), answer
     assert "970012" in answer.cited_ids, answer
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (["--abstain", "never"], "unknown abstain 'never'; use relevance, llm"),
+    (["--cite", "model"], "unknown cite 'model'; use posthoc, llm")])
+def test_cli_refuses_bad_answer_options_before_any_work(tmp_path, option, message):
+    from fakes import write_collection
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import IndexSettings, build_index
+
+    root = write_collection(tmp_path / "c", {"a": "wing flutter", "b": "heat transfer"},
+                            {"q": "flutter"}, [("q", "a", 1)])
+    index = build_index(load_dataset(root).corpus(), tmp_path / "idx",
+                        IndexSettings(legs=("bm25",)))
+    res = CliRunner().invoke(app, ["--llm", "openai:m@http://127.0.0.1:9/v1", "answer",
+                                   str(index.path), "flutter", "-p", "bm25", *option])
+    assert res.exit_code == 2 and message in res.output, res.output
