@@ -69,6 +69,22 @@ def small_cranfield(data_dir, tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="session")
+def cast21(data_dir, tmp_path_factory):
+    """TREC CAsT 2021's canonical passages as a labelled conversational dataset, with a
+    BM25-only index of them (235 passages: built in seconds)."""
+    from intentrank.data.conversations import write_cast2021_passages
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import IndexSettings, build_index
+
+    root = write_cast2021_passages(tmp_path_factory.mktemp("c21") / "cast2021",
+                                   data_dir / "trec-cast")
+    ds = load_dataset(root)
+    index = build_index(ds.corpus(), tmp_path_factory.mktemp("c21i") / "idx",
+                        IndexSettings(legs=("bm25",)))
+    return ds, index
+
+
 @pytest.fixture()
 def fake_openai():
     """Starts fake OpenAI-compatible servers (``tests/fake_openai.py``): ``url, script =

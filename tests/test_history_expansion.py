@@ -78,19 +78,6 @@ def test_bad_fused_reformulations_configs_are_refused(params, message):
         build_pipeline({"fused_reformulations": params}, BuildContext(index=object()))
 
 
-@pytest.fixture(scope="module")
-def cast21(data_dir, tmp_path_factory):
-    from intentrank.data.conversations import write_cast2021_passages
-    from intentrank.data.dataset import load_dataset
-    from intentrank.index import IndexSettings, build_index
-
-    root = write_cast2021_passages(tmp_path_factory.mktemp("c21") / "cast2021",
-                                   data_dir / "trec-cast")
-    ds = load_dataset(root)
-    index = build_index(ds.corpus(), tmp_path_factory.mktemp("c21i") / "idx",
-                        IndexSettings(legs=("bm25",)))
-    return ds, index
-
 
 def test_fused_reformulations_is_rrf_of_each_methods_bm25_list_on_real_cast(cast21):
     """Real CAsT 2021 turns and index: the stage's ranking is exactly RRF (rrf_k 60) of

@@ -8,8 +8,7 @@ from fakes import RecordingLLM
 
 from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
-from intentrank.data.conversations import load_cast, write_cast2021_passages
-from intentrank.data.dataset import load_dataset
+from intentrank.data.conversations import load_cast
 from intentrank.llm.base import LLMReply
 from intentrank.llm.client import LLMClient
 from intentrank.llm.parsing import ParseError
@@ -195,17 +194,6 @@ def test_concat_turns_joins_the_most_recent_questions_that_fit():
     (same,), _ = _run(stage, [FIRST])
     assert same == FIRST
 
-
-@pytest.fixture(scope="module")
-def cast21(data_dir, tmp_path_factory):
-    from intentrank.index import IndexSettings, build_index
-
-    root = write_cast2021_passages(tmp_path_factory.mktemp("c21") / "cast2021",
-                                   data_dir / "trec-cast")
-    ds = load_dataset(root)
-    index = build_index(ds.corpus(), tmp_path_factory.mktemp("c21i") / "idx",
-                        IndexSettings(legs=("bm25",)))
-    return ds, index
 
 
 @pytest.mark.slow
