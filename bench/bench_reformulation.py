@@ -38,10 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import DATA, ROOT, header, write_section  # noqa: E402
 
+from intentrank.query.reformulate import NO_LLM_METHODS  # noqa: E402
+
 OUT = ROOT / "runs" / "reformulation"
 LLM_METHODS = ["rewrite_full", "rewrite_summary", "rewrite_questions", "hyde", "hyde_masked",
                "hyde_doc", "hyde_doc_masked"]
-NO_LLM_METHODS = ["concat_turns", "first_turn", "history_terms"]
 METHODS = ["raw", *NO_LLM_METHODS, *LLM_METHODS, "gold"]
 GENRE = {"cast2021": "web passage", "scifact": "scientific abstract",
          "cranfield": "aerodynamics research abstract"}

@@ -104,3 +104,28 @@ def test_fused_reformulations_is_rrf_of_each_methods_bm25_list_on_real_cast(cast
         assert ranking.query.turn == turns[i].text
     assert {"fused_reformulations/first_turn", "fused_reformulations/history_terms"} <= set(
         result.trace.stages)
+
+
+def test_cli_reformulates_without_an_llm(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+    from intentrank.data.conversations import Conversation, ConversationTurn, write_conversations
+
+    write_conversations([Conversation("c1", (
+        ConversationTurn("c1_1", "What is throat cancer?"),
+        ConversationTurn("c1_2", "Is it treatable?")))], tmp_path / "conversations.jsonl")
+    out = tmp_path / "rewrites.jsonl"
+    r = CliRunner().invoke(app, ["reformulate", str(tmp_path), "-m", "first_turn", "-m",
+                                 "history_terms", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["turn"], x["method"], x["reformulation"]) for x in lines] == [
+        ("c1_1", "first_turn", "What is throat cancer?"),
+        ("c1_2", "first_turn", "What is throat cancer? Is it treatable?"),
+        ("c1_1", "history_terms", "What is throat cancer?"),
+        ("c1_2", "history_terms", "Is it treatable? throat cancer")]
+    bad = CliRunner().invoke(app, ["reformulate", str(tmp_path), "-m", "topic"])
+    assert bad.exit_code == 2 and "history_terms" in bad.output

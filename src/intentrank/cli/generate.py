@@ -134,8 +134,12 @@ def reformulate_cmd(
     method: Annotated[list[str], typer.Option("--method", "-m", help="Reformulation "
                                               "method (repeat for several): rewrite_full, "
                                               "rewrite_summary, rewrite_questions, hyde, "
-                                              "hyde_masked, hyde_doc, hyde_doc_masked, "
-                                              "concat_turns.")] = ["rewrite_full"],  # noqa: B006
+                                              "hyde_masked, hyde_doc, hyde_doc_masked; "
+                                              "without an LLM: concat_turns, first_turn, "
+                                              "history_terms. Default rewrite_full on the "
+                                              "1.5B (the best measured on CAsT 2021, "
+                                              "docs/benchmarks.md Defaults).")]
+        = ["rewrite_full"],  # noqa: B006
     out_file: Annotated[Path, typer.Option("--out", help="JSONL output (default: stdout).")]
         = None,  # type: ignore[assignment]
     genre: Annotated[str, typer.Option(help="What the corpus's documents are, for "
@@ -151,9 +155,11 @@ def reformulate_cmd(
     method: the turn, the reformulation, the gold rewrite when known, any fallback)."""
     from rich.progress import Progress
 
+    from intentrank.core.registry import BuildContext
+    from intentrank.pipelines import build_pipeline
     from intentrank.query.reformulate import (
         METHODS,
-        ConcatTurns,
+        NO_LLM_METHODS,
         ConversationalReformulator,
         conversation_turns,
         reformulate_turns,
@@ -162,13 +168,14 @@ def reformulate_cmd(
 
     settings = settings_of(ctx)
     check_int("--limit", limit, 0)
-    unknown = [m for m in method if m not in (*METHODS, "concat_turns")]
+    known = [*METHODS, *NO_LLM_METHODS]
+    unknown = [m for m in method if m not in known]
     if unknown:
         raise ConfigError(f"--method: unknown {', '.join(map(repr, unknown))}; choose "
-                          f"from {', '.join([*METHODS, 'concat_turns'])}")
+                          f"from {', '.join(known)}")
     check_output_file(out_file, "--out")
     llm = settings.load_llm(role="rewrite") if any(m in METHODS for m in method) else None
-    stages = [ConcatTurns() if m == "concat_turns" else
+    stages = [build_pipeline(m, BuildContext()) if m in NO_LLM_METHODS else
               ConversationalReformulator(llm, m, genre=genre,  # type: ignore[arg-type]
                                          max_history_words=max_history_words,
                                          max_answer_words=max_answer_words)

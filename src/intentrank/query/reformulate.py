@@ -52,6 +52,9 @@ MASK = re.compile(r"\[\s*mask(?:ed)?\s*\]", re.I)
 _LABEL = re.compile(r"^\s*(?:rewritten(?: (?:message|question|query))?|query|question|"
                     r"search query|passage|answer)\s*:\s*", re.I)
 MAX_REWRITE_WORDS = 80
+# the baselines without an LLM (concat_turns here; first_turn, history_terms in
+# query/history_expansion.py), each a registered stage
+NO_LLM_METHODS = ("concat_turns", "first_turn", "history_terms")
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                  ) -> tuple[Served, str, Any]:
         text, turns = check_search(body)
         index = engine.index_name(body.index)
-        served = engine.pipeline(body.pipeline, "search")
+        served = engine.pipeline(body.pipeline or settings.default_for(bool(turns)), "search")
         request.scope["intentrank"]["index"] = index
         allow(request, key, served)
         return served, index, make_query(text, turns)

@@ -10,10 +10,12 @@ from typing import Any
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError
 
-# What the service serves when not told: every shipped retrieval pipeline that needs no LLM,
-# plus the cascade (fusion -> cross-encoder -> LLM listwise).
+# What the service serves when not told: every shipped retrieval pipeline, the cascade, the
+# answer pipeline, and the conversation pipeline (a request with earlier turns and no
+# pipeline named runs it; LLMs load on first use).
 DEFAULT_PIPELINES = ("bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted", "cascade",
-                     "answer")
+                     "answer", "conversation")
+CONVERSATION_PIPELINE = "conversation"
 # Rerankers for POST /rerank: config nodes run over the request's own candidates.
 DEFAULT_RERANKERS: dict[str, Any] = {
     "cross_encoder": {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}},
@@ -108,3 +110,11 @@ class ServiceSettings:
         if self.default_pipeline:
             return self.default_pipeline
         return "rrf" if "rrf" in self.pipelines else next(iter(self.pipelines), "")
+
+    def default_for(self, conversational: bool) -> str:
+        """The pipeline a request without ``pipeline`` uses: for a conversation (earlier
+        turns given) the served `conversation` pipeline, which rewrites the question from
+        them, when there is one; else :attr:`default`."""
+        if conversational and CONVERSATION_PIPELINE in self.pipelines:
+            return CONVERSATION_PIPELINE
+        return self.default
