@@ -50,7 +50,8 @@ def served(index, llm, tmp_path_factory):
     (reports / "r1.html").write_text("<html><body><h1>report one</h1></body></html>")
     (reports / "notes.txt").write_text("not a report")
     (reports / "passwd.html").symlink_to("/etc/passwd")
-    pipelines = {"bm25": "bm25", "rrf": "rrf"}
+    pipelines = {"bm25": "bm25", "rrf": "rrf",
+                 "conversation": ["concat_turns", {"bm25": {"depth": 10}}]}
     if has_answer_stage():
         pipelines["qa"] = ["bm25", {"cutoff": 5},
                            {"answer": {"top_k": 3, "abstain": "llm", "cite": "llm"}}]
@@ -302,6 +303,19 @@ def test_posthoc_answer_shows_each_cited_passage_with_its_supporting_sentence(cl
         assert c.support and c.support in c.text
     assert isinstance(answer.unsupported, list)
     assert len(answer.citations) + len(answer.unsupported) >= 1
+
+
+def test_a_conversation_without_a_pipeline_runs_the_conversation_pipeline(client):
+    turns = [{"question": "What is a boundary layer?", "answer": ""}]
+    r = client.post("/search", json={"conversation": {"turns": turns,
+                                                      "question": "Does it thicken?"}},
+                    headers=AUTH)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["pipeline"] == "conversation"
+    assert body["searched"] == "What is a boundary layer? Does it thicken?"
+    plain = client.post("/search", json={"query": "Does it thicken?"}, headers=AUTH)
+    assert plain.json()["pipeline"] == "rrf"  # a one-off query keeps the default
 
 
 def test_evaluate_matches_the_metrics_code(client):
