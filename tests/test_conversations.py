@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,18 @@ def test_round_trip(cast2021, tmp_path):
     # an integer id is read back as a string; everything else as written
     assert again == [Conversation("c1", (judged[0].turns[0],
                                          dataclasses.replace(judged[0].turns[1], id="7")))]
+
+
+def test_rewriting_the_same_conversations_keeps_the_file_and_its_mtime(tmp_path):
+    """`intentrank bench` decides what is stale by mtime: a rerun of cast-passages (or of a
+    benchmark that writes the dataset again) must not make its readers look stale."""
+    convs = [Conversation("c1", (ConversationTurn("a", "Q"),))]
+    path = write_conversations(convs, tmp_path / "c.jsonl")
+    os.utime(path, (1_000_000, 1_000_000))
+    write_conversations(convs, path)
+    assert path.stat().st_mtime == 1_000_000 and not list(tmp_path.glob(".*.tmp"))
+    write_conversations([Conversation("c2", (ConversationTurn("a", "Q"),))], path)
+    assert path.stat().st_mtime > 1_000_000 and load_conversations(path)[0].id == "c2"
 
 
 def test_minimal_file_and_nulls(tmp_path):

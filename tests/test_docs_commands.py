@@ -2,8 +2,8 @@
 (issue 38): the ``intentrank`` subcommand exists and takes every option given (global options
 before it), a ``bench/*.py`` script exists and its argparse parser (and subcommand) takes every
 option given, a ``python -m intentrank...`` module is runnable (and its parser, if it has one,
-takes the options). Nothing is run and no model is loaded: the options come from the typer
-app's click commands and from the scripts' parsers, caught as their ``main`` builds them.
+takes the options). Nothing is run and no model is loaded; the check of one command is
+tests/command_check.py's ``check``.
 
 A command is a line of a fenced code block, or an inline code span, that starts with
 ``intentrank``, ``.venv/bin/intentrank``, ``python bench/...``, ``.venv/bin/python bench/...``
@@ -15,18 +15,13 @@ where the subcommand goes stands for the rest of the command, elsewhere for an a
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import typer
-from bench_helpers import BENCH, load_bench
-
-from intentrank.cli import app
+from command_check import check
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -38,7 +33,6 @@ INTENDED_BAD = {("docs/reliability.md", "--bogus")}
 FENCE = re.compile(r"^\s*(```|~~~)")
 SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 SEPARATORS = {"&&", "||", ";", "|"}
-NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
 
 
 @dataclass(frozen=True)
@@ -161,184 +155,6 @@ def extract(path: Path, doc: str | None = None) -> list[tuple[Command, list[str]
     return commands
 
 
-# -- the intentrank CLI (click) ---------------------------------------------------------------
-
-GROUP = typer.main.get_command(app)
-
-
-def _click_options(command) -> dict:
-    """Option name -> click option (typer vendors click: typed by duck, not by class)."""
-    params = command.get_params(command.context_class(command))
-    return {name: p for p in params if p.param_type_name == "option"
-            for name in (*p.opts, *p.secondary_opts)}
-
-
-def _option_name(token: str, options: dict) -> str | None:
-    """The option a token names (``--x=1``, ``-k5``), or None when unknown."""
-    name = token.split("=", 1)[0]
-    if name in options:
-        return name
-    if not token.startswith("--") and token[:2] in options:  # -k5
-        return token[:2]
-    return None
-
-
-def _unbracket(token: str) -> str:
-    """``[--llm`` and ``value]`` of an optional part ``[--llm value]``."""
-    if token.startswith("[-"):
-        token = token[1:]
-    return token[:-1] if token.endswith("]") and "[" not in token else token
-
-
-def _check_click(tokens: list[str]) -> list[str]:
-    errors: list[str] = []
-    command = GROUP
-    options = _click_options(GROUP)
-    i = 0
-    while i < len(tokens):
-        token = _unbracket(tokens[i])
-        i += 1
-        if token == "--" or (token == "..." and command is GROUP):  # the rest is not shown
-            break
-        if token.startswith("-") and len(token) > 1 and not NEGATIVE_NUMBER.match(token):
-            name = _option_name(token, options)
-            if name is None:
-                where = "before the subcommand" if command is GROUP else command.name
-                errors.append(f"no option {token.split('=', 1)[0]} ({where})")
-                continue
-            param = options[name]
-            if name == token and not (param.is_flag or param.count):
-                i += 1  # its value
-            continue
-        if command is GROUP:
-            if token not in GROUP.commands:
-                errors.append(f"no subcommand {token!r}")
-                break
-            command = GROUP.commands[token]
-            options = _click_options(command)
-    return errors
-
-
-# -- bench scripts and python -m modules (argparse) -------------------------------------------
-
-class _Parser(Exception):
-    def __init__(self, parser: argparse.ArgumentParser) -> None:
-        super().__init__("parser built")
-        self.parser = parser
-
-
-_PARSERS: dict[str, argparse.ArgumentParser | str | None] = {}  # by script or -m module
-
-
-def _catch_parser(main) -> argparse.ArgumentParser | str:
-    """The parser ``main()`` builds, caught when it parses (before any work)."""
-    def caught(self, *args, **kwargs):
-        raise _Parser(self)
-
-    saved = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
-    argparse.ArgumentParser.parse_args = caught
-    argparse.ArgumentParser.parse_known_args = caught
-    try:
-        main()
-    except _Parser as built:
-        return built.parser
-    finally:
-        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved
-    return "main() returned without parsing arguments"
-
-
-def _script_parser(script: str) -> argparse.ArgumentParser | str:
-    if script not in _PARSERS:
-        path = ROOT / script
-        if path.parent != BENCH or path.suffix != ".py":
-            _PARSERS[script] = f"not a script of bench/: {script}"
-        elif not path.is_file():
-            _PARSERS[script] = f"no script {script}"
-        else:
-            module = load_bench(path.stem)
-            _PARSERS[script] = (_catch_parser(module.main) if hasattr(module, "main")
-                                else f"{script} has no main()")
-    return _PARSERS[script]
-
-
-def _module_parser(name: str) -> argparse.ArgumentParser | str | None:
-    """The parser of ``python -m name``; None for the CLI itself (checked as ``intentrank``)."""
-    key = f"-m {name}"
-    if key not in _PARSERS:
-        try:
-            spec = importlib.util.find_spec(name)
-        except ModuleNotFoundError:
-            spec = None
-        if spec is None:
-            _PARSERS[key] = f"no module {name}"
-        elif spec.submodule_search_locations is not None:  # a package: needs __main__
-            if importlib.util.find_spec(f"{name}.__main__") is None:
-                _PARSERS[key] = f"{name} is a package without __main__ (not runnable)"
-            else:
-                _PARSERS[key] = None
-        else:
-            module = importlib.import_module(name)
-            _PARSERS[key] = (_catch_parser(module.main) if hasattr(module, "main")
-                             else f"{name} has no main()")
-    return _PARSERS[key]
-
-
-def _argparse_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {name: action for action in parser._actions for name in action.option_strings}
-
-
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser] | None:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return None
-
-
-def _check_argparse(parser: argparse.ArgumentParser, tokens: list[str]) -> list[str]:
-    errors: list[str] = []
-    options = _argparse_options(parser)
-    subparsers = _subparsers(parser)
-    where = "the script"
-    i = 0
-    while i < len(tokens):
-        token = _unbracket(tokens[i])
-        i += 1
-        if token == "--" or (token == "..." and subparsers is not None):  # the rest not shown
-            break
-        if token.startswith("-") and len(token) > 1 and not NEGATIVE_NUMBER.match(token):
-            name = _option_name(token, options)
-            if name is None:
-                errors.append(f"no option {token.split('=', 1)[0]} ({where})")
-                continue
-            if name == token and options[name].nargs != 0 and subparsers is not None:
-                i += 1  # the value of an option given before the subcommand
-            continue
-        if subparsers is not None:  # the first positional names the subcommand
-            if token not in subparsers:
-                errors.append(f"no subcommand {token!r} (one of {sorted(subparsers)})")
-                break
-            parser = subparsers[token]
-            options, subparsers, where = _argparse_options(parser), None, token
-    return errors
-
-
-# -- the checks -------------------------------------------------------------------------------
-
-def check(tokens: list[str]) -> list[str]:
-    """What is wrong with one command, given as tokens (empty when it parses)."""
-    if tokens[0].endswith("intentrank"):
-        return _check_click(tokens[1:])
-    if tokens[1] == "-m":
-        parser = _module_parser(tokens[2])
-        if parser is None:
-            return _check_click(tokens[3:])
-    else:
-        parser = _script_parser(tokens[1])
-    if isinstance(parser, str):
-        return [parser]
-    return _check_argparse(parser, tokens[3:] if tokens[1] == "-m" else tokens[2:])
-
-
 def bad_commands(path: Path) -> list[str]:
     """``file:line: command -> what is wrong`` for each command of a document that does not
     parse."""
@@ -370,6 +186,9 @@ def test_the_checks_catch_stale_commands():
     assert check(["intentrank", "--llm", "x", "search", "i", "q", "-k", "-5", "--json"]) == []
     assert check(["intentrank", "[--llm", "x]", "answer", "i", "...", "-p", "rrf"]) == []
     assert check(["python", "bench/bench_nope.py"]) == ["no script bench/bench_nope.py"]
+    # a script without main(): the arguments its docstring shows
+    assert check(["python", "bench/bench_defaults.py", "render"]) == []
+    assert check(["python", "bench/bench_defaults.py", "draw"]) != []
     assert check(["python", "bench/bench_coverage.py", "walk"])[0].startswith(
         "no subcommand 'walk'")
     assert check(["python", "bench/bench_coverage.py", "run", "--sample", "4"]) == []

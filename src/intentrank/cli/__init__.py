@@ -7,6 +7,7 @@ commands:
 - :mod:`.generate`: ``generate``, ``generate-conversations``, ``reformulate``,
   ``cast-passages``;
 - :mod:`.serve`: ``serve``, ``quickstart``;
+- :mod:`.bench`: ``bench`` (list, plan and rebuild the benchmarks of docs/benchmarks.md);
 
 and what they share in :mod:`.common` (the app, the global options on ``ctx.obj``, the
 ``cli_errors`` decorator, option checks, output helpers) and :mod:`.options` (options
@@ -24,6 +25,7 @@ from intentrank.cli import evaluate  # noqa: F401
 from intentrank.cli import serve  # noqa: F401
 from intentrank.cli import train  # noqa: F401
 from intentrank.cli import generate  # noqa: F401
+from intentrank.cli import bench  # noqa: F401
 # isort: on
 from intentrank.cli.common import app
 

@@ -21,6 +21,7 @@ passages into a small grounded BEIR-layout dataset. See docs/conversations.md.
 from __future__ import annotations
 
 import difflib
+import filecmp
 import json
 import os
 from collections.abc import Iterable
@@ -86,14 +87,11 @@ def conversation_line(conversation: Conversation) -> str:
 
 
 def write_conversations(conversations: Iterable[Conversation], path: str | Path) -> Path:
-    """Write ``conversations.jsonl`` atomically (a temporary file renamed over ``path``)."""
+    """Write ``conversations.jsonl`` atomically (a temporary file renamed over ``path``); a
+    file that already holds exactly these lines is left untouched (its mtime too)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for conversation in conversations:
-            fh.write(conversation_line(conversation) + "\n")
-    os.replace(tmp, path)
+    _write_lines(path, (conversation_line(c) for c in conversations))
     return path
 
 
@@ -366,7 +364,9 @@ def write_cast2021_passages(out_dir: str | Path, root: str | Path | None = None)
     :func:`load_cast`); ``conversations.jsonl``: the 239 turns, each with ``relevant`` =
     ``{its passage id: 1}`` and its passage as ``answer`` (so a turn's history holds the
     earlier turns' passages, never its own unless an earlier turn had the same one);
-    ``qrels/test.tsv``: the same judgments in BEIR TSV. Returns ``out_dir``.
+    ``qrels/test.tsv``: the same judgments in BEIR TSV. Returns ``out_dir``. Files that
+    already hold what would be written are left untouched, so a rerun keeps their mtimes
+    (``intentrank bench`` reads them to decide what is stale).
     """
     out = Path(out_dir)
     conversations = load_cast(2021, root)
@@ -392,8 +392,13 @@ def write_cast2021_passages(out_dir: str | Path, root: str | Path | None = None)
 
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    """Write ``lines`` atomically; keep ``path`` as it is (mtime included) when it already
+    holds exactly them, so a rerun does not make what reads it look stale."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for line in lines:
             fh.write(line + "\n")
+    if path.is_file() and filecmp.cmp(tmp, path, shallow=False):
+        tmp.unlink()
+        return
     os.replace(tmp, path)
