@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--llm", default="embedded", help="the reformulation LLM")
     m.add_argument("--methods", nargs="+", default=METHODS)
+    m.add_argument("--no-rss", dest="rss", action="store_false",
+                   help="skip the Reranker Support Score (a cross-encoder pass over every "
+                        "method's BM25 top 100)")
     m.add_argument("--fused", nargs="*", default=[],
                    help="fused_reformulations rows, each methods joined by '+' (e.g. "
                         "raw+rewrite_full): the stage's RRF over their BM25 lists")
@@ -231,10 +234,14 @@ def measure(args: argparse.Namespace) -> Path:
                           judged, METRICS)
             labelled[method] = ev.aggregate
             per_query[method] = ev.column("nDCG@10")
-            reranked = ce(ranked, Trace())  # the same BM25 lists, reranked
-            rss[method] = {
-                "bm25@5": reranker_support(ranked, golds, doc_text, scorer, k=5).mean,
-                "bm25>>ce@5": reranker_support(reranked, golds, doc_text, scorer, k=5).mean}
+            if args.rss:
+                reranked = ce(ranked, Trace())  # the same BM25 lists, reranked
+                rss[method] = {
+                    "bm25@5": reranker_support(ranked, golds, doc_text, scorer, k=5).mean,
+                    "bm25>>ce@5": reranker_support(reranked, golds, doc_text, scorer,
+                                                   k=5).mean}
+            else:
+                rss[method] = {"bm25@5": None, "bm25>>ce@5": None}
             if method == "raw":
                 raw_lists = {r.query.id: r.doc_ids for r in ranked}
             if raw_lists is not None and method not in ("raw", "gold"):
@@ -460,6 +467,8 @@ def _agreement(r: dict[str, Any]) -> str:
     for name, scores in (("cosine to gold", {m: cos[m] for m in methods}),
                          ("RSS BM25@5", {m: r["rss"][m]["bm25@5"] for m in methods}),
                          ("RSS BM25>>CE@5", {m: r["rss"][m]["bm25>>ce@5"] for m in methods})):
+        if any(v is None for v in scores.values()):
+            continue
         a = method_agreement(scores, ndcg)
         lines.append(f"{name} tau = {a.tau:.2f} (p {a.p_value:.2f})")
     if "citation" in r:
