@@ -151,7 +151,9 @@ def table() -> list[str]:
         asked = a["n"] + u["n"]
         answered = a["n"] - a["abstained"]
         lines.append(
-            f"| {r['llm']} | {r['abstain']} ({r['abstain_threshold']:g}) | {r['cite']}"
+            f"| {r['llm']} | {r['abstain']}"
+            f"{' (' + format(r['abstain_threshold'], 'g') + ')' if r['abstain'] == 'relevance' else ''}"  # noqa: E501
+            f" | {r['cite']}"
             f"{_posthoc(r) if r['cite'] == 'posthoc' else ''}"
             f" | {_pct(answered, a['n'])} | {_pct(a['cites_gold'], a['n'])} | "
             f"{_pct(a['cited_gold'], a['cited']) if 'cited' in a else '-'} | "

@@ -46,12 +46,15 @@ def pipelines_table(name: str, command: str) -> list[str]:
              "| pipeline | " + " | ".join(metrics) + " | p | ms/query |",
              "|---|" + "---|" * (len(metrics) + 2)]
     for c in r["configs"]:
-        ids = sorted(c["per_query"])
-        p = "-" if c is base else f"{paired_test([base['per_query'][q]['nDCG@10'] for q in ids], [c['per_query'][q]['nDCG@10'] for q in ids], 'nDCG@10').p_randomization:.3f}"  # noqa: E501
+        p = "-" if c is base else f"{paired_test(_ndcg(base), _ndcg(c)).p_randomization:.3f}"
         lines.append(f"| {c['name']} | " + " | ".join(f"{c['aggregate'][m]:.4f}"
                                                       for m in metrics)
                      + f" | {p} | {sum(c['latency_ms'].values()):.0f} |")
     return lines
+
+
+def _ndcg(config: dict[str, Any]) -> dict[str, float]:
+    return {q: scores["nDCG@10"] for q, scores in config["per_query"].items()}
 
 
 def reformulation_table() -> list[str]:
@@ -73,13 +76,15 @@ def reformulation_table() -> list[str]:
             p = "-" if m == "raw" else f"{paired_test(pq['raw'], pq[m], 'nDCG@10').p_randomization:.3f}"  # noqa: E501
             info = r["info"].get(m) or r["info"].get(f"fused:{m[6:-1]}", {})
             llm = r["llm"] if m.startswith(("rewrite", "hyde", "fused")) else "-"
+            cost = "-" if m.startswith("fused") else f"{info.get('s_per_turn', 0.0):.1f}"
             lines.append(f"| {llm} | {m} | {v:.3f} | {100 * (v - raw) / (gold - raw):.0f}% | "
-                         f"{p} | {info.get('s_per_turn', 0.0):.1f} | "
-                         f"{info.get('unchanged', '-')} |")
+                         f"{p} | {cost} | {info.get('unchanged', '-')} |")
     first = runs[0]
     lines.append(f"\n{first['n_turns']} contextual turns of CAsT 2021 (seed {first['seed']}), "
                  f"BM25 depth 100 over its 235 canonical passages; gap closed = (method - raw "
-                 f"turn) / (manual rewrite - raw turn).")
+                 f"turn) / (manual rewrite - raw turn); s/turn = LLM seconds per turn (cached "
+                 f"replies at the time they took when generated); a fused row costs its "
+                 f"rewrite's LLM time plus one BM25 search per method.")
     return lines
 
 
