@@ -86,3 +86,22 @@ def test_the_package_is_typed():
     assert (SRC / "intentrank" / "py.typed").is_file()
     pyproject = (SRC.parent / "pyproject.toml").read_text()
     assert '"py.typed"' in pyproject.split("[tool.setuptools.package-data]")[1]
+
+
+def test_pipeline_from_config_takes_a_shipped_name(tmp_path):
+    """README's example: ``ir.pipeline_from_config("cascade", idx)`` builds the shipped config
+    (a file path works as before)."""
+    from fakes import write_collection
+
+    import intentrank as ir
+    from intentrank.index import IndexSettings
+
+    root = write_collection(tmp_path / "c", {"a": "wing flutter", "b": "heat transfer"},
+                            {"q": "flutter"}, [("q", "a", 1)])
+    idx = ir.build_index(ir.load_dataset(root).corpus(), tmp_path / "idx",
+                         IndexSettings(legs=("bm25",)))
+    pipe = ir.pipeline_from_config("bm25", idx)
+    assert pipe.describe().startswith("bm25(") and pipe.search("flutter", k=1)
+    config = tmp_path / "mine.yaml"
+    config.write_text("pipeline:\n  bm25: {depth: 7}\n")
+    assert "depth=7" in ir.pipeline_from_config(config, idx).describe()

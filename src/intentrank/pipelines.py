@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from intentrank.core.config import build_pipeline, load_config
+from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
 from intentrank.core.registry import BuildContext, add_stage_packages, known_names
 from intentrank.core.stage import Stage
 from intentrank.index.store import Index
@@ -54,7 +54,9 @@ def build_context(index: Index | None = None, **resources: Any) -> BuildContext:
 def pipeline_from_config(
     path: str | Path, index: Index | str | Path | None = None, **resources: Any
 ) -> Stage:
-    """Build the pipeline a config file describes; ``index`` overrides the file's ``index``."""
+    """Build the pipeline a config file (or a shipped config's name: ``cascade``, ``rrf``,
+    ...) describes; ``index`` overrides the file's ``index``."""
+    path = resolve_pipeline(path)
     data = load_config(path)
     where = index if index is not None else data.get("index")
     if where is not None and not isinstance(where, Index):
