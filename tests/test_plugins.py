@@ -246,7 +246,8 @@ def test_a_broken_plugin_is_a_clear_config_error(tmp_path, demo_index) -> None:
     done = _run(["-m", "intentrank.cli", "search", str(demo_index[0]), "wing", "-p", "bm25"],
                 _env(site), tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "error: plugin entry point 'broken'" in done.stdout + done.stderr
+    output = done.stdout + done.stderr
+    assert output.startswith("error: ") and "plugin entry point 'broken'" in output
     assert "Traceback" not in done.stdout + done.stderr
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -18,7 +19,9 @@ DEFAULT_DATA_DIR = Path("../shared/data")
 from its root)."""
 
 
-def default_data_dir() -> Path:
-    """``$INTENTRANK_DATA`` (when set and not empty), else ``../shared/data`` relative to the
-    working directory; read at each call, never relative to the installed package."""
-    return Path(os.environ.get("INTENTRANK_DATA") or DEFAULT_DATA_DIR)
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$INTENTRANK_DATA`` (when set and not empty; ``environ`` defaults to the process's),
+    else ``../shared/data`` relative to the working directory; read at each call, never
+    relative to the installed package."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("INTENTRANK_DATA") or DEFAULT_DATA_DIR)

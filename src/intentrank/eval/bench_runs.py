@@ -45,8 +45,8 @@ from typing import Any
 
 from intentrank.errors import ConfigError, IntentrankError
 from intentrank.eval.benchmarks import Spec, Step, is_glob, split_section
+from intentrank.paths import DEFAULT_DATA_DIR, default_data_dir
 
-DEFAULT_DATA = "../shared/data"  # relative to the repository root, as bench/report.py has it
 DEFAULT_CACHE = ".cache/intentrank"  # the cache the bench scripts use (bench/report.py)
 STATE_FILE = ".cache/bench/state.json"
 
@@ -76,7 +76,7 @@ class Workspace:
     """Where steps run and what the placeholders stand for."""
 
     root: Path
-    data: str = DEFAULT_DATA
+    data: str = str(DEFAULT_DATA_DIR)
     cache: str = DEFAULT_CACHE
     intentrank: tuple[str, ...] = ()  # how to start the command line (default: the script)
     _times: dict[str, float | None] = field(default_factory=dict, repr=False)
@@ -86,7 +86,7 @@ class Workspace:
            intentrank: tuple[str, ...] = ()) -> Workspace:
         """The workspace of ``root``: ``{data}`` is $INTENTRANK_DATA, else ../shared/data;
         ``{cache}`` is $INTENTRANK_CACHE, else .cache/intentrank."""
-        return cls(Path(root).resolve(), environ.get("INTENTRANK_DATA") or DEFAULT_DATA,
+        return cls(Path(root).resolve(), str(default_data_dir(environ)),
                    environ.get("INTENTRANK_CACHE") or DEFAULT_CACHE, intentrank)
 
     def expand(self, text: str) -> str:
