@@ -38,7 +38,7 @@ def serve(
     pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Shipped name or "
                                                 "[NAME=]config.yaml; repeat (default: bm25 "
                                                 "dense tfidf sparse graph rrf weighted cascade "
-                                                "answer).")] = None,  # type: ignore[assignment]
+                                                "answer conversation).")] = None,  # type: ignore[assignment]
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     keys_file: Annotated[Path, typer.Option(help="API keys file (sha256 digests); else "
