@@ -182,3 +182,23 @@ def test_cli_refuses_bad_answer_options_before_any_work(tmp_path, option, messag
     res = CliRunner().invoke(app, ["--llm", "openai:m@http://127.0.0.1:9/v1", "answer",
                                    str(index.path), "flutter", "-p", "bm25", *option])
     assert res.exit_code == 2 and message in res.output, res.output
+
+
+def test_the_answer_stage_shares_the_loaded_cross_encoder(tmp_path):
+    """One copy of the bundled model per config: the answer stage's gate and citations use
+    the scorer the config's cross_encoder step loaded."""
+    from fakes import write_collection
+
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import IndexSettings, build_index
+    from intentrank.pipelines import build_context, build_pipeline
+
+    root = write_collection(tmp_path / "c", {"a": "wing flutter", "b": "heat transfer"},
+                            {"q": "flutter"}, [("q", "a", 1)])
+    index = build_index(load_dataset(root).corpus(), tmp_path / "idx",
+                        IndexSettings(legs=("bm25",)))
+    pipe = build_pipeline(["bm25", {"cross_encoder": {"top_k": 5, "backend": "onnx",
+                                                      "max_length": 128}}, "answer"],
+                          build_context(index, llm="openai:m@http://127.0.0.1:9/v1"))
+    ce, answer = pipe.stages[1], pipe.stages[2]
+    assert answer.scorer is ce.scorer

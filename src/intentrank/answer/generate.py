@@ -178,10 +178,8 @@ def _answer(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     llm = ctx.step_llm("answer", params)
     if params.get("abstain", "relevance") == "relevance" or params.get("cite",
                                                                         "posthoc") == "posthoc":
-        key = "cross_encoder:None:onnx:128"  # the bundled model, as cross_encoder loads it
-        if key not in ctx.resources:
-            from intentrank.models.cross_encoder import load_cross_encoder
+        from intentrank.rerank.cross_encoder import shared_scorer
 
-            ctx.resources[key] = load_cross_encoder(backend="onnx", max_length=128)
-        params["scorer"] = ctx.resources[key]
+        # the bundled model as the shipped configs' cross_encoder steps load it: one copy
+        params["scorer"] = shared_scorer(ctx, backend="onnx", max_length=128)
     return AnswerGenerator(llm, ctx.require_index("answer"), **params)

@@ -69,14 +69,28 @@ class CrossEncoderReranker(Stage):
                               max_length=getattr(scorer, "max_length", None), top_k=self.top_k)
 
 
+def _scorer_key(model: Any, backend: str | None, max_length: int | None) -> str:
+    """Where a build context keeps a loaded cross-encoder (one per model and settings)."""
+    return f"cross_encoder:{model}:{backend}:{max_length}"
+
+
+def shared_scorer(ctx: BuildContext, model: Any = None, backend: str | None = None,
+                  max_length: int | None = None) -> PairScorer:
+    """The cross-encoder a build context loads once for every stage that uses it (a
+    `cross_encoder` stage with the same model and settings shares it)."""
+    key = _scorer_key(model, backend, max_length)
+    if key not in ctx.resources:
+        ctx.resources[key] = load_cross_encoder(model, backend, max_length)
+    return ctx.resources[key]
+
+
 @register_stage("cross_encoder", renamed={"k": "top_k"})
 def _cross_encoder(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``cross_encoder: {model, top_k, batch_size, max_length, backend}``; the model defaults to
     the bundled one (int8 ONNX), the backend to onnx for a directory with an ONNX file."""
     index = ctx.require_index("cross_encoder")
     model = params.pop("model", None)
-    key = f"cross_encoder:{model}:{params.get('backend')}:" \
-          f"{params.get('max_length')}"
+    key = _scorer_key(model, params.get("backend"), params.get("max_length"))
     if key in ctx.resources:  # one loaded model per config, however many stages use it
         return CrossEncoderReranker(index, ctx.resources[key], **params)
     stage = CrossEncoderReranker(index, model, **params)
