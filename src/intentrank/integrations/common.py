@@ -133,10 +133,11 @@ class PassageReranker:
         ctx = BuildContext(candidates, self._template.resources, self._template.make_llm)
         return build_pipeline(self.node, ctx)
 
-    def rerank(self, query: str, docs: Sequence[Document]) -> list[tuple[int, ScoredDoc]]:
+    def rerank(self, query: str, docs: Sequence[Document], top_n: int | None = None
+               ) -> list[tuple[int, ScoredDoc]]:
         """(position in ``docs``, the pipeline's scored document) for each passage the
-        pipeline returns, best first. With a built Stage the passages' ids are its index's
-        doc ids; otherwise ids are ignored."""
+        pipeline returns, best first, at most ``top_n`` (None: all). With a built Stage the
+        passages' ids are its index's doc ids; otherwise ids are ignored."""
         if not docs:
             return []
         if self.stage is not None:
@@ -155,7 +156,8 @@ class PassageReranker:
             ScoredDoc(d.id, float(n - i), {INPUT_SCORE: float(n - i)})
             for i, d in enumerate(run_docs)])
         out = stage([ranking], Trace())[0]
-        return [(position[d.doc_id], d) for d in out.docs]
+        ranked = [(position[d.doc_id], d) for d in out.docs]
+        return ranked if top_n is None else ranked[:top_n]
 
 
 __all__ = ["Hit", "PassageReranker", "PipelineSearch", "PipelineSpec", "RerankerSpec",

@@ -101,9 +101,7 @@ class IntentrankReranker(BaseDocumentCompressor):
         docs = [Document(str(d.metadata.get("doc_id") or d.id or ""), d.page_content,
                          str(d.metadata.get(self.title_key) or "") if self.title_key else "")
                 for d in documents]
-        ranked = self._reranker.rerank(query, docs)
-        if self.top_n is not None:
-            ranked = ranked[:self.top_n]
+        ranked = self._reranker.rerank(query, docs, self.top_n)
         out = []
         for rank, (i, scored) in enumerate(ranked, 1):
             d = documents[i]

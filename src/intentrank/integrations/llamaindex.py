@@ -123,9 +123,7 @@ class IntentrankReranker(BaseNodePostprocessor):
             title = str(meta.get(self.title_key) or "") if self.title_key else ""
             docs.append(Document(str(meta.get("doc_id") or n.node.node_id),
                                  n.node.get_content(metadata_mode=MetadataMode.NONE), title))
-        ranked = self._reranker.rerank(query_bundle.query_str, docs)
-        if self.top_n is not None:
-            ranked = ranked[:self.top_n]
+        ranked = self._reranker.rerank(query_bundle.query_str, docs, self.top_n)
         out = []
         for rank, (i, scored) in enumerate(ranked, 1):
             node = nodes[i].node.model_copy()
