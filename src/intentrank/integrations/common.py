@@ -76,6 +76,13 @@ class Hit:
     stage_scores: dict[str, float]
     document: Document
 
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The document's metadata with ``doc_id``, ``title``, ``score``, ``rank`` and
+        ``stage_scores`` added (what the adapters' retrievers put on each result)."""
+        return {**self.document.metadata, "doc_id": self.doc_id, "title": self.document.title,
+                "score": self.score, "rank": self.rank, "stage_scores": self.stage_scores}
+
 
 class PipelineSearch:
     """A search pipeline over an index, answering one query string at a time."""

@@ -33,8 +33,8 @@ from langchain_core.documents import Document as LCDocument  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from pydantic import ConfigDict, PrivateAttr  # noqa: E402
 
-from intentrank.integrations.common import PassageReranker, PipelineSearch  # noqa: E402
-from intentrank.types import Document  # noqa: E402
+from intentrank.integrations.common import PipelineSearch  # noqa: E402
+from intentrank.integrations.fields import RerankerFields  # noqa: E402
 
 
 class IntentrankRetriever(BaseRetriever):
@@ -65,14 +65,11 @@ class IntentrankRetriever(BaseRetriever):
     def _get_relevant_documents(self, query: str, *,
                                 run_manager: CallbackManagerForRetrieverRun
                                 ) -> list[LCDocument]:
-        return [LCDocument(page_content=h.document.text, id=h.doc_id,
-                           metadata={**h.document.metadata, "doc_id": h.doc_id,
-                                     "title": h.document.title, "score": h.score,
-                                     "rank": h.rank, "stage_scores": h.stage_scores})
+        return [LCDocument(page_content=h.document.text, id=h.doc_id, metadata=h.metadata)
                 for h in self._search.search(query, self.k)]
 
 
-class IntentrankReranker(BaseDocumentCompressor):
+class IntentrankReranker(RerankerFields, BaseDocumentCompressor):
     """An intentrank reranking pipeline as a LangChain document compressor.
 
     ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
@@ -83,32 +80,12 @@ class IntentrankReranker(BaseDocumentCompressor):
     reranker sees is title and text, as for an indexed document). ``index``: encodes queries
     for rerankers that need embeddings."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    pipeline: Any = "cross_encoder"
-    index: Any = None
-    top_n: int | None = None
-    title_key: str | None = "title"
-    resources: dict[str, Any] = {}
-    _reranker: PassageReranker = PrivateAttr()
-
-    def model_post_init(self, context: Any) -> None:
-        super().model_post_init(context)
-        self._reranker = PassageReranker(self.pipeline, self.index, **self.resources)
-
     def compress_documents(self, documents: Sequence[LCDocument], query: str,
                            callbacks: Callbacks | None = None) -> Sequence[LCDocument]:
-        docs = [Document(str(d.metadata.get("doc_id") or d.id or ""), d.page_content,
-                         str(d.metadata.get(self.title_key) or "") if self.title_key else "")
-                for d in documents]
-        ranked = self._reranker.rerank(query, docs, self.top_n)
-        out = []
-        for rank, (i, scored) in enumerate(ranked, 1):
-            d = documents[i]
-            out.append(LCDocument(page_content=d.page_content, id=d.id, metadata={
-                **d.metadata, "score": float(scored.score), "rank": rank,
-                "stage_scores": dict(scored.stage_scores)}))
-        return out
+        docs = [self._passage(d.metadata, d.id, d.page_content) for d in documents]
+        return [LCDocument(page_content=documents[i].page_content, id=documents[i].id,
+                           metadata={**documents[i].metadata, **added})
+                for i, added in self._rerank(query, docs)]
 
 
 __all__ = ["IntentrankReranker", "IntentrankRetriever"]

@@ -24,7 +24,6 @@ from intentrank.extras import require
 
 require("llama_index.core", "llamaindex", "intentrank.integrations.llamaindex")
 
-from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
 from llama_index.core.callbacks import CallbackManager  # noqa: E402
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 from llama_index.core.retrievers import BaseRetriever  # noqa: E402
@@ -36,12 +35,8 @@ from llama_index.core.schema import (  # noqa: E402
 )
 
 from intentrank.errors import ConfigError  # noqa: E402
-from intentrank.integrations.common import (  # noqa: E402
-    PassageReranker,
-    PipelineSearch,
-    PipelineSpec,
-)
-from intentrank.types import Document  # noqa: E402
+from intentrank.integrations.common import PipelineSearch, PipelineSpec  # noqa: E402
+from intentrank.integrations.fields import RerankerFields  # noqa: E402
 
 HIDDEN = ["doc_id", "score", "rank", "stage_scores"]  # metadata kept from LLMs and embedders
 
@@ -72,11 +67,9 @@ class IntentrankRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         out = []
         for h in self._search.search(query_bundle.query_str, self.k):
-            node = TextNode(id_=h.doc_id, text=h.document.text, metadata={
-                **h.document.metadata, "doc_id": h.doc_id, "title": h.document.title,
-                "score": h.score, "rank": h.rank, "stage_scores": h.stage_scores},
-                excluded_llm_metadata_keys=list(HIDDEN),
-                excluded_embed_metadata_keys=list(HIDDEN))
+            node = TextNode(id_=h.doc_id, text=h.document.text, metadata=h.metadata,
+                            excluded_llm_metadata_keys=list(HIDDEN),
+                            excluded_embed_metadata_keys=list(HIDDEN))
             out.append(NodeWithScore(node=node, score=h.score))
         return out
 
@@ -85,7 +78,7 @@ class IntentrankRetriever(BaseRetriever):
         return await asyncio.to_thread(self._retrieve, query_bundle)
 
 
-class IntentrankReranker(BaseNodePostprocessor):
+class IntentrankReranker(RerankerFields, BaseNodePostprocessor):
     """An intentrank reranking pipeline as a LlamaIndex node postprocessor.
 
     ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
@@ -97,17 +90,6 @@ class IntentrankReranker(BaseNodePostprocessor):
     embeddings. Returned nodes are copies with ``score``, ``rank`` and ``stage_scores`` in
     their metadata."""
 
-    pipeline: Any = "cross_encoder"
-    index: Any = None
-    top_n: int | None = None
-    title_key: str | None = "title"
-    resources: dict[str, Any] = {}
-    _reranker: PassageReranker = PrivateAttr()
-
-    def model_post_init(self, context: Any) -> None:
-        super().model_post_init(context)
-        self._reranker = PassageReranker(self.pipeline, self.index, **self.resources)
-
     @classmethod
     def class_name(cls) -> str:
         return "IntentrankReranker"
@@ -117,21 +99,16 @@ class IntentrankReranker(BaseNodePostprocessor):
         if query_bundle is None:
             raise ConfigError("IntentrankReranker needs the query: pass query_bundle or "
                               "query_str")
-        docs = []
-        for n in nodes:
-            meta = n.node.metadata
-            title = str(meta.get(self.title_key) or "") if self.title_key else ""
-            docs.append(Document(str(meta.get("doc_id") or n.node.node_id),
-                                 n.node.get_content(metadata_mode=MetadataMode.NONE), title))
-        ranked = self._reranker.rerank(query_bundle.query_str, docs, self.top_n)
+        docs = [self._passage(n.node.metadata, n.node.node_id,
+                              n.node.get_content(metadata_mode=MetadataMode.NONE))
+                for n in nodes]
         out = []
-        for rank, (i, scored) in enumerate(ranked, 1):
+        for i, added in self._rerank(query_bundle.query_str, docs):
             node = nodes[i].node.model_copy()
-            node.metadata = {**node.metadata, "score": float(scored.score), "rank": rank,
-                             "stage_scores": dict(scored.stage_scores)}
+            node.metadata = {**node.metadata, **added}
             node.excluded_llm_metadata_keys = _hide(node.excluded_llm_metadata_keys)
             node.excluded_embed_metadata_keys = _hide(node.excluded_embed_metadata_keys)
-            out.append(NodeWithScore(node=node, score=float(scored.score)))
+            out.append(NodeWithScore(node=node, score=added["score"]))
         return out
 
     async def _apostprocess_nodes(self, nodes: list[NodeWithScore],
