@@ -249,6 +249,26 @@ class DatasetWarnings:
         self.shown = len(notes)
 
 
+def split_and_index(settings: Settings, ds: Any, split: str, dataset_dir: Path,
+                    index_dir: Path | None, *, check_qrels: bool = True,
+                    before_index: Callable[[], None] | None = None) -> tuple[Any, Any]:
+    """``ds``'s ``split`` (queries, qrels) and its index, each dataset warning printed as
+    it appears: the split is read (an unknown one fails here), ``before_index`` runs, the
+    index is opened (or built, see :func:`open_or_build`), then the qrels are checked
+    against it."""
+    notes = DatasetWarnings(ds)
+    notes.flush()
+    queries_qrels = ds.split(split)
+    if before_index is not None:
+        before_index()
+    notes.flush()
+    idx = open_or_build(dataset_dir, index_dir)
+    if check_qrels:
+        ds.check_qrels(idx.doc_and_parent_ids, strict=settings.strict)
+        notes.flush()
+    return queries_qrels, idx
+
+
 def load_dataset(settings: Settings, path: Path, round_grades: bool = False) -> Any:
     from intentrank.data.dataset import load_dataset as load
 

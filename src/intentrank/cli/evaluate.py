@@ -14,7 +14,6 @@ from rich.table import Table
 
 from intentrank.cli.common import (
     DEFAULT_DATA,
-    DatasetWarnings,
     Settings,
     app,
     check_output_dir,
@@ -24,9 +23,9 @@ from intentrank.cli.common import (
     llm_health,
     load_dataset,
     log,
-    open_or_build,
     out,
     settings_of,
+    split_and_index,
     warn,
     write_text,
 )
@@ -96,17 +95,15 @@ def evaluate_cmd(
     check_output_file(report, "--report")
     nodes = {n: load_config(configs[n])["pipeline"] for n in names}
     ds = load_dataset(settings, dataset, round_grades)
-    notes = DatasetWarnings(ds)
-    notes.flush()
-    queries, qrels = ds.split(split)
     references = ds.reference_answers() if judge else {}
-    if judge and not references:
-        raise ConfigError(f"--judge: {dataset} has no reference answers (a queries.jsonl "
-                          f"with metadata.answer, as `intentrank generate` writes)")
-    notes.flush()
-    idx = open_or_build(dataset, index_dir)
-    ds.check_qrels(idx.doc_and_parent_ids, strict=settings.strict)
-    notes.flush()
+
+    def check_references() -> None:
+        if judge and not references:
+            raise ConfigError(f"--judge: {dataset} has no reference answers (a queries.jsonl "
+                              f"with metadata.answer, as `intentrank generate` writes)")
+
+    (queries, qrels), idx = split_and_index(settings, ds, split, dataset, index_dir,
+                                            before_index=check_references)
     if bm25_backend:
         idx.set_bm25_backend(bm25_backend)
     if ray or ray_address:
@@ -275,13 +272,8 @@ def _run_experiment_file(settings: Settings, spec: Any, target: Path, dataset: P
         check_output_file(path, "--out")
     ds = load_dataset(settings, dataset) if dataset else load_experiment_dataset(spec,
                                                                                  DEFAULT_DATA)
-    notes = DatasetWarnings(ds)
-    notes.flush()
-    ds.split(spec.split)  # an unknown split fails here, before the index is built
-    notes.flush()
-    idx = open_or_build(ds.root, index_dir or (Path(spec.index) if spec.index else None))
-    ds.check_qrels(idx.doc_and_parent_ids, strict=settings.strict)
-    notes.flush()
+    _, idx = split_and_index(settings, ds, spec.split, ds.root,
+                             index_dir or (Path(spec.index) if spec.index else None))
     result = run_experiment(spec, index=idx, dataset=ds, without=without, log=log,
                             **settings.experiment_llm)
     paths = write_report(result, target)

@@ -12,15 +12,14 @@ from rich.markup import escape
 
 from intentrank.cli.common import (
     DEFAULT_DATA,
-    DatasetWarnings,
     app,
     cli_errors,
     console,
     llm_health,
     load_dataset,
-    open_or_build,
     out,
     settings_of,
+    split_and_index,
 )
 from intentrank.cli.evaluate import compare_pipelines
 from intentrank.cli.options import RayAddressOption
@@ -119,13 +118,7 @@ def quickstart(
     settings = settings_of(ctx)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ds = load_dataset(settings, dataset)
-    notes = DatasetWarnings(ds)
-    notes.flush()
-    queries, qrels = ds.split("test")
-    notes.flush()
-    idx = open_or_build(dataset, index_dir)
-    ds.check_qrels(idx.doc_and_parent_ids, strict=settings.strict)
-    notes.flush()
+    (queries, qrels), idx = split_and_index(settings, ds, "test", dataset, index_dir)
     rrf = pipeline_from_config(resolve_pipeline("rrf"), index=idx)
     for q in queries[:3]:
         top = rrf.search(q.text, k=3)

@@ -11,7 +11,6 @@ import typer
 from rich.markup import escape
 
 from intentrank.cli.common import (
-    DatasetWarnings,
     Settings,
     app,
     check_new_dir,
@@ -21,8 +20,8 @@ from intentrank.cli.common import (
     llm_health,
     load_dataset,
     log,
-    open_or_build,
     settings_of,
+    split_and_index,
 )
 from intentrank.cli.options import (
     IndexOption,
@@ -171,11 +170,8 @@ def _tuning_inputs(settings: Settings, dataset: Path, index_dir: Path | None, sp
     metric = validate_metrics([metric])[0]
     check_int("--sample", sample, 0)
     ds = load_dataset(settings, dataset)
-    notes = DatasetWarnings(ds)
-    notes.flush()
-    ds.split(split)  # an unknown split fails here, before the index is built
-    notes.flush()
-    return ds, open_or_build(dataset, index_dir), metric
+    _, idx = split_and_index(settings, ds, split, dataset, index_dir, check_qrels=False)
+    return ds, idx, metric
 
 
 def _saved_weights(path: Path, res: Any, metric: str, split: str) -> None:
