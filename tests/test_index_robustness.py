@@ -118,17 +118,28 @@ def snapshot(index: Index) -> list:
 
 
 # -- one writer per directory ----------------------------------------------------------------
-def test_second_writer_fails_at_once_naming_the_pid(tmp_path):
+def test_second_writer_fails_at_once_naming_the_pid(tmp_path, monkeypatch):
+    from intentrank.index import layout
+
+    flocks = []  # (file, flags) of every flock the second writer asks for
+
+    def recorded_flock(fd, flags):
+        flocks.append((os.readlink(f"/proc/self/fd/{fd}"), flags))
+        return real_flock(fd, flags)
+
+    real_flock = layout.fcntl.flock
     path = tmp_path / "idx"
     marker, go = tmp_path / "marker", tmp_path / "go"
     proc = run_script(tmp_path, BLOCKING_BUILD, str(path), str(marker), str(go), "docs")
     try:
         wait_for(marker, proc)
-        t0 = time.monotonic()
+        monkeypatch.setattr(layout.fcntl, "flock", recorded_flock)
         with pytest.raises(IndexBusyError, match=rf"index {re.escape(str(path))} is being "
                                                  rf"built by pid {proc.pid}\b"):
             build_index(wing_docs(), path, BM25, overwrite=True)
-        assert time.monotonic() - t0 < 2  # fails at once, does not wait
+        # fails at once, does not wait: one try at the writer lock, non-blocking
+        assert flocks == [(str(path / ".lock"), layout.fcntl.LOCK_EX | layout.fcntl.LOCK_NB)]
+        monkeypatch.undo()
         with pytest.raises(IndexBusyError):  # also for open_or_build (none exists yet)
             open_or_build(wing_docs(), path, BM25)
     finally:
