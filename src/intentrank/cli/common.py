@@ -252,10 +252,8 @@ class DatasetWarnings:
 def split_and_index(settings: Settings, ds: Any, split: str, dataset_dir: Path,
                     index_dir: Path | None, *, check_qrels: bool = True,
                     before_index: Callable[[], None] | None = None) -> tuple[Any, Any]:
-    """``ds``'s ``split`` (queries, qrels) and its index, each dataset warning printed as
-    it appears: the split is read (an unknown one fails here), ``before_index`` runs, the
-    index is opened (or built, see :func:`open_or_build`), then the qrels are checked
-    against it."""
+    """``ds``'s ``split`` (queries, qrels; an unknown split fails first), then ``before_index``,
+    the index (:func:`open_or_build`), the qrels checked against it; warnings as they come."""
     notes = DatasetWarnings(ds)
     notes.flush()
     queries_qrels = ds.split(split)

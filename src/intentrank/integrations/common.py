@@ -78,8 +78,7 @@ class Hit:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The document's metadata with ``doc_id``, ``title``, ``score``, ``rank`` and
-        ``stage_scores`` added (what the adapters' retrievers put on each result)."""
+        """The document's metadata plus doc_id, title, score, rank and stage_scores."""
         return {**self.document.metadata, "doc_id": self.doc_id, "title": self.document.title,
                 "score": self.score, "rank": self.rank, "stage_scores": self.stage_scores}
 

@@ -1,7 +1,5 @@
-"""What both adapters' rerankers are made of: the pydantic fields the frameworks' reranker
-bases (themselves pydantic models) take, and the passages and metadata around the shared
-:class:`~intentrank.integrations.common.PassageReranker`. Imported by an adapter only: it
-needs pydantic, which each framework brings."""
+"""The adapters' rerankers' shared pydantic fields and :class:`PassageReranker` calls (an
+adapter's import only: pydantic comes with each framework)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from intentrank.types import Document
 
 
 class RerankerFields(BaseModel):
-    """``pipeline``, ``index``, ``top_n``, ``title_key`` and ``resources`` (the adapters'
-    docstrings say what each is), and the :class:`PassageReranker` built from them."""
+    """The fields the adapters' docstrings describe, and the PassageReranker they build."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -32,14 +29,12 @@ class RerankerFields(BaseModel):
         self._reranker = PassageReranker(self.pipeline, self.index, **self.resources)
 
     def _passage(self, meta: Mapping[str, Any], own_id: str | None, text: str) -> Document:
-        """A passage to rerank: its doc id from the metadata's ``doc_id`` (else the
-        framework's own id), its title from ``title_key``."""
+        """A passage: id from the metadata's ``doc_id`` or ``own_id``, title ``title_key``."""
         title = str(meta.get(self.title_key) or "") if self.title_key else ""
         return Document(str(meta.get("doc_id") or own_id or ""), text, title)
 
     def _rerank(self, query: str, docs: list[Document]) -> list[tuple[int, dict[str, Any]]]:
-        """(position in ``docs``, the metadata to add: ``score``, ``rank``, ``stage_scores``)
-        for each passage kept, best first."""
+        """(position in ``docs``, ``score``/``rank``/``stage_scores`` to add), best first."""
         return [(i, {"score": float(scored.score), "rank": rank,
                      "stage_scores": dict(scored.stage_scores)})
                 for rank, (i, scored) in enumerate(self._reranker.rerank(query, docs,
