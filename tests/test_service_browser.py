@@ -1,7 +1,8 @@
 """The web page in headless Chromium (Debian's chromium + chromedriver, driven by Selenium with
 the driver path given, so Selenium Manager downloads nothing): search, stage scores, the
 trace timeline, an answer with clickable citations, the reports page; a screenshot goes to
-docs/service-screenshot.png."""
+docs/service-screenshot.png with INTENTRANK_SCREENSHOT=1 (else to the test's tmp_path, so a
+test run leaves the checkout as it was)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,13 @@ def _wait(driver, condition, timeout: float = 30):  # noqa: ANN001, ANN202
     return WebDriverWait(driver, timeout).until(condition)
 
 
-def test_search_renders_results_scores_and_trace(page_server, browser):
+def _screenshot(browser, tmp_path: Path) -> None:
+    path = SCREENSHOT if os.environ.get("INTENTRANK_SCREENSHOT") == "1" else \
+        tmp_path / SCREENSHOT.name
+    browser.save_screenshot(str(path))
+
+
+def test_search_renders_results_scores_and_trace(page_server, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -87,8 +94,7 @@ def test_search_renders_results_scores_and_trace(page_server, browser):
     rows = browser.find_elements(By.CSS_SELECTOR, "#timeline .trace-row")
     assert [r.find_element(By.CLASS_NAME, "name").text for r in rows] == [
         "rrf", "rrf/bm25", "rrf/dense"]  # the fusion, then its branches below it
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOT))
+    _screenshot(browser, tmp_path)
 
 
 def test_conversation_mode_sends_the_turns(page_server, browser):
@@ -104,7 +110,7 @@ def test_conversation_mode_sends_the_turns(page_server, browser):
     _wait(browser, lambda d: "results from" in d.find_element(By.ID, "status").text)
 
 
-def test_answer_with_clickable_citations(page_server, browser):
+def test_answer_with_clickable_citations(page_server, browser, tmp_path):
     if not has_answer_stage():
         pytest.skip("the 'answer' stage is not registered yet: the page's answer part is "
                     "untested here (the Answer button stays disabled without it)")
@@ -125,7 +131,7 @@ def test_answer_with_clickable_citations(page_server, browser):
     assert support.text  # the passage sentence behind the citation
     link.click()
     _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "li.result.flash"))
-    browser.save_screenshot(str(SCREENSHOT))
+    _screenshot(browser, tmp_path)
 
 
 def test_reports_page_lists_and_shows_reports(page_server, browser):
