@@ -108,12 +108,14 @@ sys.meta_path.insert(0, _PatchOnImport())
 
 
 SHARED: Counter[str] = Counter()  # loads answered from the session's models
+ORIGINALS: dict[str, Callable[..., Any]] = {}  # the unshared loaders, for tests of sharing
 
 
 def _load_once(module: ModuleType, name: str, shared: Callable[[dict], bool]) -> None:
     """Replace ``module.name`` by a loader that keeps what it loads when ``shared(arguments)``
     (keyed by the arguments, defaults filled in)."""
     load, kept = getattr(module, name), {}
+    ORIGINALS[name] = load
     signature = inspect.signature(load)
 
     def load_once(*args: Any, **kwargs: Any) -> Any:

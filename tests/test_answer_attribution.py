@@ -184,19 +184,23 @@ def test_cli_refuses_bad_answer_options_before_any_work(tmp_path, option, messag
     assert res.exit_code == 2 and message in res.output, res.output
 
 
-def test_the_answer_stage_shares_the_loaded_cross_encoder(tmp_path):
+def test_the_answer_stage_shares_the_loaded_cross_encoder(tmp_path, monkeypatch):
     """One copy of the bundled model per config: the answer stage's gate and citations use
-    the scorer the config's cross_encoder step loaded."""
+    the scorer the config's cross_encoder step loaded (with the loader that loads anew each
+    call, not the test session's shared one)."""
     from fakes import write_collection
+    from model_loads import ORIGINALS
 
     from intentrank.data.dataset import load_dataset
     from intentrank.index import IndexSettings, build_index
     from intentrank.pipelines import build_context, build_pipeline
+    from intentrank.rerank import cross_encoder
 
     root = write_collection(tmp_path / "c", {"a": "wing flutter", "b": "heat transfer"},
                             {"q": "flutter"}, [("q", "a", 1)])
     index = build_index(load_dataset(root).corpus(), tmp_path / "idx",
                         IndexSettings(legs=("bm25",)))
+    monkeypatch.setattr(cross_encoder, "load_cross_encoder", ORIGINALS["load_cross_encoder"])
     pipe = build_pipeline(["bm25", {"cross_encoder": {"top_k": 5, "backend": "onnx",
                                                       "max_length": 128}}, "answer"],
                           build_context(index, llm="openai:m@http://127.0.0.1:9/v1"))
