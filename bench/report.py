@@ -42,9 +42,13 @@ def header() -> str:
 
 def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
     """Store a section's numbers in bench/results/<name>.json and its text in
-    bench/sections/<name>.md (intentrank.report.sections), and render it into ``path``."""
-    from intentrank.report.sections import store
+    bench/sections/<name>.md (intentrank.report.sections), and render it into ``path``;
+    another document than docs/benchmarks.md (a test's) just gets the section."""
+    from intentrank.report.sections import store, write_docs_section
 
+    if Path(path).resolve() != BENCHMARKS.resolve():
+        write_docs_section(Path(path), name, markdown.strip())
+        return
     warning = store(ROOT, name, markdown, path)
     if warning:
         print(f"[bench] {warning}", file=sys.stderr)

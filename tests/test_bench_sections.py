@@ -139,6 +139,17 @@ def test_store_writes_the_json_the_template_and_the_section(tmp_path):
     assert "bench/sections/x.md changed" in sections.store(root, "x", SAMPLE + "\n\nMore.")
 
 
+def test_a_rerun_keeps_the_hand_written_reading_of_the_template(tmp_path):
+    root = _checkout(tmp_path)
+    sections.store(root, "x", SAMPLE)
+    path = sections.template_path(root, "x")
+    path.write_text(path.read_text() + "\n\n<!-- reading -->\nReading by hand.")
+    assert sections.store(root, "x", SAMPLE.replace("0.6863", "0.7000")) == ""
+    body = sections.docs_sections((root / "docs" / "benchmarks.md").read_text())["x"]
+    assert body.endswith("0.7000 |\n| a \\| b |  |\n\n```\n| not | a table |\n|---|---|\n```"
+                         "\n\nReading: bm25 wins.\n\n<!-- reading -->\nReading by hand.")
+
+
 def test_bench_render_rewrites_a_stale_section_and_the_plan_sees_it(tmp_path):
     root = _checkout(tmp_path)
     result, template = sections.split(SAMPLE, "x")

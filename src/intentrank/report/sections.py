@@ -15,6 +15,8 @@ A stored result is JSON::
 and its template is the section's Markdown with ``{{meta N}}`` for the value of the N-th
 ``- key: value`` header line (command, machine, date), ``{{table N}}`` for the N-th table and a
 ``{{provenance}}`` line (left out with the blank line after it when the result has none).
+The prose that reads the numbers is written by hand after a ``<!-- reading -->`` line of the
+template: a script's rerun replaces the text before it and keeps it.
 
 :func:`split` is the other direction: a section as a benchmark script writes it -> (stored
 result, template). ``bench/report.py``'s ``write_section`` stores what a script measures this
@@ -32,6 +34,7 @@ from typing import Any
 RESULTS_DIR = "bench/results"
 TEMPLATES_DIR = "bench/sections"
 DOCS_FILE = "docs/benchmarks.md"
+READING = "<!-- reading -->"  # in a template: the hand-written prose after it survives a rerun
 META_KEYS = ("command", "machine", "date")
 
 _META = re.compile(r"^- (command|machine|date): (.+)$")
@@ -217,7 +220,10 @@ def store(root: Path, section: str, markdown: str, docs: Path | None = None) -> 
     text of the template changed (prose that reads the numbers may need a look), else ""."""
     result, template = split(markdown.strip(), section)
     old = template_path(root, section)
-    changed = old.exists() and old.read_text(encoding="utf-8") != template
+    before = old.read_text(encoding="utf-8") if old.exists() else None
+    if before is not None and READING in before and READING not in template:
+        template = template.rstrip("\n") + "\n\n" + before[before.index(READING):]
+    changed = before is not None and before != template
     save(root, section, result, template)
     write_docs_section(docs or root / DOCS_FILE, section, render(result, template))
     return (f"{old.relative_to(root)} changed: check its prose against the new numbers "
