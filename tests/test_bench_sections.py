@@ -103,6 +103,8 @@ def test_a_template_and_result_that_do_not_fit_are_refused():
     table = {"header": ["a"], "rule": "|---|", "rows": []}
     with pytest.raises(sections.SectionError, match="places 0 of 1 stored tables"):
         sections.render({"section": "x", "tables": [table]}, "no placeholder")
+    with pytest.raises(sections.SectionError, match="kept for the template's placeholders"):
+        sections.split("a {{b}}", "x")
 
 
 # -- storing and re-rendering through `intentrank bench` ----------------------------------------

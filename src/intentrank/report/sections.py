@@ -80,6 +80,9 @@ def split(text: str, section: str = "", provenance: str | None = None
     """A section's Markdown -> (stored result, template). Tables outside code fences become
     ``{{table N}}``, header lines ``- command|machine|date: value`` become ``{{meta N}}``;
     the rest is the template's text. ``render(*split(text)) == text``."""
+    if "{{" in text:
+        raise SectionError(f"section {section!r}: '{{{{' is kept for the template's "
+                           f"placeholders; write it another way")
     lines = text.split("\n")
     out: list[str] = []
     meta: list[list[str]] = []
