@@ -111,13 +111,7 @@ def to_markdown(res: dict) -> str:
     deltas = "; ".join(
         f"{n} {100 * (res[n]['ndcg']['per_pair'] - res[n]['ndcg']['batched']):+.2f} "
         f"(p {res[n]['p']:.3f})" for n in COLLECTIONS if n in res)
-    lines += ["", f"nDCG@10 per pair minus batched: {deltas}.", "",
-              "Reading: a pair's score used to depend on the pairs batched with it, so a "
-              "query's ranking changed with the other queries of a run (a sample vs the full "
-              "set, the service vs offline eval, streamed vs plain). Scores are now the same in "
-              "any batch (tests/test_cross_encoder.py). Published rows with the bundled "
-              "cross-encoder from before the fix differ from a re-run by about the nDCG gap "
-              "shown here; their comparisons were made within one run and stand."]
+    lines += ["", f"nDCG@10 per pair minus batched: {deltas}."]
     return "\n".join(lines)
 
 

@@ -268,15 +268,6 @@ def to_markdown(res: dict[str, Any]) -> str:
                       f"{a['pairs_per_s']:.1f} pairs/s) vs {100 * b['ce']['nDCG@10']:.2f} "
                       f"(onnx int8, {b['pairs_per_s']:.1f} pairs/s); BM25 alone "
                       f"{100 * a['bm25']['nDCG@10']:.2f}."]
-        lines += ["", "Reading the numbers: one CPU epoch (about 14 minutes) from bi-encoder "
-                  "weights gives a cross-encoder that alone stays a little below BM25 on "
-                  "SciFact, but whose ranks fused with BM25's (RRF) beat both and the "
-                  "published BM25 + ms-marco cross-encoder. Zero-shot on Cranfield "
-                  "(aeronautics) and Vaswani (short physics abstracts) it is well below BM25: "
-                  "809 biomedical claims do not teach general relevance. int8 ONNX scores "
-                  "track fp32 (Pearson ~0.98) with no nDCG loss on the subset, and with "
-                  "max_length 128 it is the fastest setting; shorter inputs are the larger "
-                  "lever (about 2x), int8 adds 1.1-1.4x on this AVX2 CPU (no VNNI)."]
     return "\n".join(lines)
 
 

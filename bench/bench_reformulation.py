@@ -314,76 +314,8 @@ def render() -> None:
              "generated SciFact/Cranfield conversations are ours.\n"]
     for r in results:
         parts.append(_render_one(r))
-    parts.append(READING)
     write_section("reformulation", "\n".join(parts))
 
-
-READING = """### Reading (2026-11-24)
-
-- **The paraphrase rewrites mostly copy the turn with the 0.5B.** `rewrite_full` left 28 of
-  30 CAsT 2021 turns and 12 of 12 CAsT 2019 turns unchanged (the prompt's "copy it when
-  already self-contained" wins); `rewrite_summary` changed a few more and is the best single
-  paraphrase (nDCG@10 0.561 against the raw turn's 0.518 on CAsT 2021), `rewrite_questions`
-  changes more turns but not for the better.
-- **The 1.5B's full-dialog rewrite is the best method measured, and meets the goal:** on 60
-  CAsT 2021 turns it rewrote 38 and reached nDCG@10 0.629 against the raw turn's 0.532 and
-  the gold rewrite's 0.640: 90% of the gap, paired randomization p = 0.020 (on the 20-turn
-  sample with all methods: 75%, p = 0.11). Its summary-then-rewrite is worse (0.480 on 20
-  turns): the summary loses the entity.
-- **HyDE passages hurt alone and help fused.** Every HyDE method alone is below the raw turn
-  in nDCG@10 (0.34-0.45: the passage brings the right topic but drowns the turn's own
-  words) while finding more of the relevant passages by depth 100 (R@100 0.967 against
-  0.867). Fused with the raw turn by RRF, the document variants are the best rows:
-  RRF(raw, hyde_doc) 0.574, closing 57% of the raw-to-gold gap on these 30 turns with the
-  0.5B (p = 0.33 against the raw turn: not significant on 30 turns).
-- **Label-free scores:** the cosine to gold orders the methods like nDCG@10 does (Kendall's
-  tau 0.83 over 9 methods on CAsT 2021); the Reranker Support Score with the bundled
-  SciFact cross-encoder does not (tau -0.28: it rewards HyDE passages that share the gold
-  query's topic words but rank the relevant passage low). The citation score on 5 turns with
-  the 0.5B and 1.5B is too small and the two LLMs disagree (the 0.5B cites most for the gold
-  query, the 1.5B for HyDE): not usable at this size.
-- **Cost:** s/turn columns were measured on the shared 2-core machine while other LLM jobs
-  ran (up to 60 s/turn for HyDE); alone, the 0.5B takes about 1 s per rewrite and 3 s per
-  HyDE passage (CAsT 2019 rows), the 1.5B about 3x that.
-- **CAsT 2020 (cosine to gold only: its corpus, MS MARCO + CAR, is not shipped).** The 0.5B
-  again copies the turn (rewrite_full unchanged on 39 of 40 turns; cosine 0.701 against the
-  raw turn's 0.694); every HyDE variant moves away from the gold rewrite (-0.09 to -0.19).
-  The 1.5B rewrites 15 of 20 turns and gains +0.015 (0.785 vs 0.769): the raw CAsT 2020
-  turns are already close to their rewrites in MiniLM space, so the cosine moves little
-  even when the rewrite adds the missing entity. Levels (0.69-0.79) are not comparable with
-  the paper's 0.77-0.80: our embedder differs, so read the delta column.
-- **Generated Cranfield conversations (6 turns, 3-turn conversations written by the 0.5B):**
-  the contextual turns lose the query's terms (raw nDCG@10 0.034, gold 0.428), and the
-  generated history is about the gold document itself, so methods that carry the history's
-  words beat the gold query: concat_turns 0.531, hyde_doc_masked 0.597 with the 0.5B; the
-  1.5B's rewrite_full reaches 0.441 (103% of the gap; the 0.5B's paraphrases copy the turn,
-  0%). p = 0.031 is the smallest a paired randomization test can give on 6 turns. This is
-  leakage by construction of the set, not evidence for the methods: the generated sets are
-  too small and too easy to rank methods with.
-- **CAsT 2019 with the 1.5B (12 turns, cosine only: its MS MARCO corpus is not shipped):**
-  the paraphrase rewrites move close to the manual rewrites: rewrite_summary 0.947 (delta
-  +0.208 over the raw turn's 0.739) and rewrite_full 0.892 (+0.153), where the 0.5B's
-  rewrite_full copied all 12 turns; hyde_doc moves away (-0.121). The paper's 0.77-0.80 is
-  the same measure with another embedder and other turns: the order carries over, not the
-  level.
-- **Generated SciFact conversations (25 3-turn conversations, `generate-conversations`
-  with `--follow-up llm_or_rule`: 25 kept of 42 attempts by the 0.5B, 14 of the 25 last
-  turns built by rule, 11 by the LLM; before the rule the 0.5B kept 0 of 7).** The same
-  picture as Cranfield, clearer: the raw turn reaches nDCG@10 0.417, the gold query 0.681,
-  and the methods that carry the history's words beat the gold query (concat_turns 0.842,
-  0.5B hyde_doc_masked 0.791, 1.5B hyde_doc 0.749), because the earlier turns' answers are
-  sentences of the gold document. The paraphrase rewrites are the fair comparison: the
-  0.5B's copy the turn (rewrite_full unchanged on 25 of 25: 0% of the gap), the 1.5B's
-  rewrite_full changes 13 of 25 and reaches 0.452 (13% of the gap; cosine to gold +0.040)
-  and its rewrite_summary 0.471 (20%). On these sets the cosine to gold disagrees with
-  nDCG@10 (tau -0.79 over 9 methods with the 0.5B) and the Reranker Support Score of BM25's
-  top 5 agrees (tau 0.74; 1.00 over 5 methods with the 1.5B), the opposite of CAsT 2021:
-  neither label-free score ranks methods reliably across sets. A set whose history is
-  written from a related document other than the gold one would remove the leak; not built.
-- **Not measured:** all 213 contextual CAsT 2021 turns (30 and 60 here); generated 6- and
-  11-turn conversations (the extension rounds exist; the 0.5B kept 0 Cranfield ones before
-  the rule-built follow-up, and they have not been re-run since).
-"""
 
 
 def _render_one(r: dict[str, Any]) -> str:

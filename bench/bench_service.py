@@ -203,23 +203,6 @@ def to_markdown(results: list[dict], meta: dict) -> str:
         ratio = goal["http"]["rps"] / goal["inproc"]["rps"]
         lines += ["", f"Goal (`rrf`, 16 clients, HTTP >= 80% of in-process throughput): "
                       f"{100 * ratio:.0f}% -> {'met' if ratio >= 0.8 else 'not met'} in this run."]
-    lines += ["", "Reading:", "",
-              "- `bm25` answers in under a millisecond in-process, so over HTTP the request "
-              "itself (uvicorn, JSON, the key check, the access log, and the httpx clients, "
-              "which share the 2 cores) is nearly all of the cost: the service reaches a "
-              "fraction of in-process throughput. For `rrf` (query embedding + dense search) "
-              "and the cross-encoder, the pipeline dominates and the service keeps up.",
-              "- In-process, more caller threads than cores oversubscribe the torch and BLAS "
-              "thread pools, while the service caps the work at its 2 workers; which of the two "
-              "is faster at 16 and 64 clients varied between runs on this loaded machine (rrf "
-              "at 64 clients: 0.67 to 3.1 in three runs). The 1-client in-process rows were "
-              "also slow in this bench process (the same pipeline ran about 10x faster from a "
-              "worker thread than from the main thread of a separate script while the machine "
-              "was loaded; cause not pinned down), so the 1-client ratios mean little.",
-              "- 503s appear only at 64 clients, where clients exceed workers + queue limit; "
-              "there were no other errors at any level. The cascade levels are bounded to "
-              f"{BOUNDS['cascade-ce'][0]} requests, so at 64 clients they never fill the "
-              "queue (no 503s) and the percentiles are those of a queue draining."]
     lines += ["", f"Server peak RSS over the whole run: {meta['peak_rss_mib']:.0f} MiB. "
                   f"503s appear only where clients exceed workers + queue limit "
                   f"({WORKERS + QUEUE_LIMIT}); errors counts every other non-200 answer "

@@ -1,10 +1,10 @@
-"""Helpers shared by the benchmark scripts: machine facts and docs/benchmarks.md sections."""
+"""Helpers shared by the benchmark scripts: machine facts and docs/benchmarks.md sections
+(stored as results and rendered by :mod:`intentrank.report.sections`)."""
 
 from __future__ import annotations
 
 import os
 import platform
-import re
 import shlex
 import sys
 from datetime import UTC, datetime
@@ -29,7 +29,9 @@ def machine() -> str:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     py = platform.python_version()
-    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, Python {py}"
+    note = os.environ.get("INTENTRANK_BENCH_MACHINE_NOTE", "")  # e.g. "shared with other jobs"
+    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, Python {py}" + (
+        f", {note}" if note else "")
 
 
 def header() -> str:
@@ -39,15 +41,17 @@ def header() -> str:
 
 
 def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
-    """Replace (or append) the section between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    block = f"{start}\n{markdown.strip()}\n{end}"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else \
-        text.rstrip() + "\n\n" + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    """Store a section's numbers in bench/results/<name>.json and its text in
+    bench/sections/<name>.md (intentrank.report.sections), and render it into ``path``;
+    another document than docs/benchmarks.md (a test's) just gets the section."""
+    from intentrank.report.sections import store, write_docs_section
+
+    if Path(path).resolve() != BENCHMARKS.resolve():
+        write_docs_section(Path(path), name, markdown.strip())
+        return
+    warning = store(ROOT, name, markdown, path)
+    if warning:
+        print(f"[bench] {warning}", file=sys.stderr)
 
 
 def rank_scores(ids: list[str]) -> dict[str, float]:

@@ -36,6 +36,11 @@ def bench_cmd(
     force: Annotated[bool, typer.Option("--force", help="Rerun every step of the named "
                                         "benchmarks even when up to date (what they require "
                                         "still runs only when stale).")] = False,
+    render: Annotated[bool, typer.Option("--render", help="Only re-render the named "
+                                         "benchmarks' docs/benchmarks.md sections from their "
+                                         "stored results (bench/results/SECTION.json with the "
+                                         "text of bench/sections/SECTION.md); runs no step.")]
+        = False,
     spec_file: Annotated[Path, typer.Option("--spec", help="Benchmark spec file (default: "
                                             "the shipped src/intentrank/benchmarks.yaml).")]
         = None,  # type: ignore[assignment]
@@ -67,14 +72,19 @@ def bench_cmd(
     if not names and not list_:
         raise ConfigError("give benchmark names, `all`, or --list (see `intentrank bench "
                           "--help`)")
-    if list_ and (dry_run or force):
-        raise ConfigError("--list runs nothing; leave out --dry-run and --force")
+    if list_ and (dry_run or force or render):
+        raise ConfigError("--list runs nothing; leave out --dry-run, --force and --render")
+    if render and (dry_run or force):
+        raise ConfigError("--render runs no step; leave out --dry-run and --force")
     spec.order(names)  # unknown names and cycles, before looking at any file
     # steps start the command line as this interpreter runs it (`python -m intentrank.cli`)
     ws = Workspace.at(root.resolve() if root else find_root(),
                       intentrank=(sys.executable, "-m", str(__package__)))
     if list_:
         _list(spec, names or list(spec.benchmarks), ws)
+        return
+    if render:
+        _render(spec, names, ws.root)
         return
     steps = plan(spec, names, ws, force=force)
     todo = [p for p in steps if p.run]
@@ -91,6 +101,22 @@ def bench_cmd(
     ran = run_plan(steps, ws, say=lambda m: console.print(escape(m), soft_wrap=True,
                                                           highlight=False))
     _print(f"done: {ran} step(s) ran, {len(steps) - ran} up to date")
+
+
+def _render(spec: Any, names: list[str], root: Path) -> None:
+    """Re-render the stored sections of ``names`` (every stored one for `all`)."""
+    from intentrank.report import sections
+
+    stored = set(sections.stored_sections(root))
+    picked = [spec.benchmarks[n].section.name for n in names
+              if spec.benchmarks[n].section and spec.benchmarks[n].section.name in stored]
+    if not picked:
+        raise ConfigError(f"no stored results for {', '.join(names)} (bench/results/"
+                          f"SECTION.json): run the benchmark to measure them")
+    for section in picked:
+        changed = sections.render_into_docs(root, section)
+        _print(f"{section}: {'rendered into' if changed else 'unchanged in'} "
+               f"{sections.DOCS_FILE}")
 
 
 def _list(spec: Any, names: list[str], ws: Any) -> None:

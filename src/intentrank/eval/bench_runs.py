@@ -257,6 +257,8 @@ def _decide(step: Step, ws: Workspace, last: dict[str, Any] | None, made: dict[s
             forced: bool, producers: dict[str, Step]) -> PlannedStep:
     rebuilt = next(((i, made[m]) for i in step.inputs for m in made
                     if _overlaps(_norm(ws, i), m)), None)
+    if step.stored_section and not forced and rebuilt is None:
+        return PlannedStep(step, *_stored_state(step, ws))
     missing_in = [i for i in step.inputs if ws.time(i) is None
                   and not any(_overlaps(_norm(ws, i), m) for m in made)]
     missing_out = [o for o in step.outputs if ws.time(o) is None]
@@ -288,6 +290,25 @@ def _decide(step: Step, ws: Workspace, last: dict[str, Any] | None, made: dict[s
             blocked += (f" (it is an output of {maker.id}: run {maker.benchmark!r} first, or "
                         f"add it to {step.benchmark}'s requires)")
     return PlannedStep(step, True, reason, blocked)
+
+
+def _stored_state(step: Step, ws: Workspace) -> tuple[bool, str]:
+    """A stored section's render step runs when the section differs from what its stored
+    result and template render (not by file times: a checkout sets those)."""
+    from intentrank.report import sections
+
+    try:
+        body = sections.rendered(ws.root, step.stored_section)
+    except (OSError, ValueError) as exc:
+        return True, f"its stored result cannot be rendered ({exc})"
+    file, _ = split_section(ws.expand(step.outputs[0]))
+    try:
+        current = sections.docs_sections((ws.root / file).read_text(encoding="utf-8"))
+    except OSError:
+        current = {}
+    if current.get(step.stored_section) == body:
+        return False, "up to date"
+    return True, f"{step.outputs[0]} differs from its stored result"
 
 
 def status(spec: Spec, name: str, ws: Workspace) -> str:

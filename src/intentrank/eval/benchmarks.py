@@ -20,12 +20,14 @@ from typing import Any
 import yaml
 
 from intentrank.errors import ConfigError
+from intentrank.report.sections import RESULTS_DIR, TEMPLATES_DIR
 
 SPEC_FILE = Path(__file__).resolve().parents[1] / "benchmarks.yaml"
 DOCS_FILE = "docs/benchmarks.md"
 PROGRAMS = ("intentrank", "python")
 PLACEHOLDERS = ("data", "cache")
-RENDER_KEYWORDS = ("step", "hand")  # section.render: a step writes it / written by hand
+RENDER_KEYWORDS = ("stored", "step", "hand")  # section.render: from its stored results /
+# a step writes it / written by hand
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -47,6 +49,7 @@ class Step:
     command: str
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    stored_section: str = ""  # a render step of stored results: the section it renders
 
     @property
     def argv(self) -> list[str]:
@@ -57,7 +60,9 @@ class Step:
 @dataclass(frozen=True)
 class Section:
     """The docs/benchmarks.md section a benchmark fills and how: ``render`` is a command, or
-    ``step`` (one of the steps writes it) or ``hand`` (edited by hand from the outputs)."""
+    ``stored`` (rendered from ``bench/results/<name>.json`` and ``bench/sections/<name>.md``,
+    which a step writes, by ``intentrank bench BENCHMARK --render``), ``step`` (one of the
+    steps writes it) or ``hand`` (edited by hand from the outputs)."""
 
     name: str
     render: str
@@ -65,6 +70,11 @@ class Section:
     @property
     def output(self) -> str:
         return section_output(self.name)
+
+    @property
+    def stored(self) -> tuple[str, str]:
+        """Its stored result and template (for ``render: stored``)."""
+        return f"{RESULTS_DIR}/{self.name}.json", f"{TEMPLATES_DIR}/{self.name}.md"
 
 
 @dataclass(frozen=True)
@@ -309,6 +319,16 @@ def _section(name: str, entry: Any, steps: list[Step], source: str
                                  f"NAME of <!-- NAME:start -->)")
     render = _text(entry["render"], f"{where}.render")
     section = Section(section_name, render)
+    if render == "stored":
+        if "inputs" in entry:
+            raise BenchmarkSpecError(f"{where}.inputs: a stored section's inputs are its "
+                                     f"stored result and template")
+        result, template = section.stored
+        if not any(result in s.outputs for s in steps):
+            raise BenchmarkSpecError(f"{where}.render: 'stored', but no step lists {result} "
+                                     f"among its outputs")
+        return section, Step(name, f"{name}#render", f"intentrank bench {name} --render",
+                             (result, template), (section.output,), stored_section=section_name)
     if render in RENDER_KEYWORDS:
         if "inputs" in entry:
             raise BenchmarkSpecError(f"{where}.inputs: only a render command has inputs")
