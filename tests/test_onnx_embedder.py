@@ -103,3 +103,24 @@ def test_a_model_with_external_data_loads_from_its_bytes(tmp_path) -> None:
     assert not per_text
     with pytest.raises(ModelError, match="cannot load ONNX model .*missing.onnx"):
         ort_session(tmp_path / "missing.onnx")
+
+
+def test_item_runner_keeps_order_and_runs_each_item_alone() -> None:
+    """Items run on several threads come back in input order, each from a run of its own."""
+    from types import SimpleNamespace
+
+    from intentrank.models.onnx_embedder import ItemRunner
+
+    class Session:
+        batch_sizes: list[int] = []
+
+        def run(self, _outputs, feeds):
+            self.batch_sizes.append(len(feeds["input_ids"]))
+            return [feeds["input_ids"].astype(np.float32) * 2]
+
+    encodings = [SimpleNamespace(ids=[i, i + 1], attention_mask=[1, 1], type_ids=[0, 0])
+                 for i in range(40)]
+    session = Session()
+    out = ItemRunner(session, ["input_ids"], workers=3).map(encodings)
+    assert [o.tolist() for o in out] == [[2.0 * i, 2.0 * i + 2] for i in range(40)]
+    assert session.batch_sizes == [1] * 40

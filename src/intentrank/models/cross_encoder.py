@@ -119,12 +119,13 @@ def find_onnx(model: str | Path) -> Path:
 class OnnxCrossEncoder:
     """A cross-encoder exported to ONNX, run by onnxruntime (no torch); sigmoid scores.
 
-    A dynamically quantised model (the bundled int8 one) scores one pair at a time, so a
-    pair's score never depends on the other pairs of the call (see ``batch_dependent``)."""
+    A dynamically quantised model (the bundled int8 one) scores each pair in its own run,
+    several runs at once (:class:`~intentrank.models.onnx_embedder.ItemRunner`), so a pair's
+    score never depends on the other pairs of the call (see ``batch_dependent``)."""
 
     def __init__(self, model: str | Path, max_length: int = 256, threads: int | None = None
                  ) -> None:
-        from intentrank.models.onnx_embedder import load_tokenizer, ort_session
+        from intentrank.models.onnx_embedder import ItemRunner, load_tokenizer, ort_session
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self.onnx_path = find_onnx(model)
@@ -132,6 +133,7 @@ class OnnxCrossEncoder:
         self.tokenizer = load_tokenizer(self.onnx_path.parent, max_length)
         self.session, self.per_pair = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.items = ItemRunner(self.session, self.input_names, threads)
         self.max_length = max_length
 
     def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
@@ -142,11 +144,14 @@ class OnnxCrossEncoder:
             return out
         encodings = self.tokenizer.encode_batch(
             [tuple(p) for p in _clip_pairs(pairs, self.max_length)])
-        run_size = 1 if self.per_pair else batch_size
-        for idx in length_batches([len(e.ids) for e in encodings], run_size):
-            feeds = pad_encodings([encodings[i] for i in idx])
-            logits = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]
-            out[idx] = np.asarray(logits, dtype=np.float32).reshape(len(idx), -1)[:, 0]
+        if self.per_pair:
+            out[:] = [np.asarray(logit, dtype=np.float32).reshape(-1)[0]
+                      for logit in self.items.map(encodings)]
+        else:
+            for idx in length_batches([len(e.ids) for e in encodings], batch_size):
+                feeds = pad_encodings([encodings[i] for i in idx])
+                logits = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]
+                out[idx] = np.asarray(logits, dtype=np.float32).reshape(len(idx), -1)[:, 0]
         return (1.0 / (1.0 + np.exp(-out))).astype(np.float32)
 
 

@@ -43,22 +43,62 @@ def minilm_int8_onnx_path() -> Path:
 def ort_session(path: str | Path, threads: int | None = None) -> tuple[Any, bool]:
     """A CPU onnxruntime session for the ONNX file at ``path`` (read once) and whether the
     model is :func:`batch_dependent`; ``threads`` caps intra-op threads (default: all
-    cores). External data files are looked up next to ``path``."""
+    cores). A batch-dependent model's session is single-threaded: :class:`ItemRunner` runs
+    its texts one per run, several runs at once. External data files are looked up next to
+    ``path``."""
     import onnxruntime as ort
 
     path = Path(path)
+    try:
+        model = path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"cannot load ONNX model {path}: {exc}") from exc
+    per_item = batch_dependent(model)
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads or 0
+    opts.intra_op_num_threads = 1 if per_item else threads or 0
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                   str(path.resolve().parent))
     try:
-        model = path.read_bytes()
         session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # OSError, or onnxruntime's own exception types
+    except Exception as exc:  # onnxruntime's own exception types
         raise ModelError(f"cannot load ONNX model {path}: {exc}") from exc
-    return session, batch_dependent(model)
+    return session, per_item
+
+
+def cpu_count() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class ItemRunner:
+    """Runs a model one text (or pair) per ONNX run, ``workers`` runs at once on threads
+    (onnxruntime releases the GIL): each output is what the text gets alone, whatever else
+    is encoded, and single-threaded runs side by side beat one multi-threaded run of a
+    single text (docs/benchmarks.md, "speed")."""
+
+    def __init__(self, session: Any, input_names: Sequence[str], workers: int | None = None
+                 ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.session = session
+        self.input_names = list(input_names)
+        self.workers = workers or cpu_count()
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="onnx-item")
+
+    def run_one(self, encoding: Any) -> np.ndarray:
+        feeds = pad_encodings([encoding])
+        return self.session.run(None, {n: feeds[n] for n in self.input_names})[0][0]
+
+    def map(self, encodings: Sequence[Any]) -> list[np.ndarray]:
+        """The first output of each encoding's own run, in order."""
+        if self.workers == 1 or len(encodings) == 1:
+            return [self.run_one(e) for e in encodings]
+        return list(self.pool.map(self.run_one, encodings))
 
 
 def load_tokenizer(path: str | Path, max_length: int) -> Any:
@@ -80,7 +120,7 @@ def batch_dependent(model: bytes) -> bool:
     """True for a dynamically quantised model (``DynamicQuantizeLinear`` in the ONNX file's
     bytes): it scales activations by the range of the whole batch, so a text's output would
     change with what it is batched with (up to 0.14 on a cross-encoder's sigmoid score). Such
-    models are run one text at a time."""
+    models are run one text per run (:class:`ItemRunner`)."""
     return b"DynamicQuantizeLinear" in model
 
 
@@ -127,7 +167,7 @@ class OnnxEmbedder(PrefixedEncoder):
         self.tokenizer = load_tokenizer(tokenizer_path or minilm_path(), max_length)
         self.session, per_text = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
-        self.run_size = 1 if per_text else MAX_RUN_BATCH
+        self.items = ItemRunner(self.session, self.input_names, threads) if per_text else None
         dim = self.session.get_outputs()[0].shape[-1]
         self.dim = int(dim) if isinstance(dim, int) else self._probe_dim()
         self.query_prefix = query_prefix
@@ -138,10 +178,13 @@ class OnnxEmbedder(PrefixedEncoder):
         return int(self._run([self.tokenizer.encode("dimension probe")]).shape[1])
 
     def _run(self, encodings: Sequence[Any]) -> np.ndarray:
-        feeds = pad_encodings(encodings)
-        hidden = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]
-        m = feeds["attention_mask"][..., None].astype(np.float32)  # hidden: (batch, seq, dim)
-        pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        if self.items is not None:  # each text alone; no padding to mask
+            pooled = np.stack([h.sum(axis=0) / len(h) for h in self.items.map(encodings)])
+        else:
+            feeds = pad_encodings(encodings)
+            hidden = self.session.run(None, {n: feeds[n] for n in self.input_names})[0]
+            m = feeds["attention_mask"][..., None].astype(np.float32)  # (batch, seq, dim)
+            pooled = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
 
@@ -152,7 +195,7 @@ class OnnxEmbedder(PrefixedEncoder):
         from intentrank.models.inputs import clip_texts
 
         encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
-        run_size = min(batch_size, self.run_size)
+        run_size = min(batch_size, MAX_RUN_BATCH) if self.items is None else 4 * batch_size
         batches = list(length_batches([len(e.ids) for e in encodings], run_size))
         if progress:
             from tqdm.auto import tqdm
