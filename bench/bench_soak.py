@@ -23,7 +23,8 @@ alternating; rerank 25%: 10 Cranfield passages; answer 15%), each with its own X
     .venv/bin/python bench/bench_soak.py --minutes 3 --rebuild-at 90   # a smoke run
 
 Results: bench/soak_results.json and a markdown table on stdout (docs/reliability.md,
-"Faults survived").
+"Faults survived"), then the goals it missed (:func:`problems`; "none"). The pass/fail form
+is ``pytest -m soak tests/test_soak.py`` (scripts/faults.sh --soak).
 """
 
 from __future__ import annotations
@@ -392,8 +393,50 @@ def main() -> None:  # noqa: PLR0915
             server.wait(timeout=30)
         llm.shutdown()
         log.close()
+    result["problems"] = problems(result)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(to_markdown(result))
+    print("problems: " + ("; ".join(result["problems"]) or "none"))
+
+
+def problems(r: dict, max_rss_growth_pct: float = 5.0) -> list[str]:
+    """What the soak's result breaks of its goals (none: it passed): zero 5xx and no other
+    failure, RSS growth after warm-up within ``max_rss_growth_pct``, the rebuild committed
+    and switched to (log and /health), one generation per response with identical results,
+    and the SIGTERM drain (in-flight 200, new 503 or refused, exit 0, the log complete)."""
+    out = []
+    bad = {k: v for k, v in r["status"].items() if k != "200"}
+    if bad:
+        out.append(f"failed requests by status: {bad}")
+    if r.get("skipped"):
+        out.append(f"{r['skipped']} requests not sent ({MAX_OUTSTANDING} outstanding)")
+    if r.get("rss_growth_pct") is None or r["rss_growth_pct"] > max_rss_growth_pct:
+        out.append(f"RSS growth after warm-up {r.get('rss_growth_pct')} % "
+                   f"(limit {max_rss_growth_pct} %)")
+    rebuild = r.get("rebuild") or {}
+    if rebuild.get("exit") != 0:
+        out.append(f"the rebuild did not finish: {rebuild}")
+    if len(r.get("reload_log", [])) != 1 or r["reload_log"][0].get("event") != "index_reload":
+        out.append(f"the access log should have one index_reload line: {r.get('reload_log')}")
+    if not r.get("health_switch"):
+        out.append("/health never showed the new generation")
+    c = r["consistency"]
+    if c["inconsistent_groups"]:
+        out.append(f"responses of one generation differ: {c['inconsistent_groups']}")
+    if len(c["generations"]) != 2 or not c["keys_differing_between_generations"]:
+        out.append(f"both generations should answer, differently: {c}")
+    t = r["sigterm"]
+    if t.get("exit") != 0:
+        out.append(f"exit status after SIGTERM: {t.get('exit')}")
+    if set(t["in_flight_or_before"]) - {"200"}:
+        out.append(f"requests sent before SIGTERM: {t['in_flight_or_before']}")
+    if set(t["after"]) - {"503", "0"} or "503" not in t["after"]:
+        out.append(f"requests sent after SIGTERM: {t['after']} (want 503, or refused "
+                   f"once the process is gone)")
+    if t["responses_missing_from_log"] or t["log_status_mismatch"]:
+        out.append(f"access log: {t['responses_missing_from_log']} responses missing, "
+                   f"{t['log_status_mismatch']} with another status")
+    return out
 
 
 def to_markdown(r: dict) -> str:

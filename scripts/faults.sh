@@ -4,7 +4,8 @@
 #                                     namespaces, hosts SIGKILLed mid-job; needs root and
 #                                     iproute2), then the 22-minute soak of the service
 #   bash scripts/faults.sh --cluster  the cluster tests only
-#   bash scripts/faults.sh --soak     the soak only (extra arguments go to bench_soak.py)
+#   bash scripts/faults.sh --soak     the soak only (extra arguments go to bench_soak.py,
+#                                     e.g. --minutes 3 --rebuild-at 90 for a short one)
 # Writes bench/faults_results.json and bench/soak_results.json and prints their tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +22,6 @@ if [ "$what" = all ] || [ "$what" = --cluster ]; then
     "$VENV/bin/python" bench/faults_table.py bench/faults_results.json
 fi
 if [ "$what" = all ] || [ "$what" = --soak ]; then
-    "$VENV/bin/python" bench/bench_soak.py "$@"
+    INTENTRANK_SOAK_OUT=$PWD/bench/soak_results.json INTENTRANK_SOAK_ARGS="$*" \
+        "$VENV/bin/pytest" -q -s -m soak tests/test_soak.py -p no:cacheprovider
 fi

@@ -180,3 +180,41 @@ def test_sigterm_drains_in_flight_refuses_new_logs_all_and_exits_0(cranfield, tm
     for rid, status in results.items():
         assert logged.get(rid) == status, (rid, status, logged.get(rid))
     assert "SIGTERM: draining (3 in flight" in out
+
+
+def test_a_broken_new_generation_is_refused_and_the_old_one_stays_served(cranfield,
+                                                                         tmp_path):
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from intentrank.index import layout
+    from intentrank.service import ServiceSettings, create_app
+
+    where = tmp_path / "idx"
+    idx = _build(cranfield, where, skip=0)
+    gen_a = idx.generation
+    idx.close()
+    log = io.StringIO()
+    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
+                                     rerankers={}, require_keys=False, watch_s=0.1,
+                                     access_log=log))
+    with TestClient(app) as client:
+        before = client.post("/search", json={"query": "wing", "pipeline": "bm25"}).json()
+        broken = layout.new_generation_name()
+        shutil.copytree(where / gen_a, where / broken)
+        victim = max((p for p in (where / broken).rglob("*") if p.is_file()),
+                     key=lambda p: p.stat().st_size)
+        victim.write_bytes(victim.read_bytes()[:10])  # truncated: opening it fails
+        layout.write_current(where, broken)
+        _wait(lambda: client.get("/health").json()["reload_errors"] == 1,
+              what="the failed reload")
+        time.sleep(0.5)  # the watcher does not retry the same broken generation
+        health = client.get("/health").json()
+        after = client.post("/search", json={"query": "wing", "pipeline": "bm25"}).json()
+    assert health["reload_errors"] == 1 and health["reloads"] == 0
+    assert health["generations"] == {"c": gen_a}
+    assert after["generation"] == gen_a and after["results"] == before["results"]
+    events = [json.loads(x) for x in log.getvalue().splitlines() if '"event"' in x]
+    assert [e["event"] for e in events] == ["index_reload_failed"]
+    assert str(victim.name) in events[0]["error"]

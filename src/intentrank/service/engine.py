@@ -253,6 +253,7 @@ class Engine:
         CURRENT names another generation than the one served."""
         from intentrank.index import layout
 
+        failed: dict[str, str | None] = {}
         while not self._stop.wait(self.settings.watch_s):
             try:
                 now = {n: layout.read_current(p) for n, p in self._watched().items()}
@@ -261,8 +262,9 @@ class Engine:
                          f"generations")
                 continue
             served = self._snapshot.generations
-            if any(gen is not None and gen != served.get(n) for n, gen in now.items()):
-                self.reload()
+            if now != failed and any(gen is not None and gen != served.get(n)
+                                     for n, gen in now.items()):
+                failed = now if not self.reload() else {}  # a failed one: not again
 
     def reload(self) -> dict[str, tuple[str | None, str | None]]:
         """Open the live generation of every index directory, build every search pipeline
