@@ -218,3 +218,27 @@ def test_a_broken_new_generation_is_refused_and_the_old_one_stays_served(cranfie
     events = [json.loads(x) for x in log.getvalue().splitlines() if '"event"' in x]
     assert [e["event"] for e in events] == ["index_reload_failed"]
     assert str(victim.name) in events[0]["error"]
+
+
+def test_a_reload_reuses_the_loaded_query_embedder(cranfield, tmp_path):
+    from intentrank.index import IndexSettings, build_index
+    from intentrank.service import ServiceSettings
+    from intentrank.service.engine import Engine
+
+    docs = list(itertools.islice(cranfield.corpus(), 40))
+    settings = IndexSettings(legs=("bm25", "dense"))
+    build_index(docs[:30], tmp_path / "idx", settings, embedding_cache=False).close()
+    engine = Engine(ServiceSettings(indexes={"c": tmp_path / "idx"},
+                                    pipelines={"dense": "dense"}, rerankers={},
+                                    require_keys=False), log=lambda m: None)
+    try:
+        before = engine.indexes["c"]
+        model = before.embedder
+        build_index(docs[10:], tmp_path / "idx", settings, embedding_cache=False,
+                    overwrite=True).close()
+        changed = engine.reload()
+        after = engine.indexes["c"]
+        assert changed == {"c": (before.generation, after.generation)}
+        assert after is not before and after.embedder is model and len(after) == 30
+    finally:
+        engine.close()

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +243,7 @@ class Engine:
                 done = snap.retired and snap.users == 0
             if done:
                 snap.close()
+                _trim_heap()
 
     def _watched(self) -> dict[str, Path]:
         return {n: Path(w) for n, w in self.settings.indexes.items()
@@ -284,6 +285,7 @@ class Engine:
                     idx.close()
                     continue
                 opened.append(idx)
+                _share_models(old.indexes.get(name), idx)
                 _warm(name, idx, lambda m: None)
                 indexes[name] = idx
             if not opened:
@@ -310,6 +312,7 @@ class Engine:
             done = old.users == 0
         if done:
             old.close()
+            _trim_heap()
         changed = {n: (old.generations.get(n), generations[n]) for n in changed_names}
         for n, (a, b) in changed.items():
             self.log(f"index {n}: now serving generation {b} (was {a}; reload "
@@ -446,6 +449,28 @@ class Engine:
         return {"metrics": result.aggregate, "queries": len(result.per_query),
                 "skipped": result.skipped,
                 "per_query": result.per_query if per_query else None}
+
+
+def _share_models(old: Any, new: Any) -> None:
+    """Give ``new`` (another generation of the same index) ``old``'s loaded query embedder
+    when both were built with the same dense settings: the model does not depend on the
+    generation, so a reload neither loads it again nor holds two copies."""
+    loaded = getattr(old, "__dict__", {}).get("embedder")
+    same = getattr(getattr(old, "settings", None), "dense", None) == \
+        getattr(getattr(new, "settings", None), "dense", object())
+    if loaded is not None and same and new.has("dense"):
+        new.__dict__["embedder"] = loaded  # Index.embedder is a cached_property
+
+
+def _trim_heap() -> None:
+    """Hand memory freed by a retired generation back to the OS (glibc keeps freed heap
+    otherwise, and the process's RSS would step up at every reload)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _warm(name: str, idx: Any, log: Callable[[str], None]) -> None:
