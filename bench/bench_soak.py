@@ -15,9 +15,10 @@ alternating; rerank 25%: 10 Cranfield passages; answer 15%), each with its own X
   the new generation (its /health and access log say when). Every search response names its
   generation; the check: per (pipeline, query, generation) every response lists the same
   documents, and the two generations differ for some queries (the switch is visible).
-* At the end: SIGTERM while the load continues; requests in flight must all answer 200,
-  later ones 503 (or a refused connection once the process is gone), the process exits 0,
-  and every response the client got has its line in the access log.
+* At the end: the rate goes up to ``--sigterm-rate`` and SIGTERM comes once /health shows
+  requests in flight; they must all answer 200, later ones 503 (or a refused connection
+  once the process is gone), the process exits 0, and every response the client got has
+  its line in the access log.
 
     .venv/bin/python bench/bench_soak.py                         # 22 min (2 warm-up + 20)
     .venv/bin/python bench/bench_soak.py --minutes 3 --rebuild-at 90   # a smoke run
@@ -159,13 +160,14 @@ class Load:
             self.records.append(rec)
 
     async def run(self, seconds: float, t0: float, start_n: int = 0,
-                  stop: threading.Event | None = None) -> int:
+                  stop: threading.Event | None = None, rate: float | None = None) -> int:
+        rate = rate or self.rate
         tasks, n = set(), start_n
         limits = httpx.Limits(max_connections=MAX_OUTSTANDING, max_keepalive_connections=16)
         async with httpx.AsyncClient(limits=limits) as client:
             begin = time.monotonic()
             while time.monotonic() - begin < seconds and not (stop and stop.is_set()):
-                due = begin + (n - start_n) / self.rate
+                due = begin + (n - start_n) / rate
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
                 if self.outstanding >= MAX_OUTSTANDING:
                     self.skipped += 1
@@ -241,7 +243,9 @@ def main() -> None:  # noqa: PLR0915
     ap.add_argument("--warmup-minutes", type=float, default=2.0)
     ap.add_argument("--rate", type=float, default=0.5, help="requests per second")
     ap.add_argument("--rebuild-at", type=float, default=660.0, help="seconds into the soak")
-    ap.add_argument("--sigterm-load-s", type=float, default=6.0)
+    ap.add_argument("--sigterm-load-s", type=float, default=8.0)
+    ap.add_argument("--sigterm-rate", type=float, default=4.0,
+                    help="requests per second around SIGTERM (so some are in flight)")
     ap.add_argument("--work", type=Path, default=ROOT / ".cache" / "soak")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "soak_results.json")
     args = ap.parse_args()
@@ -318,14 +322,22 @@ def main() -> None:  # noqa: PLR0915
         stop_load = threading.Event()
         term: dict = {}
 
-        def terminate() -> None:
-            time.sleep(2.0)
+        def terminate() -> None:  # once requests are in flight (bounded wait)
+            time.sleep(1.0)
+            for _ in range(200):
+                try:
+                    if httpx.get(url + "/health", timeout=2).json()["in_flight"] >= 2:
+                        break
+                except (httpx.HTTPError, ValueError, KeyError):
+                    pass
+                time.sleep(0.05)
             term["at_s"] = time.monotonic() - t0
             server.send_signal(signal.SIGTERM)
 
         before = len(load.records)
         threading.Thread(target=terminate, daemon=True).start()
-        asyncio.run(load.run(args.sigterm_load_s, t0, start_n=n, stop=stop_load))
+        asyncio.run(load.run(args.sigterm_load_s, t0, start_n=n, stop=stop_load,
+                             rate=args.sigterm_rate))
         try:
             code = server.wait(timeout=120)
         except subprocess.TimeoutExpired:
@@ -334,8 +346,12 @@ def main() -> None:  # noqa: PLR0915
         term["exited_s"] = time.monotonic() - t0
         stop.set()
         tail = load.records[before:]
-        sent_before = [r for r in tail if r["sent"] < term["at_s"]]
+        # sent over 0.2 s before the signal: admitted, so must finish 200; in the last
+        # 0.2 s either may happen (the request can reach the server after the signal)
+        sent_before = [r for r in tail if r["sent"] < term["at_s"] - 0.2]
         sent_after = [r for r in tail if r["sent"] >= term["at_s"]]
+        term["in_flight_at_signal"] = sum(1 for r in sent_before
+                                          if r["sent"] + r["latency"] > term["at_s"])
         term["in_flight_or_before"] = {str(s): sum(1 for r in sent_before if r["status"] == s)
                                        for s in sorted({r["status"] for r in sent_before})}
         term["after"] = {str(s): sum(1 for r in sent_after if r["status"] == s)
@@ -428,6 +444,8 @@ def problems(r: dict, max_rss_growth_pct: float = 5.0) -> list[str]:
     t = r["sigterm"]
     if t.get("exit") != 0:
         out.append(f"exit status after SIGTERM: {t.get('exit')}")
+    if not t.get("in_flight_at_signal"):
+        out.append("no request was in flight at SIGTERM: the drain was not exercised")
     if set(t["in_flight_or_before"]) - {"200"}:
         out.append(f"requests sent before SIGTERM: {t['in_flight_or_before']}")
     if set(t["after"]) - {"503", "0"} or "503" not in t["after"]:

@@ -55,10 +55,12 @@ def hosts(tmp_path_factory):
                     resources={"w1": {"replica_slot": 1}, "w2": {"replica_slot": 1}})
         yield h
     out = os.environ.get("INTENTRANK_FAULTS_OUT")
-    if out and RESULTS:
+    if out and RESULTS:  # merged into what an earlier run (e.g. of other tests) wrote
         path = Path(out)
         old = json.loads(path.read_text()) if path.exists() else {}
-        path.write_text(json.dumps({**old, **RESULTS}, indent=1) + "\n")
+        for key, value in RESULTS.items():
+            old.setdefault(key, {}).update(value)
+        path.write_text(json.dumps(old, indent=1) + "\n")
 
 
 def _env(cache: Path) -> dict[str, str]:
@@ -75,6 +77,7 @@ def _run_and_kill(hosts: Hosts, cmd: list[str], cache: Path, log: Path, marker: 
     a process on a worker host has used ``after_s`` CPU seconds (it is working: model loaded,
     batches or queries under way), SIGKILL every process of that host. Returns seconds,
     exit status, the host killed and how many processes."""
+    before = {p for name in ("w1", "w2") for p in hosts.pids(name)}  # an earlier job's
     start = time.monotonic()
     proc = hosts.popen("head", cmd, log=log, **_env(cache))
     killed: dict = {}
@@ -82,7 +85,8 @@ def _run_and_kill(hosts: Hosts, cmd: list[str], cache: Path, log: Path, marker: 
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline and proc.poll() is None and not killed:
             for name in ("w1", "w2"):
-                busy = [p for p in hosts.pids(name) if marker in _cmdline(p)]
+                busy = [p for p in hosts.pids(name)
+                        if p not in before and marker in _cmdline(p)]
                 if busy and _cpu_s(busy[0]) >= after_s:
                     killed = {"host": name, "at_s": time.monotonic() - start,
                               "cpu_s_before_kill": _cpu_s(busy[0]),
