@@ -10,6 +10,7 @@ import io
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -179,7 +180,9 @@ def test_sigterm_drains_in_flight_refuses_new_logs_all_and_exits_0(cranfield, tm
               map(json.loads, access.read_text().splitlines()) if "request_id" in r}
     for rid, status in results.items():
         assert logged.get(rid) == status, (rid, status, logged.get(rid))
-    assert "SIGTERM: draining (3 in flight" in out
+    # the 3 slow ones (a /health poll answered a moment before may still be counted)
+    draining = re.search(r"SIGTERM: draining \((\d+) in flight", out)
+    assert draining and int(draining.group(1)) >= 3, out
 
 
 def test_a_broken_new_generation_is_refused_and_the_old_one_stays_served(cranfield,
