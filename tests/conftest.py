@@ -103,8 +103,17 @@ def fake_openai():
 DENSE_FIXTURES = frozenset({"cranfield_index"})
 
 
+# Opt-in tiers: a test marked with one of these runs only when -m names the marker
+# (`pytest -m cluster`, scripts/faults.sh); otherwise it is skipped, saying how to run it.
+OPT_IN = ("cluster", "soak")
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytest hook)
     slow = pytest.mark.slow(reason="encodes a real collection with the dense model")
+    markexpr = config.getoption("markexpr", "") or ""
     for item in items:
         if DENSE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(slow)
+        for name in OPT_IN:
+            if item.get_closest_marker(name) and name not in markexpr:
+                item.add_marker(pytest.mark.skip(reason=f"opt-in: run with -m {name}"))

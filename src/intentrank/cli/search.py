@@ -68,6 +68,8 @@ def index(
                                       "an actor pool of embedders).")] = False,
     ray_address: RayAddressOption = "",
     ray_workers: Annotated[int, typer.Option(help="Embedder actors on Ray.")] = 2,
+    ray_batch_size: Annotated[int, typer.Option(help="Passages per Ray batch (the unit a "
+                                                "lost actor's work is redone in).")] = 256,
     bm25_backend: Annotated[str, typer.Option(help="BM25 retrieval: numpy, or numba (about "
                                               "100x faster at 1M documents; the scale "
                                               "extra).")] = "numpy",
@@ -80,6 +82,7 @@ def index(
 
     check_int("--shards", shards)
     check_int("--ray-workers", ray_workers)
+    check_int("--ray-batch-size", ray_batch_size)
     base = IndexSettings(legs=tuple(x.strip() for x in legs.split(",") if x.strip()))
     settings = replace(
         base,
@@ -95,7 +98,8 @@ def index(
     if ray or ray_address:
         from intentrank.scale.encode import ray_encoder
 
-        encoder = ray_encoder(settings.dense, workers=ray_workers, address=ray_address or None)
+        encoder = ray_encoder(settings.dense, workers=ray_workers, batch_size=ray_batch_size,
+                              address=ray_address or None)
     start = time.perf_counter()
     idx = build_index(corpus(source, encoding), out_dir, settings, overwrite=overwrite,
                       progress=True, log=log, encoder=encoder)

@@ -57,6 +57,11 @@ def serve(
                                              "stderr).")] = None,  # type: ignore[assignment]
     dataset: Annotated[Path, typer.Option(help="Dataset of the default index.")] =
         DEFAULT_DATA / "scifact",
+    watch_index: Annotated[float, typer.Option(help="Every this many seconds, switch to an "
+                                               "index directory's new generation once a "
+                                               "rebuild commits one (0: never).")] = 0.0,
+    drain: Annotated[float, typer.Option(help="On SIGTERM: seconds in-flight requests get to "
+                                         "finish (new ones get 503).")] = 30.0,
     ray: Annotated[bool, typer.Option("--ray", help="Serve replicas on Ray Serve (a local "
                                       "cluster unless --ray-address).")] = False,
     ray_address: RayAddressOption = "",
@@ -97,7 +102,8 @@ def serve(
         require(module, "service", "intentrank serve")
     service_settings, generated = build_settings(
         index, pipeline, keys_file, no_keys, workers, queue_limit, timeout, cors_origin,
-        report_dir, access_log, dataset, settings.llm, settings.llm_options, log=log_stderr)
+        report_dir, access_log, dataset, settings.llm, settings.llm_options, log=log_stderr,
+        watch_s=watch_index or None, drain_s=drain)
     run_service(service_settings, generated, host, port, ray=ray,
                 ray_address=ray_address or None, replicas=replicas, ray_batching=batching)
 

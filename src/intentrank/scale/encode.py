@@ -57,11 +57,15 @@ def ray_encode(texts: Sequence[str], settings: DenseSettings | None = None, *,
     for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
         rows.append(batch["row"])
         vecs.append(np.asarray(batch["vector"], dtype=np.float32))
-    order = np.argsort(np.concatenate(rows), kind="stable")
+    got = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    order = np.argsort(got, kind="stable")
     result = np.concatenate(vecs)[order]
-    if len(result) != len(texts):
+    # exactly one vector per passage, even after Ray retried tasks or restarted actors
+    if len(result) != len(texts) or not np.array_equal(got[order], np.arange(len(texts))):
+        seen = np.bincount(got, minlength=len(texts)) if len(got) else np.zeros(len(texts))
         raise RuntimeError(f"Ray encoding returned {len(result)} vectors for {len(texts)} "
-                           f"passages")
+                           f"passages ({int((seen == 0).sum())} missing, "
+                           f"{int((seen > 1).sum())} more than once)")
     return np.ascontiguousarray(result)
 
 

@@ -207,16 +207,22 @@ class _Service:
 
 def deployment(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
                scorer: Any = None, spec: ScorerSpec | None = None,
-               max_ongoing_requests: int = 16) -> Any:
+               max_ongoing_requests: int = 16,
+               replica_resources: dict[str, float] | None = None) -> Any:
     """A bound Ray Serve application of ``replicas`` copies of the service for
     ``settings`` (a :class:`~intentrank.service.settings.ServiceSettings` whose indexes are
     directories: every replica opens them itself); with ``scorer`` (a bound
-    :func:`scorer_deployment` of ``spec``) its cross-encoder steps go there."""
+    :func:`scorer_deployment` of ``spec``) its cross-encoder steps go there.
+    ``replica_resources``: Ray custom resources each replica needs (e.g. one slot per
+    node, to put replicas on different hosts)."""
     from ray import serve
 
+    options: dict[str, Any] = {"num_cpus": cpus_per_replica}
+    if replica_resources:
+        options["resources"] = dict(replica_resources)
     cls = serve.deployment(name="intentrank", num_replicas=replicas,
                            max_ongoing_requests=max_ongoing_requests,
-                           ray_actor_options={"num_cpus": cpus_per_replica})(
+                           ray_actor_options=options)(
         serve.ingress()(type("IntentrankService", (_Service,), {})))
     return cls.bind(settings, scorer, spec)
 
@@ -225,7 +231,8 @@ def run(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
         host: str = "127.0.0.1", port: int = 8000, address: str | None = None,
         blocking: bool = False, cross_encoder: ScorerSpec | None = None,
         max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01,
-        pair_batch_size: int = 32, scorer_replicas: int = 1, scorer_cpus: float = 1.0) -> Any:
+        pair_batch_size: int = 32, scorer_replicas: int = 1, scorer_cpus: float = 1.0,
+        replica_resources: dict[str, float] | None = None) -> Any:
     """Deploy the service on Ray Serve at http://host:port/ (``intentrank serve --ray``);
     with ``cross_encoder`` its matching cross-encoder steps are scored by a
     :func:`scorer_deployment` batching across requests (refused before Ray starts when no
@@ -245,7 +252,8 @@ def run(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
                                    pair_batch_size=pair_batch_size, replicas=scorer_replicas,
                                    cpus=scorer_cpus)
     return serve.run(deployment(settings, replicas=replicas, cpus_per_replica=cpus_per_replica,
-                                scorer=scorer, spec=cross_encoder),
+                                scorer=scorer, spec=cross_encoder,
+                                replica_resources=replica_resources),
                      route_prefix="/", blocking=blocking)
 
 

@@ -14,6 +14,7 @@ ids, the body-size limit, the access log) is :mod:`intentrank.service.gate`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ from intentrank import __version__
 from intentrank.service.auth import ApiKey
 from intentrank.service.engine import Engine, RequestError, Served, make_query, redact
 from intentrank.service.gate import COHERE_PATHS, OPENAI_PATHS, AccessLog, Gate, error_body
+from intentrank.service.lifecycle import Drain
 from intentrank.service.models import (
     AnswerResponse,
     CohereErrorOut,
@@ -117,9 +119,14 @@ Key = Annotated[ApiKey | None, Depends(api_key)]
 def create_app(settings: ServiceSettings) -> FastAPI:
     """Load the indexes and pipelines of ``settings`` and return the app serving them."""
     settings.check()
-    engine = Engine(settings, log=lambda m: None)
-    pool = WorkerPool(settings.workers, settings.queue_limit)
     access = AccessLog(settings.access_log)
+
+    def reloaded(record: dict[str, Any]) -> None:  # a generation switch: logged, and shown
+        access.write({"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record})  # in /health
+
+    engine = Engine(settings, log=lambda m: None, on_reload=reloaded)
+    pool = WorkerPool(settings.workers, settings.queue_limit)
+    drain = Drain()
     limits = settings.limits
 
     @asynccontextmanager
@@ -137,7 +144,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             "endpoint but /health. Limits: "
             + ", ".join(f"{k} {v}" for k, v in vars(limits).items()) + "."))
     app.state.engine, app.state.pool, app.state.settings = engine, pool, settings
-    app.add_middleware(Gate, max_body=limits.max_body_bytes, log=access)  # type: ignore[arg-type]
+    app.state.drain = drain  # set by SIGTERM (service/lifecycle.py): new requests get 503
+    app.add_middleware(Gate, max_body=limits.max_body_bytes, log=access,  # type: ignore[arg-type]
+                       drain=drain)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST"],
@@ -224,10 +233,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     # -- endpoints ---------------------------------------------------------------------
     @app.get("/health", response_model=HealthResponse, tags=["service"])
     async def health() -> dict[str, Any]:
-        """Liveness and load; needs no key."""
+        """Liveness and load, and the index generation each index is served from (with
+        the number of generation switches since start-up); needs no key."""
         return {"status": "ok", "indexes": len(engine.indexes),
                 "pipelines": len(engine.pipelines), "in_flight": pool.in_flight,
-                "workers": pool.workers, "queue_limit": pool.queue_limit}
+                "workers": pool.workers, "queue_limit": pool.queue_limit,
+                "generations": engine.generations, "reloads": engine.reloads,
+                "reload_errors": engine.reload_errors}
 
     @app.get("/pipelines", response_model=PipelinesResponse, responses=ERRORS,
              tags=["service"])

@@ -57,13 +57,17 @@ def build_settings(
     llm_options: dict[str, Any] | None = None,
     limits: Limits | None = None,
     log: Any = print,
+    watch_s: float | None = None,
+    drain_s: float = 30.0,
 ) -> tuple[ServiceSettings, str | None]:
     """Service settings and, when no key is configured, a generated key (else None).
 
     ``index_dirs``: ``DIR`` or ``NAME=DIR``; none: the quickstart's index of ``dataset``
     (default ``$INTENTRANK_DATA/scifact`` into ``indexes/<dataset name>``, built if missing).
     ``pipelines``: shipped names or ``[NAME=]config.yaml``; none: the default set.
-    Keys: ``keys_file``, else ``$INTENTRANK_API_KEYS``, else one generated for this run."""
+    Keys: ``keys_file``, else ``$INTENTRANK_API_KEYS``, else one generated for this run.
+    ``watch_s``: reload new index generations (checked that often); ``drain_s``: SIGTERM's
+    limit for in-flight requests."""
     if index_dirs:
         indexes: dict[str, Any] = {n: Path(p) for n, p in _named(index_dirs, "index").items()}
     else:
@@ -87,7 +91,7 @@ def build_settings(
         queue_limit=queue_limit, timeout_s=timeout, cors_origins=list(cors_origins or []),
         report_dirs=list(report_dirs) if report_dirs else [REPO_REPORTS],
         access_log=access_log, llm=llm, llm_options=dict(llm_options or {}),
-        limits=limits or Limits(), **extra)
+        limits=limits or Limits(), watch_s=watch_s, drain_s=drain_s, **extra)
     return settings.check(), generated
 
 
@@ -112,7 +116,9 @@ def serve(
     ``replicas`` copies on Ray Serve instead of one uvicorn process
     (:mod:`intentrank.scale.serve`); ``ray_batching`` (keyword arguments of
     :func:`intentrank.scale.serve.run`: ``cross_encoder``, ``max_batch_size``,
-    ``batch_wait_timeout_s``) scores that cross-encoder in batches shared across requests."""
+    ``batch_wait_timeout_s``) scores that cross-encoder in batches shared across requests.
+    SIGTERM drains (:mod:`intentrank.service.lifecycle`): in-flight requests finish, new
+    ones get 503, then the process exits 0."""
     import uvicorn
 
     from intentrank.service.app import create_app
@@ -142,5 +148,12 @@ def serve(
         run(replace(settings, indexes=dirs), replicas=replicas, host=host, port=port,
             address=ray_address, blocking=True, **batching)
         return
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                timeout_keep_alive=5)
+    from intentrank.service.lifecycle import DrainingServer
+
+    assert app is not None
+    if settings.watch_s:
+        print(f"watching the index directories for new generations every "
+              f"{settings.watch_s:g} s", flush=True)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_keep_alive=5, timeout_graceful_shutdown=settings.drain_s)
+    DrainingServer(config, app.state.drain, settings.drain_s, log=log_stderr).run()

@@ -77,8 +77,8 @@ class AccessLog:
 class Gate:
     """Pure ASGI middleware: request id, body-size limit, access log."""
 
-    def __init__(self, app: Any, max_body: int, log: AccessLog) -> None:
-        self.app, self.max_body, self.log = app, max_body, log
+    def __init__(self, app: Any, max_body: int, log: AccessLog, drain: Any = None) -> None:
+        self.app, self.max_body, self.log, self.drain = app, max_body, log, drain
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -99,6 +99,22 @@ class Gate:
                                       (b"x-content-type-options", b"nosniff")]
             await send(message)
 
+        admitted = self.drain is None or self.drain.admit()
+        if not admitted:  # shutting down: refuse before reading anything
+            info["error"] = "the service is shutting down; retry on another replica"
+            body_out = json.dumps(error_body(scope.get("path", ""), 503, info["error"],
+                                             rid)).encode()
+            await send_logged({"type": "http.response.start", "status": 503,
+                               "headers": [(b"content-type", b"application/json"),
+                                           (b"content-length", str(len(body_out)).encode()),
+                                           (b"retry-after", b"1"), (b"connection", b"close")]})
+            await send_logged({"type": "http.response.body", "body": body_out})
+            self.log.write({"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
+                            "method": scope.get("method"), "path": scope.get("path"),
+                            "status": 503,
+                            "latency_ms": round(1000 * (time.perf_counter() - start), 2),
+                            "bytes_in": 0, "error": info["error"]})
+            return
         try:
             length = int(headers.get(b"content-length", b"0") or 0)
         except ValueError:
@@ -153,3 +169,5 @@ class Gate:
                 "latency_ms": round(1000 * (time.perf_counter() - start), 2),
                 "bytes_in": max(received[0], length),
                 **{k: v for k, v in info.items() if k != "request_id"}})
+            if self.drain is not None:  # after its log line: a drain ends with a full log
+                self.drain.release()

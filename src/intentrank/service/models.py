@@ -164,6 +164,8 @@ class SearchResponse(BaseModel):
     fallbacks: int = 0
     seconds: float
     answer: AnswerOut | None = None
+    generation: str | None = Field(None, description="The index generation that answered "
+                                                     "(one per request, never a mix).")
 
 
 class AnswerResponse(SearchResponse):
@@ -205,6 +207,10 @@ class HealthResponse(BaseModel):
     in_flight: int
     workers: int
     queue_limit: int
+    generations: dict[str, str | None] = Field(
+        default_factory=dict, description="Index name -> the generation served now.")
+    reloads: int = Field(0, description="Generation switches since start-up.")
+    reload_errors: int = 0
 
 
 class ReportInfo(BaseModel):

@@ -50,6 +50,9 @@ class ServiceSettings:
     ``rerankers``: name -> config node run over a request's own candidates (POST /rerank).
     ``keys``: an :class:`~intentrank.service.auth.KeyStore`; with ``require_keys`` (the
     default) every endpoint but /health and the static page needs one of them.
+    ``watch_s``: every that many seconds, switch to an index directory's new generation when
+    a rebuild has committed one (None: serve the generations opened at start-up).
+    ``drain_s``: after SIGTERM, how long in-flight requests get to finish (new ones: 503).
     """
 
     indexes: dict[str, Any]
@@ -69,6 +72,8 @@ class ServiceSettings:
     llm_options: dict[str, Any] = field(default_factory=dict)
     access_log: Any = None  # a path, a text stream (default: stderr) or False for none
     default_pipeline: str | None = None
+    watch_s: float | None = None  # check the index directories' CURRENT this often (reload)
+    drain_s: float = 30.0  # on SIGTERM: at most this long for in-flight requests to finish
 
     def check(self) -> ServiceSettings:
         """Refuse settings that cannot serve, naming the bad one."""
@@ -91,6 +96,9 @@ class ServiceSettings:
         check_int("queue_limit", self.queue_limit, minimum=0)
         check_number("timeout_s", self.timeout_s, above=0)
         check_int("retry_after_s", self.retry_after_s)
+        if self.watch_s is not None:
+            check_number("watch_s", self.watch_s, above=0)
+        check_number("drain_s", self.drain_s, above=0)
         if self.require_keys and (self.keys is None or not len(self.keys)):
             raise ConfigError("API keys are required but none are configured: give a keys "
                               "file or $INTENTRANK_API_KEYS, or turn keys off explicitly")
