@@ -32,6 +32,21 @@ def _build(cranfield, where: Path, skip: int, n: int = 120):
     return build_index(docs, where, IndexSettings(legs=("bm25",)), overwrite=True)
 
 
+def _watched_app(cranfield, where: Path):
+    """A BM25 index of 120 Cranfield abstracts at ``where`` and an app watching it every
+    0.1 s: (app, the index's first generation, the access log)."""
+    from intentrank.service import ServiceSettings, create_app
+
+    first = _build(cranfield, where, skip=0)
+    generation = first.generation
+    first.close()
+    log = io.StringIO()
+    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
+                                     rerankers={}, require_keys=False, watch_s=0.1,
+                                     access_log=log))
+    return app, generation, log
+
+
 def _wait(predicate, seconds: float = 60.0, what: str = "condition") -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -44,16 +59,8 @@ def _wait(predicate, seconds: float = 60.0, what: str = "condition") -> None:
 def test_a_rebuild_is_served_atomically_and_said_in_health_and_log(cranfield, tmp_path):
     from fastapi.testclient import TestClient
 
-    from intentrank.service import ServiceSettings, create_app
-
     where = tmp_path / "idx"
-    first = _build(cranfield, where, skip=0)
-    gen_a = first.generation
-    first.close()
-    log = io.StringIO()
-    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
-                                     rerankers={}, require_keys=False, watch_s=0.1,
-                                     access_log=log))
+    app, gen_a, log = _watched_app(cranfield, where)
     queries = ["boundary layer", "heat transfer", "supersonic flow", "wing lift", "shock"]
     seen: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     failures: list[int] = []
@@ -192,16 +199,9 @@ def test_a_broken_new_generation_is_refused_and_the_old_one_stays_served(cranfie
     from fastapi.testclient import TestClient
 
     from intentrank.index import layout
-    from intentrank.service import ServiceSettings, create_app
 
     where = tmp_path / "idx"
-    idx = _build(cranfield, where, skip=0)
-    gen_a = idx.generation
-    idx.close()
-    log = io.StringIO()
-    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
-                                     rerankers={}, require_keys=False, watch_s=0.1,
-                                     access_log=log))
+    app, gen_a, log = _watched_app(cranfield, where)
     with TestClient(app) as client:
         before = client.post("/search", json={"query": "wing", "pipeline": "bm25"}).json()
         broken = layout.new_generation_name()
