@@ -99,21 +99,31 @@ class Gate:
                                       (b"x-content-type-options", b"nosniff")]
             await send(message)
 
-        admitted = self.drain is None or self.drain.admit()
-        if not admitted:  # shutting down: refuse before reading anything
-            info["error"] = "the service is shutting down; retry on another replica"
-            body_out = json.dumps(error_body(scope.get("path", ""), 503, info["error"],
+        async def send_error(code: int, message: str, *headers: tuple[bytes, bytes]) -> None:
+            """The API's JSON error body for ``message`` with status ``code``."""
+            body_out = json.dumps(error_body(scope.get("path", ""), code, message,
                                              rid)).encode()
-            await send_logged({"type": "http.response.start", "status": 503,
+            await send_logged({"type": "http.response.start", "status": code,
                                "headers": [(b"content-type", b"application/json"),
                                            (b"content-length", str(len(body_out)).encode()),
-                                           (b"retry-after", b"1"), (b"connection", b"close")]})
+                                           *headers]})
             await send_logged({"type": "http.response.body", "body": body_out})
-            self.log.write({"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
-                            "method": scope.get("method"), "path": scope.get("path"),
-                            "status": 503,
-                            "latency_ms": round(1000 * (time.perf_counter() - start), 2),
-                            "bytes_in": 0, "error": info["error"]})
+
+        def write_log(bytes_in: int) -> None:
+            self.log.write({
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
+                "method": scope.get("method"), "path": scope.get("path"),
+                "status": status[0] or 500,
+                "latency_ms": round(1000 * (time.perf_counter() - start), 2),
+                "bytes_in": bytes_in,
+                **{k: v for k, v in info.items() if k != "request_id"}})
+
+        if self.drain is not None and not self.drain.admit():
+            # shutting down: refuse before reading anything
+            info["error"] = "the service is shutting down; retry on another replica"
+            await send_error(503, info["error"], (b"retry-after", b"1"),
+                             (b"connection", b"close"))
+            write_log(0)
             return
         try:
             length = int(headers.get(b"content-length", b"0") or 0)
@@ -141,33 +151,13 @@ class Gate:
         except _BodyTooLarge:
             info["error"] = f"the body is over the limit of {self.max_body} bytes"
             if status[0] == 0:
-                body_out = json.dumps(error_body(scope.get("path", ""), 413, info["error"],
-                                                 rid)).encode()
-                await send_logged({"type": "http.response.start", "status": 413,
-                                   "headers": [(b"content-type", b"application/json"),
-                                               (b"content-length",
-                                                str(len(body_out)).encode()),
-                                               (b"connection", b"close")]})
-                await send_logged({"type": "http.response.body", "body": body_out})
+                await send_error(413, info["error"], (b"connection", b"close"))
         except Exception as exc:  # anything unhandled: logged (redacted), answered 500
             info["exception"] = redact(f"{type(exc).__name__}: {exc}")[:500]
             print(redact("".join(traceback.format_exception(exc))), file=sys.stderr)
             if status[0] == 0:
-                body_out = json.dumps(error_body(scope.get("path", ""), 500,
-                                                 f"internal error (request id {rid})",
-                                                 rid)).encode()
-                await send_logged({"type": "http.response.start", "status": 500,
-                                   "headers": [(b"content-type", b"application/json"),
-                                               (b"content-length",
-                                                str(len(body_out)).encode())]})
-                await send_logged({"type": "http.response.body", "body": body_out})
+                await send_error(500, f"internal error (request id {rid})")
         finally:
-            self.log.write({
-                "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
-                "method": scope.get("method"), "path": scope.get("path"),
-                "status": status[0] or 500,
-                "latency_ms": round(1000 * (time.perf_counter() - start), 2),
-                "bytes_in": max(received[0], length),
-                **{k: v for k, v in info.items() if k != "request_id"}})
+            write_log(max(received[0], length))
             if self.drain is not None:  # after its log line: a drain ends with a full log
                 self.drain.release()
