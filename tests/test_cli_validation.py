@@ -404,3 +404,15 @@ def test_os_errors_are_error_lines(data_dir, tmp_path):
     res = runner.invoke(app, ["index", str(data_dir / "cranfield"), str(afile / "idx"),
                               "--legs", "bm25"])
     _clean_error(res, "Not a directory")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--watch-index", "-1", "--watch-index must be >= 0"),
+    ("--watch-index", "nan", "--watch-index must be a finite number"),
+    ("--drain", "0", "--drain must be > 0"),
+    ("--drain", "inf", "--drain must be a finite number"),
+])
+def test_serve_watch_and_drain_refused_before_work(tmp_path, option, value, message):
+    """Checked before any index is opened or built (the directory does not exist)."""
+    res = runner.invoke(app, ["serve", "--index", str(tmp_path / "none"), option, value])
+    _clean_error(res, message)

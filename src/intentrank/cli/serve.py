@@ -23,7 +23,7 @@ from intentrank.cli.common import (
 )
 from intentrank.cli.evaluate import compare_pipelines
 from intentrank.cli.options import RayAddressOption
-from intentrank.core.params import check_int
+from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError
 
 
@@ -86,6 +86,8 @@ def serve(
     settings = settings_of(ctx)
     check_int("--replicas", replicas)
     check_int("--ray-batch-size", ray_batch_size)
+    check_number("--watch-index", watch_index, minimum=0)
+    check_number("--drain", drain, above=0)
     if ray_batch_wait_ms < 0:
         raise ConfigError(f"--ray-batch-wait-ms must be >= 0, got {ray_batch_wait_ms}")
     batching = None
