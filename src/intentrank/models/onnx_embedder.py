@@ -40,12 +40,13 @@ def minilm_int8_onnx_path() -> Path:
                      f"reinstall it")
 
 
-def ort_session(path: str | Path, threads: int | None = None) -> tuple[Any, bool]:
-    """A CPU onnxruntime session for the ONNX file at ``path`` (read once) and whether the
-    model is :func:`batch_dependent`; ``threads`` caps intra-op threads (default: all
-    cores). A batch-dependent model's session is single-threaded: :class:`ItemRunner` runs
-    its texts one per run, several runs at once. External data files are looked up next to
-    ``path``."""
+def ort_session(path: str | Path, threads: int | None = None, per_item: bool | None = None
+                ) -> tuple[Any, bool]:
+    """A CPU onnxruntime session for the ONNX file at ``path`` (read once) and whether it
+    runs one item per run: ``per_item``, or by default whether the model is
+    :func:`batch_dependent`; ``threads`` caps intra-op threads (default: all cores). A
+    per-item session is single-threaded: :class:`ItemRunner` runs its texts one per run,
+    several runs at once. External data files are looked up next to ``path``."""
     import onnxruntime as ort
 
     path = Path(path)
@@ -53,7 +54,7 @@ def ort_session(path: str | Path, threads: int | None = None) -> tuple[Any, bool
         model = path.read_bytes()
     except OSError as exc:
         raise ModelError(f"cannot load ONNX model {path}: {exc}") from exc
-    per_item = batch_dependent(model)
+    per_item = batch_dependent(model) if per_item is None else per_item
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1 if per_item else threads or 0
     opts.inter_op_num_threads = 1
@@ -146,7 +147,9 @@ def pad_encodings(encodings: Sequence[Any]) -> dict[str, np.ndarray]:
 
 
 class OnnxEmbedder(PrefixedEncoder):
-    """all-MiniLM-L6-v2 int8 through onnxruntime; same API as SentenceTransformerEmbedder."""
+    """all-MiniLM-L6-v2 int8 (or the ONNX file at ``onnx_path``) through onnxruntime; same
+    API as SentenceTransformerEmbedder. ``per_item`` runs each text alone (default: only a
+    batch-dependent model)."""
 
     def __init__(
         self,
@@ -156,6 +159,7 @@ class OnnxEmbedder(PrefixedEncoder):
         threads: int | None = None,
         onnx_path: str | Path | None = None,
         tokenizer_path: str | Path | None = None,
+        per_item: bool | None = None,
     ) -> None:
         from intentrank.models.inputs import minilm_path
 
@@ -165,7 +169,7 @@ class OnnxEmbedder(PrefixedEncoder):
         self.onnx_path = Path(onnx_path) if onnx_path else minilm_int8_onnx_path()
         self.name = "minilm-int8-onnx" if onnx_path is None else self.onnx_path.stem
         self.tokenizer = load_tokenizer(tokenizer_path or minilm_path(), max_length)
-        self.session, per_text = ort_session(self.onnx_path, threads)
+        self.session, per_text = ort_session(self.onnx_path, threads, per_item)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.items = ItemRunner(self.session, self.input_names, threads) if per_text else None
         dim = self.session.get_outputs()[0].shape[-1]

@@ -1,0 +1,93 @@
+"""Queries through the fp32 ONNX export of the real MiniLM: equal to torch within float32
+noise, the same alone as in a list, and torch kept (with a warning) when the export cannot
+be used."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from intentrank.errors import ModelError
+from intentrank.models import onnx_queries
+from intentrank.models.embedder import SentenceTransformerEmbedder, load_embedder
+from intentrank.models.onnx_queries import QueryEncoders, mean_pooled
+
+
+@pytest.fixture(scope="module")
+def minilm() -> SentenceTransformerEmbedder:
+    emb = load_embedder("minilm")
+    assert isinstance(emb, SentenceTransformerEmbedder)
+    return emb
+
+
+@pytest.fixture(scope="module")
+def queries(scifact) -> list[str]:
+    return [q.text for _, q in zip(range(40), scifact.queries.values(), strict=False)]
+
+
+def test_real_queries_equal_torch(minilm, queries) -> None:
+    assert minilm.query_backend == "onnx"
+    fast = minilm._onnx_queries.get(minilm)
+    assert fast is not None, "the bundled MiniLM should qualify for ONNX queries"
+    onnx_vecs = minilm.encode_queries(queries)
+    torch_vecs = minilm.torch_encode(queries)
+    assert onnx_vecs.shape == torch_vecs.shape == (len(queries), 384)
+    assert onnx_vecs.dtype == np.float32
+    assert np.abs(onnx_vecs - torch_vecs).max() < 1e-5
+    # each query is run alone: its vector does not depend on what it is encoded with
+    alone = np.vstack([minilm.encode_queries([q]) for q in queries[:8]])
+    assert np.array_equal(alone, onnx_vecs[:8])
+    assert np.array_equal(minilm.encode_queries(queries[::-1])[::-1], onnx_vecs)
+
+
+def test_export_is_cached_per_weights(minilm, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))
+    first = QueryEncoders._make(minilm)
+    files = list((tmp_path / "models" / "onnx-queries").glob("*/model.onnx"))
+    assert first is not None and len(files) == 1
+    stamp = files[0].stat().st_mtime_ns
+    second = QueryEncoders._make(minilm)  # reuses the file
+    assert second is not None and files[0].stat().st_mtime_ns == stamp
+    probe = ["coronary heart disease"]
+    assert np.array_equal(first.encode_queries(probe), second.encode_queries(probe))
+
+
+def test_failed_export_keeps_torch_with_a_warning(minilm, queries, monkeypatch, caplog) -> None:
+    def broken(*_args: object, **_kw: object) -> None:
+        raise RuntimeError("no exporter here")
+
+    monkeypatch.setattr(onnx_queries, "export", broken)
+    encoders = QueryEncoders()
+    with caplog.at_level(logging.WARNING, logger="intentrank.models.onnx_queries"):
+        assert encoders.get(minilm) is None
+        assert encoders.get(minilm) is None  # decided once
+    assert [r.getMessage() for r in caplog.records].count(
+        "queries stay on torch: the ONNX export of minilm failed (RuntimeError: no exporter "
+        "here)") == 1
+
+
+def test_torch_backend_and_bad_backend(minilm, queries) -> None:
+    as_torch = SentenceTransformerEmbedder(query_backend="torch")
+    assert np.array_equal(as_torch.encode_queries(queries[:3]), as_torch.torch_encode(queries[:3]))
+    with pytest.raises(ModelError, match="unknown query_backend 'gpu'"):
+        SentenceTransformerEmbedder(query_backend="gpu")
+
+
+def _module(name: str, **attrs: object) -> object:
+    return type(name, (), attrs)()
+
+
+@pytest.mark.parametrize(("modules", "expected"), [
+    ([_module("Transformer"), _module("Pooling", pooling_mode="mean"), _module("Normalize")],
+     True),
+    ([_module("Transformer"), _module("Pooling", pooling_mode="cls")], False),
+    ([_module("Transformer"), _module("Pooling", pooling_mode_mean_tokens=True)], True),
+    ([_module("Transformer"), _module("Pooling", pooling_mode_mean_tokens=True,
+                                      pooling_mode_max_tokens=True)], False),
+    ([_module("Transformer"), _module("Pooling", pooling_mode="mean"), _module("Dense")],
+     False),
+])
+def test_only_mean_pooled_models_qualify(modules, expected) -> None:
+    assert mean_pooled(modules) is expected
