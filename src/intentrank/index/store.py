@@ -33,6 +33,7 @@ import numpy as np
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
 from intentrank.index.ann import EXACT_BLOCK
+from intentrank.index.blas import SMALL_BATCH, one_blas_thread
 from intentrank.index.entities import extract_entities
 from intentrank.index.errors import (
     IndexCorruptError,
@@ -401,7 +402,8 @@ class Index:
                              f"{self.embeddings.shape[1]}-dimensional embeddings")
         if self.settings.dense.ann.method == "exact" and not self.sharded \
                 and len(self) <= EXACT_BLOCK:
-            scores = np.asarray(self.embeddings @ q.T, dtype=np.float32)  # (n_docs, n_queries)
+            with one_blas_thread if q.shape[0] <= SMALL_BATCH else contextlib.nullcontext():
+                scores = np.asarray(self.embeddings @ q.T, dtype=np.float32)  # (docs, queries)
             return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
         return self._search_dense_scaled(q, k)
 
