@@ -33,7 +33,6 @@ import numpy as np
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
 from intentrank.index.ann import EXACT_BLOCK
-from intentrank.index.blas import SMALL_BATCH, one_blas_thread
 from intentrank.index.entities import extract_entities
 from intentrank.index.errors import (
     IndexCorruptError,
@@ -41,7 +40,7 @@ from intentrank.index.errors import (
     IndexNotFoundError,
     rebuild_hint,
 )
-from intentrank.index.hits import Hits, bm25_tokenize, check_k, top_k
+from intentrank.index.hits import Hits, bm25_tokenize, check_k, dense_scores, top_k
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
 from intentrank.types import Document
@@ -402,8 +401,7 @@ class Index:
                              f"{self.embeddings.shape[1]}-dimensional embeddings")
         if self.settings.dense.ann.method == "exact" and not self.sharded \
                 and len(self) <= EXACT_BLOCK:
-            with one_blas_thread if q.shape[0] <= SMALL_BATCH else contextlib.nullcontext():
-                scores = np.asarray(self.embeddings @ q.T, dtype=np.float32)  # (docs, queries)
+            scores = dense_scores(self.embeddings, q)  # (n_docs, n_queries)
             return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
         return self._search_dense_scaled(q, k)
 
