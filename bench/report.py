@@ -54,6 +54,34 @@ def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
         print(f"[bench] {warning}", file=sys.stderr)
 
 
+def publish_tables(name: str, markdown: str, values: dict[str, str] | None = None,
+                   write: bool = True) -> str:
+    """A section whose prose lives in bench/sections/<name>.md: store the header lines and
+    tables of ``markdown`` with the ``values`` its prose reads (``{{value NAME}}``), render
+    the section into docs/benchmarks.md and print it; without ``write``, print ``markdown``
+    and ``values`` only. Returns what was printed."""
+    from intentrank.report.sections import store_tables
+
+    text = store_tables(ROOT, name, markdown, values) if write else "\n".join(
+        [markdown, *(f"- {k}: {v}" for k, v in (values or {}).items())])
+    print(text)
+    return text
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log(message: str) -> None:
+    """A progress line on stderr."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
 def rank_scores(ids: list[str]) -> dict[str, float]:
     """``{doc id: score}`` with the score falling with the rank (n, n-1, ...): a ranked list
     as a run entry that ir-measures orders exactly as given, without score ties."""
