@@ -715,47 +715,26 @@ def _llm_label(res: dict[str, Any]) -> str:
     return res["llm"] if form == "phrases" else f"{res['llm']} ({form})"
 
 
-SYSTEM_NOTE = ("(element alone): `per_element` with `against: element`; (element alone, CE "
-               "list first): the same with `with_question: true`, the CE's own ranking "
-               "interleaved as the first list; (..., split auto): the same over `knowledge: "
-               "{split: auto}`'s elements, a question the LLM finds one part in keeping the "
-               "CE's order (`one part N` in the last column)")
-
-
 def real_section(results: list[dict[str, Any]]) -> list[str]:
     """Markdown lines: the ``measure-real`` results, one table per dataset and split, with
-    the paper's single-document R@10 beside them (empty when there are none)."""
+    the paper's single-document R@10 beside them (empty when there are none; the prose
+    around them is bench/sections/knowledge.md's)."""
     lines: list[str] = []
     for key in sorted({(r["dataset"], r["split"]) for r in results}):
-        name, split = NAMES.get(key[0], key[0]), key[1]
-        lines += [f"**Real {name} {split} queries (single-aspect)** (R@k and nDCG@10 x100, "
-                  "ir-measures against the collection's qrels; the same three systems as above "
-                  "over the collection's index; a fixed-seed sample of the split; p = paired "
-                  "randomization test of KA N against CE; an LLM marked (questions): "
-                  "elements written as self-contained sub-questions, `--form questions`; "
-                  f"{SYSTEM_NOTE})", "",
-                  "| dataset | LLM | n (seed) | system | " +
-                  " | ".join(f"R@{k}" for k in CUTS) + " | nDCG@10 | p R@10 | p nDCG@10 | "
-                  "calls/q | s/q | fallbacks |",
+        name = NAMES.get(key[0], key[0])
+        lines += ["| dataset | LLM | n (seed) | system | " + " | ".join(f"R@{k}" for k in CUTS)
+                  + " | nDCG@10 | p R@10 | p nDCG@10 | calls/q | s/q | fallbacks |",
                   "|---|---|---|---|" + "---|" * len(CUTS) + "---|---|---|---|---|---|"]
         group = [r for r in results if (r["dataset"], r["split"]) == key]
-        rel = sum(r["relevant_per_query"] for r in group) / len(group)
         for res in group:
             for row in real_rows(res):
                 lines.append(f"| {name} | {_llm_label(res)} | {row['n']} ({res['seed']}) | "
                              f"{row['label']} | {_row_cells(row, REAL_METRICS, REAL_TESTS)}")
         lines += pooled_lines(group, name)
         lines += ["| paper (LiveRAG, single-document) | Falcon3-10B | - | CE / KA 5 | - | - | "
-                  "85.0 / 85.0 | - | - | - | - | - | - | - | - |", "",
-                  f"Comparability: the paper's .85 (CE) and .85 (KA, N_know = 5) are R@10 on "
-                  f"generated single-document questions with one gold document among 15M "
-                  f"FineWeb pages, 2000 candidates, a strong reranker and Falcon3-10B; here "
-                  f"real {name} queries with expert-judged relevant documents ({rel:.2f} per "
-                  f"query in the sample), 100 candidates from a small collection, the "
-                  f"bundled MiniLM cross-encoder and small embedded LLMs, so only the "
-                  f"CE-to-KA difference is comparable (0 in the paper at N_know = 5, -.03 at "
-                  f"N_know = 0), not the levels.", ""]
+                  "85.0 / 85.0 | - | - | - | - | - | - | - | - |", ""]
     return lines
+
 
 
 def _run_kind(res: dict[str, Any]) -> tuple[str, str]:
@@ -802,17 +781,7 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
     if not results:
         return []
     cols = [*(f"R@{k}" for k in CUTS), "nDCG@10", "S-recall@10", "alpha-nDCG@10"]
-    lines = ["**Composed two-aspect questions with real judgments** (`bench_knowledge.py "
-             "measure-aspects`; the composed sets of the coverage benchmark: two real labelled "
-             "test queries joined as \"A? And B?\" (sets named `-sentence`: the same questions "
-             "written as one sentence, \"A, and b?\"), each query's relevant documents one "
-             "aspect; "
-             "the set's first n questions; x100; R@k and nDCG@10 against the union of the two "
-             "queries' judgments, S-recall@10 = share of the two aspects with a relevant "
-             "document in the top 10, alpha-nDCG@10 by ndeval; p = paired randomization test "
-             "of KA N against CE; an LLM marked (questions): elements written as "
-             f"self-contained sub-questions, `--form questions`; {SYSTEM_NOTE})", "",
-             "| set | LLM | n | relevant/q | system | " + " | ".join(cols) +
+    lines = ["| set | LLM | n | relevant/q | system | " + " | ".join(cols) +
              " | p R@10 | p S-recall@10 | calls/q | s/q | fallbacks |",
              "|---|---|---|---|---|" + "---|" * len(cols) + "---|---|---|---|---|"]
     for res in results:
@@ -823,35 +792,21 @@ def aspect_section(results: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def _runs(pattern: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(OUT.glob(pattern))]
+
+
 def render(out: Path = BENCHMARKS) -> None:
+    """The knowledge section from every result in runs/knowledge/: its tables (the prose
+    that explains and reads them is bench/sections/knowledge.md's)."""
     from intentrank.measures.significance import paired_test
 
-    lines = [header(), "",
-             "Generated question sets (`intentrank generate`, split `generated`, the embedded "
-             "0.5B as writer; runs/generated/<set>; sets named `-ka` with `--config "
-             "bench/knowledge_taxonomy.yaml`: the default's users and two-document types "
-             "without its length bounds, `--multi-doc 0.6`). R@k = recall of the gold "
-             "documents in the top k, a two-document question counting 0.5 per document. "
-             "none = BM25 and dense "
-             "(MiniLM) lists, depth 100 each, interleaved (alternating, no repeats) to 100 "
-             "unique; CE = the bundled int8 MiniLM cross-encoder over those 100; KA N = "
-             "knowledge-aware: the LLM declares the question's knowledge elements over the CE "
-             "top N documents (N = 0: from the question alone), condenses them into two, and "
-             "the CE top 100 is reranked by the cross-encoder once per `question + element`, "
-             "the two lists interleaved. p = paired randomization test of each KA row against "
-             "CE on R@10. s/q = LLM seconds per question (cold: cached replies count what "
-             "they took), calls/q = LLM requests per question; these and the fallbacks are "
-             "over the set's questions of both kinds, except `one part N`: the questions of "
-             "the table's kind that `split: auto` judged one part. Paper (LiveRAG, 15M "
-             "FineWeb documents, N_ret = 2000, a strong reranker and Falcon3-10B): "
-             "two-document R@10 CE .53, "
-             "KA 0/2/5/8 .52/.53/.55/.54; single-document .85 vs .82/.84/.85/.84.", ""]
-    results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))
-               if not p.name.startswith(("judge-check", "stream", "real-", "aspects-"))]
+    lines = [header(), ""]
+    results = [r for p in sorted(OUT.glob("*.json"))
+               if not p.name.startswith(("judge-check", "stream", "real-", "aspects-"))
+               for r in [json.loads(p.read_text())]]
     for kind in ("pair", "single"):
-        title = "two-document" if kind == "pair" else "single-document"
-        lines += [f"**Tables 3/4 and 6/7, {title} questions** (R@k x100)", "",
-                  "| set | LLM | n | system | " + " | ".join(f"R@{k}" for k in CUTS) +
+        lines += ["| set | LLM | n | system | " + " | ".join(f"R@{k}" for k in CUTS) +
                   " | p (R@10 vs CE) | calls/q | s/q | fallbacks |",
                   "|---|---|---|---|" + "---|" * len(CUTS) + "---|---|---|---|"]
         for res in results:
@@ -876,14 +831,8 @@ def render(out: Path = BENCHMARKS) -> None:
                              f" | {p} | {cost.get('calls', 0):.1f} | "
                              f"{cost.get('seconds', 0):.1f} | {_fallbacks(cost)} |")
         lines.append("")
-    lines += real_section([json.loads(p.read_text()) for p in sorted(OUT.glob("real-*.json"))])
-    lines += aspect_section([json.loads(p.read_text())
-                             for p in sorted(OUT.glob("aspects-*.json"))])
-    lines += ["**Table 5: answers from the KA 5 ranking's top N_ans, judged** (relevance "
-              "-1..2 against the reference answer, faithfulness -1..1 against the gold "
-              "documents; means over the answers judged; paper, single-document: N_ans 3 "
-              "1.40/0.48, 10 1.42/0.48, 30 1.23/0.36)", "",
-              "| set | LLM | judge | n | N_ans | relevance | faithfulness | judged | "
+    lines += real_section(_runs("real-*.json")) + aspect_section(_runs("aspects-*.json"))
+    lines += ["| set | LLM | judge | n | N_ans | relevance | faithfulness | judged | "
               "abstentions | citations/answer | answer fallbacks | judge fallbacks | s/answer |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
@@ -895,31 +844,21 @@ def render(out: Path = BENCHMARKS) -> None:
                          f"{n_ans} | {_f(a['relevance'])} | {_f(a['faithfulness'])} | "
                          f"{a['n_relevance']} | {int(a['abstentions'])} | "
                          f"{a['citations']:.1f} | {afb} | {jfb} | {a['seconds']:.1f} |")
-    checks = [json.loads(p.read_text()) for p in sorted(OUT.glob("judge-check--*.json"))]
-    if checks:
+    if checks := _runs("judge-check--*.json"):
         kinds = ["reference", "abstention", "empty", "wrong_document", "contradicted"]
-        lines += ["", "**The judge on answers of known quality** (no LLM wrote them: the "
-                  "reference answer, another question's reference = an answer from the wrong "
-                  "document, the reference negated by rule, the prompt's abstention, an empty "
-                  "answer; expected relevance 2 > 0 = 0 > -1 = -1). Agreement = share of answer "
-                  "pairs with different expected relevance that the judge orders the same way "
-                  "(a tie counts 1/2; 0.5 is chance). Mean relevance / faithfulness by kind.",
-                  "", "| set | judge | questions | pairs | agreement | " +
-                  " | ".join(kinds) + " | fallbacks | s/answer |",
-                  "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|"]
+        lines += ["", "| set | judge | questions | pairs | agreement | " + " | ".join(kinds) +
+                  " | fallbacks | s/answer |", "|---|---|---|---|---|" + "---|" * len(kinds) +
+                  "---|---|"]
         for c in checks:
             cells = [f"{_f(c['mean_relevance'][k])} / {_f(c['mean_faithfulness'][k])}"
                      for k in kinds]
             lines.append(f"| {c['set']} | {c['llm']} | {c['n']} | {c['pairs']} | "
                          f"{c['agreement']:.2f} | " + " | ".join(cells) +
                          f" | {c['fallbacks']} | {c['seconds_per_answer']:.1f} |")
-    streams = [json.loads(p.read_text()) for p in sorted(OUT.glob("stream--*.json"))]
-    if streams:
-        lines += ["", "**Streaming** (`core/streaming.run_streamed`: one thread per stage over "
-                  "micro-batches, bounded queues) against running each stage over all questions "
-                  "before the next, cold (no LLM reply cache), alternated twice; questions/s.", "",
-                  "| set | LLM | questions | batch | pipeline | sequential q/s | streamed q/s | "
-                  "ratio (mean) | same answers |", "|---|---|---|---|---|---|---|---|---|"]
+    if streams := _runs("stream--*.json"):
+        lines += ["", "| set | LLM | questions | batch | pipeline | sequential q/s | "
+                  "streamed q/s | ratio (mean) | same answers |", "|---|---|---|---|---|---|---|"
+                  "---|---|"]
         for st in streams:
             seq, par = st["qps"]["sequential"], st["qps"]["streamed"]
             ratio = (sum(par) / len(par)) / (sum(seq) / len(seq))
@@ -927,8 +866,7 @@ def render(out: Path = BENCHMARKS) -> None:
                          f"`{st['pipeline']}` | {', '.join(f'{x:.3f}' for x in seq)} | "
                          f"{', '.join(f'{x:.3f}' for x in par)} | {ratio:.2f}x | "
                          f"{st['same_answers']}/{st['n']} |")
-    write_section("knowledge", "\n".join(lines), out)
-
+    write_section("knowledge", "\n".join(lines), out, template=True)
 
 
 def main(argv: list[str] | None = None) -> None:

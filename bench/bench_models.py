@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, machine, publish, save_json  # noqa: E402
+from report import DATA, ROOT, header, log, machine, publish, save_json  # noqa: E402
 
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")
@@ -40,10 +40,6 @@ def run_line() -> tuple[str, str]:
     """The command and UTC date of this run (recorded per phase)."""
     lines = dict(ln[2:].split(": ", 1) for ln in header().splitlines())
     return lines["command"].strip("`"), lines["date"]
-
-
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
 def load_avg() -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables  # noqa: E402
 
 RESULTS = ROOT / "bench" / "scale_results.json"
 INDEXES = ROOT / "indexes"
@@ -245,11 +245,7 @@ def big(n: int, hnsw: bool) -> None:
         for j in range(len(q)):
             b_rows, _ = bm25_search(j)
             d_rows, _ = searcher.search(q[j:j + 1], 100)
-            fused: dict[int, float] = {}
-            for ranked in (b_rows, d_rows[0]):
-                for rank, r in enumerate(ranked.tolist(), 1):
-                    fused[r] = fused.get(r, 0.0) + 1.0 / (60 + rank)
-            sorted(fused.items(), key=lambda x: -x[1])[:100]
+            _rrf(b_rows, d_rows[0])
         out[f"hybrid_{method}_ms/query"] = (time.perf_counter() - t) * 1000 / len(q)
     out["rss_gib"] = _rss_gib()
     print(json.dumps(out, indent=1), flush=True)
@@ -443,7 +439,6 @@ def serve_batch(n_queries: int, clients: int, depth: int) -> None:
     """Requests/s and mean batch size of the service on Ray Serve with the cross-encoder
     (fp32, torch) in its own deployment, ``@serve.batch`` on (up to 8 requests a model call)
     vs off (1), in one run; and the plain service (each replica its own cross-encoder)."""
-    import socket
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
 
@@ -465,9 +460,7 @@ def serve_batch(n_queries: int, clients: int, depth: int) -> None:
                                pipelines={"bm25_ce": [{"bm25": {"depth": depth}}, step]},
                                rerankers={}, require_keys=False, workers=clients)
     spec = ScorerSpec(model, "torch", 128, threads=2)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
 
     def post(text: str) -> float:
         t = time.perf_counter()
@@ -526,172 +519,124 @@ def serve_batch(n_queries: int, clients: int, depth: int) -> None:
     _save("serve_batch", out)
 
 
-# -- rendering ------------------------------------------------------------------------------
-def _opening(d: dict, title: str = "", command: str = "") -> list[str]:
-    """A section's heading (when it has a title) and its machine header with the load
-    average of its run."""
-    heading = [f"\n### {title} (`bench_scale.py {command}`)\n"] if title else []
-    return heading + [d["header"] + f"- load average: {d['load_average']:.1f}\n"]
+# -- rendering (the prose is in bench/sections/scale.md) -----------------------------------
+def _table(head: str, rows: list[str]) -> str:
+    return "\n".join([f"| {head} |", "|---" * (head.count(" | ") + 1) + "|", *rows])
+
+
+def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
+    """Each stored part's header and table, and the values its prose reads."""
+    md: list[str] = []
+    v: dict[str, str] = {}
+    for part in ("shipped", "big", "hybrid", "serve_batch", "ray"):
+        if part in d:
+            md.append(d[part]["header"])
+            v[f"{part}.load"] = f"{d[part]['load_average']:.1f}"
+    if "shipped" in d:
+        s = d["shipped"]
+        md.append(_table("corpus | docs | search | recall@100 vs exact | nDCG@10 | ms/query | "
+                         "bytes/doc (dense) | build s", [
+                             f"| {n} | {s[n]['docs']} | {m} | {r['recall@100']:.3f} | "
+                             f"{r['nDCG@10']:.4f} | {r['ms/query']:.2f} | {r['bytes/doc']:.0f} | "
+                             f"{r['build_s']:.1f} |"
+                             for n in ("scifact", "vaswani") for m, r in s[n]["methods"].items()]))
+        v["shipped.encode"] = ", ".join(f"{n} {s[n]['encode_ms']:.1f}"
+                                        for n in ("scifact", "vaswani"))
+    if "big" in d:
+        b = d["big"]
+        rows = [f"| dense exact (memory-mapped) | 1.000 | {b['exact']['ms/query']:.1f} | "
+                f"{b['exact']['bytes/doc']:.0f} | 0 |"]
+        rows += [f"| dense {m} | {b[m]['recall@100']:.3f} | {b[m]['ms/query']:.2f} | "
+                 f"{b[m]['bytes/doc']:.0f} | {b[m]['build_s']:.0f} |" for m in ANN if m in b]
+        rows.append(f"| bm25 (bm25s) | - | {b['bm25']['ms/query']:.2f} | "
+                    f"{b['bm25']['bytes/doc']:.0f} | {b['bm25']['build_s']:.0f} |")
+        rows += [f"| bm25 + dense {m} + RRF | - | {b[f'hybrid_{m}_ms/query']:.2f} | - | - |"
+                 for m in ANN if f"hybrid_{m}_ms/query" in b]
+        md.append(_table("leg | recall@100 vs exact | ms/query | bytes/doc | build s", rows))
+        v |= {"big.docs": f"{b['docs']:,}", "big.source_docs": f"{b['source_docs']:,}",
+              "big.queries": str(b["queries"]), "big.rss": f"{b['rss_gib']:.2f}"}
+        for m, what in (("hnsw", "ef_search"), ("ivfpq", "nprobe")):
+            v[f"big.{m}.sweep"] = "; ".join(
+                f"{what} {p}: recall {r['recall@100']:.3f}, {r['ms/query']:.2f} ms"
+                for p, r in b.get(m, {}).get("sweep", {}).items())
+    if "hybrid" in d:
+        h = d["hybrid"]
+        rows = []
+        for what, key in (("BM25 alone", "bm25_alone"), ("BM25 + dense HNSW + RRF", "hybrid")):
+            r = h[key]
+            rows += [f"| {what} | {b} | {r[b]['ms/query']:.2f} | {r[b]['p50_ms']:.2f} | "
+                     f"{r[b]['p95_ms']:.2f} | "
+                     + (f"{r['numpy']['ms/query'] / r['numba']['ms/query']:.0f}x |"
+                        if b == "numba" else " |") for b in ("numpy", "numba")]
+        dh, hy = h["dense_hnsw"], h["hybrid"]
+        rows.append(f"| dense HNSW alone | - | {dh['ms/query']:.2f} | {dh['p50_ms']:.2f} | "
+                    f"{dh['p95_ms']:.2f} | |")
+        md.append(_table("search | backend | ms/query (mean) | p50 | p95 | numpy / numba", rows))
+        v |= {"hybrid.docs": f"{h['docs']:,}", "hybrid.queries": str(h["queries"]),
+              "hybrid.ef_search": str(h["ef_search"]), "hybrid.same": h["same_rows_and_scores"],
+              "hybrid.rss": f"{h['rss_gib']:.2f}",
+              "hybrid.numba": f"{hy['numba']['ms/query']:.1f}",
+              "hybrid.numba.p95": f"{hy['numba']['p95_ms']:.1f}",
+              "hybrid.numpy": f"{hy['numpy']['ms/query']:.0f}",
+              "hybrid.first.numba": f"{h['first_query_s']['numba']:.1f}",
+              "hybrid.first.numpy": f"{h['first_query_s']['numpy']:.2f}",
+              "hybrid.bm25.build": f"{h['bm25']['build_s']:.0f}",
+              "hybrid.bm25.bytes": f"{h['bm25']['bytes/doc']:.0f}",
+              "hybrid.hnsw.build": f"{h['hnsw_build_s']:.0f}"}
+        for b in ("numpy", "numba"):  # the goal: BM25 + dense + fusion under 50 ms/query
+            v[f"hybrid.{b}.goal"] = "met" if hy[b]["ms/query"] < 50 else "not met"
+    if "serve_batch" in d:
+        s = d["serve_batch"]
+        base = s.get(SERVE_RUNS[1], {}).get("requests/s")
+        rows = []
+        for label in SERVE_RUNS:
+            if r := s.get(label):
+                calls = (f"{r['model_calls']} | {r['mean_batch']:.2f} | {r['max_batch']}"
+                         if "model_calls" in r else "- | - | -")
+                ratio = f"{r['requests/s'] / base:.2f}" if base else "-"
+                rows.append(f"| {label} | {r['requests/s']:.2f} | {ratio} | "
+                            f"{r['p50_s']:.2f} | {r['p95_s']:.2f} | {calls} |")
+        md.append(_table("configuration | requests/s | ratio | p50 s | p95 s | model calls | "
+                         "mean batch (requests) | max batch", rows))
+        on, plain = s.get(SERVE_RUNS[0]), s.get(SERVE_RUNS[2])
+        v |= {f"serve.{k}": str(s[k]) for k in ("queries", "clients", "model", "pair_batch_size")}
+        v |= {"serve.pairs": str(s["pairs/query"]),
+              "serve.cluster_start": f"{s['cluster_start_s']:.1f}",
+              "serve.wait_ms": f"{s['batch_wait_timeout_s'] * 1000:.0f}"}
+        if on and base and plain:
+            v |= {"serve.mean_batch": f"{on['mean_batch']:.1f}",
+                  "serve.batched": f"{on['requests/s'] / base:.2f}",
+                  "serve.plain": f"{plain['requests/s'] / on['requests/s']:.2f}"}
+    if "ray" in d:
+        r, lo = d["ray"], d["ray"]["local"]
+        rows = [f"| single process (2 threads) | {lo['encode_p/s']:.1f} | 1.00 | "
+                f"{lo['eval_q/s']:.1f} | 1.00 | - | {lo['eval_8_queries_s']:.2f} |"]
+        rows += [f"| Ray, {w} worker(s) | {x['encode_p/s']:.1f} | "
+                 f"{x['encode_p/s'] / lo['encode_p/s']:.2f} | {x['eval_q/s']:.1f} | "
+                 f"{x['eval_q/s'] / lo['eval_q/s']:.2f} | "
+                 f"{x.get('eval_cold_q/s', float('nan')):.1f} | {x['eval_8_queries_s']:.2f} |"
+                 for w in (1, 2) if (x := r.get(f"ray{w}"))]
+        md.append(_table("run | encode passages/s | ratio | eval queries/s (warm) | ratio | "
+                         "eval queries/s (first run, cold workers) | 8 queries, s", rows))
+        v |= {"ray.passages": str(r["passages"]), "ray.queries": str(r["queries"]),
+              "ray.pipeline": r["pipeline"], "ray.cluster_start": f"{r['cluster_start_s']:.1f}"}
+    if "bm25_sizes" in d:
+        b = d["bm25_sizes"]
+        v |= {"bm25_sizes.queries": str(b["queries"]),
+              "bm25_sizes.load": f"{b['load_average']:.1f}",
+              "bm25_sizes": "; ".join(f"{int(n):,} docs: {ms:.1f} ms"
+                                      for n, ms in b["ms/query"].items())}
+    return md, v
+
+
+SERVE_RUNS = ("batching on (max_batch_size 8)", "batching off (max_batch_size 1)",
+              "plain service (cross-encoder in each replica)")
+ANN = ("hnsw", "ivfpq")
 
 
 def render() -> None:
-    data = _load()
-    parts = ["## Scale: ANN, 1M passages, Ray (`bench/bench_scale.py`)\n",
-             "Machine shared with other agents' LLM jobs (2 cores, 24 GiB, no GPU): the load "
-             "average at each run is given; latencies are one query at a time, query "
-             "encoding excluded (it is listed separately). Numbers: docs/scale.md reads "
-             "them.\n"]
-    if "shipped" in data:
-        d = data["shipped"]
-        parts += _opening(d)
-        parts.append("| corpus | docs | search | recall@100 vs exact | nDCG@10 | ms/query | "
-                     "bytes/doc (dense) | build s |\n|---|---|---|---|---|---|---|---|")
-        for name in ("scifact", "vaswani"):
-            c = d[name]
-            for method, r in c["methods"].items():
-                parts.append(f"| {name} | {c['docs']} | {method} | {r['recall@100']:.3f} | "
-                             f"{r['nDCG@10']:.4f} | {r['ms/query']:.2f} | "
-                             f"{r['bytes/doc']:.0f} | {r['build_s']:.1f} |")
-        enc = ", ".join(f"{n} {d[n]['encode_ms']:.1f}" for n in ("scifact", "vaswani"))
-        parts.append(f"\nQuery encoding (MiniLM, batch of all test queries), ms/query: {enc}.\n")
-    if "big" in data:
-        d = data["big"]
-        parts += _opening(d)
-        parts.append(f"{d['docs']:,} passages ({d['source_docs']:,} real SciFact + Vaswani + "
-                     f"Cranfield vectors and token lists, replicated with perturbation), "
-                     f"{d['queries']} real queries; peak RSS {d['rss_gib']:.2f} GiB.\n")
-        parts.append("| leg | recall@100 vs exact | ms/query | bytes/doc | build s |\n"
-                     "|---|---|---|---|---|")
-        ex = d["exact"]
-        parts.append(f"| dense exact (memory-mapped) | 1.000 | {ex['ms/query']:.1f} | "
-                     f"{ex['bytes/doc']:.0f} | 0 |")
-        for method in ("hnsw", "ivfpq"):
-            if method in d:
-                r = d[method]
-                parts.append(f"| dense {method} | {r['recall@100']:.3f} | "
-                             f"{r['ms/query']:.2f} | {r['bytes/doc']:.0f} | "
-                             f"{r['build_s']:.0f} |")
-        b = d["bm25"]
-        parts.append(f"| bm25 (bm25s) | - | {b['ms/query']:.2f} | {b['bytes/doc']:.0f} | "
-                     f"{b['build_s']:.0f} |")
-        for method in ("hnsw", "ivfpq"):
-            key = f"hybrid_{method}_ms/query"
-            if key in d:
-                parts.append(f"| bm25 + dense {method} + RRF | - | {d[key]:.2f} | - | - |")
-        for method in ("hnsw", "ivfpq"):
-            if method in d:
-                what = "ef_search" if method == "hnsw" else "nprobe"
-                sweep = "; ".join(f"{what} {p}: recall {v['recall@100']:.3f}, "
-                                  f"{v['ms/query']:.2f} ms" for p, v in d[method]["sweep"].items())
-                parts.append(f"\n{method} sweep: {sweep}.")
-    if "hybrid" in data:
-        d = data["hybrid"]
-        parts += _opening(d, "BM25 backends on 1M passages: numpy vs numba", "hybrid")
-        parts.append(f"The same {d['docs']:,}-passage perturbed corpus and {d['queries']} "
-                     f"queries as above, one bm25s index (lucene, k1 1.5, b 0.75), searched "
-                     f"one query at a time through the index's own BM25 retrieval "
-                     f"(`intentrank.index.bm25.retrieve`, top 100, ties by row), the two "
-                     f"backends interleaved query by query; dense: faiss HNSW (M 16, efC 64) "
-                     f"at ef_search {d['ef_search']}, fusion: RRF (k 60) in Python. Both "
-                     f"backends returned the same rows and scores for "
-                     f"{d['same_rows_and_scores']} queries. Peak RSS {d['rss_gib']:.2f} "
-                     f"GiB.\n")
-        parts.append("| search | backend | ms/query (mean) | p50 | p95 | numpy / numba |\n"
-                     "|---|---|---|---|---|---|")
-        for what, key in (("BM25 alone", "bm25_alone"), ("BM25 + dense HNSW + RRF", "hybrid")):
-            r = d[key]
-            for b in ("numpy", "numba"):
-                ratio = f"{r['numpy']['ms/query'] / r['numba']['ms/query']:.0f}x" \
-                    if b == "numba" else ""
-                parts.append(f"| {what} | {b} | {r[b]['ms/query']:.2f} | "
-                             f"{r[b]['p50_ms']:.2f} | {r[b]['p95_ms']:.2f} | {ratio} |")
-        dh = d["dense_hnsw"]
-        parts.append(f"| dense HNSW alone | - | {dh['ms/query']:.2f} | {dh['p50_ms']:.2f} | "
-                     f"{dh['p95_ms']:.2f} | |")
-        h = d["hybrid"]
-        verdict = {b: "met" if h[b]["ms/query"] < 50 else "not met" for b in backends_of(d)}
-        parts.append(f"\nGoal, BM25 + dense + fusion under 50 ms/query on 1M passages: "
-                     f"**{verdict['numba']} with the numba backend** "
-                     f"({h['numba']['ms/query']:.1f} ms mean, p95 {h['numba']['p95_ms']:.1f}), "
-                     f"{verdict['numpy']} with the numpy backend "
-                     f"({h['numpy']['ms/query']:.0f} ms).")
-        fq = d["first_query_s"]
-        parts.append(f"\nFirst query of the process (numba compiles bm25s's scorer and top-k "
-                     f"here; bm25s does not cache the compiled code on disk): numba "
-                     f"{fq['numba']:.1f} s, numpy {fq['numpy']:.2f} s. BM25 build "
-                     f"{d['bm25']['build_s']:.0f} s, {d['bm25']['bytes/doc']:.0f} bytes/doc "
-                     f"(the same for both backends: the backend only changes retrieval); "
-                     f"HNSW build {d['hnsw_build_s']:.0f} s.\n")
-    if "serve_batch" in data:
-        d = data["serve_batch"]
-        parts += _opening(d, "Ray Serve: cross-encoder calls batched across requests", "serve")
-        parts.append(f"Cranfield (BM25 top {d['pairs/query']} -> cross-encoder over those "
-                     f"{d['pairs/query']} pairs), {d['queries']} test queries sent by "
-                     f"{d['clients']} concurrent clients over HTTP to Ray Serve on 127.0.0.1 "
-                     f"(local cluster: head + 1 worker node, 1 CPU each, started in "
-                     f"{d['cluster_start_s']:.1f} s); {d['model']}, {d['pair_batch_size']} "
-                     f"pairs per forward pass. Service: 2 replicas. With a scorer deployment "
-                     f"(1 replica, 1 CPU, 2 torch threads) every query's pairs go there through "
-                     f"a deployment handle; `@serve.batch` waits up to "
-                     f"{d['batch_wait_timeout_s'] * 1000:.0f} ms for more requests. After a "
-                     f"warm-up of {d['clients']} requests per configuration.\n")
-        parts.append("| configuration | requests/s | ratio | p50 s | p95 s | model calls | "
-                     "mean batch (requests) | max batch |\n|---|---|---|---|---|---|---|---|")
-        base = d.get("batching off (max_batch_size 1)", {}).get("requests/s")
-        for label in ("batching on (max_batch_size 8)", "batching off (max_batch_size 1)",
-                      "plain service (cross-encoder in each replica)"):
-            r = d.get(label)
-            if not r:
-                continue
-            ratio = f"{r['requests/s'] / base:.2f}" if base else "-"
-            calls = (f"{r['model_calls']} | {r['mean_batch']:.2f} | {r['max_batch']}"
-                     if "model_calls" in r else "- | - | -")
-            parts.append(f"| {label} | {r['requests/s']:.2f} | {ratio} | {r['p50_s']:.2f} | "
-                         f"{r['p95_s']:.2f} | {calls} |")
-        on = d.get("batching on (max_batch_size 8)")
-        plain = d.get("plain service (cross-encoder in each replica)")
-        if on and base and plain:
-            parts.append(f"\nReading: through the same scorer deployment, batching across "
-                         f"requests (mean {on['mean_batch']:.1f} requests per model call) gave "
-                         f"{on['requests/s'] / base:.2f}x the requests/s of no batching. The "
-                         f"plain service, each of its 2 replicas scoring with its own "
-                         f"cross-encoder, gave {plain['requests/s'] / on['requests/s']:.2f}x "
-                         f"the batched deployment's (likely because on CPU a bigger batch "
-                         f"costs about as much per pair as a small one, while the two "
-                         f"replicas' own models score in parallel and skip a hop; not "
-                         f"isolated here). Cross-request batching is for a GPU (not measured "
-                         f"here). One run at a high load average: the ratios are noisy.")
-    if "ray" in data:
-        d = data["ray"]
-        parts += _opening(d, "Ray: encoding and evaluation", "ray")
-        lo = d["local"]
-        parts.append(f"Cranfield, {d['passages']} passages encoded, {d['queries']} queries "
-                     f"through `{d['pipeline']}`; Ray: a local cluster (head + 1 worker node, "
-                     f"1 CPU each, started in {d['cluster_start_s']:.1f} s).\n")
-        parts.append("| run | encode passages/s | ratio | eval queries/s (warm) | ratio | "
-                     "eval queries/s (first run, cold workers) | 8 queries, s |"
-                     "\n|---|---|---|---|---|---|---|")
-        parts.append(f"| single process (2 threads) | {lo['encode_p/s']:.1f} | 1.00 | "
-                     f"{lo['eval_q/s']:.1f} | 1.00 | - | {lo['eval_8_queries_s']:.2f} |")
-        for w in (1, 2):
-            r = d.get(f"ray{w}")
-            if r:
-                parts.append(f"| Ray, {w} worker(s) | {r['encode_p/s']:.1f} | "
-                             f"{r['encode_p/s'] / lo['encode_p/s']:.2f} | {r['eval_q/s']:.1f} | "
-                             f"{r['eval_q/s'] / lo['eval_q/s']:.2f} | "
-                             f"{r.get('eval_cold_q/s', float('nan')):.1f} | "
-                             f"{r['eval_8_queries_s']:.2f} |")
-    if "bm25_sizes" in data:
-        d = data["bm25_sizes"]
-        sizes = "; ".join(f"{int(n):,} docs: {ms:.1f} ms" for n, ms in d["ms/query"].items())
-        parts.append(f"\nBM25 (bm25s numpy backend, one thread) ms/query against the size of one "
-                     f"index, same perturbed corpus, {d['queries']} queries: {sizes} "
-                     f"(load average {d['load_average']:.1f}).\n")
-    write_section("scale", "\n".join(parts))
-
-
-def backends_of(d: dict) -> list[str]:
-    return list(d.get("backends", ["numpy", "numba"]))
+    md, values = _rows(_load())
+    publish_tables("scale", "\n\n".join(md), values)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, free_port, header, write_section  # noqa: E402
 
 KEY = "bench-key"
 LEVELS = (1, 4, 16, 64)
@@ -224,8 +224,6 @@ def main() -> None:
         serve_child(int(args.serve[0]), Path(args.serve[1]), Path(args.serve[2]))
         return
 
-    import socket
-
     import httpx
 
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
@@ -239,9 +237,7 @@ def main() -> None:
     idx = open_or_build(ds.corpus, args.index, source=str(DATA / "scifact"))
     n_docs = len(idx)
     idx.close()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl"
     load_before = os.getloadavg()[0]
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port),

@@ -40,18 +40,48 @@ def header() -> str:
     return f"- command: `{cmd}`\n- machine: {machine()}\n- date: {date}\n"
 
 
-def write_section(name: str, markdown: str, path: Path = BENCHMARKS) -> None:
+def write_section(name: str, markdown: str, path: Path = BENCHMARKS,
+                  values: dict[str, str] | None = None, template: bool = False) -> str:
     """Store a section's numbers in bench/results/<name>.json and its text in
-    bench/sections/<name>.md (intentrank.report.sections), and render it into ``path``;
-    another document than docs/benchmarks.md (a test's) just gets the section."""
-    from intentrank.report.sections import store, write_docs_section
+    bench/sections/<name>.md (intentrank.report.sections), and render it into ``path``; with
+    ``template``, the prose is the template's and only the header lines, tables and
+    ``values`` of ``markdown`` are stored. Another document than docs/benchmarks.md (a
+    test's) just gets ``markdown``. Returns the section as rendered."""
+    from intentrank.report.sections import store, store_tables, write_docs_section
 
     if Path(path).resolve() != BENCHMARKS.resolve():
         write_docs_section(Path(path), name, markdown.strip())
-        return
+        return markdown.strip()
+    if template:
+        return store_tables(ROOT, name, markdown, values)
     warning = store(ROOT, name, markdown, path)
     if warning:
         print(f"[bench] {warning}", file=sys.stderr)
+    return markdown.strip()
+
+
+def publish_tables(name: str, markdown: str, values: dict[str, str] | None = None,
+                   write: bool = True) -> None:
+    """A section whose prose lives in bench/sections/<name>.md: store the header lines and
+    tables of ``markdown`` with the ``values`` its prose reads (``{{value NAME}}``), render
+    the section into docs/benchmarks.md and print it; without ``write``, print ``markdown``
+    and ``values`` only."""
+    print(write_section(name, markdown, values=values, template=True) if write else "\n".join(
+        [markdown, *(f"- {k}: {v}" for k, v in (values or {}).items())]))
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log(message: str) -> None:
+    """A progress line on stderr."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def rank_scores(ids: list[str]) -> dict[str, float]:

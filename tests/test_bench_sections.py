@@ -178,3 +178,18 @@ def test_bench_render_without_stored_results_says_what_to_do(tmp_path):
     out = CliRunner().invoke(app, ["bench", "x", "--render", "--spec", str(root / "spec.yaml"),
                                    "--root", str(root)])
     assert out.exit_code != 0 and "no stored results for x" in out.output
+
+
+def test_a_script_whose_prose_is_in_the_template_stores_only_tables_and_values(tmp_path):
+    root = _checkout(tmp_path)
+    template = "Intro, {{value n}} queries.\n\n{{table 1}}\n\nReading: {{value best}} wins."
+    sections.template_path(root, "x").parent.mkdir(parents=True)
+    sections.template_path(root, "x").write_text(template)
+    measured = "## Title\n\nprose the template has\n\n| a | b |\n|---|---|\n| bm25 | 1 |"
+    body = sections.store_tables(root, "x", measured, {"n": "3", "best": "bm25"})
+    assert body == "Intro, 3 queries.\n\n| a | b |\n|---|---|\n| bm25 | 1 |\n\nReading: bm25 wins."
+    assert sections.template_path(root, "x").read_text() == template
+    assert sections.rendered(root, "x") == body
+    assert sections.docs_sections((root / "docs" / "benchmarks.md").read_text())["x"] == body
+    with pytest.raises(sections.SectionError, match="asks for value 'best'"):
+        sections.store_tables(root, "x", measured, {"n": "3"})

@@ -13,14 +13,17 @@ A stored result is JSON::
      "tables": [{"header": [...], "rule": "|---|---|", "rows": [[...], ...]}, ...]}
 
 and its template is the section's Markdown with ``{{meta N}}`` for the value of the N-th
-``- key: value`` header line (command, machine, date), ``{{table N}}`` for the N-th table and a
-``{{provenance}}`` line (left out with the blank line after it when the result has none).
+``- key: value`` header line (command, machine, date), ``{{table N}}`` for the N-th table,
+``{{value NAME}}`` for a number the prose reads (the result's ``"values": {NAME: text}``, which
+a script hands to :func:`store_tables`) and a ``{{provenance}}`` line (left out with the blank
+line after it when the result has none).
 The prose that reads the numbers is written by hand after a ``<!-- reading -->`` line of the
 template: a script's rerun replaces the text before it and keeps it.
 
 :func:`split` is the other direction: a section as a benchmark script writes it -> (stored
 result, template). ``bench/report.py``'s ``write_section`` stores what a script measures this
-way, so ``intentrank bench NAME`` rewrites the JSON, the template and the section;
+way, so ``intentrank bench NAME`` rewrites the JSON, the template and the section; a script
+whose prose lives in the template hands only its tables and values to :func:`store_tables`;
 ``intentrank bench NAME --render`` re-renders the section from what is stored.
 """
 
@@ -38,7 +41,7 @@ READING = "<!-- reading -->"  # in a template: the hand-written prose after it s
 META_KEYS = ("command", "machine", "date")
 
 _META = re.compile(r"^- (command|machine|date): (.+)$")
-_PLACEHOLDER = re.compile(r"\{\{(meta|table) (\d+)\}\}")
+_PLACEHOLDER = re.compile(r"\{\{(meta|table) (\d+)\}\}|\{\{value ([\w.@-]+)\}\}")
 _RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+$")
 
 
@@ -123,10 +126,16 @@ def provenance_line(provenance: str) -> str:
 def render(result: dict[str, Any], template: str) -> str:
     """The section's Markdown: the template with the stored values in place."""
     meta, tables = result.get("meta") or [], result.get("tables") or []
+    named = result.get("values") or {}
     used_meta: set[int] = set()
     used_tables: set[int] = set()
 
     def value(match: re.Match[str]) -> str:
+        if match.group(3):
+            if match.group(3) not in named:
+                raise SectionError(f"section {result.get('section')!r}: the template asks for "
+                                   f"value {match.group(3)!r}, the stored result has none")
+            return named[match.group(3)]
         kind, n = match.group(1), int(match.group(2))
         values = meta if kind == "meta" else tables
         if not 1 <= n <= len(values):
@@ -233,6 +242,26 @@ def store(root: Path, section: str, markdown: str, docs: Path | None = None) -> 
             f"(git diff)") if changed else ""
 
 
+def store_tables(root: Path, section: str, markdown: str, values: dict[str, str] | None = None,
+                 docs: Path | None = None) -> str:
+    """Store what a script measured when the section's prose lives in its template: the
+    header lines and tables of ``markdown`` (any text between them is dropped) and ``values``
+    go to ``bench/results/<section>.json``; the template ``bench/sections/<section>.md`` is
+    kept (written from ``markdown`` only when there is none) and the section rendered into
+    ``docs``. Returns the rendered section; a template that places other tables or values
+    than were measured raises :class:`SectionError` (edit the template)."""
+    result, template = split(markdown.strip(), section)
+    if values:
+        result["values"] = values
+    path = template_path(root, section)
+    if path.exists():
+        template = path.read_text(encoding="utf-8")
+    body = render(result, template)
+    save(root, section, result, template)
+    write_docs_section(docs or root / DOCS_FILE, section, body)
+    return body
+
+
 def render_into_docs(root: Path, section: str, docs: Path | None = None) -> bool:
     """Re-render one section from what is stored; True when the document changed."""
     path = docs or root / DOCS_FILE
@@ -244,5 +273,5 @@ def render_into_docs(root: Path, section: str, docs: Path | None = None) -> bool
 
 
 __all__ = ["RESULTS_DIR", "TEMPLATES_DIR", "SectionError", "docs_sections", "load", "render",
-           "render_into_docs", "rendered", "split", "store", "stored_sections",
+           "render_into_docs", "rendered", "split", "store", "store_tables", "stored_sections",
            "table_markdown", "write_docs_section"]
