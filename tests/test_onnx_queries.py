@@ -4,6 +4,7 @@ be used."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from intentrank.errors import ModelError
 from intentrank.models import onnx_queries
 from intentrank.models.embedder import SentenceTransformerEmbedder, load_embedder
-from intentrank.models.onnx_queries import QueryEncoders, mean_pooled
+from intentrank.models.onnx_queries import QueryEncoders, local_key, mean_pooled
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,10 @@ def test_export_is_cached_per_weights(minilm, tmp_path, monkeypatch) -> None:
     assert np.array_equal(first.encode_queries(probe), second.encode_queries(probe))
 
 
-def test_failed_export_keeps_torch_with_a_warning(minilm, queries, monkeypatch, caplog) -> None:
+def test_failed_export_keeps_torch_with_a_warning(minilm, tmp_path, monkeypatch,
+                                                   caplog) -> None:
+    monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))  # no checked export there
+
     def broken(*_args: object, **_kw: object) -> None:
         raise RuntimeError("no exporter here")
 
@@ -76,7 +80,9 @@ def test_torch_backend_and_bad_backend(minilm, queries) -> None:
 
 
 def _module(name: str, **attrs: object) -> object:
-    return type(name, (), attrs)()
+    module = type(name, (), {})()
+    module.__dict__.update(attrs)
+    return module
 
 
 @pytest.mark.parametrize(("modules", "expected"), [
@@ -91,3 +97,39 @@ def _module(name: str, **attrs: object) -> object:
 ])
 def test_only_mean_pooled_models_qualify(modules, expected) -> None:
     assert mean_pooled(modules) is expected
+
+
+def test_a_checked_export_serves_queries_without_torch(minilm, queries, tmp_path,
+                                                       monkeypatch) -> None:
+    monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))
+    first = SentenceTransformerEmbedder()  # exports, checks against torch, keeps the check
+    expected = first.encode_queries(queries[:5])
+    checks = list((tmp_path / "models" / "onnx-queries").glob("dir-*/check.json"))
+    assert len(checks) == 1 and json.loads(checks[0].read_text())["max_diff"] < 1e-5
+    fresh = SentenceTransformerEmbedder()
+    assert np.array_equal(fresh.encode_queries(queries[:5]), expected)
+    assert fresh._model is None, "queries alone should not load the torch model"
+    assert fresh.dim == 384 and fresh._model is None
+    fresh.encode_passages(["a passage loads torch"])
+    assert fresh._model is not None
+
+
+def test_local_key(tmp_path) -> None:
+    from intentrank.models.inputs import minilm_path
+
+    key = local_key(minilm_path(), None)
+    assert key is not None and key[0].startswith("dir-") and key[1] == 256
+    assert local_key(minilm_path(), 128)[1] == 128
+    assert local_key(minilm_path(), 128)[0] != key[0]
+    assert local_key("sentence-transformers/all-MiniLM-L6-v2", None) is None  # a hub name
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"path": "", "type": "sentence_transformers.models.Transformer"},
+        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 64}')
+    assert local_key(tmp_path, None) is None  # CLS pooling
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode": "mean"}')
+    assert local_key(tmp_path, None)[1] == 64
+    (tmp_path / "modules.json").write_text("not json")
+    assert local_key(tmp_path, None) is None

@@ -8,8 +8,9 @@ directory.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,7 +35,8 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
     """sentence-transformers backend (torch, CPU by default). With ``query_backend="onnx"``
     (the default) queries run through an fp32 ONNX export of the same model
     (:mod:`intentrank.models.onnx_queries`: 2.3x less CPU per query, equal within float32
-    noise); ``"torch"`` keeps them on torch."""
+    noise), and a local model whose export is already checked is not loaded into torch
+    until passages are encoded; ``"torch"`` keeps queries on torch."""
 
     def __init__(
         self,
@@ -45,29 +47,51 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         max_seq_length: int | None = None,
         query_backend: str = "onnx",
     ) -> None:
-        from sentence_transformers import SentenceTransformer
-
-        from intentrank.models.onnx_queries import QueryEncoders
+        from intentrank.models.onnx_queries import QueryEncoders, local_key
 
         if query_backend not in ("onnx", "torch"):
             raise ModelError(f"unknown query_backend {query_backend!r}; use 'onnx' or 'torch'")
-
         self.name = model
-        path = minilm_path() if model == DEFAULT_EMBEDDER else model
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        try:
-            self.model = SentenceTransformer(path, device=device)
-        except OSError as exc:
-            raise ModelError(f"cannot load embedder {model!r}: {exc}") from exc
-        if max_seq_length:
-            self.model.max_seq_length = max_seq_length
+        self.path = minilm_path() if model == DEFAULT_EMBEDDER else model
+        self.device = device
+        self.max_seq_length_override = max_seq_length
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
-        get_dim = getattr(self.model, "get_embedding_dimension", None) or \
-            self.model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
         self.query_backend = query_backend
         self._onnx_queries = QueryEncoders()
+        self._model: Any = None
+        self._lock = threading.Lock()
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if query_backend == "torch" or local_key(self.path, max_seq_length) is None:
+            self._load()  # nothing to defer: load now, so a bad name fails here
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                from sentence_transformers import SentenceTransformer
+
+                try:
+                    model = SentenceTransformer(self.path, device=self.device)
+                except OSError as exc:
+                    raise ModelError(f"cannot load embedder {self.name!r}: {exc}") from exc
+                if self.max_seq_length_override:
+                    model.max_seq_length = self.max_seq_length_override
+                self._model = model
+        return self._model
+
+    @property
+    def model(self) -> Any:
+        """The sentence-transformers model, loaded on first use."""
+        return self._model if self._model is not None else self._load()
+
+    @property
+    def dim(self) -> int:
+        fast = self._onnx_queries.get(self) if self._model is None else None
+        if fast is not None:
+            return int(fast.dim)
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        return int(get_dim())
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         fast = self._onnx_queries.get(self) if self.query_backend == "onnx" else None
@@ -83,7 +107,6 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
             normalize_embeddings=True, show_progress_bar=progress, convert_to_numpy=True,
         )
         return np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
-
 
 
 def load_embedder(

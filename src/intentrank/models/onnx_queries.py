@@ -7,20 +7,25 @@ onnxruntime session at 2.3x less CPU (docs/benchmarks.md, "latency"), with vecto
 torch's within float32 noise (checked at export, see :data:`MAX_DIFF`). Passages stay on
 torch (long texts: no gain measured).
 
-The export happens once per model and is kept in ``$INTENTRANK_CACHE/models/onnx-queries/``,
-keyed by the weights' digest. Only models whose sentence-transformers pipeline is
-Transformer -> mean pooling (-> Normalize) qualify; any other, or an export that fails or
-disagrees with torch, keeps torch with one warning.
+The export happens once per model and is kept in ``$INTENTRANK_CACHE/models/onnx-queries/``
+with the result of its check against torch (``check.json``), keyed by the model directory's
+files (name, size, time) or, for a hub name, by the weights' digest. A later process with a
+local model finds it there and never loads torch for queries (cold start: see "latency").
+Only models whose sentence-transformers pipeline is Transformer -> mean pooling
+(-> Normalize) qualify; any other, or an export that fails or disagrees with torch, keeps
+torch with one warning.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
 import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +42,48 @@ PROBES = ("dimension probe", "Does cold exposure increase brown adipose tissue r
           " ".join(["truncated"] * 400))
 
 
+QUALIFYING = (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"])
+_OTHER_POOLING = ("cls_token", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
+                  "lasttoken")
+
+
+def mean_pooling(options: Mapping[str, Any]) -> bool:
+    """Whether a Pooling module's options (its attributes or saved config) mean-pool."""
+    mode = options.get("pooling_mode")  # sentence-transformers >= 5: a name
+    if isinstance(mode, str):
+        return mode == "mean"
+    return bool(options.get("pooling_mode_mean_tokens")) and not any(
+        options.get(f"pooling_mode_{m}") for m in _OTHER_POOLING)
+
+
 def mean_pooled(st_model: Any) -> bool:
     """Whether ``st_model`` is Transformer -> mean pooling (-> Normalize): what the ONNX
     path computes."""
     kinds = [type(m).__name__ for m in st_model]
-    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
-        return False
-    pooling = st_model[1]
-    mode = getattr(pooling, "pooling_mode", None)  # sentence-transformers >= 5: a name
-    if isinstance(mode, str):
-        return mode == "mean"
-    return bool(getattr(pooling, "pooling_mode_mean_tokens", False)) and not any(
-        getattr(pooling, f"pooling_mode_{m}", False)
-        for m in ("cls_token", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens",
-                  "lasttoken"))
+    return kinds in QUALIFYING and mean_pooling(vars(st_model[1]))
+
+
+def local_key(path: str | Path, max_length: int | None) -> tuple[str, int] | None:
+    """``(cache key, max tokens)`` of a local sentence-transformers directory whose
+    ``modules.json`` says Transformer -> mean pooling (-> Normalize); None otherwise (a hub
+    name, another pipeline, anything unreadable)."""
+    root = Path(path)
+    try:
+        modules = json.loads((root / "modules.json").read_text())
+        if [m["type"].rsplit(".", 1)[-1] for m in modules] not in QUALIFYING:
+            return None
+        pooling = json.loads((root / modules[1]["path"] / "config.json").read_text())
+        length = max_length or json.loads(
+            (root / "sentence_bert_config.json").read_text())["max_seq_length"]
+        files = sorted(f for f in root.rglob("*") if f.is_file())
+        stats = [(str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns)
+                 for f in files]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    if not mean_pooling(pooling):
+        return None
+    h = hashlib.sha256(json.dumps([str(root.resolve()), length, stats]).encode())
+    return f"dir-{h.hexdigest()[:16]}", int(length)
 
 
 def weights_digest(st_model: Any) -> str:
@@ -123,16 +156,19 @@ class QueryEncoders:
 
     @staticmethod
     def _make(embedder: Any) -> Any:
-        from intentrank.models.onnx_embedder import OnnxEmbedder
-
+        root = cache_dir() / "models" / "onnx-queries"
+        local = local_key(embedder.path, embedder.max_seq_length_override)
+        if local is not None and embedder.device == "cpu":
+            checked = _load_checked(root / local[0], embedder, local[1])
+            if checked is not None:
+                return checked
         st = embedder.model
         if not mean_pooled(st) or str(st.device) != "cpu":
             return None
         try:
-            out = export(st, cache_dir() / "models" / "onnx-queries" / weights_digest(st))
-            onnx = OnnxEmbedder(embedder.query_prefix, embedder.passage_prefix,
-                                max_length=st.max_seq_length, onnx_path=out / "model.onnx",
-                                tokenizer_path=out, per_item=True)
+            key = local[0] if local is not None else weights_digest(st)
+            out = export(st, root / key)
+            onnx = _onnx(out, embedder, st.max_seq_length)
             torch_vecs = embedder.torch_encode(list(PROBES))
             diff = float(np.abs(onnx._encode(list(PROBES), 1, False) - torch_vecs).max())
         except Exception as exc:  # noqa: BLE001 (any failure keeps torch)
@@ -143,4 +179,26 @@ class QueryEncoders:
             log.warning("queries stay on torch: the ONNX export of %s differs from torch by "
                         "%.2g", embedder.name, diff)
             return None
+        (out / "check.json").write_text(json.dumps({"max_diff": diff, "probes": len(PROBES)}))
         return onnx
+
+
+def _onnx(out: Path, embedder: Any, max_length: int) -> Any:
+    from intentrank.models.onnx_embedder import OnnxEmbedder
+
+    return OnnxEmbedder(embedder.query_prefix, embedder.passage_prefix, max_length=max_length,
+                        onnx_path=out / "model.onnx", tokenizer_path=out, per_item=True)
+
+
+def _load_checked(out: Path, embedder: Any, max_length: int) -> Any:
+    """The export in ``out`` if it was checked against torch; None otherwise."""
+    try:
+        check = json.loads((out / "check.json").read_text())
+        if float(check["max_diff"]) > MAX_DIFF:
+            return None
+        return _onnx(out, embedder, max_length)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    except Exception as exc:  # noqa: BLE001 (a broken file: export again)
+        log.warning("the ONNX query model in %s cannot be used (%s); exporting again", out, exc)
+        return None
