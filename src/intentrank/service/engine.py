@@ -29,13 +29,12 @@ from intentrank.core.stage import Stage
 from intentrank.data.trec import load_qrels, load_run
 from intentrank.errors import ConfigError, DataError, IntentrankError
 from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
-from intentrank.pipelines import build_context
+from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace, Turn
 
-ANSWER_STAGES = frozenset({"answer"})  # config names of stages that set Query.answer
 INPUT_SCORE = "input"  # the stage-score name of a /rerank candidate's given position
 _SECRET_ENV = re.compile(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
@@ -81,17 +80,6 @@ class CandidateIndex:
         if self._base is None:
             raise ConfigError("this reranker needs query embeddings and no index is served")
         return self._base.encode_queries(texts)
-
-
-def _ends_with(node: Any) -> str:
-    """The config name of a pipeline node's last step ("" for a cutoff or a fusion)."""
-    while isinstance(node, list) and node:
-        node = node[-1]
-    if isinstance(node, str):
-        return node
-    if isinstance(node, dict) and len(node) == 1:
-        return str(next(iter(node)))
-    return ""
 
 
 def _description(source: Any, data: dict[str, Any] | None, stage_text: str) -> str:
@@ -144,7 +132,7 @@ class Engine:
             first = next(iter(stages[name].values()))
             self.pipelines[name] = Served(name, "search", node,
                                           _description(path, data, first.describe()),
-                                          _ends_with(node) in ANSWER_STAGES)
+                                          ends_with_answer(node))
         first_index = next(iter(indexes.values()))
         for name, node in settings.rerankers.items():
             probe = CandidateIndex([Document("probe", "probe")], first_index)
@@ -153,7 +141,7 @@ class Engine:
             except IntentrankError as exc:
                 raise ConfigError(f"reranker {name!r}: {exc}") from exc
             self.pipelines[name] = Served(name, "rerank", node, stage.describe(),
-                                          _ends_with(node) in ANSWER_STAGES)
+                                          ends_with_answer(node))
         self.generations = Generations(
             Snapshot(indexes, stages, opened),
             {n: Path(w) for n, w in settings.indexes.items() if isinstance(w, (str, Path))},
