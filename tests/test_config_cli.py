@@ -105,3 +105,18 @@ def test_cli_ablate_without_models_writes_reports(data_dir, cranfield_index, tmp
 def test_cli_tune_fuq_refuses_test(data_dir, tmp_path):
     res = runner.invoke(app, ["tune-fuq", str(data_dir / "cranfield"), "--split", "test"])
     assert res.exit_code == 2 and "on the test split" in res.output
+
+
+def test_ends_with_answer_looks_into_nested_lists_of_steps():
+    """One rule for "this pipeline answers" (the answer command and the service's
+    `answers`): the last step, however deep the lists of steps nest."""
+    from intentrank.pipelines import ends_with_answer, with_answer
+
+    nested = ["bm25", ["cross_encoder", {"answer": {"top_k": 3}}]]
+    assert ends_with_answer(nested) and ends_with_answer("answer")
+    assert not ends_with_answer(["bm25", ["answer", "cross_encoder"]])
+    assert not ends_with_answer([]) and not ends_with_answer({"cutoff": 5})
+    assert with_answer(nested) is nested
+    assert with_answer(nested, cite="llm") == [
+        "bm25", ["cross_encoder", {"answer": {"top_k": 3, "cite": "llm"}}]]
+    assert with_answer(["bm25"], 4) == ["bm25", {"answer": {"top_k": 4}}]

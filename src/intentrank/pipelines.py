@@ -66,20 +66,23 @@ def pipeline_from_config(
 
 
 def ends_with_answer(node: Any) -> bool:
-    """Whether a config's pipeline node (a list of steps or one step) ends in an ``answer``
-    stage."""
-    last = node[-1] if isinstance(node, list) and node else node
-    return (last == "answer") or (isinstance(last, dict) and "answer" in last)
+    """Whether a config's pipeline node (one step, or a list of nodes run in order) ends in
+    an ``answer`` stage."""
+    while isinstance(node, list) and node:
+        node = node[-1]
+    return node == "answer" or (isinstance(node, dict) and "answer" in node)
 
 
 def with_answer(node: Any, top_k: int = 10, **options: Any) -> Any:
     """The pipeline node with an ``answer: {top_k, **options}`` step appended unless it ends
     in one; ``options`` (e.g. ``cite: llm``) also override a final answer step's own."""
     steps = list(node) if isinstance(node, list) else [node]
-    if ends_with_answer(node):
-        if not options:
-            return node
-        last = steps[-1]
-        params = dict(last["answer"] or {}) if isinstance(last, dict) else {}
-        return [*steps[:-1], {"answer": {**params, **options}}]
-    return [*steps, {"answer": {"top_k": top_k, **options}}]
+    if not ends_with_answer(node):
+        return [*steps, {"answer": {"top_k": top_k, **options}}]
+    if not options:
+        return node
+    last = steps[-1]
+    if isinstance(last, list):  # a nested list of steps ends in it
+        return [*steps[:-1], with_answer(last, top_k, **options)]
+    params = dict(last["answer"] or {}) if isinstance(last, dict) else {}
+    return [*steps[:-1], {"answer": {**params, **options}}]

@@ -29,7 +29,7 @@ from intentrank.cli.common import (
     warn,
     write_text,
 )
-from intentrank.cli.options import IndexOption, RayAddressOption, SearchBm25Option
+from intentrank.cli.options import IndexOption, RayAddressOption, SampleOption, SearchBm25Option
 from intentrank.core.params import check_int
 from intentrank.errors import ConfigError
 
@@ -209,8 +209,7 @@ def ablate(
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory.")],
     index_dir: IndexOption = None,  # type: ignore[assignment]
     split: Annotated[str, typer.Option(help="Qrels split to evaluate on.")] = "test",
-    sample: Annotated[int, typer.Option(help="Fixed-seed sample of this many queries (0 = "
-                                        "the whole split).")] = 0,
+    sample: SampleOption = 0,
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the tests.")] = 0,
     out_path: Annotated[Path, typer.Option("--out", help="Report path without suffix; writes "
                                            ".md, .html and .json (default "
@@ -240,11 +239,8 @@ def ablate(
     experiment file's (default: the shipped cascade-ablation, CE over the fused top-30 fused
     with the first stage by RRF); edit a copy of it for other cut-offs."""
     from intentrank.eval.spec import load_experiment
-    from intentrank.report import report_paths
 
     target = out_path or Path("runs") / "ablation" / dataset.name
-    for path in report_paths(target):
-        check_output_file(path, "--out")
     check_int("--sample", sample, 0)
     if listwise_chars:
         check_int("--listwise-chars", listwise_chars)

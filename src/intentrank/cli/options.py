@@ -17,8 +17,17 @@ TrainSplitOption = Annotated[str, typer.Option(
 SkipTopOption = Annotated[int, typer.Option(
     help="Mine hard negatives below this rank (e.g. 10: ranks 11-30), keeping out unjudged "
     "relevant documents; for generated questions with one gold document.")]
+BudgetMinutesOption = Annotated[float, typer.Option(
+    help="Wall-clock budget; training stops after the step that crosses it and saves what it "
+    "has (0 = no limit).")]
+EpochsOption = Annotated[int, typer.Option(
+    help="Passes over the training queries (negatives are resampled each pass).")]
+MaxQueriesOption = Annotated[int, typer.Option(
+    help="Train on at most this many queries (0 = all).")]
 TuneSplitOption = Annotated[str, typer.Option(
     help="Qrels split to tune on ('test' is refused).")]
+SampleOption = Annotated[int, typer.Option(
+    help="Fixed-seed sample of this many queries (0 = the whole split).")]
 SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]
 RayAddressOption = Annotated[str, typer.Option(
     help="Address of a running Ray cluster (implies --ray).")]

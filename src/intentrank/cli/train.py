@@ -24,8 +24,12 @@ from intentrank.cli.common import (
     split_and_index,
 )
 from intentrank.cli.options import (
+    BudgetMinutesOption,
+    EpochsOption,
     IndexOption,
+    MaxQueriesOption,
     MiningIndexOption,
+    SampleOption,
     SampleSeedOption,
     SkipTopOption,
     TrainingDatasetArg,
@@ -46,11 +50,8 @@ def train_reranker_cmd(
                                           "cross_encoder stage looks).")] = None,  # type: ignore[assignment]
     index_dir: MiningIndexOption = None,  # type: ignore[assignment]
     split: TrainSplitOption = "train",
-    budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
-                                                  "after the step that crosses it and saves "
-                                                  "what it has (0 = no limit).")] = 15.0,
-    epochs: Annotated[int, typer.Option(help="Passes over the training queries (negatives "
-                                        "are resampled each pass).")] = 1,
+    budget_minutes: BudgetMinutesOption = 15.0,
+    epochs: EpochsOption = 1,
     negatives: Annotated[int, typer.Option(help="Hard negatives per query, from BM25 and "
                                            "dense top-30 alternately.")] = 7,
     skip_top: SkipTopOption = 0,
@@ -61,8 +62,7 @@ def train_reranker_cmd(
                                       "query's negatives) or bce (each pair labelled "
                                       "1/0).")] = "listwise",
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 5e-5,
-    max_queries: Annotated[int, typer.Option(help="Train on at most this many queries (0 = "
-                                             "all).")] = 0,
+    max_queries: MaxQueriesOption = 0,
     seed: Annotated[int, typer.Option(help="Random seed (sampling and initialisation).")] = 13,
     onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Also export an int8 ONNX "
                                        "model (model_int8.onnx) for the onnx backend.")] = True,
@@ -72,24 +72,15 @@ def train_reranker_cmd(
     from intentrank.models.cross_encoder import default_reranker_dir
     from intentrank.training.reranker import MINING_DEPTH, train_reranker
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     target = out_dir or default_reranker_dir(dataset.name)
-    for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 1),
-                                   ("--max-length", max_length, 8),
-                                   ("--batch-size", batch_size, 1),
-                                   ("--max-queries", max_queries, 0)):
-        check_int(option, value, minimum)
-    check_number("--lr", lr, above=0)
-    check_number("--budget-minutes", budget_minutes, minimum=0)
-    check_skip_top(skip_top, MINING_DEPTH)
+    common = _training(epochs, lr, budget_minutes, max_queries, seed, skip_top, MINING_DEPTH,
+                       ("--negatives", negatives, 1), ("--max-length", max_length, 8),
+                       ("--batch-size", batch_size, 1))
     check_new_dir(target, "--out")
     result = train_reranker(  # refuses the test split before opening or building
         dataset, target, index_dir or Path("indexes") / dataset.name, split=split, loss=loss,
-        negatives_per_query=negatives, skip_top=skip_top, epochs=epochs,
-        batch_size=batch_size, max_length=max_length, lr=lr,
-        time_budget_s=budget_minutes * 60 or None, seed=seed,
-        max_queries=max_queries or None, onnx=onnx, progress=True, log=log,
-    )
+        negatives_per_query=negatives, skip_top=skip_top, batch_size=batch_size,
+        max_length=max_length, onnx=onnx, **common)
     info = result.info
     console.print(f"[green]reranker saved[/] {result.out_dir}: {info['n_queries']} {split} "
                   f"queries, {info['pairs_trained']} pairs, {info['steps_done']}/"
@@ -109,10 +100,8 @@ def train_embedder_cmd(
     extra: Annotated[list[str], typer.Option(help="More training questions over the same "
                                              "corpus: DIR:SPLIT (e.g. a generated set: "
                                              "runs/gen:generated); repeat.")] = None,  # type: ignore[assignment]
-    budget_minutes: Annotated[float, typer.Option(help="Wall-clock budget; training stops "
-                                                  "after the step that crosses it (0 = no "
-                                                  "limit).")] = 15.0,
-    epochs: Annotated[int, typer.Option(help="Passes over the training questions.")] = 1,
+    budget_minutes: BudgetMinutesOption = 15.0,
+    epochs: EpochsOption = 1,
     batch_size: Annotated[int, typer.Option(help="Questions per step (in-batch negatives).")]
         = 32,
     negatives: Annotated[int, typer.Option(help="Hard negatives per question (BM25 and dense "
@@ -120,24 +109,17 @@ def train_embedder_cmd(
     depth: Annotated[int, typer.Option(help="Where hard negatives are mined.")] = 30,
     skip_top: SkipTopOption = 0,
     max_seq_length: Annotated[int, typer.Option(help="Tokens per text while training.")] = 128,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 2e-5,
-    max_queries: Annotated[int, typer.Option(help="Train on at most this many questions (0 = "
-                                             "all).")] = 0,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 13,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 2e-5,
+    max_queries: MaxQueriesOption = 0,
+    seed: Annotated[int, typer.Option(help="Random seed (sampling and training).")] = 13,
 ) -> None:
     """Fine-tune the MiniLM bi-encoder (the dense leg) on a dataset's train qrels and any
     generated questions, with BM25/dense hard negatives, on CPU within a time budget."""
     from intentrank.training.embedder import train_embedder
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for option, value, minimum in (("--epochs", epochs, 1), ("--negatives", negatives, 0),
-                                   ("--depth", depth, 1), ("--batch-size", batch_size, 2),
-                                   ("--max-seq-length", max_seq_length, 8),
-                                   ("--max-queries", max_queries, 0)):
-        check_int(option, value, minimum)
-    check_number("--lr", lr, above=0)
-    check_number("--budget-minutes", budget_minutes, minimum=0)
-    check_skip_top(skip_top, depth)
+    common = _training(epochs, lr, budget_minutes, max_queries, seed, skip_top, depth,
+                       ("--negatives", negatives, 0), ("--depth", depth, 1),
+                       ("--batch-size", batch_size, 2), ("--max-seq-length", max_seq_length, 8))
     sources = []
     for item in extra or []:
         where, sep, extra_split = item.rpartition(":")
@@ -148,14 +130,27 @@ def train_embedder_cmd(
     result = train_embedder(  # refuses the test split before opening or building
         dataset, out_dir, index_dir or Path("indexes") / dataset.name, split=split,
         extra=sources, negatives_per_query=negatives, depth=depth, skip_top=skip_top,
-        epochs=epochs, batch_size=batch_size, max_seq_length=max_seq_length, lr=lr,
-        time_budget_s=budget_minutes * 60 or None, seed=seed,
-        max_queries=max_queries or None, progress=True, log=log)
+        batch_size=batch_size, max_seq_length=max_seq_length, **common)
     info = result.info
     console.print(f"[green]embedder saved[/] {result.out_dir}: {info['n_queries']} questions, "
                   f"{info['steps_done']}/{info['steps_planned']} steps in "
                   f"{info['seconds']['training']:.0f}s (stopped by {info['stopped_by']})")
     console.print(f"  use it: [cyan]intentrank index CORPUS DIR --model {result.out_dir}[/]")
+
+
+def _training(epochs: int, lr: float, budget_minutes: float, max_queries: int, seed: int,
+              skip_top: int, depth: int, *counts: tuple[str, int, int]) -> dict[str, Any]:
+    """Check what train-reranker and train-embedder share (and each (option, value, minimum)
+    of ``counts``) before any work; those options as the trainers' keyword arguments."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for option, value, minimum in (("--epochs", epochs, 1), *counts,
+                                   ("--max-queries", max_queries, 0)):
+        check_int(option, value, minimum)
+    check_number("--lr", lr, above=0)
+    check_number("--budget-minutes", budget_minutes, minimum=0)
+    check_skip_top(skip_top, depth)
+    return {"epochs": epochs, "lr": lr, "time_budget_s": budget_minutes * 60 or None,
+            "seed": seed, "max_queries": max_queries or None, "progress": True, "log": log}
 
 
 def _tuning_inputs(settings: Settings, dataset: Path, index_dir: Path | None, split: str,
@@ -166,6 +161,7 @@ def _tuning_inputs(settings: Settings, dataset: Path, index_dir: Path | None, sp
     from intentrank.data.dataset import refuse_test_split
     from intentrank.measures.metrics import validate_metrics
 
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     refuse_test_split(split, purpose)
     metric = validate_metrics([metric])[0]
     check_int("--sample", sample, 0)
@@ -174,9 +170,15 @@ def _tuning_inputs(settings: Settings, dataset: Path, index_dir: Path | None, sp
     return ds, idx, metric
 
 
-def _saved_weights(path: Path, res: Any, metric: str, split: str) -> None:
-    """The tune-* commands' last line: where the weights went, the weights, their score."""
-    weights = " ".join(f"{name}={value}" for name, value in res.best.items())
+def _save_tuned(name: str, res: Any, ds: Any, split: str, metric: str, sample: int,
+                seed: int, **extra: Any) -> None:
+    """The tune-* commands' last step: save the weights by name, print where they went, the
+    weights and their score."""
+    from intentrank.core.saved_params import save_params
+
+    path = save_params(name, res, dataset=ds.name, split=split, sample=sample, seed=seed,
+                       **extra)
+    weights = " ".join(f"{key}={value}" for key, value in res.best.items())
     console.print(f"[green]saved[/] {escape(str(path))}: {weights} ({metric} {res.score:.4f} "
                   f"on {res.n_queries} {split} queries)")
 
@@ -193,17 +195,16 @@ def tune_fuq_cmd(
     split: TuneSplitOption = "train",
     metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
         "nDCG@3",
-    sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
-                                        "queries (0 = all; each costs one LLM call).")] = 0,
+    sample: SampleOption = 0,
     seed: SampleSeedOption = 0,
 ) -> None:
-    """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name."""
-    from intentrank.core.saved_params import save_params
+    """Grid-search FUQ's alpha/beta/gamma on a training split and save them by name.
+
+    Each query tuned on costs one LLM call (--sample to tune on fewer)."""
     from intentrank.tune.fuq import tune_fuq_on_split
     from intentrank.types import Trace
 
     settings = settings_of(ctx)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     trace = Trace()
     ds, idx, metric = _tuning_inputs(settings, dataset, index_dir, split, metric, sample,
                                      "tune FUQ weights")
@@ -211,9 +212,7 @@ def tune_fuq_cmd(
     with console.status(f"predicting follow-ups and tuning on {ds.name}/{split}"):
         res = tune_fuq_on_split(ds, idx, llm, split, metric, sample, seed, trace=trace)
     llm_health(settings, trace)  # under --strict, weights tuned on fallbacks are not saved
-    path = save_params(name or f"fuq-{ds.name}", res, dataset=ds.name, split=split,
-                       sample=sample, seed=seed)
-    _saved_weights(path, res, metric, split)
+    _save_tuned(name or f"fuq-{ds.name}", res, ds, split, metric, sample, seed)
 
 
 @app.command("tune-modality")
@@ -226,23 +225,19 @@ def tune_modality_cmd(
                                       "default modality-<dataset>.")] = "",
     index_dir: IndexOption = None,  # type: ignore[assignment]
     split: TuneSplitOption = "train",
-    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@10.")] = "nDCG@10",
+    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
+        "nDCG@10",
     step: Annotated[float, typer.Option(help="Grid step on the weight simplex.")] = 0.1,
-    sample: Annotated[int, typer.Option(help="Tune on a fixed-seed sample of this many "
-                                        "queries (0 = all).")] = 0,
+    sample: SampleOption = 0,
     seed: SampleSeedOption = 0,
 ) -> None:
     """Grid-search the static dense/sparse/graph weights of the weighted fusion on a training
     split and save them by name."""
-    from intentrank.core.saved_params import save_params
     from intentrank.tune.modality import tune_modality_on_split
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_number("--step", step, above=0, maximum=0.5)
     ds, idx, metric = _tuning_inputs(settings_of(ctx), dataset, index_dir, split, metric,
                                      sample, "tune modality weights")
     with console.status(f"tuning modality weights on {ds.name}/{split}"):
         res = tune_modality_on_split(ds, idx, split, metric, step, sample, seed)
-    path = save_params(name or f"modality-{ds.name}", res, dataset=ds.name, split=split,
-                       sample=sample, seed=seed, step=step)
-    _saved_weights(path, res, metric, split)
+    _save_tuned(name or f"modality-{ds.name}", res, ds, split, metric, sample, seed, step=step)

@@ -238,8 +238,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         return {"status": "ok", "indexes": len(engine.indexes),
                 "pipelines": len(engine.pipelines), "in_flight": pool.in_flight,
                 "workers": pool.workers, "queue_limit": pool.queue_limit,
-                "generations": engine.generations, "reloads": engine.reloads,
-                "reload_errors": engine.reload_errors}
+                "generations": engine.generations.current.generations,
+                "reloads": engine.generations.reloads,
+                "reload_errors": engine.generations.reload_errors}
 
     @app.get("/pipelines", response_model=PipelinesResponse, responses=ERRORS,
              tags=["service"])

@@ -3,16 +3,9 @@ at start-up, and search, rerank, answer and evaluate as plain functions that ret
 JSON-ready dicts (run on the worker pool by ``service/app.py``).
 
 A request names an index and a pipeline; both are looked up in the maps built here from the
-server's settings, so nothing a request says reaches a file path.
-
-Generations: the open indexes and the pipeline stages built on them form one
-:class:`Snapshot`. A request takes the current snapshot once and runs wholly on it. With
-``settings.watch_s`` a thread checks each index directory's ``CURRENT`` that often; when a
-rebuild has committed a new generation it opens it, builds every pipeline on it and swaps the
-snapshot in one assignment, so each request sees one generation, old or new, never a mix
-(responses name it: ``generation``). The old snapshot's indexes close when its last request
-ends (then a later build may delete their generation). Each switch is logged and counted in
-``/health``."""
+server's settings, so nothing a request says reaches a file path. A request runs wholly on
+one snapshot of the indexes and the pipelines built on them (``service/generations.py``:
+an index rebuilt while the service runs is switched to with ``settings.watch_s``)."""
 
 from __future__ import annotations
 
@@ -22,9 +15,8 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +28,13 @@ from intentrank.core.registry import BuildContext
 from intentrank.core.stage import Stage
 from intentrank.data.trec import load_qrels, load_run
 from intentrank.errors import ConfigError, DataError, IntentrankError
-from intentrank.index.store import Index
 from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
-from intentrank.pipelines import build_context
+from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
+from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace, Turn
 
-ANSWER_STAGES = frozenset({"answer"})  # config names of stages that set Query.answer
 INPUT_SCORE = "input"  # the stage-score name of a /rerank candidate's given position
 _SECRET_ENV = re.compile(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
@@ -91,17 +82,6 @@ class CandidateIndex:
         return self._base.encode_queries(texts)
 
 
-def _ends_with(node: Any) -> str:
-    """The config name of a pipeline node's last step ("" for a cutoff or a fusion)."""
-    while isinstance(node, list) and node:
-        node = node[-1]
-    if isinstance(node, str):
-        return node
-    if isinstance(node, dict) and len(node) == 1:
-        return str(next(iter(node)))
-    return ""
-
-
 def _description(source: Any, data: dict[str, Any] | None, stage_text: str) -> str:
     if data and isinstance(data.get("description"), str):
         return data["description"]
@@ -125,25 +105,6 @@ class Served:
     answers: bool
 
 
-@dataclass
-class Snapshot:
-    """The indexes served at one moment and every search pipeline built on them: what one
-    request runs on from start to end. ``stages[pipeline][index]``; ``generations``: index
-    name -> the generation it reads (None for an index object served as given)."""
-
-    indexes: dict[str, Any]
-    stages: dict[str, dict[str, Stage]]
-    generations: dict[str, str | None]
-    opened: list[Index] = field(default_factory=list)  # closed when retired and unused
-    users: int = 0
-    retired: bool = False
-
-    def close(self) -> None:
-        for idx in self.opened:
-            idx.close()
-        self.opened = []
-
-
 class Engine:
     """Indexes and pipelines, loaded once; every method is safe to call from many threads."""
 
@@ -151,23 +112,8 @@ class Engine:
                  on_reload: Callable[[dict[str, Any]], None] | None = None) -> None:
         """Open the indexes and build the pipelines of ``settings``; ``log`` gets progress
         and reload lines, ``on_reload`` a record per index switched (or reload failed)."""
-        self.settings, self.log = settings, log
-        self.on_reload = on_reload or (lambda record: None)
-        self._swap = threading.Lock()  # guards the snapshot reference and its user counts
-        self._reloading = threading.Lock()
-        self.reloads = 0
-        self.reload_errors = 0
-        indexes, opened = {}, []
-        for name, where in settings.indexes.items():
-            if isinstance(where, (str, Path)):
-                log(f"opening index {name}: {where}")
-                idx = Index.open(where)
-                opened.append(idx)
-                indexes[name] = idx
-            else:  # served as is: Index.doc reads positionally (os.pread), no lock needed
-                indexes[name] = where
-        for name, idx in indexes.items():
-            _warm(name, idx, log)
+        self.settings = settings
+        indexes, opened = open_indexes(settings.indexes, log)
         template = build_context(None, llm=settings.llm, llm_options=settings.llm_options)
         self.resources = template.resources  # one LLM client and one loaded model per kind
         llm_lock = threading.Lock()
@@ -179,16 +125,14 @@ class Engine:
 
         self.make_llm = make_llm
         self.pipelines: dict[str, Served] = {}
-        stages: dict[str, dict[str, Stage]] = {}
+        stages: Stages = {}
         for name, source in settings.pipelines.items():
             node, data, path = self._node(name, source)
             stages[name] = self._build(name, node, indexes, log)
             first = next(iter(stages[name].values()))
             self.pipelines[name] = Served(name, "search", node,
                                           _description(path, data, first.describe()),
-                                          _ends_with(node) in ANSWER_STAGES)
-        self._snapshot = Snapshot(indexes, stages, {n: getattr(i, "generation", None)
-                                                    for n, i in indexes.items()}, opened)
+                                          ends_with_answer(node))
         first_index = next(iter(indexes.values()))
         for name, node in settings.rerankers.items():
             probe = CandidateIndex([Document("probe", "probe")], first_index)
@@ -197,13 +141,11 @@ class Engine:
             except IntentrankError as exc:
                 raise ConfigError(f"reranker {name!r}: {exc}") from exc
             self.pipelines[name] = Served(name, "rerank", node, stage.describe(),
-                                          _ends_with(node) in ANSWER_STAGES)
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
-        if settings.watch_s:
-            self._watcher = threading.Thread(target=self._watch, name="intentrank-watch",
-                                             daemon=True)
-            self._watcher.start()
+                                          ends_with_answer(node))
+        self.generations = Generations(
+            Snapshot(indexes, stages, opened),
+            {n: Path(w) for n, w in settings.indexes.items() if isinstance(w, (str, Path))},
+            self._search_stages, settings.watch_s, log, on_reload or (lambda record: None))
 
     def _build(self, name: str, node: Any, indexes: dict[str, Any],
                log: Callable[[str], None]) -> dict[str, Stage]:
@@ -218,108 +160,19 @@ class Engine:
                                   f"{exc}") from exc
         return out
 
-    # -- generations -------------------------------------------------------------------
+    def _search_stages(self, indexes: dict[str, Any]) -> Stages:
+        """Every search pipeline built on ``indexes`` (another generation of them)."""
+        return {name: self._build(name, served.node, indexes, lambda m: None)
+                for name, served in self.pipelines.items() if served.kind == "search"}
+
     @property
     def indexes(self) -> dict[str, Any]:
         """The indexes of the current snapshot."""
-        return self._snapshot.indexes
-
-    @property
-    def generations(self) -> dict[str, str | None]:
-        """Index name -> the generation the current snapshot reads."""
-        return dict(self._snapshot.generations)
-
-    @contextmanager
-    def use(self) -> Iterator[Snapshot]:
-        """The current snapshot, kept open until the block ends."""
-        with self._swap:
-            snap = self._snapshot
-            snap.users += 1
-        try:
-            yield snap
-        finally:
-            with self._swap:
-                snap.users -= 1
-                done = snap.retired and snap.users == 0
-            if done:
-                snap.close()
-                _trim_heap()
-
-    def _watched(self) -> dict[str, Path]:
-        return {n: Path(w) for n, w in self.settings.indexes.items()
-                if isinstance(w, (str, Path))}
-
-    def _watch(self) -> None:
-        """Until :meth:`close`: every ``watch_s`` seconds, reload when a watched index's
-        CURRENT names another generation than the one served."""
-        from intentrank.index import layout
-
-        failed: dict[str, str | None] = {}
-        while not self._stop.wait(self.settings.watch_s):
-            try:
-                now = {n: layout.read_current(p) for n, p in self._watched().items()}
-            except (OSError, IntentrankError) as exc:  # mid-replace or damaged: next time
-                self.log(f"index watch: cannot read CURRENT ({exc}); keeping the served "
-                         f"generations")
-                continue
-            served = self._snapshot.generations
-            if now != failed and any(gen is not None and gen != served.get(n)
-                                     for n, gen in now.items()):
-                failed = now if not self.reload() else {}  # a failed one: not again
+        return self.generations.current.indexes
 
     def reload(self) -> dict[str, tuple[str | None, str | None]]:
-        """Open the live generation of every index directory, build every search pipeline
-        on them and switch to the new snapshot at once; index name -> (old, new generation)
-        for those that changed. On any error the served snapshot stays and the error is
-        logged and counted (``reload_errors``)."""
-        with self._reloading:  # one reload at a time (the watcher, or a caller)
-            return self._reload()
-
-    def _reload(self) -> dict[str, tuple[str | None, str | None]]:
-        old = self._snapshot
-        indexes, opened = dict(old.indexes), []
-        try:
-            for name, path in self._watched().items():
-                idx = Index.open(path)
-                if idx.generation == old.generations.get(name):
-                    idx.close()
-                    continue
-                opened.append(idx)
-                _share_models(old.indexes.get(name), idx)
-                _warm(name, idx, lambda m: None)
-                indexes[name] = idx
-            if not opened:
-                return {}
-            stages = {name: self._build(name, served.node, indexes, lambda m: None)
-                      for name, served in self.pipelines.items() if served.kind == "search"}
-        except (OSError, IntentrankError) as exc:
-            for idx in opened:
-                idx.close()
-            self.reload_errors += 1
-            self.log(f"index reload failed, still serving {old.generations}: {exc}")
-            self.on_reload({"event": "index_reload_failed", "serving": old.generations,
-                            "error": str(exc)[:500]})
-            return {}
-        generations = {n: getattr(i, "generation", None) for n, i in indexes.items()}
-        changed_names = {n for n in indexes if generations[n] != old.generations.get(n)}
-        keep = [i for i in old.opened if any(i is v for v in indexes.values())]
-        new = Snapshot(indexes, stages, generations, opened + keep)
-        with self._swap:
-            self._snapshot = new
-            self.reloads += 1
-            old.opened = [i for i in old.opened if not any(i is k for k in keep)]
-            old.retired = True
-            done = old.users == 0
-        if done:
-            old.close()
-            _trim_heap()
-        changed = {n: (old.generations.get(n), generations[n]) for n in changed_names}
-        for n, (a, b) in changed.items():
-            self.log(f"index {n}: now serving generation {b} (was {a}; reload "
-                     f"{self.reloads})")
-            self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
-                            "reload": self.reloads})
-        return changed
+        """Switch to the indexes' live generations now (:meth:`Generations.reload`)."""
+        return self.generations.reload()
 
     def _ctx(self, index: Any) -> BuildContext:
         return BuildContext(index, self.resources, self.make_llm)
@@ -333,13 +186,7 @@ class Engine:
         return source, None, None
 
     def close(self) -> None:
-        self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=30)
-        with self._swap:
-            snap = self._snapshot
-            snap.retired = True
-        snap.close()
+        self.generations.close()
 
     # -- lookups -----------------------------------------------------------------------
     def index_name(self, name: str | None) -> str:
@@ -366,7 +213,7 @@ class Engine:
     def search(self, served: Served, index_name: str, query: Query, top_k: int,
                include_text: bool, need_answer: bool = False) -> dict[str, Any]:
         """Run a search pipeline on one query; the response body."""
-        with self.use() as snap:  # one generation for the whole request
+        with self.generations.use() as snap:  # one generation for the whole request
             trace, start = Trace(), time.perf_counter()
             ranking = snap.stages[served.name][index_name]([Ranking(query)], trace)[0]
             seconds = time.perf_counter() - start
@@ -380,7 +227,7 @@ class Engine:
     def _rerank(self, served: Served, query: str, docs: list[Document]
                 ) -> tuple[Ranking, Trace, float, CandidateIndex]:
         """Run a reranker over the request's own passages, given order first."""
-        with self.use() as snap:  # the first index encodes queries (dense rerankers)
+        with self.generations.use() as snap:  # the first index encodes queries (dense rerankers)
             candidates = CandidateIndex(docs, next(iter(snap.indexes.values())))
             stage = build_pipeline(served.node, self._ctx(candidates))
             n = len(docs)
@@ -418,7 +265,7 @@ class Engine:
         """OpenAI's embeddings: ``texts`` encoded by the index's dense query encoder (what
         a dense search of the index encodes a query with), float lists or base64 of
         little-endian float32."""
-        with self.use() as snap:
+        with self.generations.use() as snap:
             idx = snap.indexes[index_name]
             vecs = np.asarray(idx.encode_queries(list(texts)), dtype=np.float32)
         data = []
@@ -449,39 +296,6 @@ class Engine:
         return {"metrics": result.aggregate, "queries": len(result.per_query),
                 "skipped": result.skipped,
                 "per_query": result.per_query if per_query else None}
-
-
-def _share_models(old: Any, new: Any) -> None:
-    """Give ``new`` (another generation of the same index) ``old``'s loaded query embedder
-    when both were built with the same dense settings: the model does not depend on the
-    generation, so a reload neither loads it again nor holds two copies."""
-    loaded = getattr(old, "__dict__", {}).get("embedder")
-    same = getattr(getattr(old, "settings", None), "dense", None) == \
-        getattr(getattr(new, "settings", None), "dense", object())
-    if loaded is not None and same and new.has("dense"):
-        new.__dict__["embedder"] = loaded  # Index.embedder is a cached_property
-
-
-def _trim_heap() -> None:
-    """Hand memory freed by a retired generation back to the OS (glibc keeps freed heap
-    otherwise, and the process's RSS would step up at every reload)."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def _warm(name: str, idx: Any, log: Callable[[str], None]) -> None:
-    """Load the query embedder and compile numba now, not on the first request."""
-    has = getattr(idx, "has", lambda leg: False)
-    if has("dense"):
-        log(f"loading the query embedder of index {name}")
-        idx.encode_queries(["warm-up"])
-    if has("bm25") and idx.bm25_backend == "numba":
-        log(f"compiling the numba BM25 search of index {name} (a few seconds)")
-        idx.search_bm25(["warm-up"], 1)
 
 
 def _trace_rows(trace: Trace) -> list[dict[str, Any]]:

@@ -1,0 +1,217 @@
+"""Index generations behind the service: the open indexes and the pipeline stages built on
+them form one :class:`Snapshot`, and :class:`Generations` holds the current one.
+
+A request takes the current snapshot once (:meth:`Generations.use`) and runs wholly on it.
+With ``watch_s`` a thread checks each index directory's ``CURRENT`` that often; when a
+rebuild has committed a new generation it opens it, builds every pipeline on it and swaps
+the snapshot in one assignment, so each request sees one generation, old or new, never a mix
+(responses name it: ``generation``). The old snapshot's indexes close when its last request
+ends (then a later build may delete their generation). Each switch is logged and counted in
+``/health``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from intentrank.core.stage import Stage
+from intentrank.errors import IntentrankError
+from intentrank.index import layout
+from intentrank.index.store import Index
+
+Stages = dict[str, dict[str, Stage]]  # pipeline name -> index name -> the stage built on it
+
+
+@dataclass
+class Snapshot:
+    """The indexes served at one moment and every search pipeline built on them: what one
+    request runs on from start to end. ``stages[pipeline][index]``."""
+
+    indexes: dict[str, Any]
+    stages: Stages
+    opened: list[Index] = field(default_factory=list)  # closed when retired and unused
+    users: int = 0
+    retired: bool = False
+
+    @property
+    def generations(self) -> dict[str, str | None]:
+        """Index name -> the generation it reads (None for an index object served as given)."""
+        return {n: getattr(i, "generation", None) for n, i in self.indexes.items()}
+
+    def close(self) -> None:
+        for idx in self.opened:
+            idx.close()
+        self.opened = []
+
+
+def open_indexes(sources: dict[str, Any], log: Callable[[str], None]
+                 ) -> tuple[dict[str, Any], list[Index]]:
+    """Each index of ``sources`` (a directory is opened, an index object served as is),
+    warmed up; the indexes by name and those opened here."""
+    indexes, opened = {}, []
+    for name, where in sources.items():
+        if isinstance(where, (str, Path)):
+            log(f"opening index {name}: {where}")
+            opened.append(Index.open(where))
+            indexes[name] = opened[-1]
+        else:  # served as is: Index.doc reads positionally (os.pread), no lock needed
+            indexes[name] = where
+    for name, idx in indexes.items():
+        _warm(name, idx, log)
+    return indexes, opened
+
+
+class Generations:
+    """The current :class:`Snapshot` and the switches to new generations of the ``watched``
+    index directories, on whose indexes ``build`` builds every search pipeline (every
+    ``watch_s`` seconds if given; ``log`` gets a line and ``on_reload`` a record per index
+    switched or reload failed). Every method is safe to call from many threads."""
+
+    def __init__(self, snapshot: Snapshot, watched: dict[str, Path],
+                 build: Callable[[dict[str, Any]], Stages], watch_s: float | None,
+                 log: Callable[[str], None],
+                 on_reload: Callable[[dict[str, Any]], None]) -> None:
+        self.current, self.watched, self.build = snapshot, watched, build
+        self.log, self.on_reload = log, on_reload
+        self._swap = threading.Lock()  # guards the snapshot reference and its user counts
+        self._reloading = threading.Lock()
+        self.reloads = 0
+        self.reload_errors = 0
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        if watch_s:
+            self._watcher = threading.Thread(target=self._watch, args=(watch_s,),
+                                             name="intentrank-watch", daemon=True)
+            self._watcher.start()
+
+    @contextmanager
+    def use(self) -> Iterator[Snapshot]:
+        """The current snapshot, kept open until the block ends."""
+        with self._swap:
+            snap = self.current
+            snap.users += 1
+        try:
+            yield snap
+        finally:
+            with self._swap:
+                snap.users -= 1
+                done = snap.retired and snap.users == 0
+            if done:
+                snap.close()
+                _trim_heap()
+
+    def _watch(self, every: float) -> None:
+        """Until :meth:`close`: every ``every`` seconds, reload when a watched index's
+        CURRENT names another generation than the one served."""
+        failed: dict[str, str | None] = {}
+        while not self._stop.wait(every):
+            try:
+                now = {n: layout.read_current(p) for n, p in self.watched.items()}
+            except (OSError, IntentrankError) as exc:  # mid-replace or damaged: next time
+                self.log(f"index watch: cannot read CURRENT ({exc}); keeping the served "
+                         f"generations")
+                continue
+            served = self.current.generations
+            if now != failed and any(gen is not None and gen != served.get(n)
+                                     for n, gen in now.items()):
+                failed = now if not self.reload() else {}  # a failed one: not again
+
+    def reload(self) -> dict[str, tuple[str | None, str | None]]:
+        """Open the live generation of every watched index directory, build every search
+        pipeline on them and switch to the new snapshot at once; index name -> (old, new
+        generation) for those that changed. On any error the served snapshot stays and the
+        error is logged and counted (``reload_errors``)."""
+        with self._reloading:  # one reload at a time (the watcher, or a caller)
+            return self._reload()
+
+    def _reload(self) -> dict[str, tuple[str | None, str | None]]:
+        old = self.current
+        indexes, opened = dict(old.indexes), []
+        try:
+            for name, path in self.watched.items():
+                idx = Index.open(path)
+                if idx.generation == old.generations.get(name):
+                    idx.close()
+                    continue
+                opened.append(idx)
+                _share_models(old.indexes.get(name), idx)
+                _warm(name, idx, lambda m: None)
+                indexes[name] = idx
+            if not opened:
+                return {}
+            stages = self.build(indexes)
+        except (OSError, IntentrankError) as exc:
+            for idx in opened:
+                idx.close()
+            self.reload_errors += 1
+            self.log(f"index reload failed, still serving {old.generations}: {exc}")
+            self.on_reload({"event": "index_reload_failed", "serving": old.generations,
+                            "error": str(exc)[:500]})
+            return {}
+        keep = [i for i in old.opened if any(i is v for v in indexes.values())]
+        new = Snapshot(indexes, stages, opened + keep)
+        generations = new.generations
+        changed_names = {n for n in indexes if generations[n] != old.generations.get(n)}
+        with self._swap:
+            self.current = new
+            self.reloads += 1
+            old.opened = [i for i in old.opened if not any(i is k for k in keep)]
+            old.retired = True
+            done = old.users == 0
+        if done:
+            old.close()
+            _trim_heap()
+        changed = {n: (old.generations.get(n), generations[n]) for n in changed_names}
+        for n, (a, b) in changed.items():
+            self.log(f"index {n}: now serving generation {b} (was {a}; reload "
+                     f"{self.reloads})")
+            self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
+                            "reload": self.reloads})
+        return changed
+
+    def close(self) -> None:
+        """Stop watching and close the current snapshot's indexes."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=30)
+        with self._swap:
+            snap = self.current
+            snap.retired = True
+        snap.close()
+
+
+def _share_models(old: Any, new: Any) -> None:
+    """Give ``new`` (another generation of the same index) ``old``'s loaded query embedder
+    when both were built with the same dense settings: the model does not depend on the
+    generation, so a reload neither loads it again nor holds two copies."""
+    loaded = getattr(old, "__dict__", {}).get("embedder")
+    same = getattr(getattr(old, "settings", None), "dense", None) == \
+        getattr(getattr(new, "settings", None), "dense", object())
+    if loaded is not None and same and new.has("dense"):
+        new.__dict__["embedder"] = loaded  # Index.embedder is a cached_property
+
+
+def _trim_heap() -> None:
+    """Hand memory freed by a retired generation back to the OS (glibc keeps freed heap
+    otherwise, and the process's RSS would step up at every reload)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def _warm(name: str, idx: Any, log: Callable[[str], None]) -> None:
+    """Load the query embedder and compile numba now, not on the first request."""
+    has = getattr(idx, "has", lambda leg: False)
+    if has("dense"):
+        log(f"loading the query embedder of index {name}")
+        idx.encode_queries(["warm-up"])
+    if has("bm25") and idx.bm25_backend == "numba":
+        log(f"compiling the numba BM25 search of index {name} (a few seconds)")
+        idx.search_bm25(["warm-up"], 1)
