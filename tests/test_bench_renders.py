@@ -20,6 +20,7 @@ def rendered(name: str, module, raw) -> str:
     """The section as ``module.section(raw)`` renders it with the stored header lines."""
     stored, template = sections.load(ROOT, name)
     module.header = lambda: "".join(f"- {k}: {v}\n" for k, v in stored["meta"][:3])
+    module.machine = lambda: stored["meta"][0][1].split(", no GPU")[0]
     markdown, values = module.section(raw)
     result = {**sections.split(markdown.strip(), name)[0], "values": values,
               "provenance": stored.get("provenance")}
@@ -41,3 +42,26 @@ def test_ce_fusion():
            "best_on_test": {"setting": [int(setting[1]), float(setting[2]), int(setting[3])],
                             "nDCG@10": number(rows[-1][1])}}
     assert rendered("ce-fusion", load_bench("bench_ce_fusion"), raw) == PUBLISHED["ce-fusion"]
+
+
+def test_adapted_dense():
+    stored = sections.load(ROOT, "adapted-dense")[0]
+    values, raw, name = stored["values"], {}, ""
+    for row in stored["tables"][0]["rows"]:
+        if row[0]:
+            name, key = row[0], load_bench("bench_adapted_dense").slug(row[0])
+            t = re.match(r"(.*): (\d+) examples, (\d+) steps \(([\d.]+) of (\d+) epochs planned, "
+                         r"stopped by (.*)\), ([\d.]+) min \+ ([\d.]+) min", row[7])
+            run = re.match(r"`(.*)` \((.*)\)$", values[f"{key}.run"])
+            raw[name] = {"rows": {}, "run": {"command": run[1], "date": run[2]}, "training": {
+                "sources": t[1].split("; "), "rows_trained": int(t[2]), "steps": int(t[3]),
+                "rows_per_epoch": int(t[2]) / float(t[4]), "epochs": int(t[5]),
+                "stopped_by": t[6], "minutes": float(t[7]), "index_minutes": float(t[8]),
+                "queries": values[f"{key}.queries"]}}
+        zero, tuned = (number(x) / 100 for x in row[6].split(" / "))
+        raw[name]["rows"][row[1]] = {
+            "zero-shot": {"nDCG@10": number(row[2]) / 100, "Recall@100": zero},
+            "fine-tuned": {"nDCG@10": number(row[3]) / 100, "Recall@100": tuned},
+            "delta": number(row[4].rstrip("†")) / 100, "p": number(row[5])}
+    assert (rendered("adapted-dense", load_bench("bench_adapted_dense"), raw)
+            == PUBLISHED["adapted-dense"])
