@@ -5,6 +5,7 @@ measured here."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -65,3 +66,9 @@ def test_adapted_dense():
             "delta": number(row[4].rstrip("†")) / 100, "p": number(row[5])}
     assert (rendered("adapted-dense", load_bench("bench_adapted_dense"), raw)
             == PUBLISHED["adapted-dense"])
+
+
+def test_models():
+    """tests/bench_runs/models.json: the published run rebuilt from the section's text."""
+    raw = json.loads((Path(__file__).parent / "bench_runs" / "models.json").read_text())
+    assert rendered("models", load_bench("bench_models"), raw) == PUBLISHED["models"]
