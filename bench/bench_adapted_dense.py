@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, machine, publish, save_json  # noqa: E402
+from report import DATA, ROOT, machine, publish_tables, save_json, table  # noqa: E402
 
 DENSE = {"dense": {"depth": 100}}
 SPARSE = {"sparse": {"depth": 100}}
@@ -252,27 +252,17 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                          "loss": [info["loss_first10"], info["loss_last10"]]}}
 
 
-def markdown(results: dict[str, Any]) -> str:
-    lines = ["## Dense encoder fine-tuned per corpus (issue 13)", "",
-             f"- machine: {machine()}, no GPU; shared with other jobs while measured"]
-    lines += [f"- {name}: `{r['run']['command']}` ({r['run']['date']})"
-              for name, r in results.items()]
-    lines += ["", "all-MiniLM-L6-v2 fine-tuned per corpus with sentence-transformers "
-             "(`intentrank.training.embedder.train_embedder`: MultipleNegativesRankingLoss, "
-             "batch 32 with in-batch negatives + 1 hard negative per pair mined from the BM25 "
-             "and dense top-30, texts cut to 128 tokens while training, 256 when encoding, "
-             "CPU), then the collection re-indexed with it. "
-             "nDCG@10 x100 on the full test split, the zero-shot encoder vs the fine-tuned one "
-             "in the same pipeline; Δ and p: paired randomization test (sign flips, 10,000, "
-             "seed 0) of each fine-tuned row against its zero-shot row, † p < 0.05. "
-             "CE = the bundled int8 cross-encoder over the top-30, its ranks RRF-fused with "
-             "the first stage's (the LLM-free part of the Full pipeline). Recall: R@100 of the "
-             "top-100 lists; the + CE rows return 10 documents, so theirs is R@10.", "",
-             "| collection | pipeline | zero-shot | fine-tuned | Δ | p | recall zero-shot / "
-             "fine-tuned | training |",
-             "|---|---|---|---|---|---|---|---|"]
+def slug(name: str) -> str:
+    """A collection's row name as a value name: 'cranfield (train set)' -> 'cranfield-train-set'."""
+    return name.replace(" (", "-").rstrip(")").replace(" ", "-")
+
+
+def section(results: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The section's header line and table, and the values its prose
+    (bench/sections/adapted-dense.md: the runs, whether each goal of issue 13 is met) reads."""
+    rows, values = [], {}
     for name, r in results.items():
-        t = r["training"]
+        t, key = r["training"], slug(name)
         done = t["rows_trained"] / max(t["rows_per_epoch"], 1)
         cost = (f"{'; '.join(t['sources'])}: {t['rows_trained']} examples, {t['steps']} "
                 f"steps ({done:.1f} of {t['epochs']} epochs planned, stopped by "
@@ -280,60 +270,37 @@ def markdown(results: dict[str, Any]) -> str:
                 f"re-indexing")
         for i, (p, row) in enumerate(r["rows"].items()):
             z, f = row["zero-shot"], row["fine-tuned"]
-            mark = "†" if row["p"] < 0.05 else ""
-            lines.append(f"| {name if i == 0 else ''} | {p} | {100 * z['nDCG@10']:.2f} | "
-                         f"{100 * f['nDCG@10']:.2f} | {100 * row['delta']:+.2f}{mark} | "
-                         f"{row['p']:.3f} | {100 * z['Recall@100']:.1f} / "
-                         f"{100 * f['Recall@100']:.1f} | {cost if i == 0 else ''} |")
-    return "\n".join(lines + ["", *reading(results)])
+            rows.append([name if i == 0 else "", p, f"{100 * z['nDCG@10']:.2f}",
+                         f"{100 * f['nDCG@10']:.2f}",
+                         f"{100 * row['delta']:+.2f}" + ("†" if row["p"] < 0.05 else ""),
+                         f"{row['p']:.3f}",
+                         f"{100 * z['Recall@100']:.1f} / {100 * f['Recall@100']:.1f}",
+                         cost if i == 0 else ""])
+        best_p, best = max(((p, 100 * row["fine-tuned"]["nDCG@10"])
+                            for p, row in r["rows"].items()), key=lambda x: x[1])
+        dense = r["rows"]["Dense only"]
+        goal = SCIFACT_GOAL if name == "scifact" else BM25.get(name.split(" ")[0], 0) + 8
+        gains = [p for p, row in r["rows"].items() if row["p"] < 0.05 and row["delta"] > 0]
+        losses = [p for p, row in r["rows"].items() if row["p"] < 0.05 and row["delta"] < 0]
+        values |= {f"{key}.{k}": str(v) for k, v in {
+            "run": f"`{r['run']['command']}` ({r['run']['date']})",
+            "met": "met" if best >= goal else "not met", "goal": f"{goal:.2f}",
+            "best": f"{best_p} {best:.2f}",
+            "dense": f"{100 * dense['zero-shot']['nDCG@10']:.2f} -> "
+                     f"{100 * dense['fine-tuned']['nDCG@10']:.2f} (p = {dense['p']:.3f})",
+            "examples": t["rows_trained"], "steps": t["steps"], "queries": t.get("queries"),
+            "minutes": t["minutes"], "index_minutes": t["index_minutes"],
+            "moved": (f"significant gains in {', '.join(gains)}" if gains else
+                      "no row gains significantly") + (
+                f", significant losses in {', '.join(losses)}" if losses else "")}.items()}
+    md = table(["collection", "pipeline", "zero-shot", "fine-tuned", "Δ", "p",
+                "recall zero-shot / fine-tuned", "training"], rows)
+    return f"- machine: {machine()}, no GPU; shared with other jobs while measured\n\n{md}", values
 
 
 # nDCG@10 x100 of BM25 on the test queries (section `retrieval`) and the goals of issue 13
 BM25 = {"cranfield": 37.27, "vaswani": 42.80}
 SCIFACT_GOAL = 76.0
-
-
-def reading(results: dict[str, Any]) -> list[str]:
-    """Whether each goal of issue 13 is met, from the measured rows."""
-    out = []
-    for name, r in results.items():
-        best_p, best = max(((p, 100 * row["fine-tuned"]["nDCG@10"])
-                            for p, row in r["rows"].items()), key=lambda x: x[1])
-        dense = r["rows"]["Dense only"]
-        gain = (f"dense alone {100 * dense['zero-shot']['nDCG@10']:.2f} -> "
-                f"{100 * dense['fine-tuned']['nDCG@10']:.2f} (p = {dense['p']:.3f})")
-        if name == "scifact":
-            met = "met" if best >= SCIFACT_GOAL else "not met"
-            out.append(f"- **SciFact goal (best pipeline 0.76 nDCG@10 on all 300 test queries): "
-                       f"{met}.** Best with the fine-tuned encoder: {best_p} {best:.2f}; "
-                       f"{gain}. Fine-tuning helps every first stage significantly, but the "
-                       f"cross-encoder rows gain less (the CE re-decides most of the order). "
-                       f"The Full pipeline's listwise LLM stage was not re-run here (no LLM "
-                       f"jobs in this session); in the ablation section it added +0.4 points "
-                       f"over Tri-modal + CE. The model: "
-                       f"{r['training']['rows_trained']} examples in "
-                       f"{r['training']['minutes']} min (a 25-minute budget on a machine at "
-                       f"load ~12 stopped it before the second epoch; trained by a direct "
-                       f"`train_embedder` call with the script's settings just before the "
-                       f"script ran, which reused it), re-indexing "
-                       f"{r['training']['index_minutes']} min. The zero-shot Tri-modal + CE "
-                       f"here is below the ablation section's 73.33 (Tri-modal itself is "
-                       f"equal), probably because the bundled CE now scores one pair at a "
-                       f"time (commit 59579cb).")
-        elif name.split(" ")[0] in BM25:
-            goal = BM25[name.split(" ")[0]] + 8
-            met = "met" if best >= goal else "not met"
-            gains = [p for p, row in r["rows"].items() if row["p"] < 0.05 and row["delta"] > 0]
-            losses = [p for p, row in r["rows"].items() if row["p"] < 0.05 and row["delta"] < 0]
-            moved = (f"significant gains in {', '.join(gains)}" if gains else
-                     "no row gains significantly") + (
-                f", significant losses in {', '.join(losses)}" if losses else "")
-            out.append(f"- **{name.capitalize()} goal (best pipeline >= BM25 + 8 = {goal:.2f}): "
-                       f"{met}.** Best with the fine-tuned encoder: {best_p} {best:.2f}; "
-                       f"{gain}; trained on {r['training']['rows_trained']} examples "
-                       f"({r['training']['steps']} steps) from "
-                       f"{r['training']['queries']} generated questions: {moved}.")
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -353,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.warm_only:
         return
     save_json(args.out, results, indent=2)
-    publish("adapted-dense", markdown(results), not args.no_write)
+    publish_tables("adapted-dense", *section(results), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_adapted_dense import CachedScorer  # noqa: E402
-from report import DATA, ROOT, header, publish, rank_scores, save_json  # noqa: E402
+from report import DATA, ROOT, header, publish_tables, rank_scores, save_json, table  # noqa: E402
 
 DEPTHS = (10, 20, 30, 50, 100)
 GRID = [(d, w, k) for d in (20, 30, 50, 100) for w in (0.5, 0.75, 1.0, 1.5, 2.0)
@@ -107,51 +107,31 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "ce_cache": {"hits": scorer.hits, "misses": scorer.misses}}
 
 
-def markdown(r: dict[str, Any]) -> str:
-    lines = ["## Fusing the cross-encoder with the first stage, SciFact (issue 13)", "",
-             header(), "",
-             f"First stage RRF(BM25, dense) top-100 with the SciFact-fine-tuned encoder; the "
-             f"bundled int8 cross-encoder over its top D. nDCG@10 x100, all "
-             f"{r['n_queries']} test queries. (The adapted-dense section reads 72.94 for this "
-             f"first stage, measured at 07:19 that day, before BM25 ties were ordered by row, "
-             f"probably the difference; its + CE row, 74.50, is the depth-30 RRF row here.)",
-             "",
-             "| ranking | nDCG@10 |", "|---|---:|"]
-    lines += [f"| {name} | {v:.2f} |" for name, v in r["rows"].items()]
-    b = r["best_on_test"]
-    lines += [f"| weighted RRF, depth/weight/k chosen by {FOLDS}-fold cross-validation | "
-              f"{r['cv']:.2f} |",
-              f"| (the grid's best setting on all test queries, fitted to them: depth "
-              f"{b['setting'][0]}, w {b['setting'][1]:g}, k {b['setting'][2]:g}) | "
-              f"({b['nDCG@10']:.2f}) |", "",
-              "Folds chose: " + "; ".join(f"depth {d}, w {w:g}, k {k:g}"
-                                          for d, w, k in r["cv_choices"]) + ".", "",
-              reading(r)]
-    return "\n".join(lines)
-
-
-def reading(r: dict[str, Any]) -> str:
-    """What the rows say, from the numbers."""
-    rows, first = r["rows"], r["rows"]["first stage"]
-    alone = {k: v for k, v in rows.items() if k.startswith("CE alone")}
-    shipped = rows["RRF(first, CE of top 30), k 60"]
-    fitted = r["best_on_test"]["nDCG@10"] - shipped
-    below = sum(v < first for v in alone.values())
-    return (f"Reading: the cross-encoder alone is below the first stage ({first:.2f}) at "
-            f"{below} of {len(alone)} depths (best {max(alone.values()):.2f}), so the CE helps "
-            f"only as a second opinion fused with the first stage's order. The cross-validated "
-            f"weighted RRF is {r['cv'] - shipped:+.2f} against the shipped RRF at depth 30 "
-            f"({shipped:.2f}); the setting fitted to the test queries themselves gains "
-            f"{fitted:+.2f}. Against the 0.76 goal ({76 - shipped:.2f} points away), tuning "
-            f"the fusion is not the lever; the cross-encoder is (the bundled model had one "
-            f"epoch on 809 claims from MiniLM-L6).")
+def section(r: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The section's header lines and table, and the values its prose
+    (bench/sections/ce-fusion.md) reads."""
+    rows, b = r["rows"], r["best_on_test"]
+    fitted = (f"(the grid's best setting on all test queries, fitted to them: depth "
+              f"{b['setting'][0]}, w {b['setting'][1]:g}, k {b['setting'][2]:g})")
+    md = table(["ranking", "nDCG@10"], [
+        *((name, f"{v:.2f}") for name, v in rows.items()),
+        (f"weighted RRF, depth/weight/k chosen by {FOLDS}-fold cross-validation", f"{r['cv']:.2f}"),
+        (fitted, f"({b['nDCG@10']:.2f})")], "|---|---:|")
+    first, shipped = rows["first stage"], rows["RRF(first, CE of top 30), k 60"]
+    alone = [v for k, v in rows.items() if k.startswith("CE alone")]
+    return header() + "\n" + md, {
+        "n_queries": str(r["n_queries"]), "first": f"{first:.2f}", "depths": str(len(alone)),
+        "folds": "; ".join(f"depth {d}, w {w:g}, k {k:g}" for d, w, k in r["cv_choices"]),
+        "below": str(sum(v < first for v in alone)), "best_alone": f"{max(alone):.2f}",
+        "cv_gain": f"{r['cv'] - shipped:+.2f}", "shipped": f"{shipped:.2f}",
+        "fitted_gain": f"{b['nDCG@10'] - shipped:+.2f}", "to_goal": f"{76 - shipped:.2f}"}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     result = measure(args)
     save_json(args.out, result, indent=2)
-    publish("ce-fusion", markdown(result), not args.no_write)
+    publish_tables("ce-fusion", *section(result), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, log, machine, publish, save_json  # noqa: E402
+from report import DATA, ROOT, header, log, machine, publish_tables, save_json, table  # noqa: E402
 
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")
@@ -193,78 +193,60 @@ def phase_eval(model_dir: Path, k: int, fp32_queries: int, max_length: int, tmp:
     return out
 
 
-def to_markdown(res: dict[str, Any]) -> str:
-    runs = res.get("runs", {})
-    lines = ["## Encoders and cross-encoder reranker (issue 3)", "",
-             f"- machine: {machine()}"]
-    lines += [f"- {phase}: `{cmd}` ({date})" for phase, (cmd, date) in runs.items()]
-    lines.append("")
-    if "embed" in res:
-        e = res["embed"]
-        lines += [f"**Embedder speed**: {e['passages']} SciFact passages (mean "
-                  f"{e['mean_tokens']:.0f} tokens after truncation at 256), batch 64 (onnx runs "
-                  f"sub-batches of 8), "
-                  f"interleaved best of "
-                  f"{e['repeats']}, load avg {e['load']}.", "",
-                  "| backend | passages/s |", "|---|---|"]
-        lines += [f"| {k} | {v:.1f} |" for k, v in e["passages_per_s"].items()]
-        lines += ["", "Parity (tests/test_onnx_embedder.py): cosine of ONNX int8 vs "
-                  "sentence-transformers vectors >= 0.999 on 50 Cranfield passages.", ""]
-    if "train" in res:
-        t = res["train"]
+def section(res: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The section's header line and tables, and the values its prose
+    (bench/sections/models.md) reads."""
+    md = [f"- machine: {machine()}", ""]
+    values = {f"run.{phase}": f"`{cmd}` ({date})"
+              for phase, (cmd, date) in res.get("runs", {}).items()}
+    if e := res.get("embed"):
+        values |= {"embed.passages": e["passages"], "embed.tokens": f"{e['mean_tokens']:.0f}",
+                   "embed.repeats": e["repeats"], "embed.load": e["load"]}
+        md += [table(["backend", "passages/s"],
+                     [(k, f"{v:.1f}") for k, v in e["passages_per_s"].items()]), ""]
+    if t := res.get("train"):
         s = t["settings"]
-        lines += ["**Reranker training** (all-MiniLM-L6-v2 weights + 1-logit head, "
-                  f"{s['loss']} loss, CPU, {s['threads']} threads): SciFact `{t['split']}` "
-                  f"split, {t['n_queries']} "
-                  f"queries ({t['queries_dropped_in_test']} dropped for appearing in test), "
-                  f"{t['positives_per_epoch']} positives + {t['negatives_per_epoch']} hard "
-                  f"negatives per epoch ({t['negatives']['per_query']}/query from "
-                  f"{' and '.join(t['negatives']['sources'])}, judged-relevant excluded). "
-                  f"Budget {s['time_budget_s'] / 60:.0f} min: {t['steps_done']}/"
-                  f"{t['steps_planned']} steps of {s['batch_size']} pairs at max_length "
-                  f"{s['max_length']}, lr {s['lr']}, {t['pairs_trained']} pairs in "
-                  f"{t['seconds']['training']:.0f} s ({t['pairs_per_s']:.1f} pairs/s; mining "
-                  f"{t['seconds']['mining']:.0f} s), stopped by {t['stopped_by']}; loss "
-                  f"{t['loss_first50']} (first 50 steps) -> {t['loss_last50']} (last 50). "
-                  f"Export to int8 ONNX: {t.get('onnx', {}).get('seconds', '-')} s.", ""]
-    if "speed" in res:
-        sp = res["speed"]
-        lines += [f"**Cross-encoder speed**: {sp['pairs']} SciFact (claim, BM25 candidate) pairs, "
-                  f"batch {sp['batch_size']}, interleaved best of {sp['repeats']}, load avg "
-                  f"{sp['load']}.", "",
-                  "| backend @ max_length | pairs/s | max abs score diff vs torch | "
-                  "Pearson vs torch |", "|---|---|---|---|"]
-        lines += [f"| {k} | {v['pairs_per_s']:.1f} | {v['max_abs_diff_vs_torch']:.4f} | "
-                  f"{v['pearson_vs_torch']:.4f} |" for k, v in sp["rows"].items()]
-        lines.append("")
-    if "eval" in res:
-        ev = res["eval"]
-        lines += [f"**Reranking quality**: BM25 top-{ev['k']} -> cross-encoder (onnx int8, "
-                  f"max_length {ev['max_length']}), test queries, nDCG@10 x100. Trained on "
-                  "SciFact train only; Cranfield and Vaswani are zero-shot. RRF(BM25, CE) fuses "
-                  "the BM25 and cross-encoder ranks of the same candidates (k=60; no extra "
-                  "inference).", "",
-                  "| collection | queries | BM25 | BM25 -> CE | RRF(BM25, CE) | Recall@100 "
-                  "(ceiling) | CE pairs/s | published |", "|---|---|---|---|---|---|---|---|"]
-        for name in COLLECTIONS:
-            if name not in ev:
-                continue
+        values |= {f"train.{k}": v for k, v in {
+            "loss": s["loss"], "threads": s["threads"], "split": t["split"],
+            "queries": t["n_queries"], "dropped": t["queries_dropped_in_test"],
+            "positives": t["positives_per_epoch"], "negatives": t["negatives_per_epoch"],
+            "per_query": t["negatives"]["per_query"],
+            "sources": " and ".join(t["negatives"]["sources"]),
+            "budget": f"{s['time_budget_s'] / 60:.0f}", "steps": t["steps_done"],
+            "planned": t["steps_planned"], "batch": s["batch_size"],
+            "max_length": s["max_length"], "lr": s["lr"], "pairs": t["pairs_trained"],
+            "seconds": f"{t['seconds']['training']:.0f}", "rate": f"{t['pairs_per_s']:.1f}",
+            "mining": f"{t['seconds']['mining']:.0f}", "stopped_by": t["stopped_by"],
+            "loss_first": t["loss_first50"], "loss_last": t["loss_last50"],
+            "export": t.get("onnx", {}).get("seconds", "-")}.items()}
+    if sp := res.get("speed"):
+        values |= {"speed.pairs": sp["pairs"], "speed.batch": sp["batch_size"],
+                   "speed.repeats": sp["repeats"], "speed.load": sp["load"]}
+        md += [table(["backend @ max_length", "pairs/s", "max abs score diff vs torch",
+                      "Pearson vs torch"],
+                     [(k, f"{v['pairs_per_s']:.1f}", f"{v['max_abs_diff_vs_torch']:.4f}",
+                       f"{v['pearson_vs_torch']:.4f}") for k, v in sp["rows"].items()]), ""]
+    if ev := res.get("eval"):
+        values |= {"eval.k": ev["k"], "eval.max_length": ev["max_length"]}
+        rows = []
+        for name in (c for c in COLLECTIONS if c in ev):
             r = ev[name]["onnx_int8"]
             recall = r["bm25"][f"Recall@{ev['k']}"]
-            anchor = "BM25+CE (ms-marco-MiniLM-L-6-v2) 68.8 (BEIR)" if name == "scifact" else ""
-            lines.append(f"| {name} | {r['queries']} | {100 * r['bm25']['nDCG@10']:.2f} | "
-                         f"{100 * r['ce']['nDCG@10']:.2f} | {100 * r['rrf']['nDCG@10']:.2f} | "
-                         f"{100 * recall:.2f} | "
-                         f"{r['pairs_per_s']:.1f} | {anchor} |")
-        sub = ev.get("scifact", {}).get("subset")
-        if sub:
+            rows.append([name, r["queries"], *(f"{100 * r[k]['nDCG@10']:.2f}"
+                                               for k in ("bm25", "ce", "rrf")),
+                         f"{100 * recall:.2f}",
+                         f"{r['pairs_per_s']:.1f}", "BM25+CE (ms-marco-MiniLM-L-6-v2) 68.8 "
+                         "(BEIR)" if name == "scifact" else ""])
+        md.append(table(["collection", "queries", "BM25", "BM25 -> CE", "RRF(BM25, CE)",
+                         "Recall@100 (ceiling)", "CE pairs/s", "published"], rows))
+        if sub := ev.get("scifact", {}).get("subset"):
             a, b = sub["torch_fp32"], sub["onnx_int8"]
-            lines += ["", f"fp32 vs int8 on the first {a['queries']} SciFact test queries: "
-                      f"nDCG@10 {100 * a['ce']['nDCG@10']:.2f} (torch fp32, "
-                      f"{a['pairs_per_s']:.1f} pairs/s) vs {100 * b['ce']['nDCG@10']:.2f} "
-                      f"(onnx int8, {b['pairs_per_s']:.1f} pairs/s); BM25 alone "
-                      f"{100 * a['bm25']['nDCG@10']:.2f}."]
-    return "\n".join(lines)
+            values |= {"fp32.queries": a["queries"], "fp32.ndcg": f"{100 * a['ce']['nDCG@10']:.2f}",
+                       "fp32.rate": f"{a['pairs_per_s']:.1f}",
+                       "int8.ndcg": f"{100 * b['ce']['nDCG@10']:.2f}",
+                       "int8.rate": f"{b['pairs_per_s']:.1f}",
+                       "fp32.bm25": f"{100 * a['bm25']['nDCG@10']:.2f}"}
+    return "\n".join(md), {k: str(v) for k, v in values.items()}
 
 
 def main() -> None:
@@ -310,7 +292,7 @@ def main() -> None:
             else:
                 sys.exit(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
             save_json(RESULTS, res)
-    publish("models", to_markdown(res), not args.no_write)
+    publish_tables("models", *section(res), write=not args.no_write)
 
 
 if __name__ == "__main__":

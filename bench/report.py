@@ -70,6 +70,15 @@ def publish_tables(name: str, markdown: str, values: dict[str, str] | None = Non
         [markdown, *(f"- {k}: {v}" for k, v in (values or {}).items())]))
 
 
+def table(header: list[str], rows: Any, rule: str = "") -> str:
+    """A Markdown table: ``header``, ``rule`` (default ``|---|`` a column) and ``rows`` (cells
+    of any type, as ``str`` gives them)."""
+    from intentrank.report.sections import table_markdown
+
+    return table_markdown({"header": header, "rule": rule or "|" + "---|" * len(header),
+                           "rows": [[str(c) for c in r] for r in rows]})
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     import socket
