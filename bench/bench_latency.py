@@ -209,7 +209,7 @@ def index_memory() -> dict:
                        check=True, capture_output=True)
         wall = time.perf_counter() - t
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        manifest = json.loads(Path(f"{tmp}/index/manifest.json").read_text())
+        manifest = json.loads(next(Path(f"{tmp}/index").rglob("manifest.json")).read_text())
     return {"wall_s": wall, "peak_rss_mib": max(peak, before) / 1024,
             "build_seconds": manifest.get("build_seconds", {})}
 
