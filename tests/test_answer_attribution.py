@@ -10,8 +10,10 @@ import pytest
 from fakes import RecordingLLM
 
 from intentrank.answer.attribution import (
+    SentenceSimilarity,
     attribute,
     best_snippet,
+    most_relevant,
     relevant_enough,
     split_sentences,
     strip_markers,
@@ -39,6 +41,26 @@ class Overlap:
             return len(words & set(b.lower().replace(".", "").split())) / max(len(words), 1)
 
         return np.array([score(a, b) for a, b in pairs], dtype=np.float32)
+
+
+class Words:
+    """An embedder stand-in: bag-of-words vectors (a word, a hashed dimension), so the cosine
+    is word overlap; counts its calls."""
+
+    name = "words"
+
+    def __init__(self) -> None:
+        self.encoded: list[str] = []
+
+    def _vec(self, texts) -> np.ndarray:
+        self.encoded += list(texts)
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().replace(".", " ").replace("?", " ").split():
+                out[i, sum(map(ord, w)) % 64] += 1
+        return out
+
+    encode_queries = encode_passages = _vec
 
 
 class Docs:
@@ -124,8 +146,67 @@ def test_the_papers_modes_stay_available():
     assert "reply exactly" in llm.requests[0]["messages"][-1]["content"]
 
 
+def test_sentence_similarity_matches_the_closest_sentence_of_a_passage():
+    """A statement found late in a passage scores as if the passage said only that; each
+    distinct text is encoded once."""
+    emb = Words()
+    late = "Exercise raises heart rate. Mice were kept at 4 C. Cold exposure recruits brown fat."
+    scores = SentenceSimilarity(emb).predict([("cold exposure recruits brown fat", late),
+                                              ("cold exposure recruits brown fat", PASSAGES["b"]),
+                                              ("exercise raises heart rate", late)])
+    assert scores[0] == pytest.approx(1.0) and scores[2] == pytest.approx(1.0)
+    assert scores[1] < 0.5
+    assert len(emb.encoded) == len(set(emb.encoded)) == 6  # a shared sentence encoded once
+    assert set(emb.encoded) == {"cold exposure recruits brown fat", "exercise raises heart rate",
+                                *split_sentences(late), *split_sentences(PASSAGES["b"])}
+    assert SentenceSimilarity(emb).predict([]).shape == (0,)
+
+
+def test_context_margin_and_anchor():
+    """A bare "Yes." is attributed by the question it answers; the margin keeps only
+    passages close to the best; the anchor (the passage most relevant to the question) is
+    cited by the first sentence after its own citations."""
+    texts = [PASSAGES["b"], PASSAGES["a"], "Brown fat burns energy. Cold exposure recruits it."]
+    sim = SentenceSimilarity(Words())
+    bare = attribute("Yes.", texts, sim, threshold=0.5)
+    assert bare.citations == () and bare.unsupported == 1
+    done = attribute("Yes.", texts, sim, threshold=0.5, max_citations=3,
+                     context="Does cold exposure recruit brown fat?")
+    assert done.citations[0] == 2 and 1 not in done.citations
+    tight = attribute("Yes.", texts, sim, threshold=0.2, max_citations=3,
+                      context="Does cold exposure recruit brown fat?", margin=0.01)
+    assert tight.citations == (2,) and tight.text == "Yes [2]."
+    anchored = attribute("Yes. Cold exposure recruits brown fat.", texts, sim, threshold=0.2,
+                         max_citations=1, margin=0.01, anchor=0)
+    assert anchored.text.startswith("Yes. Cold exposure recruits brown fat [2][1].")
+    assert [e.n for e in anchored.evidence] == [2, 1]
+    assert most_relevant("heart rate training", texts, Overlap()) == 0
+    assert most_relevant("anything", [], Overlap()) is None
+
+
+def test_the_similarity_gate_and_context_citations_in_the_stage():
+    """``abstain: similarity`` gates by the embedder (no call for the unrelated question);
+    ``cite: context`` cites by the embedder in the question's context plus the
+    cross-encoder's most relevant passage."""
+    llm = Replying("Yes, it does.")
+    emb = Words()
+    stage = AnswerGenerator(LLMClient(llm, cache=None), Docs(), top_k=3, scorer=Overlap(),
+                            embedder=emb, abstain="similarity", cite="context")
+    assert stage.abstain_threshold == 0.45 and stage.support_threshold == 0.45
+    trace = Trace()
+    out = stage([_ranking("Does cold exposure recruit brown fat?", ["b", "a", "c"]),
+                 _ranking("quantum chromodynamics of quarks", ["b", "c"])], trace)
+    answered, gated = (r.query.answer for r in out)
+    assert answered.cited_ids == ["a"] and answered.text == "Yes, it does [2]."
+    assert gated.text == ABSTENTION and len(llm.requests) == 1
+    assert "cite=context" in stage.describe() and "cite_margin=0.05" in stage.describe()
+    assert "embedder=words" in stage.describe()
+    assert trace.stage("answer").counters["gated"] == 1
+
+
 @pytest.mark.parametrize(("params", "message"), [
     ({"abstain": "never"}, "abstain"), ({"cite": "model"}, "cite"),
+    ({"cite_margin": -0.1}, "cite_margin"),
     ({"abstain_threshold": 1.5}, "abstain_threshold"),
     ({"support_threshold": -1}, "support_threshold"), ({"max_citations": 0}, "max_citations")])
 def test_bad_answer_options_are_refused(params, message):
@@ -165,8 +246,8 @@ def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifa
 
 
 @pytest.mark.parametrize(("option", "message"), [
-    (["--abstain", "never"], "unknown abstain 'never'; use relevance, llm"),
-    (["--cite", "model"], "unknown cite 'model'; use posthoc, llm")])
+    (["--abstain", "never"], "unknown abstain 'never'; use similarity, relevance, llm"),
+    (["--cite", "model"], "unknown cite 'model'; use context, posthoc, llm")])
 def test_cli_refuses_bad_answer_options_before_any_work(tmp_path, option, message):
     from fakes import write_collection
     from typer.testing import CliRunner
