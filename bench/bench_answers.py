@@ -15,8 +15,9 @@ Unanswerable: the same question with the 5 passages of the next sampled question
 them gold). Reported: answered, answered citing a gold passage, citations of gold passages
 (citation precision), false abstentions (answerable), abstentions (unanswerable), unsupported
 sentences per answer, s/answer (LLM + scorer time over every question asked). Methods are
-chosen on seed 0 and checked once on seed 1 (held out). One JSON per system in runs/answers/;
-bench_defaults.py renders them into docs/benchmarks.md's "Defaults" section.
+chosen on seed 0 and checked once on seed 1 (held out: drawn from the claims seed 0 did not
+draw). One JSON per system in runs/answers/; bench_defaults.py renders them into
+docs/benchmarks.md's "Defaults" section.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def as_question(claim: str) -> str:
 
 
 def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
-    """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims."""
+    """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims
+    (a seed other than 0 samples from the claims seed 0 did not draw)."""
     from intentrank.core.registry import BuildContext
     from intentrank.data.dataset import load_dataset
     from intentrank.index import open_or_build
@@ -60,7 +62,11 @@ def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
     ds = load_dataset(DATA / "scifact")
     index = open_or_build(ds.corpus, ROOT / "indexes" / "scifact", source=str(ds.root))
     queries, qrels = ds.split("test")
-    sample = sorted(random.Random(seed).sample(list(queries), n), key=lambda q: q.id)
+    pool = list(queries)
+    if seed:  # a held-out sample: disjoint from seed 0's, where methods are chosen
+        chosen = {q.id for q in random.Random(0).sample(pool, n)}
+        pool = [q for q in pool if q.id not in chosen]
+    sample = sorted(random.Random(seed).sample(pool, n), key=lambda q: q.id)
     sample = [replace(q, text=as_question(q.text)) for q in sample]
     ranked = build_pipeline(RETRIEVAL, BuildContext(index)).run(sample).rankings
     answerable = [r for r in ranked if set(qrels[r.query.id]) & set(r.doc_ids)]

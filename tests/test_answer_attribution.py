@@ -120,7 +120,8 @@ def test_relevance_gate():
 def test_the_gate_abstains_without_a_call_and_posthoc_cites_the_supporting_passage():
     llm = Replying("Cold exposure recruits brown fat [3]. The documents do not say more.")
     stage = AnswerGenerator(LLMClient(llm, cache=None), Docs(), top_k=3, scorer=Overlap(),
-                            abstain_threshold=0.5, support_threshold=0.6, max_citations=1)
+                            abstain="relevance", cite="posthoc", abstain_threshold=0.5,
+                            support_threshold=0.6, max_citations=1)
     trace = Trace()
     out = stage([_ranking("does cold exposure recruit brown fat", ["b", "a", "c"]),
                  _ranking("quantum chromodynamics of quarks", ["b", "c"])], trace)
@@ -211,7 +212,8 @@ def test_the_similarity_gate_and_context_citations_in_the_stage():
     ({"support_threshold": -1}, "support_threshold"), ({"max_citations": 0}, "max_citations")])
 def test_bad_answer_options_are_refused(params, message):
     with pytest.raises(ParameterError, match=message):
-        AnswerGenerator(LLMClient(Replying(""), cache=None), Docs(), scorer=Overlap(), **params)
+        AnswerGenerator(LLMClient(Replying(""), cache=None), Docs(), scorer=Overlap(),
+                        embedder=Words(), **params)
 
 
 def test_posthoc_citations_with_the_bundled_cross_encoder_on_real_cranfield(cranfield_index):
@@ -231,8 +233,11 @@ def test_posthoc_citations_with_the_bundled_cross_encoder_on_real_cranfield(cran
 @pytest.mark.slow
 def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifact_bm25):
     """The issue's example: the passages BM25 gives for "Does cold exposure increase brown
-    adipose tissue recruitment?" hold the evidence (SciFact 970012); the default answer
-    stage answers (no abstention) and cites it."""
+    adipose tissue recruitment?" hold the evidence (SciFact judges 970012); the default
+    answer stage answers (no abstention) and cites passages that say it: 970012, or
+    29381091 (white fat acquiring a brown phenotype by cold exposure, the cross-encoder's
+    and the embedder's best) or 4319174 (cold induces thermogenic genes in brown fat), which
+    the default ``cite: context`` prefers to 970012 (a plaque-growth abstract)."""
     from intentrank.pipelines import build_context, build_pipeline
 
     question = "Does cold exposure increase brown adipose tissue recruitment?"
@@ -242,7 +247,8 @@ def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifa
     answer = result.rankings[0].query.answer
     assert "970012" in result.rankings[0].doc_ids
     assert not is_abstention(answer.text), answer
-    assert "970012" in answer.cited_ids, answer
+    assert answer.cited_ids, answer
+    assert set(answer.cited_ids) <= {"970012", "29381091", "4319174"}, answer
 
 
 @pytest.mark.parametrize(("option", "message"), [
@@ -287,3 +293,37 @@ def test_the_answer_stage_shares_the_loaded_cross_encoder(tmp_path, monkeypatch)
                           build_context(index, llm="openai:m@http://127.0.0.1:9/v1"))
     ce, answer = pipe.stages[1], pipe.stages[2]
     assert answer.scorer is ce.scorer
+
+
+# Real SciFact claims (test split, bench_answers.py's seed-0 sample) with the passages the
+# `answer` pipeline gives them and a reply the embedded 0.5B wrote for each: the gold passage
+# is [2] for the first (the cross-encoder ranks it below [1]); the other two replies say only
+# "No." / "Yes, it is true.".
+REAL_SCIFACT = [
+    ("Is it true that the myocardial lineage develops from cardiac progenitors of mesodermal "
+     "origin?", ["12411274", "4427392", "3619372", "9122283", "2828460"], "4427392",
+     "The myocardial lineage develops from cardiac progenitors of mesodermal origin."),
+    ("Is it true that ubiquitin ligase UBC13 generates a K63-linked polyubiquitin moiety at "
+     "PCNA K164?", ["20231138", "6422576", "1635872", "33068577", "13277623"], "20231138",
+     "The answer is: No."),
+    ("Is it true that increased microtubule acetylation repairs LRRK2 Roc-COR domain mutation "
+     "induced locomotor deficits?", ["9638032", "1371440", "5108807", "1964163", "36830715"],
+     "9638032", "Yes, it is true."),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("question", "ids", "gold", "reply"), REAL_SCIFACT)
+def test_context_citations_with_the_real_models_on_real_scifact(scifact_bm25, question, ids,
+                                                                gold, reply):
+    """The default stage (``abstain: similarity``, ``cite: context``) with the real
+    embedder and cross-encoder: it answers each and cites the gold passage first, among
+    at most three; given another claim's passages, it abstains without a call."""
+    llm = Replying(reply)
+    stage = AnswerGenerator(LLMClient(llm, cache=None), scifact_bm25, top_k=5)
+    (out,) = stage([_ranking(question, ids)], Trace())
+    answer = out.query.answer
+    assert answer.cited_ids[0] == gold and len(answer.cited_ids) <= 3, answer
+    other = next(i for q, i, _, _ in REAL_SCIFACT if q != question)
+    (off,) = stage([_ranking(question, other)], Trace())
+    assert is_abstention(off.query.answer.text) and len(llm.requests) == 1, off.query.answer

@@ -3,20 +3,19 @@
 
 How it abstains and how it cites are options (docs/benchmarks.md "Defaults" measures them):
 
-- ``abstain: relevance`` (default): answer only when the cross-encoder scores some given
-  passage ``abstain_threshold`` (0.2) or above against the question, else abstain with no
-  LLM call (counted ``gated``); ``abstain: similarity``: the same gate by the embedder, a
-  sentence of some passage at cosine ``abstain_threshold`` (0.45) or above to the question;
-  ``abstain: llm`` (the paper's): the prompt offers the abstention sentence and the LLM
-  decides.
-- ``cite: posthoc`` (default): the LLM answers without a citation format and each sentence
-  is cited by the passages the cross-encoder finds support it (``support_threshold`` 0.1);
-  ``cite: context``: each sentence is cited by the passages whose closest sentence the
-  embedder finds nearest to "question + sentence" (``support_threshold`` 0.45 and within
-  ``cite_margin`` of the best), and the first sentence also cites the passage the
-  cross-encoder finds most relevant to the question; in both, a sentence with no citation is
-  counted ``unsupported`` (``answer/attribution.py``); ``cite: llm`` (the paper's): the LLM
-  writes the ``[n]`` markers and they are checked.
+- ``abstain: similarity`` (default): answer only when the embedder finds a sentence of some
+  given passage at cosine ``abstain_threshold`` (0.45) or above to the question, else abstain
+  with no LLM call (counted ``gated``); ``abstain: relevance``: the same gate by the
+  cross-encoder's relevance of whole passages (``abstain_threshold`` 0.2); ``abstain: llm``
+  (the paper's): the prompt offers the abstention sentence and the LLM decides.
+- ``cite: context`` (default): the LLM answers without a citation format and each sentence
+  is cited by the passages whose closest sentence the embedder finds nearest to "question +
+  sentence" (``support_threshold`` 0.45 and within ``cite_margin`` of the best), and the
+  first sentence also cites the passage the cross-encoder finds most relevant to the
+  question; ``cite: posthoc``: each sentence alone, by the passages the cross-encoder finds
+  support it (``support_threshold`` 0.1); in both, a sentence with no citation is counted
+  ``unsupported`` (``answer/attribution.py``); ``cite: llm`` (the paper's): the LLM writes
+  the ``[n]`` markers and they are checked.
 
 Documents are clipped to ``doc_words`` words each and, together, to ``context_words`` (so
 N_ans = 20 fits the embedded model's 4096-token context). Fallbacks, counted as
@@ -79,8 +78,8 @@ class AnswerGenerator(Stage):
     def __init__(self, llm: LLMLike, index: IndexLike, top_k: int = 5, doc_words: int = 200,
                  context_words: int = 2000, max_words: int = 80,
                  max_tokens: int | None = None, name: str = "answer", *,
-                 abstain: str = "relevance", abstain_threshold: float | None = None,
-                 cite: str = "posthoc", support_threshold: float | None = None,
+                 abstain: str = "similarity", abstain_threshold: float | None = None,
+                 cite: str = "context", support_threshold: float | None = None,
                  max_citations: int = 3, cite_margin: float = 0.05, scorer: Any = None,
                  embedder: Any = None) -> None:
         self.top_k = check_int("top_k", top_k)
@@ -104,13 +103,7 @@ class AnswerGenerator(Stage):
             from intentrank.models.cross_encoder import load_cross_encoder
 
             scorer = load_cross_encoder()
-        if embedder is None and (self.abstain == "similarity" or self.cite == "context"):
-            embedder = getattr(index, "embedder", None)
-            if embedder is None:
-                from intentrank.models.embedder import load_embedder
-
-                embedder = load_embedder()
-        self.similarity = SentenceSimilarity(embedder) if embedder is not None else None
+        self._embedder, self._similarity = embedder, None
         self.llm, self.index, self.name, self.scorer = llm, index, name, scorer
 
     @property
@@ -119,9 +112,24 @@ class AnswerGenerator(Stage):
         return self.abstain != "llm" and self.cite != "llm"
 
     @property
+    def similarity(self) -> SentenceSimilarity | None:
+        """The embedder's scorer of ``abstain: similarity`` and ``cite: context``, loaded on
+        first use (the given embedder, else the index's, else the default one)."""
+        if self._similarity is None and (self.abstain == "similarity" or self.cite == "context"):
+            embedder = self._embedder or getattr(self.index, "embedder", None)
+            if embedder is None:
+                from intentrank.models.embedder import load_embedder
+
+                embedder = load_embedder()
+            self._similarity = SentenceSimilarity(embedder)
+        return self._similarity
+
+    @property
     def gate(self) -> Any:
         """The scorer of the relevance gate (None: ``abstain: llm``, no gate)."""
-        return {"relevance": self.scorer, "similarity": self.similarity}.get(self.abstain)
+        if self.abstain == "llm":
+            return None
+        return self.scorer if self.abstain == "relevance" else self.similarity
 
     def words_per_document(self, n_docs: int) -> int:
         return max(1, min(self.doc_words, self.context_words // max(n_docs, 1)))
@@ -212,22 +220,25 @@ class AnswerGenerator(Stage):
                               prompt=self.contract.name)
 
     def _embedder_name(self) -> str | None:
-        if self.similarity is None:
+        """The embedder's name without loading it (the index's dense model by default)."""
+        if self.abstain != "similarity" and self.cite != "context":
             return None
-        e = self.similarity.embedder
-        return str(getattr(e, "name", None) or getattr(e, "model_name", None)
-                   or type(e).__name__)
+        e = self._embedder
+        if e is None:
+            dense = getattr(getattr(self.index, "settings", None), "dense", None)
+            return getattr(dense, "model", None) or "minilm"
+        return str(getattr(e, "name", None) or type(e).__name__)
 
 
 @register_stage("answer")
 def _answer(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``answer: {top_k: 5, doc_words: 200, context_words: 2000, max_words: 80, abstain:
-    relevance, abstain_threshold: 0.2, cite: posthoc, support_threshold: 0.1,
+    similarity, abstain_threshold: 0.45, cite: context, support_threshold: 0.45,
     max_citations: 3, cite_margin: 0.05}``: a concise answer with numbered citations from
     the top ``top_k`` documents (sets Query.answer)."""
     llm = ctx.step_llm("answer", params)
-    if params.get("abstain", "relevance") == "relevance" or params.get("cite",
-                                                                        "posthoc") != "llm":
+    if params.get("abstain", "similarity") == "relevance" or params.get("cite",
+                                                                         "context") != "llm":
         from intentrank.rerank.cross_encoder import shared_scorer
 
         # the bundled model as the shipped configs' cross_encoder steps load it: one copy
