@@ -2,16 +2,22 @@
 on answerable and unanswerable questions, with the embedded LLMs.
 
     .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain llm --cite llm
-    .venv/bin/python bench/bench_answers.py measure --llm embedded
+    .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain relevance \
+        --cite posthoc --max-citations 3
+    .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain similarity \
+        --cite context --max-citations 3
+    .venv/bin/python bench/bench_answers.py measure --llm embedded ... --seed 1   (held out)
 
-Questions: ``--n`` SciFact test claims (seed 0) phrased as questions ("Is it true that
-...?"). Each gets the `answer` pipeline's passages (RRF(BM25, dense) top 20 -> the bundled
-cross-encoder -> top 5). Answerable: a gold document is among its 5 passages. Unanswerable:
-the same question with the 5 passages of the next sampled question (none of them gold).
-Reported: answered, answered citing a gold passage, false abstentions (answerable),
-abstentions (unanswerable), unsupported sentences per answer, s/answer (LLM + scorer time
-over every question asked). One JSON per system in runs/answers/; bench_defaults.py renders
-them into docs/benchmarks.md's "Defaults" section.
+Questions: ``--n`` SciFact test claims (sampled by ``--seed``) phrased as questions ("Is it
+true that ...?"). Each gets the `answer` pipeline's passages (RRF(BM25, dense) top 20 -> the
+bundled cross-encoder -> top 5). Answerable: a gold document is among its 5 passages.
+Unanswerable: the same question with the 5 passages of the next sampled question (none of
+them gold). Reported: answered, answered citing a gold passage, citations of gold passages
+(citation precision), false abstentions (answerable), abstentions (unanswerable), unsupported
+sentences per answer, s/answer (LLM + scorer time over every question asked). Methods are
+chosen on seed 0 and checked once on seed 1 (held out: drawn from the claims seed 0 did not
+draw). One JSON per system in runs/answers/; bench_defaults.py renders them into
+docs/benchmarks.md's "Defaults" section.
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ def as_question(claim: str) -> str:
 
 
 def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
-    """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims."""
+    """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims
+    (a seed other than 0 samples from the claims seed 0 did not draw)."""
     from intentrank.core.registry import BuildContext
     from intentrank.data.dataset import load_dataset
     from intentrank.index import open_or_build
@@ -55,7 +62,11 @@ def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
     ds = load_dataset(DATA / "scifact")
     index = open_or_build(ds.corpus, ROOT / "indexes" / "scifact", source=str(ds.root))
     queries, qrels = ds.split("test")
-    sample = sorted(random.Random(seed).sample(list(queries), n), key=lambda q: q.id)
+    pool = list(queries)
+    if seed:  # a held-out sample: disjoint from seed 0's, where methods are chosen
+        chosen = {q.id for q in random.Random(0).sample(pool, n)}
+        pool = [q for q in pool if q.id not in chosen]
+    sample = sorted(random.Random(seed).sample(pool, n), key=lambda q: q.id)
     sample = [replace(q, text=as_question(q.text)) for q in sample]
     ranked = build_pipeline(RETRIEVAL, BuildContext(index)).run(sample).rankings
     answerable = [r for r in ranked if set(qrels[r.query.id]) & set(r.doc_ids)]
@@ -79,11 +90,12 @@ def measure(args: argparse.Namespace) -> Path:
     stage = AnswerGenerator(load_llm(spec), index, top_k=5, abstain=args.abstain,
                             cite=args.cite, abstain_threshold=args.abstain_threshold,
                             support_threshold=args.support_threshold,
-                            max_citations=args.max_citations)
+                            max_citations=args.max_citations, cite_margin=args.cite_margin)
     result: dict[str, Any] = {"llm": spec, "abstain": args.abstain, "cite": args.cite,
-                              "abstain_threshold": args.abstain_threshold,
-                              "support_threshold": args.support_threshold,
-                              "max_citations": args.max_citations, "n": args.n,
+                              "abstain_threshold": stage.abstain_threshold,
+                              "support_threshold": stage.support_threshold,
+                              "max_citations": args.max_citations,
+                              "cite_margin": stage.cite_margin, "n": args.n,
                               "seed": args.seed}
     for kind, rankings in (("answerable", answerable), ("unanswerable", unanswerable)):
         trace = Trace()
@@ -115,10 +127,12 @@ def measure(args: argparse.Namespace) -> Path:
               f"{result[kind]['cites_gold']} cite gold, {seconds:.0f} s", file=sys.stderr)
     result["command"] = header()
     OUT.mkdir(parents=True, exist_ok=True)
-    cite = f"{args.cite}{args.max_citations}" if args.cite == "posthoc" else args.cite
+    cite = f"{args.cite}{args.max_citations}" if args.cite != "llm" else args.cite
     name = f"{spec.replace(':', '_')}--{args.abstain}-{cite}--n{args.n}"
-    if args.cite == "posthoc" and args.support_threshold != 0.1:
+    if args.support_threshold is not None:
         name += f"--support{args.support_threshold:g}"
+    if args.seed:
+        name += f"--seed{args.seed}"
     name += ".json"
     path = OUT / name
     path.write_text(json.dumps(result, indent=1))
@@ -127,7 +141,8 @@ def measure(args: argparse.Namespace) -> Path:
 
 
 def _posthoc(r: dict[str, Any]) -> str:
-    return f" ({r['support_threshold']:g}, up to {r.get('max_citations', 1)})"
+    margin = f", margin {r['cite_margin']:g}" if r["cite"] == "context" else ""
+    return f" ({r['support_threshold']:g}{margin}, up to {r.get('max_citations', 1)})"
 
 
 def _pct(a: int, b: int) -> str:
@@ -136,25 +151,27 @@ def _pct(a: int, b: int) -> str:
 
 def table() -> list[str]:
     """The answers table of docs/benchmarks.md's "Defaults" section (bench_defaults.py)."""
-    results = [json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))]
+    results = sorted((json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))),
+                     key=lambda r: r.get("seed", 0))
     if not results:
         raise SystemExit(f"no results in {OUT}: run `bench_answers.py measure` first")
     lines = [__doc__.split("\n\n")[2].replace("\n", " ") + "\n",
              "Goals (default model, 2 cores): >= 90% of answerable questions answered citing "
              "a gold passage; >= 70% abstention on unanswerable ones; <= 10 s per answer.\n",
-             "| LLM | abstain | cite | answered | answered citing gold | citations of gold "
+             "| seed | LLM | abstain | cite | answered | answered citing gold | citations of gold "
              "| false abstentions | abstained (unanswerable) | unsupported sentences | "
              "s/answer |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         a, u = r["answerable"], r["unanswerable"]
         asked = a["n"] + u["n"]
         answered = a["n"] - a["abstained"]
+        held = " (held out)" if r.get("seed", 0) else ""
         lines.append(
-            f"| {r['llm']} | {r['abstain']}"
-            f"{' (' + format(r['abstain_threshold'], 'g') + ')' if r['abstain'] == 'relevance' else ''}"  # noqa: E501
+            f"| {r.get('seed', 0)}{held} | {r['llm']} | {r['abstain']}"
+            f"{' (' + format(r['abstain_threshold'], 'g') + ')' if r['abstain'] != 'llm' else ''}"  # noqa: E501
             f" | {r['cite']}"
-            f"{_posthoc(r) if r['cite'] == 'posthoc' else ''}"
+            f"{_posthoc(r) if r['cite'] != 'llm' else ''}"
             f" | {_pct(answered, a['n'])} | {_pct(a['cites_gold'], a['n'])} | "
             f"{_pct(a['cited_gold'], a['cited']) if 'cited' in a else '-'} | "
             f"{_pct(a['abstained'], a['n'])} | {_pct(u['abstained'], u['n'])} | "
@@ -167,18 +184,25 @@ def table() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from intentrank.answer.generate import ABSTAIN, CITE
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--llm", default="embedded", help="LLM spec (embedded: the answer role's)")
-    m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled (seed 0)")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--abstain", default="relevance", choices=["relevance", "llm"])
-    m.add_argument("--cite", default="posthoc", choices=["posthoc", "llm"])
-    m.add_argument("--abstain-threshold", type=float, default=0.2)
-    m.add_argument("--support-threshold", type=float, default=0.1)
+    m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled")
+    m.add_argument("--seed", type=int, default=0,
+                   help="the sample (0: where methods are chosen; 1: held out)")
+    m.add_argument("--abstain", default="relevance", choices=list(ABSTAIN))
+    m.add_argument("--cite", default="posthoc", choices=list(CITE))
+    m.add_argument("--abstain-threshold", type=float, default=None,
+                   help="default: the method's (relevance 0.2, similarity 0.45)")
+    m.add_argument("--support-threshold", type=float, default=None,
+                   help="default: the method's (posthoc 0.1, context 0.45)")
     m.add_argument("--max-citations", type=int, default=1,
                    help="passages a sentence may cite (each at the support threshold)")
+    m.add_argument("--cite-margin", type=float, default=0.05,
+                   help="cite: context cites the passages within this of the best")
     args = p.parse_args(argv)
     measure(args)
 

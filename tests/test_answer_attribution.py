@@ -10,8 +10,10 @@ import pytest
 from fakes import RecordingLLM
 
 from intentrank.answer.attribution import (
+    SentenceSimilarity,
     attribute,
     best_snippet,
+    most_relevant,
     relevant_enough,
     split_sentences,
     strip_markers,
@@ -39,6 +41,26 @@ class Overlap:
             return len(words & set(b.lower().replace(".", "").split())) / max(len(words), 1)
 
         return np.array([score(a, b) for a, b in pairs], dtype=np.float32)
+
+
+class Words:
+    """An embedder stand-in: bag-of-words vectors (a word, a hashed dimension), so the cosine
+    is word overlap; counts its calls."""
+
+    name = "words"
+
+    def __init__(self) -> None:
+        self.encoded: list[str] = []
+
+    def _vec(self, texts) -> np.ndarray:
+        self.encoded += list(texts)
+        out = np.zeros((len(texts), 64), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().replace(".", " ").replace("?", " ").split():
+                out[i, sum(map(ord, w)) % 64] += 1
+        return out
+
+    encode_queries = encode_passages = _vec
 
 
 class Docs:
@@ -98,7 +120,8 @@ def test_relevance_gate():
 def test_the_gate_abstains_without_a_call_and_posthoc_cites_the_supporting_passage():
     llm = Replying("Cold exposure recruits brown fat [3]. The documents do not say more.")
     stage = AnswerGenerator(LLMClient(llm, cache=None), Docs(), top_k=3, scorer=Overlap(),
-                            abstain_threshold=0.5, support_threshold=0.6, max_citations=1)
+                            abstain="relevance", cite="posthoc", abstain_threshold=0.5,
+                            support_threshold=0.6, max_citations=1)
     trace = Trace()
     out = stage([_ranking("does cold exposure recruit brown fat", ["b", "a", "c"]),
                  _ranking("quantum chromodynamics of quarks", ["b", "c"])], trace)
@@ -124,13 +147,73 @@ def test_the_papers_modes_stay_available():
     assert "reply exactly" in llm.requests[0]["messages"][-1]["content"]
 
 
+def test_sentence_similarity_matches_the_closest_sentence_of_a_passage():
+    """A statement found late in a passage scores as if the passage said only that; each
+    distinct text is encoded once."""
+    emb = Words()
+    late = "Exercise raises heart rate. Mice were kept at 4 C. Cold exposure recruits brown fat."
+    scores = SentenceSimilarity(emb).predict([("cold exposure recruits brown fat", late),
+                                              ("cold exposure recruits brown fat", PASSAGES["b"]),
+                                              ("exercise raises heart rate", late)])
+    assert scores[0] == pytest.approx(1.0) and scores[2] == pytest.approx(1.0)
+    assert scores[1] < 0.5
+    assert len(emb.encoded) == len(set(emb.encoded)) == 6  # a shared sentence encoded once
+    assert set(emb.encoded) == {"cold exposure recruits brown fat", "exercise raises heart rate",
+                                *split_sentences(late), *split_sentences(PASSAGES["b"])}
+    assert SentenceSimilarity(emb).predict([]).shape == (0,)
+
+
+def test_context_margin_and_anchor():
+    """A bare "Yes." is attributed by the question it answers; the margin keeps only
+    passages close to the best; the anchor (the passage most relevant to the question) is
+    cited by the first sentence after its own citations."""
+    texts = [PASSAGES["b"], PASSAGES["a"], "Brown fat burns energy. Cold exposure recruits it."]
+    sim = SentenceSimilarity(Words())
+    bare = attribute("Yes.", texts, sim, threshold=0.5)
+    assert bare.citations == () and bare.unsupported == 1
+    done = attribute("Yes.", texts, sim, threshold=0.5, max_citations=3,
+                     context="Does cold exposure recruit brown fat?")
+    assert done.citations[0] == 2 and 1 not in done.citations
+    tight = attribute("Yes.", texts, sim, threshold=0.2, max_citations=3,
+                      context="Does cold exposure recruit brown fat?", margin=0.01)
+    assert tight.citations == (2,) and tight.text == "Yes [2]."
+    anchored = attribute("Yes. Cold exposure recruits brown fat.", texts, sim, threshold=0.2,
+                         max_citations=1, margin=0.01, anchor=0)
+    assert anchored.text.startswith("Yes. Cold exposure recruits brown fat [2][1].")
+    assert [e.n for e in anchored.evidence] == [2, 1]
+    assert most_relevant("heart rate training", texts, Overlap()) == 0
+    assert most_relevant("anything", [], Overlap()) is None
+
+
+def test_the_similarity_gate_and_context_citations_in_the_stage():
+    """``abstain: similarity`` gates by the embedder (no call for the unrelated question);
+    ``cite: context`` cites by the embedder in the question's context plus the
+    cross-encoder's most relevant passage."""
+    llm = Replying("Yes, it does.")
+    emb = Words()
+    stage = AnswerGenerator(LLMClient(llm, cache=None), Docs(), top_k=3, scorer=Overlap(),
+                            embedder=emb, abstain="similarity", cite="context")
+    assert stage.abstain_threshold == 0.45 and stage.support_threshold == 0.45
+    trace = Trace()
+    out = stage([_ranking("Does cold exposure recruit brown fat?", ["b", "a", "c"]),
+                 _ranking("quantum chromodynamics of quarks", ["b", "c"])], trace)
+    answered, gated = (r.query.answer for r in out)
+    assert answered.cited_ids == ["a"] and answered.text == "Yes, it does [2]."
+    assert gated.text == ABSTENTION and len(llm.requests) == 1
+    assert "cite=context" in stage.describe() and "cite_margin=0.05" in stage.describe()
+    assert "embedder=words" in stage.describe()
+    assert trace.stage("answer").counters["gated"] == 1
+
+
 @pytest.mark.parametrize(("params", "message"), [
     ({"abstain": "never"}, "abstain"), ({"cite": "model"}, "cite"),
+    ({"cite_margin": -0.1}, "cite_margin"),
     ({"abstain_threshold": 1.5}, "abstain_threshold"),
     ({"support_threshold": -1}, "support_threshold"), ({"max_citations": 0}, "max_citations")])
 def test_bad_answer_options_are_refused(params, message):
     with pytest.raises(ParameterError, match=message):
-        AnswerGenerator(LLMClient(Replying(""), cache=None), Docs(), scorer=Overlap(), **params)
+        AnswerGenerator(LLMClient(Replying(""), cache=None), Docs(), scorer=Overlap(),
+                        embedder=Words(), **params)
 
 
 def test_posthoc_citations_with_the_bundled_cross_encoder_on_real_cranfield(cranfield_index):
@@ -150,8 +233,11 @@ def test_posthoc_citations_with_the_bundled_cross_encoder_on_real_cranfield(cran
 @pytest.mark.slow
 def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifact_bm25):
     """The issue's example: the passages BM25 gives for "Does cold exposure increase brown
-    adipose tissue recruitment?" hold the evidence (SciFact 970012); the default answer
-    stage answers (no abstention) and cites it."""
+    adipose tissue recruitment?" hold the evidence (SciFact judges 970012); the default
+    answer stage answers (no abstention) and cites passages that say it: 970012, or
+    29381091 (white fat acquiring a brown phenotype by cold exposure, the cross-encoder's
+    and the embedder's best) or 4319174 (cold induces thermogenic genes in brown fat), which
+    the default ``cite: context`` prefers to 970012 (a plaque-growth abstract)."""
     from intentrank.pipelines import build_context, build_pipeline
 
     question = "Does cold exposure increase brown adipose tissue recruitment?"
@@ -161,12 +247,13 @@ def test_the_embedded_model_answers_and_cites_the_evidence_on_real_scifact(scifa
     answer = result.rankings[0].query.answer
     assert "970012" in result.rankings[0].doc_ids
     assert not is_abstention(answer.text), answer
-    assert "970012" in answer.cited_ids, answer
+    assert answer.cited_ids, answer
+    assert set(answer.cited_ids) <= {"970012", "29381091", "4319174"}, answer
 
 
 @pytest.mark.parametrize(("option", "message"), [
-    (["--abstain", "never"], "unknown abstain 'never'; use relevance, llm"),
-    (["--cite", "model"], "unknown cite 'model'; use posthoc, llm")])
+    (["--abstain", "never"], "unknown abstain 'never'; use similarity, relevance, llm"),
+    (["--cite", "model"], "unknown cite 'model'; use context, posthoc, llm")])
 def test_cli_refuses_bad_answer_options_before_any_work(tmp_path, option, message):
     from fakes import write_collection
     from typer.testing import CliRunner
@@ -206,3 +293,37 @@ def test_the_answer_stage_shares_the_loaded_cross_encoder(tmp_path, monkeypatch)
                           build_context(index, llm="openai:m@http://127.0.0.1:9/v1"))
     ce, answer = pipe.stages[1], pipe.stages[2]
     assert answer.scorer is ce.scorer
+
+
+# Real SciFact claims (test split, bench_answers.py's seed-0 sample) with the passages the
+# `answer` pipeline gives them and a reply the embedded 0.5B wrote for each: the gold passage
+# is [2] for the first (the cross-encoder ranks it below [1]); the other two replies say only
+# "No." / "Yes, it is true.".
+REAL_SCIFACT = [
+    ("Is it true that the myocardial lineage develops from cardiac progenitors of mesodermal "
+     "origin?", ["12411274", "4427392", "3619372", "9122283", "2828460"], "4427392",
+     "The myocardial lineage develops from cardiac progenitors of mesodermal origin."),
+    ("Is it true that ubiquitin ligase UBC13 generates a K63-linked polyubiquitin moiety at "
+     "PCNA K164?", ["20231138", "6422576", "1635872", "33068577", "13277623"], "20231138",
+     "The answer is: No."),
+    ("Is it true that increased microtubule acetylation repairs LRRK2 Roc-COR domain mutation "
+     "induced locomotor deficits?", ["9638032", "1371440", "5108807", "1964163", "36830715"],
+     "9638032", "Yes, it is true."),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("question", "ids", "gold", "reply"), REAL_SCIFACT)
+def test_context_citations_with_the_real_models_on_real_scifact(scifact_bm25, question, ids,
+                                                                gold, reply):
+    """The default stage (``abstain: similarity``, ``cite: context``) with the real
+    embedder and cross-encoder: it answers each and cites the gold passage first, among
+    at most three; given another claim's passages, it abstains without a call."""
+    llm = Replying(reply)
+    stage = AnswerGenerator(LLMClient(llm, cache=None), scifact_bm25, top_k=5)
+    (out,) = stage([_ranking(question, ids)], Trace())
+    answer = out.query.answer
+    assert answer.cited_ids[0] == gold and len(answer.cited_ids) <= 3, answer
+    other = next(i for q, i, _, _ in REAL_SCIFACT if q != question)
+    (off,) = stage([_ranking(question, other)], Trace())
+    assert is_abstention(off.query.answer.text) and len(llm.requests) == 1, off.query.answer

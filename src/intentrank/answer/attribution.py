@@ -4,7 +4,15 @@
   cited by the given passage a cross-encoder scores highest against it; a sentence no passage
   supports at ``threshold`` or above gets no citation and counts as unsupported. Small LLMs
   cite the wrong passage more often than a cross-encoder picks the right one.
-- :func:`relevant_enough` (``abstain: relevance``): answer only when at least one given
+- ``cite: context``: the same per-sentence attribution, but each sentence is scored in the
+  question's context ("question + sentence") by :class:`SentenceSimilarity` (the embedder's
+  cosine to the passage's closest sentence, so evidence late in an abstract counts), citing
+  the passages within ``margin`` of the best one; and the answer as a whole also cites the
+  passage the cross-encoder finds most relevant to the question (``anchor``, on the first
+  sentence, the direct answer). Answers that restate the question ("Yes, X.") or say only
+  "Yes." are attributed by what they answer, not by their few words.
+- :func:`relevant_enough` (``abstain: relevance`` with the cross-encoder, ``abstain:
+  similarity`` with :class:`SentenceSimilarity`): answer only when at least one given
   passage scores ``threshold`` or above against the question; otherwise abstain without
   calling the LLM (an abstention sentence in the prompt attracts small models even when the
   passages answer).
@@ -16,6 +24,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from intentrank.llm.parsing import CITATION_MARKER
 from intentrank.models.cross_encoder import PairScorer
@@ -77,20 +87,65 @@ class Attributed:
         return sum(e.n is None for e in self.evidence)
 
 
+class SentenceSimilarity:
+    """A :class:`PairScorer` by an embedder: the cosine between the first text and the
+    closest sentence of the second (a passage), so a statement is matched to the sentence
+    that says it, wherever it sits in the passage. Each distinct text is encoded once per
+    call (first texts as queries, passage sentences as passages)."""
+
+    name = "sentence-cosine"
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+
+    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 8) -> np.ndarray:
+        """One cosine per ``(text, passage)`` pair (0.0 for an empty passage)."""
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        firsts = list(dict.fromkeys(a for a, _ in pairs))
+        pieces = {p: split_sentences(p) or [p] for p in dict.fromkeys(b for _, b in pairs)}
+        flat = list(dict.fromkeys(s for sents in pieces.values() for s in sents if s.strip()))
+        if not flat:
+            return np.zeros(len(pairs), dtype=np.float32)
+        q = np.asarray(self.embedder.encode_queries(firsts), dtype=np.float32)
+        v = np.asarray(self.embedder.encode_passages(flat), dtype=np.float32)
+        cos = _unit(q) @ _unit(v).T
+        row = {a: i for i, a in enumerate(firsts)}
+        col = {s: j for j, s in enumerate(flat)}
+        out = [max((float(cos[row[a], col[s]]) for s in pieces[b] if s in col), default=0.0)
+               for a, b in pairs]
+        return np.asarray(out, dtype=np.float32)
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+
+
 def attribute(answer: str, passages: Sequence[str], scorer: PairScorer,
-              threshold: float, max_citations: int = 1) -> Attributed:
+              threshold: float, max_citations: int = 1, *, context: str = "",
+              margin: float | None = None, anchor: int | None = None) -> Attributed:
     """Cite each sentence of ``answer`` by the passages (1-based) ``scorer`` rates at least
     ``threshold`` against it, best first, at most ``max_citations`` of them (see the module
-    doc); a sentence none reaches is left uncited and counted unsupported."""
+    doc); a sentence none reaches is left uncited and counted unsupported.
+
+    ``context`` (the question) is put before each sentence when it is scored; ``margin``
+    keeps only the passages scoring within it of the sentence's best; ``anchor`` (0-based)
+    is a passage the answer as a whole cites: the first sentence cites it too (after its
+    own), with the score ``scorer`` gave it."""
     sentences = split_sentences(strip_markers(answer))
     if not sentences or not passages:
         return Attributed(strip_markers(answer), (), ())
-    pairs = [(s, p) for s in sentences for p in passages]
+    prefix = f"{context.strip()} " if context.strip() else ""
+    pairs = [(prefix + s, p) for s in sentences for p in passages]
     scores = scorer.predict(pairs).reshape(len(sentences), len(passages))
     parts, cited, evidence = [], [], []
-    for sentence, row in zip(sentences, scores, strict=True):
+    for k, (sentence, row) in enumerate(zip(sentences, scores, strict=True)):
         order = sorted(range(len(passages)), key=lambda i: (-float(row[i]), i))
-        chosen = [i for i in order if row[i] >= threshold][:max_citations]
+        floor = threshold if margin is None else max(threshold, float(row[order[0]]) - margin)
+        chosen = [i for i in order if row[i] >= floor][:max_citations]
+        if k == 0 and anchor is not None and 0 <= anchor < len(passages) \
+                and anchor not in chosen:
+            chosen.append(anchor)
         if not chosen:
             parts.append(sentence)
             evidence.append(Evidence(sentence, None, float(row[order[0]])))
@@ -121,6 +176,15 @@ def relevant_enough(question: str, passages: Sequence[str], scorer: PairScorer,
         return False, 0.0
     best = float(scorer.predict([(question, p) for p in passages]).max())
     return best >= threshold, best
+
+
+def most_relevant(question: str, passages: Sequence[str], scorer: PairScorer) -> int | None:
+    """The 0-based passage ``scorer`` rates highest against ``question`` (the first on a
+    tie; None without passages)."""
+    if not passages:
+        return None
+    scores = scorer.predict([(question, p) for p in passages])
+    return int(np.argmax(scores))
 
 
 def cited_passages(answer: Answer, index: Any, words: int = 60) -> list[dict[str, Any]]:

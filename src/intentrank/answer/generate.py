@@ -1,16 +1,21 @@
 """Answer generation (method 5's last step): a concise answer from each ranking's top
 ``top_k`` (N_ans) documents, citing them as ``[1]``..``[n]``; sets ``Query.answer``.
 
-How it abstains and how it cites are options (docs/benchmarks.md "Defaults" measures both):
+How it abstains and how it cites are options (docs/benchmarks.md "Defaults" measures them):
 
-- ``abstain: relevance`` (default): answer only when the cross-encoder scores some given
-  passage ``abstain_threshold`` or above against the question, else abstain with no LLM call
-  (counted ``gated``); ``abstain: llm`` (the paper's): the prompt offers the abstention
-  sentence and the LLM decides.
-- ``cite: posthoc`` (default): the LLM answers without a citation format and each sentence is
-  cited by the passage the cross-encoder finds supports it (``answer/attribution.py``; below
-  ``support_threshold`` a sentence gets no citation, counted ``unsupported``); ``cite: llm``
-  (the paper's): the LLM writes the ``[n]`` markers and they are checked.
+- ``abstain: similarity`` (default): answer only when the embedder finds a sentence of some
+  given passage at cosine ``abstain_threshold`` (0.45) or above to the question, else abstain
+  with no LLM call (counted ``gated``); ``abstain: relevance``: the same gate by the
+  cross-encoder's relevance of whole passages (``abstain_threshold`` 0.2); ``abstain: llm``
+  (the paper's): the prompt offers the abstention sentence and the LLM decides.
+- ``cite: context`` (default): the LLM answers without a citation format and each sentence
+  is cited by the passages whose closest sentence the embedder finds nearest to "question +
+  sentence" (``support_threshold`` 0.45 and within ``cite_margin`` of the best), and the
+  first sentence also cites the passage the cross-encoder finds most relevant to the
+  question; ``cite: posthoc``: each sentence alone, by the passages the cross-encoder finds
+  support it (``support_threshold`` 0.1); in both, a sentence with no citation is counted
+  ``unsupported`` (``answer/attribution.py``); ``cite: llm`` (the paper's): the LLM writes
+  the ``[n]`` markers and they are checked.
 
 Documents are clipped to ``doc_words`` words each and, together, to ``context_words`` (so
 N_ans = 20 fits the embedded model's 4096-token context). Fallbacks, counted as
@@ -26,7 +31,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from intentrank.answer.attribution import attribute, relevant_enough
+from intentrank.answer.attribution import (
+    SentenceSimilarity,
+    attribute,
+    most_relevant,
+    relevant_enough,
+)
 from intentrank.answer.citations import ABSTENTION, check_citations, is_abstention
 from intentrank.core.params import check_choice, check_int, check_number
 from intentrank.core.protocols import IndexLike, LLMLike
@@ -50,45 +60,76 @@ def make_answer(reply: str | None, sources: tuple[str, ...], stage: str) -> Answ
     return Answer(checked.text, sources, checked.valid, stage)
 
 
-ABSTAIN = ("relevance", "llm")
-CITE = ("posthoc", "llm")
+ABSTAIN = ("similarity", "relevance", "llm")
+CITE = ("context", "posthoc", "llm")
+# the thresholds' defaults by method: cross-encoder scores (0-1) and embedder cosines differ
+ABSTAIN_THRESHOLD = {"relevance": 0.2, "similarity": 0.45}
+SUPPORT_THRESHOLD = {"posthoc": 0.1, "context": 0.45}
 
 
 class AnswerGenerator(Stage):
     """Answer each query from its top ``top_k`` documents with numbered citations (see the
     module doc). ``max_words``: the answer length the prompt asks for; ``scorer``: the
-    cross-encoder of ``abstain: relevance`` and ``cite: posthoc``."""
+    cross-encoder of ``abstain: relevance`` and ``cite: posthoc|context``; ``embedder``: the
+    embedder of ``abstain: similarity`` and ``cite: context`` (default: the index's).
+    A threshold left None takes its method's default (``ABSTAIN_THRESHOLD``,
+    ``SUPPORT_THRESHOLD``)."""
 
     def __init__(self, llm: LLMLike, index: IndexLike, top_k: int = 5, doc_words: int = 200,
                  context_words: int = 2000, max_words: int = 80,
                  max_tokens: int | None = None, name: str = "answer", *,
-                 abstain: str = "relevance", abstain_threshold: float = 0.2,
-                 cite: str = "posthoc", support_threshold: float = 0.1,
-                 max_citations: int = 3, scorer: Any = None) -> None:
+                 abstain: str = "similarity", abstain_threshold: float | None = None,
+                 cite: str = "context", support_threshold: float | None = None,
+                 max_citations: int = 3, cite_margin: float = 0.05, scorer: Any = None,
+                 embedder: Any = None) -> None:
         self.top_k = check_int("top_k", top_k)
         self.doc_words = check_int("doc_words", doc_words)
         self.context_words = check_int("context_words", context_words)
         self.max_words = check_int("max_words", max_words)
         self.abstain = check_choice("abstain", abstain, ABSTAIN)
         self.cite = check_choice("cite", cite, CITE)
-        self.abstain_threshold = check_number("abstain_threshold", abstain_threshold,
-                                              minimum=0, maximum=1)
-        self.support_threshold = check_number("support_threshold", support_threshold,
-                                              minimum=0, maximum=1)
+        self.abstain_threshold = check_number(
+            "abstain_threshold", ABSTAIN_THRESHOLD.get(self.abstain, 0.0)
+            if abstain_threshold is None else abstain_threshold, minimum=0, maximum=1)
+        self.support_threshold = check_number(
+            "support_threshold", SUPPORT_THRESHOLD.get(self.cite, 0.0)
+            if support_threshold is None else support_threshold, minimum=0, maximum=1)
         self.max_citations = check_int("max_citations", max_citations)
+        self.cite_margin = check_number("cite_margin", cite_margin, minimum=0, maximum=1)
         self.contract = load_contract("answer_plain" if self.plain else "answer_with_citations")
         self.max_tokens = check_int("max_tokens", self.contract.max_tokens
                                     if max_tokens is None else max_tokens)
-        if scorer is None and (self.abstain == "relevance" or self.cite == "posthoc"):
+        if scorer is None and (self.abstain == "relevance" or self.cite != "llm"):
             from intentrank.models.cross_encoder import load_cross_encoder
 
             scorer = load_cross_encoder()
+        self._embedder, self._similarity = embedder, None
         self.llm, self.index, self.name, self.scorer = llm, index, name, scorer
 
     @property
     def plain(self) -> bool:
         """Whether the prompt neither offers abstention nor asks for citations."""
-        return self.abstain == "relevance" and self.cite == "posthoc"
+        return self.abstain != "llm" and self.cite != "llm"
+
+    @property
+    def similarity(self) -> SentenceSimilarity | None:
+        """The embedder's scorer of ``abstain: similarity`` and ``cite: context``, loaded on
+        first use (the given embedder, else the index's, else the default one)."""
+        if self._similarity is None and (self.abstain == "similarity" or self.cite == "context"):
+            embedder = self._embedder or getattr(self.index, "embedder", None)
+            if embedder is None:
+                from intentrank.models.embedder import load_embedder
+
+                embedder = load_embedder()
+            self._similarity = SentenceSimilarity(embedder)
+        return self._similarity
+
+    @property
+    def gate(self) -> Any:
+        """The scorer of the relevance gate (None: ``abstain: llm``, no gate)."""
+        if self.abstain == "llm":
+            return None
+        return self.scorer if self.abstain == "relevance" else self.similarity
 
     def words_per_document(self, n_docs: int) -> int:
         return max(1, min(self.doc_words, self.context_words // max(n_docs, 1)))
@@ -97,8 +138,8 @@ class AnswerGenerator(Stage):
         path_id = trace.path_of(self)
         sources = [tuple(r.doc_ids[:self.top_k]) for r in rankings]
         texts = {i: [self.index.doc_text(d) for d in s] for i, s in enumerate(sources) if s}
-        gated = {i for i, t in texts.items() if self.abstain == "relevance" and not
-                 relevant_enough(rankings[i].query.text, t, self.scorer,
+        gated = {i for i, t in texts.items() if self.gate is not None and not
+                 relevant_enough(rankings[i].query.text, t, self.gate,
                                  self.abstain_threshold)[0]}
         trace.count(path_id, "gated", len(gated))
         todo = [i for i in texts if i not in gated]
@@ -121,8 +162,9 @@ class AnswerGenerator(Stage):
                 answer = Answer(ABSTENTION, sources[i], (), path_id)
             elif i not in replies:
                 answer = Answer("", (), (), path_id, "no_documents")
-            elif self.cite == "posthoc":
-                answer = self._attributed(replies[i], sources[i], texts[i], path_id, trace)
+            elif self.cite != "llm":
+                answer = self._attributed(replies[i], sources[i], texts[i], path_id, trace,
+                                          ranking.query.text)
             else:
                 answer = make_answer(replies[i], sources[i], path_id)
             self._count(answer, ranking.query.id, trace, path_id, replies.get(i))
@@ -130,15 +172,22 @@ class AnswerGenerator(Stage):
         return out
 
     def _attributed(self, reply: str | None, sources: tuple[str, ...], texts: list[str],
-                    path_id: str, trace: Trace) -> Answer:
-        """The reply with citations attributed by the cross-encoder (``cite: posthoc``)."""
+                    path_id: str, trace: Trace, question: str) -> Answer:
+        """The reply with citations attributed after the fact (``cite: posthoc`` by the
+        cross-encoder, sentence alone; ``cite: context`` by the embedder in the question's
+        context, plus the passage most relevant to the question)."""
         text = (reply or "").strip()
         if not text:
             return Answer("", sources, (), path_id, "empty")
         if is_abstention(text):
             return Answer(text, sources, (), path_id)
-        done = attribute(text, texts, self.scorer, self.support_threshold,
-                         self.max_citations)
+        if self.cite == "context":
+            done = attribute(text, texts, self.similarity, self.support_threshold,
+                             self.max_citations, context=question, margin=self.cite_margin,
+                             anchor=most_relevant(question, texts, self.scorer))
+        else:
+            done = attribute(text, texts, self.scorer, self.support_threshold,
+                             self.max_citations)
         trace.count(path_id, "sentences", done.sentences)
         trace.count(path_id, "unsupported", done.unsupported)
         return Answer(done.text, sources, done.citations, path_id,
@@ -165,19 +214,31 @@ class AnswerGenerator(Stage):
                               max_tokens=self.max_tokens, abstain=self.abstain,
                               abstain_threshold=self.abstain_threshold, cite=self.cite,
                               support_threshold=self.support_threshold,
-                              max_citations=self.max_citations, scorer=scorer,
+                              max_citations=self.max_citations,
+                              cite_margin=self.cite_margin if self.cite == "context" else None,
+                              scorer=scorer, embedder=self._embedder_name(),
                               prompt=self.contract.name)
+
+    def _embedder_name(self) -> str | None:
+        """The embedder's name without loading it (the index's dense model by default)."""
+        if self.abstain != "similarity" and self.cite != "context":
+            return None
+        e = self._embedder
+        if e is None:
+            dense = getattr(getattr(self.index, "settings", None), "dense", None)
+            return getattr(dense, "model", None) or "minilm"
+        return str(getattr(e, "name", None) or type(e).__name__)
 
 
 @register_stage("answer")
 def _answer(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     """``answer: {top_k: 5, doc_words: 200, context_words: 2000, max_words: 80, abstain:
-    relevance, abstain_threshold: 0.2, cite: posthoc, support_threshold: 0.1, max_citations:
-    3}``: a concise
-    answer with numbered citations from the top ``top_k`` documents (sets Query.answer)."""
+    similarity, abstain_threshold: 0.45, cite: context, support_threshold: 0.45,
+    max_citations: 3, cite_margin: 0.05}``: a concise answer with numbered citations from
+    the top ``top_k`` documents (sets Query.answer)."""
     llm = ctx.step_llm("answer", params)
-    if params.get("abstain", "relevance") == "relevance" or params.get("cite",
-                                                                        "posthoc") == "posthoc":
+    if params.get("abstain", "similarity") == "relevance" or params.get("cite",
+                                                                         "context") != "llm":
         from intentrank.rerank.cross_encoder import shared_scorer
 
         # the bundled model as the shipped configs' cross_encoder steps load it: one copy

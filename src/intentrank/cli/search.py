@@ -175,14 +175,16 @@ def answer_cmd(
     n_ans: Annotated[int, typer.Option("--n-ans", help="Documents the added answer stage "
                                        "answers from (a pipeline's own answer stage keeps "
                                        "its top_k).")] = 5,
-    abstain: Annotated[str, typer.Option(help="How the answer stage abstains: 'relevance' "
-                                         "(no passage relevant enough by the cross-encoder: "
-                                         "no LLM call) or 'llm' (the prompt offers it); "
-                                         "default: the stage's (relevance).")] = "",
-    cite: Annotated[str, typer.Option(help="How it cites: 'posthoc' (each sentence by the "
-                                      "passage the cross-encoder finds supports it) or 'llm' "
-                                      "(the LLM's [n], checked); default: the stage's "
-                                      "(posthoc).")] = "",
+    abstain: Annotated[str, typer.Option(help="How the answer stage abstains: 'similarity' "
+                                         "(no passage sentence close enough to the question "
+                                         "by the embedder: no LLM call), 'relevance' (the "
+                                         "same by the cross-encoder) or 'llm' (the prompt "
+                                         "offers it); default: the stage's.")] = "",
+    cite: Annotated[str, typer.Option(help="How it cites: 'context' (each sentence, with the "
+                                      "question, by the passages the embedder finds support "
+                                      "it, plus the most relevant one), 'posthoc' (each "
+                                      "sentence by the cross-encoder) or 'llm' (the LLM's "
+                                      "[n], checked); default: the stage's.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] =
         False,
 ) -> None:
