@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import DATA, ROOT, header  # noqa: E402
 
 OUT = ROOT / "runs" / "answers"
+DOC_WORDS = 200  # the answer stage's default
 RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
                                                   {"dense": {"depth": 50}}]}},
              {"cutoff": 20}, {"cross_encoder": {"top_k": 20, "backend": "onnx",
@@ -90,12 +91,14 @@ def measure(args: argparse.Namespace) -> Path:
     stage = AnswerGenerator(load_llm(spec), index, top_k=5, abstain=args.abstain,
                             cite=args.cite, abstain_threshold=args.abstain_threshold,
                             support_threshold=args.support_threshold,
-                            max_citations=args.max_citations, cite_margin=args.cite_margin)
+                            max_citations=args.max_citations, cite_margin=args.cite_margin,
+                            doc_words=args.doc_words)
     result: dict[str, Any] = {"llm": spec, "abstain": args.abstain, "cite": args.cite,
                               "abstain_threshold": stage.abstain_threshold,
                               "support_threshold": stage.support_threshold,
                               "max_citations": args.max_citations,
                               "cite_margin": stage.cite_margin, "n": args.n,
+                              "doc_words": args.doc_words,
                               "seed": args.seed}
     for kind, rankings in (("answerable", answerable), ("unanswerable", unanswerable)):
         trace = Trace()
@@ -131,6 +134,8 @@ def measure(args: argparse.Namespace) -> Path:
     name = f"{spec.replace(':', '_')}--{args.abstain}-{cite}--n{args.n}"
     if args.support_threshold is not None:
         name += f"--support{args.support_threshold:g}"
+    if args.doc_words != DOC_WORDS:
+        name += f"--words{args.doc_words}"
     if args.seed:
         name += f"--seed{args.seed}"
     name += ".json"
@@ -143,6 +148,11 @@ def measure(args: argparse.Namespace) -> Path:
 def _posthoc(r: dict[str, Any]) -> str:
     margin = f", margin {r['cite_margin']:g}" if r["cite"] == "context" else ""
     return f" ({r['support_threshold']:g}{margin}, up to {r.get('max_citations', 1)})"
+
+
+def _words(r: dict[str, Any]) -> str:
+    words = r.get("doc_words", DOC_WORDS)
+    return f" ({words} words/passage)" if words != DOC_WORDS else ""
 
 
 def _pct(a: int, b: int) -> str:
@@ -168,7 +178,7 @@ def table() -> list[str]:
         answered = a["n"] - a["abstained"]
         held = " (held out)" if r.get("seed", 0) else ""
         lines.append(
-            f"| {r.get('seed', 0)}{held} | {r['llm']} | {r['abstain']}"
+            f"| {r.get('seed', 0)}{held} | {r['llm']}{_words(r)} | {r['abstain']}"
             f"{' (' + format(r['abstain_threshold'], 'g') + ')' if r['abstain'] != 'llm' else ''}"  # noqa: E501
             f" | {r['cite']}"
             f"{_posthoc(r) if r['cite'] != 'llm' else ''}"
@@ -197,6 +207,8 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--cite", default="posthoc", choices=list(CITE))
     m.add_argument("--abstain-threshold", type=float, default=None,
                    help="default: the method's (relevance 0.2, similarity 0.45)")
+    m.add_argument("--doc-words", type=int, default=DOC_WORDS,
+                   help="words of each passage the LLM is shown")
     m.add_argument("--support-threshold", type=float, default=None,
                    help="default: the method's (posthoc 0.1, context 0.45)")
     m.add_argument("--max-citations", type=int, default=1,
