@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import DATA, ROOT, header  # noqa: E402
 
 OUT = ROOT / "runs" / "answers"
-DOC_WORDS = 200  # the answer stage's default
 RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
                                                   {"dense": {"depth": 50}}]}},
              {"cutoff": 20}, {"cross_encoder": {"top_k": 20, "backend": "onnx",
@@ -81,7 +80,7 @@ def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
 
 def measure(args: argparse.Namespace) -> Path:
     from intentrank.answer.citations import is_abstention
-    from intentrank.answer.generate import AnswerGenerator
+    from intentrank.answer.generate import DOC_WORDS, AnswerGenerator
     from intentrank.llm.client import load_llm
     from intentrank.llm.roles import role_spec
     from intentrank.types import Trace
@@ -151,6 +150,8 @@ def _posthoc(r: dict[str, Any]) -> str:
 
 
 def _words(r: dict[str, Any]) -> str:
+    from intentrank.answer.generate import DOC_WORDS
+
     words = r.get("doc_words", DOC_WORDS)
     return f" ({words} words/passage)" if words != DOC_WORDS else ""
 
@@ -194,7 +195,7 @@ def table() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from intentrank.answer.generate import ABSTAIN, CITE
+    from intentrank.answer.generate import ABSTAIN, CITE, DOC_WORDS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)

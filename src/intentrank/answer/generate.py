@@ -60,11 +60,18 @@ def make_answer(reply: str | None, sources: tuple[str, ...], stage: str) -> Answ
     return Answer(checked.text, sources, checked.valid, stage)
 
 
-ABSTAIN = ("similarity", "relevance", "llm")
+ABSTAIN = ("similarity", "relevance", "llm")  # the first is the default
 CITE = ("context", "posthoc", "llm")
+DOC_WORDS = 200  # words of each passage the LLM is shown, by default
 # the thresholds' defaults by method: cross-encoder scores (0-1) and embedder cosines differ
 ABSTAIN_THRESHOLD = {"relevance": 0.2, "similarity": 0.45}
 SUPPORT_THRESHOLD = {"posthoc": 0.1, "context": 0.45}
+
+
+def uses_cross_encoder(abstain: str, cite: str) -> bool:
+    """Whether these methods need the cross-encoder: the relevance gate, or citations
+    attributed after the fact (``cite: context`` anchors on its most relevant passage)."""
+    return abstain == "relevance" or cite != "llm"
 
 
 class AnswerGenerator(Stage):
@@ -75,11 +82,12 @@ class AnswerGenerator(Stage):
     A threshold left None takes its method's default (``ABSTAIN_THRESHOLD``,
     ``SUPPORT_THRESHOLD``)."""
 
-    def __init__(self, llm: LLMLike, index: IndexLike, top_k: int = 5, doc_words: int = 200,
+    def __init__(self, llm: LLMLike, index: IndexLike, top_k: int = 5,
+                 doc_words: int = DOC_WORDS,
                  context_words: int = 2000, max_words: int = 80,
                  max_tokens: int | None = None, name: str = "answer", *,
-                 abstain: str = "similarity", abstain_threshold: float | None = None,
-                 cite: str = "context", support_threshold: float | None = None,
+                 abstain: str = ABSTAIN[0], abstain_threshold: float | None = None,
+                 cite: str = CITE[0], support_threshold: float | None = None,
                  max_citations: int = 3, cite_margin: float = 0.05, scorer: Any = None,
                  embedder: Any = None) -> None:
         self.top_k = check_int("top_k", top_k)
@@ -99,7 +107,7 @@ class AnswerGenerator(Stage):
         self.contract = load_contract("answer_plain" if self.plain else "answer_with_citations")
         self.max_tokens = check_int("max_tokens", self.contract.max_tokens
                                     if max_tokens is None else max_tokens)
-        if scorer is None and (self.abstain == "relevance" or self.cite != "llm"):
+        if scorer is None and uses_cross_encoder(self.abstain, self.cite):
             from intentrank.models.cross_encoder import load_cross_encoder
 
             scorer = load_cross_encoder()
@@ -237,8 +245,7 @@ def _answer(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     max_citations: 3, cite_margin: 0.05}``: a concise answer with numbered citations from
     the top ``top_k`` documents (sets Query.answer)."""
     llm = ctx.step_llm("answer", params)
-    if params.get("abstain", "similarity") == "relevance" or params.get("cite",
-                                                                         "context") != "llm":
+    if uses_cross_encoder(params.get("abstain", ABSTAIN[0]), params.get("cite", CITE[0])):
         from intentrank.rerank.cross_encoder import shared_scorer
 
         # the bundled model as the shipped configs' cross_encoder steps load it: one copy

@@ -133,7 +133,8 @@ class OnnxCrossEncoder:
         self.tokenizer = load_tokenizer(self.onnx_path.parent, max_length)
         self.session, self.per_pair = ort_session(self.onnx_path, threads)
         self.input_names = [i.name for i in self.session.get_inputs()]
-        self.items = ItemRunner(self.session, self.input_names, threads)
+        self.items = ItemRunner(self.session, self.input_names, threads) \
+            if self.per_pair else None
         self.max_length = max_length
 
     def predict(self, pairs: Sequence[Pair], batch_size: int = 8) -> np.ndarray:
@@ -144,7 +145,7 @@ class OnnxCrossEncoder:
             return out
         encodings = self.tokenizer.encode_batch(
             [tuple(p) for p in _clip_pairs(pairs, self.max_length)])
-        if self.per_pair:
+        if self.items is not None:
             out[:] = [np.asarray(logit, dtype=np.float32).reshape(-1)[0]
                       for logit in self.items.map(encodings)]
         else:

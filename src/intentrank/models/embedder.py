@@ -34,9 +34,9 @@ class Embedder(Protocol):
 class SentenceTransformerEmbedder(PrefixedEncoder):
     """sentence-transformers backend (torch, CPU by default). With ``query_backend="onnx"``
     (the default) queries run through an fp32 ONNX export of the same model
-    (:mod:`intentrank.models.onnx_queries`: 2.3x less CPU per query, equal within float32
-    noise), and a local model whose export is already checked is not loaded into torch
-    until passages are encoded; ``"torch"`` keeps queries on torch."""
+    (:mod:`intentrank.models.onnx_queries`; equal within float32 noise), and a local model
+    whose export is already checked is not loaded into torch until passages are encoded;
+    ``"torch"`` keeps queries on torch."""
 
     def __init__(
         self,
@@ -62,7 +62,9 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         self._model: Any = None
         self._lock = threading.Lock()
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        if query_backend == "torch" or local_key(self.path, max_seq_length) is None:
+        # (cache key, max tokens) of a local model the ONNX query path can serve, else None
+        self.local_key = local_key(self.path, max_seq_length)
+        if query_backend == "torch" or self.local_key is None:
             self._load()  # nothing to defer: load now, so a bad name fails here
 
     def _load(self) -> Any:
