@@ -278,8 +278,11 @@ def main() -> None:
         worktree = None
         if args.previous:
             worktree = Path(tmp) / "previous"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q",
-                            str(worktree), args.previous], check=True)
+            added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach",
+                                    "-q", str(worktree), args.previous], capture_output=True,
+                                   text=True, check=False)
+            if added.returncode != 0:
+                ap.error(f"--previous {args.previous}: {added.stderr.strip()}")
         try:
             loads = [os.getloadavg()[0]]
             index = index_memory()
