@@ -6,9 +6,13 @@
   int8 cross-encoder three ways, interleaved in chunks of 60 pairs: one pair per run, one
   two-threaded run at a time (before 2026-11-26); one pair per single-threaded run, two runs
   at once (``ItemRunner``, now); batches of 8 (before 2026-11-24, batch-dependent).
-- Embedder: all 5,183 SciFact abstracts encoded by the default fp32 sentence-transformers
-  MiniLM and by int8 MiniLM in ONNX (one text per run, two runs at once), interleaved in
-  chunks; dense retrieval nDCG@10 on the 300 test queries with each, and a paired test.
+- Embedder: all 5,183 SciFact abstracts encoded three ways, interleaved in chunks: by the
+  bundled MiniLM in torch fp32 (the default before 2026-11-26, `--precision fp32`), by its
+  int8 ONNX export one passage per run, two runs at once (the default), and by the packaged
+  int8 MiniLM (`--backend onnx`); dense retrieval nDCG@10 on the 300 test queries with each
+  (queries fp32), and a paired test.
+- Index: `intentrank index` on SciFact with the defaults in a fresh cache (model exports
+  included): seconds per leg and peak RSS.
 Speeds are wall-clock medians over the chunks and CPU seconds (user + system of this
 process) per item; the machine's load average is printed with them.
 """
@@ -28,6 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_latency import index_memory  # noqa: E402
 from report import DATA, header, publish  # noqa: E402
 
 
@@ -126,8 +131,11 @@ def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
     docs = list(ds.corpus())
     ids, texts = [d.id for d in docs], [d.full_text() for d in docs]
     queries, qrels = ds.split("test")
-    models = {"sentence-transformers fp32 (default)": load_embedder(),
-              "int8 ONNX, one text per run, two runs at once": load_embedder(backend="onnx")}
+    models = {"torch fp32 (before; --precision fp32)": load_embedder(passage_precision="fp32"),
+              "int8 ONNX export, one passage per run, two runs at once (default)":
+                  load_embedder(),
+              "packaged int8 ONNX, one text per run, two runs at once (--backend onnx)":
+                  load_embedder(backend="onnx")}
     timers = {name: Timer(lambda c, m=m: m.encode_passages(c, batch_size=64))
               for name, m in models.items()}
     perm = np.random.default_rng(0).permutation(len(texts))  # chunks mix lengths alike
@@ -170,6 +178,8 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ce_rows, ce_loads, n_pairs = cross_encoder_rows(args.pairs_queries)
     emb_rows, emb_loads, n_docs = embedder_rows(args.chunk)
+    index = index_memory()
+    legs = ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())
     speed = ["method", "per s (median)", "interquartile", "CPU ms each", "speed vs first"]
     md = "\n\n".join([
         "## Speed: models on 2 cores, old and new in one run (issue 35)",
@@ -179,12 +189,16 @@ def main() -> None:
         f"chunks of 60 pairs; load average during the run {min(ce_loads):.1f}-"
         f"{max(ce_loads):.1f}. Max abs diff: sigmoid scores against the first row.",
         table([*speed, "max abs diff"], ce_rows),
-        f"Embedder: all {n_docs} SciFact abstracts (title + text, 256 tokens), both models "
-        f"interleaved in chunks of {args.chunk}; dense retrieval on the 300 test queries "
-        f"(each model encodes its own queries); p: paired randomization test against the "
-        f"first row; min cos: the lowest cosine between a document's two vectors. Load "
-        f"average during the run {min(emb_loads):.1f}-{max(emb_loads):.1f}.",
+        f"Embedder: all {n_docs} SciFact abstracts (title + text, 256 tokens), the three "
+        f"ways interleaved in chunks of {args.chunk}; dense retrieval on the 300 test queries "
+        f"(each model encodes its own queries, fp32 for the first two); p: paired "
+        f"randomization test against the first row; min cos: the lowest cosine between a "
+        f"document's vector and its first-row vector. Load average during the run "
+        f"{min(emb_loads):.1f}-{max(emb_loads):.1f}.",
         table([*speed, "nDCG@10", "p", "min cos"], emb_rows),
+        f"Index: `intentrank index ../shared/data/scifact` with the defaults in a fresh cache "
+        f"(the model's ONNX exports made and checked on the way): {index['wall_s']:.0f} s in "
+        f"all, per leg {legs}; peak RSS {index['peak_rss_mib']:.0f} MiB.",
     ])
     publish("speed", md, write=not args.no_write)
 

@@ -507,6 +507,18 @@ def test_old_format_index_asks_for_a_rebuild(tmp_path):
     assert entries(path) == [".lock", "CURRENT", rebuilt.generation]  # old files removed
 
 
+def test_an_index_from_before_dense_precision_reads_as_fp32(full_index, tmp_path):
+    """Indexes built before ``dense.precision`` existed hold torch fp32 passage vectors."""
+    assert Index(full_index).settings.dense.precision == "int8"  # today's default
+    path, gen = damaged_copy(full_index, tmp_path)
+    manifest = json.loads((gen / "manifest.json").read_text())
+    del manifest["settings"]["dense"]["precision"]
+    (gen / "manifest.json").write_text(json.dumps(manifest))
+    old = Index(path)
+    assert old.settings.dense.precision == "fp32"
+    assert old.settings.differences(IndexSettings()) == ["dense.precision: 'fp32' != 'int8'"]
+
+
 def test_a_generation_directory_is_not_an_index(full_index):
     gen = full_index / (full_index / "CURRENT").read_text().strip()
     with pytest.raises(IndexNotFoundError, match=rf"is one generation inside the index "
@@ -563,6 +575,11 @@ def test_build_goes_on_over_a_garbage_embedding_cache(cranfield, tmp_path, monke
         again = build_index(docs, tmp_path / "idx2", IndexSettings(legs=("dense",)))
     assert not [w for w in caught if w.category is EmbeddingCacheWarning]  # the new one is fine
     assert again.manifest["stats"]["dense"] == {"cache_hits": 5, "encoded": 0}
+    fp32 = IndexSettings(legs=("dense",), dense=DenseSettings(precision="fp32"))
+    other = build_index(docs, tmp_path / "idx3", fp32)  # other vectors: not from the cache
+    assert other.manifest["stats"]["dense"] == {"cache_hits": 0, "encoded": 5}
+    cosines = (other.embeddings * again.embeddings).sum(axis=1)
+    assert cosines.min() > 0.98  # torch fp32 against the int8 export, one per passage
 
 
 # -- huge texts: memory bounded by the model's input length ----------------------------------
@@ -591,7 +608,7 @@ def long_scifact_texts(data_dir) -> list[str]:
 def test_clipping_does_not_change_sentence_transformer_embeddings(long_scifact_texts):
     from intentrank.models.embedder import load_embedder
 
-    emb = load_embedder("minilm")
+    emb = load_embedder("minilm", passage_precision="fp32")  # passages through torch
     raw = emb.model.encode(long_scifact_texts, batch_size=1, normalize_embeddings=True,
                            convert_to_numpy=True)
     ours = emb.encode_passages(long_scifact_texts, batch_size=1)
@@ -689,6 +706,10 @@ def test_ten_megabyte_text_encodes_in_bounded_memory(tmp_path):
                                                                "integer >= 0"),
     (lambda: DenseSettings(batch_size=0), "dense.batch_size must be an integer >= 1"),
     (lambda: DenseSettings(backend="tensorrt"), "unknown dense.backend 'tensorrt'"),
+    (lambda: DenseSettings(precision="int4"), r"unknown dense.precision 'int4'; use one of "
+                                              r"\['int8', 'fp32'\]"),
+    (lambda: DenseSettings(backend="onnx", precision="fp32"), "runs the packaged int8 model "
+                                                              "only; for fp32 passages use"),
     (lambda: TfidfSettings(ngram_max=0), "tfidf.ngram_max must be an integer >= 1"),
     (lambda: GraphSettings(damping=1.0), "graph.damping must be between 0 and 1"),
 ])

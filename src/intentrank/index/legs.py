@@ -72,10 +72,7 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
                  ) -> dict[str, Any]:
     s = settings.dense
     if encoder is None:
-        from intentrank.models.embedder import load_embedder
-
-        embedder = load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
-                                 passage_prefix=s.passage_prefix)
+        embedder = s.load_embedder()
 
         def encode(batch: list[str]) -> np.ndarray:
             return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
@@ -86,6 +83,8 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
         vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
     else:
         key = f"{s.backend}:{model_key(s.model)}:{s.passage_prefix}"
+        if s.backend != "onnx" and s.precision == "int8":
+            key += ":int8"  # fp32 vectors keep the key they had before dense.precision
         before_hits, before_miss = cache.hits, cache.misses
         vecs = cache.encode(key, texts, encode)
         stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}

@@ -14,6 +14,7 @@ BM25_BACKENDS = ("numpy", "numba")  # bm25s retrieval backends (numba: the scale
 # settings that only change how an index is searched, not its files: not a mismatch
 SEARCH_TIME = ("bm25.backend",)
 DENSE_BACKENDS = ("sentence-transformers", "st", "onnx")
+PASSAGE_PRECISIONS = ("int8", "fp32")  # models.embedder.PASSAGE_PRECISIONS (no import here)
 ANN_METHODS = ("exact", "hnsw", "ivfpq")
 # The stopword list names bm25s 0.2 knows (bm25s.tokenization._infer_stopwords); a name not
 # listed here is still accepted if the installed bm25s accepts it.
@@ -135,6 +136,9 @@ class AnnSettings:
 class DenseSettings:
     model: str = "minilm"  # "minilm" (bundled), a hub name or a local directory
     backend: str = "sentence-transformers"  # or "onnx"
+    # passages: an int8 ONNX export (3x torch's passages/s, dense nDCG@10 within 0.005 on
+    # SciFact: docs/benchmarks.md "speed") or torch "fp32"; queries are fp32 either way
+    precision: str = "int8"
     title_sep: str = " "  # passages are encoded as title + sep + text
     query_prefix: str = ""
     passage_prefix: str = ""
@@ -148,7 +152,22 @@ class DenseSettings:
         if self.backend not in DENSE_BACKENDS:
             raise _bad(f"unknown dense.backend {self.backend!r}; use 'sentence-transformers' "
                        f"or 'onnx'")
+        if self.precision not in PASSAGE_PRECISIONS:
+            raise _bad(f"unknown dense.precision {self.precision!r}; use one of "
+                       f"{list(PASSAGE_PRECISIONS)}")
+        if self.backend == "onnx" and self.precision != "int8":
+            raise _bad("dense.backend 'onnx' runs the packaged int8 model only; for fp32 "
+                       "passages use backend 'sentence-transformers' with precision 'fp32'")
         _integer("dense.batch_size", self.batch_size, 1)
+
+    def load_embedder(self, **extra: Any) -> Any:
+        """The embedder these settings name, encoding passages at :attr:`precision`."""
+        from intentrank.models.embedder import load_embedder
+
+        if self.backend != "onnx":
+            extra["passage_precision"] = self.precision
+        return load_embedder(self.model, self.backend, query_prefix=self.query_prefix,
+                             passage_prefix=self.passage_prefix, **extra)
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class Index:
         if missing or not isinstance(self.manifest["files"], dict):
             raise IndexCorruptError(f"{shown} lacks {missing or ['files']}; {self._hint}")
         try:
-            self.settings = IndexSettings.from_dict(self.manifest["settings"])
+            self.settings = IndexSettings.from_dict(_dated(self.manifest["settings"]))
             files = {rel: {"size": int(r["size"]), "sha256": str(r["sha256"])}
                      for rel, r in self.manifest["files"].items()}
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
@@ -329,11 +329,7 @@ class Index:
 
     @cached_property
     def embedder(self) -> Any:
-        from intentrank.models.embedder import load_embedder
-
-        s = self.settings.dense
-        return load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
-                             passage_prefix=s.passage_prefix)
+        return self.settings.dense.load_embedder()
 
     @cached_property
     def tfidf(self) -> tuple[Any, Any]:
@@ -454,3 +450,12 @@ class Index:
             self._lock.close()
             self._lock = None
 
+
+
+def _dated(settings: Any) -> Any:
+    """Manifest settings with what an index built before a setting existed was built with:
+    dense passages were fp32 before ``dense.precision``."""
+    dense = settings.get("dense") if isinstance(settings, dict) else None
+    if isinstance(dense, dict) and "precision" not in dense:
+        return {**settings, "dense": {**dense, "precision": "fp32"}}
+    return settings

@@ -14,19 +14,13 @@ class _EmbedActor:
     """One embedder per actor, loaded once; encodes batches of {"row", "text"}."""
 
     def __init__(self, settings: dict[str, Any], threads: int) -> None:
-        from intentrank.models.embedder import load_embedder
-
         s = DenseSettings(**settings)
         self.batch_size = s.batch_size
-        extra: dict[str, Any] = {}
-        if s.backend == "onnx":
-            extra["threads"] = threads
-        else:
+        if s.backend != "onnx":
             import torch
 
             torch.set_num_threads(threads)
-        self.embedder = load_embedder(s.model, s.backend, query_prefix=s.query_prefix,
-                                      passage_prefix=s.passage_prefix, **extra)
+        self.embedder = s.load_embedder(threads=threads)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         vecs = self.embedder.encode_passages([str(t) for t in batch["text"]],

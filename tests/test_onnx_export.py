@@ -1,6 +1,6 @@
-"""Queries through the fp32 ONNX export of the real MiniLM: equal to torch within float32
-noise, the same alone as in a list, and torch kept (with a warning) when the export cannot
-be used."""
+"""The real MiniLM's ONNX exports: queries (fp32) equal to torch within float32 noise,
+passages (int8) within cosine 0.98, each the same alone as in a list, and torch kept (with a
+warning) when an export cannot be used."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from intentrank.errors import ModelError
-from intentrank.models import onnx_queries
+from intentrank.models import onnx_export
 from intentrank.models.embedder import SentenceTransformerEmbedder, load_embedder
-from intentrank.models.onnx_queries import QueryEncoders, local_key, mean_pooled
+from intentrank.models.onnx_export import OnnxEncoders, local_key, mean_pooled
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def queries(scifact) -> list[str]:
 
 def test_real_queries_equal_torch(minilm, queries) -> None:
     assert minilm.query_backend == "onnx"
-    fast = minilm._onnx_queries.get(minilm)
+    fast = minilm.onnx.get(minilm)
     assert fast is not None, "the bundled MiniLM should qualify for ONNX queries"
     onnx_vecs = minilm.encode_queries(queries)
     torch_vecs = minilm.torch_encode(queries)
@@ -45,14 +45,18 @@ def test_real_queries_equal_torch(minilm, queries) -> None:
 
 def test_export_is_cached_per_weights(minilm, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))
-    first = QueryEncoders._make(minilm)
-    files = list((tmp_path / "models" / "onnx-queries").glob("*/model.onnx"))
-    assert first is not None and len(files) == 1
-    stamp = files[0].stat().st_mtime_ns
-    second = QueryEncoders._make(minilm)  # reuses the file
-    assert second is not None and files[0].stat().st_mtime_ns == stamp
+    first, second = OnnxEncoders(), OnnxEncoders()
+    assert first.get(minilm) is not None and first.get(minilm, "passages") is not None
+    files = sorted((tmp_path / "models" / "onnx").glob("*/model*.onnx"))
+    assert [f.name for f in files] == ["model-int8.onnx", "model.onnx"]
+    stamps = [f.stat().st_mtime_ns for f in files]
+    for kind in ("queries", "passages"):  # reuses the files
+        assert second.get(minilm, kind) is not None
+    assert [f.stat().st_mtime_ns for f in files] == stamps
     probe = ["coronary heart disease"]
-    assert np.array_equal(first.encode_queries(probe), second.encode_queries(probe))
+    for kind in ("queries", "passages"):
+        assert np.array_equal(first.get(minilm, kind).encode_queries(probe),
+                              second.get(minilm, kind).encode_queries(probe))
 
 
 def test_failed_export_keeps_torch_with_a_warning(minilm, tmp_path, monkeypatch,
@@ -62,14 +66,32 @@ def test_failed_export_keeps_torch_with_a_warning(minilm, tmp_path, monkeypatch,
     def broken(*_args: object, **_kw: object) -> None:
         raise RuntimeError("no exporter here")
 
-    monkeypatch.setattr(onnx_queries, "export", broken)
-    encoders = QueryEncoders()
-    with caplog.at_level(logging.WARNING, logger="intentrank.models.onnx_queries"):
+    monkeypatch.setattr(onnx_export, "export", broken)
+    encoders = OnnxEncoders()
+    with caplog.at_level(logging.WARNING, logger="intentrank.models.onnx_export"):
         assert encoders.get(minilm) is None
         assert encoders.get(minilm) is None  # decided once
+        assert encoders.get(minilm, "passages") is None  # no export: no int8 model either
     assert [r.getMessage() for r in caplog.records].count(
         "queries stay on torch: the ONNX export of minilm failed (RuntimeError: no exporter "
         "here)") == 1
+
+
+def test_real_passages_int8_close_to_torch(minilm, scifact) -> None:
+    """SciFact abstracts through the int8 export: close to torch, and a passage's vector is
+    the same alone, in a list and in another order (one passage per run)."""
+    docs = [f"{d.title} {d.text}" for _, d in zip(range(24), scifact.corpus(), strict=False)]
+    assert minilm.passage_precision == "int8"
+    assert minilm.onnx.get(minilm, "passages") is not None
+    vecs = minilm.encode_passages(docs)
+    torch_vecs = minilm.torch_encode(docs)
+    assert vecs.shape == (len(docs), 384) and vecs.dtype == np.float32
+    cosines = (vecs * torch_vecs).sum(axis=1)
+    assert cosines.min() > 0.98 and cosines.mean() > 0.99
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    alone = np.vstack([minilm.encode_passages([d]) for d in docs[:6]])
+    assert np.array_equal(alone, vecs[:6])
+    assert np.array_equal(minilm.encode_passages(docs[::-1])[::-1], vecs)
 
 
 def test_torch_backend_and_bad_backend(minilm, queries) -> None:
@@ -77,6 +99,8 @@ def test_torch_backend_and_bad_backend(minilm, queries) -> None:
     assert np.array_equal(as_torch.encode_queries(queries[:3]), as_torch.torch_encode(queries[:3]))
     with pytest.raises(ModelError, match="unknown query_backend 'gpu'"):
         SentenceTransformerEmbedder(query_backend="gpu")
+    with pytest.raises(ModelError, match="unknown passage precision 'int4'"):
+        SentenceTransformerEmbedder(passage_precision="int4")
 
 
 def _module(name: str, **attrs: object) -> object:
@@ -104,14 +128,19 @@ def test_a_checked_export_serves_queries_without_torch(minilm, queries, tmp_path
     monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))
     first = SentenceTransformerEmbedder()  # exports, checks against torch, keeps the check
     expected = first.encode_queries(queries[:5])
-    checks = list((tmp_path / "models" / "onnx-queries").glob("dir-*/check.json"))
-    assert len(checks) == 1 and json.loads(checks[0].read_text())["max_diff"] < 1e-5
+    passages = first.encode_passages(queries[5:8])
+    checks = list((tmp_path / "models" / "onnx").glob("dir-*/check.json"))
+    assert len(checks) == 1
+    check = json.loads(checks[0].read_text())
+    assert check["max_diff"] < 1e-5 and check["int8_min_cosine"] >= 0.98
     fresh = SentenceTransformerEmbedder()
     assert np.array_equal(fresh.encode_queries(queries[:5]), expected)
-    assert fresh._model is None, "queries alone should not load the torch model"
+    assert np.array_equal(fresh.encode_passages(queries[5:8]), passages)
+    assert fresh._model is None, "checked exports should not load the torch model"
     assert fresh.dim == 384 and fresh._model is None
-    fresh.encode_passages(["a passage loads torch"])
-    assert fresh._model is not None
+    as_fp32 = SentenceTransformerEmbedder(passage_precision="fp32")
+    as_fp32.encode_passages(["an fp32 passage loads torch"])
+    assert as_fp32._model is not None
 
 
 def test_local_key(tmp_path) -> None:
