@@ -95,7 +95,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --element-alone, also the element-alone lists with the "
                              "cross-encoder's own list interleaved first (per_element "
                              "with_question: true)")
-    for sp in (m, r, a):
         sp.add_argument("--split-auto", action="store_true",
                         help="with --with-question, also the same over split: auto's "
                              "elements (one-part questions keep the cross-encoder's order)")
@@ -357,8 +356,7 @@ def measure(args: argparse.Namespace) -> None:
         result["recall"] = {name: {r.query.id: {str(k): recall(r.doc_ids, gold[r.query.id], k)
                                                 for k in CUTS} for r in rankings}
                             for name, rankings in systems.items()}
-        OUT.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=1))
+        save_json(path, result)
 
     systems = rank_systems(idx, llm, queries, args.n_know, result, save,
                            args.element_alone, form=args.form,
@@ -446,12 +444,46 @@ def rank_run(rankings: list[Any]) -> dict[str, dict[str, float]]:
     return {r.query.id: rank_scores(r.doc_ids) for r in rankings}
 
 
+def measure_labelled(args: argparse.Namespace, idx: Any, queries: list[Any],
+                     qrels: dict[str, dict[str, int]], path: Path, result: dict[str, Any],
+                     score: Callable[[dict[str, dict[str, float]]], dict[str, Any]],
+                     oracle: dict[str, list[str]] | None = None) -> None:
+    """What ``measure-real`` and ``measure-aspects`` share: ``result`` (their own keys) gets
+    the common ones, the systems of ``measure`` are ranked over ``queries`` (``--reuse``:
+    keeping an earlier run's knowledge-aware systems), each system's run scored by ``score``
+    (per query) and saved to ``path`` after each, and the rows printed."""
+    from intentrank.llm.client import load_llm
+
+    result.update({"llm": args.llm, "form": args.form, "n": len(queries), "sample": args.n,
+                   "relevant_per_query": sum(sum(g > 0 for g in qrels[q.id].values())
+                                             for q in queries) / len(queries),
+                   "queries": [q.id for q in queries], "per_query": {}, "cost": {},
+                   "elements": {}})
+    print(f"{result['dataset']} {result['split']}: {len(queries)} queries (seed "
+          f"{result['seed']}), {result['relevant_per_query']:.2f} relevant per query",
+          flush=True)
+    old = reused(path, result) if args.reuse else {}
+
+    def save(systems: dict[str, list[Any]]) -> None:
+        result["per_query"] = merge_reused(old, {s: score(rank_run(r))
+                                                 for s, r in systems.items()})
+        save_json(path, result)
+
+    rank_systems(idx, load_llm(args.llm), queries, args.n_know, result, save,
+                 args.element_alone, oracle, args.form, args.with_question, skipped(old),
+                 args.split_auto)
+    for row in real_rows(result):
+        print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
+                                                  for m in result["metrics"]) +
+              "".join(f", p {m} {row['p'][m]:.3f}" for m in row["p"]), flush=True)
+    print(f"wrote {path}", flush=True)
+
+
 def measure_real(args: argparse.Namespace) -> None:
     """``measure-real DATASET``: the three systems of ``measure`` on a fixed-seed sample of a
     collection's labelled queries, scored against its qrels (R@k, nDCG@10 by ir-measures)."""
     from intentrank.data.dataset import load_dataset
     from intentrank.index import open_or_build
-    from intentrank.llm.client import load_llm
     from intentrank.measures.metrics import evaluate
 
     ds = load_dataset(args.dataset)
@@ -459,33 +491,12 @@ def measure_real(args: argparse.Namespace) -> None:
     queries, qrels = ds.sample(args.split, args.n, args.seed)
     idx = open_or_build(ds.corpus, args.index or ROOT / "indexes" / name, progress=True,
                         source=str(ds.root))
-    llm = load_llm(args.llm)
     path = args.out or OUT / (f"real-{name}-{file_part(args.llm)}"
                               f"{form_suffix(args.form)}.json")
-    relevant = [sum(g > 0 for g in qrels[q.id].values()) for q in queries]
-    result: dict[str, Any] = {
-        "dataset": name, "source": str(ds.root), "split": args.split, "llm": args.llm,
-        "form": args.form,
-        "n": len(queries), "seed": args.seed, "sample": args.n,
-        "relevant_per_query": sum(relevant) / len(queries), "queries": [q.id for q in queries],
-        "metrics": list(REAL_METRICS), "per_query": {}, "cost": {}, "elements": {}}
-    print(f"{name} {args.split}: {len(queries)} queries (seed {args.seed}), "
-          f"{result['relevant_per_query']:.2f} relevant per query", flush=True)
-    old = reused(path, result) if args.reuse else {}
-
-    def save(systems: dict[str, list[Any]]) -> None:
-        result["per_query"] = merge_reused(old, {
-            s: evaluate(rank_run(r), qrels, REAL_METRICS).per_query for s, r in systems.items()})
-        save_json(path, result)
-
-    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone,
-                 form=args.form, with_question=args.with_question, skip=skipped(old),
-                 split_auto=args.split_auto)
-    for row in real_rows(result):
-        print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
-                                                  for m in REAL_METRICS) +
-              "".join(f", p {m} {row['p'][m]:.3f}" for m in row["p"]), flush=True)
-    print(f"wrote {path}", flush=True)
+    result = {"dataset": name, "source": str(ds.root), "split": args.split, "seed": args.seed,
+              "metrics": list(REAL_METRICS)}
+    measure_labelled(args, idx, queries, qrels, path, result,
+                     lambda run: evaluate(run, qrels, REAL_METRICS).per_query)
 
 
 ASPECT_METRICS = (*REAL_METRICS, "StRecall@10", "alpha_nDCG@10")
@@ -501,7 +512,6 @@ def measure_aspects(args: argparse.Namespace) -> None:
     ``runs/knowledge/aspects-<set>-<llm>.json``."""
     from intentrank.data.aspects import load_aspect_set
     from intentrank.index import Index
-    from intentrank.llm.client import load_llm
     from intentrank.measures.diversity import evaluate_diversity
     from intentrank.measures.metrics import evaluate
     from intentrank.types import Query
@@ -512,44 +522,23 @@ def measure_aspects(args: argparse.Namespace) -> None:
     questions = load_aspect_set(source)[:args.n or None]
     name = source.stem
     idx = (Index.open(args.index) if args.index else open_index(name.split("-")[0]))
-    queries = [Query(q.id, q.text) for q in questions]
     qrels = {q.id: q.qrels() for q in questions}
-    llm = load_llm(args.llm)
     path = args.out or OUT / (f"aspects-{name}-{file_part(args.llm)}"
                               f"{form_suffix(args.form)}.json")
-    result: dict[str, Any] = {
-        "dataset": name, "split": "composed", "llm": args.llm, "form": args.form,
-        "n": len(queries),
-        "seed": "first", "sample": args.n,
-        "relevant_per_query": sum(sum(g > 0 for g in qrels[q.id].values())
-                                  for q in queries) / len(queries),
-        "aspects_per_query": sum(len(q.aspects) for q in questions) / len(questions),
-        "queries": [q.id for q in queries], "metrics": list(ASPECT_METRICS),
-        "tests": list(ASPECT_TESTS), "per_query": {}, "cost": {}, "elements": {}}
-    print(f"{name}: {len(queries)} questions, {result['relevant_per_query']:.2f} relevant "
-          f"per question", flush=True)
-    old = reused(path, result) if args.reuse else {}
+    result = {"dataset": name, "split": "composed", "seed": "first",
+              "aspects_per_query": sum(len(q.aspects) for q in questions) / len(questions),
+              "metrics": list(ASPECT_METRICS), "tests": list(ASPECT_TESTS)}
 
-    def save(systems: dict[str, list[Any]]) -> None:
-        per = {}
-        for system, rankings in systems.items():
-            run = rank_run(rankings)
-            rel = evaluate(run, qrels, REAL_METRICS).per_query
-            div = evaluate_diversity(run, questions, ASPECT_METRICS[len(REAL_METRICS):])
-            per[system] = {q: {**rel.get(q, dict.fromkeys(REAL_METRICS, 0.0)),
-                               **div.per_query[q]} for q in qrels}
-        result["per_query"] = merge_reused(old, per)
-        save_json(path, result)
+    def score(run: dict[str, dict[str, float]]) -> dict[str, Any]:
+        rel = evaluate(run, qrels, REAL_METRICS).per_query
+        div = evaluate_diversity(run, questions, ASPECT_METRICS[len(REAL_METRICS):])
+        return {q: {**rel.get(q, dict.fromkeys(REAL_METRICS, 0.0)), **div.per_query[q]}
+                for q in qrels}
 
     oracle = ({q.id: [a.text for a in q.aspects] for q in questions}
               if args.oracle_elements else None)
-    rank_systems(idx, llm, queries, args.n_know, result, save, args.element_alone, oracle,
-                 args.form, args.with_question, skipped(old), args.split_auto)
-    for row in real_rows(result):
-        print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
-                                                  for m in ASPECT_METRICS) +
-              "".join(f", p {m} {row['p'][m]:.3f}" for m in row["p"]), flush=True)
-    print(f"wrote {path}", flush=True)
+    measure_labelled(args, idx, [Query(q.id, q.text) for q in questions], qrels, path, result,
+                     score, oracle)
 
 
 def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -644,8 +633,7 @@ def judge_check(args: argparse.Namespace) -> None:
            "agreement": a.agreement, "mean_relevance": a.mean_relevance,
            "mean_faithfulness": a.mean_faithfulness, "fallbacks": a.fallbacks,
            "seconds_per_answer": wall / max(1, sum(bool(i.answer.strip()) for i in items))}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"judge-check--{args.set}--{args.llm}.json").write_text(json.dumps(out, indent=1))
+    save_json(OUT / f"judge-check--{args.set}--{args.llm}.json", out)
     print(json.dumps(out, indent=1))
 
 
@@ -681,8 +669,7 @@ def stream(args: argparse.Namespace) -> None:
                answers["sequential"], answers["streamed"], strict=True)),
            "pipeline": "interleave(bm25, dense) % 100 >> cross_encoder >> knowledge(n_know=2)"
                        " >> per_element(top_k=50) >> answer(top_k=3)"}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"stream--{args.set}--{args.llm}.json").write_text(json.dumps(out, indent=1))
+    save_json(OUT / f"stream--{args.set}--{args.llm}.json", out)
     print(json.dumps(out))
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import header, publish, run_each_in_subprocess, save_json  # noqa: E402
+from report import header, publish_tables, run_each_in_subprocess, save_json, table  # noqa: E402
 
 PROMPTS = [
     "A user searched for: boundary layer transition on a flat plate. Write 3 short follow-up "
@@ -115,29 +115,20 @@ def run_one(n_threads: int) -> dict:
     }
 
 
-def to_markdown(results: list[dict]) -> str:
-    lines = ["## LLM runtime (issue 3)", "", header(), ""]
-    lines += [f"Embedded Qwen2.5-Coder-0.5B-Instruct Q4_K_M (xllamacpp, greedy); "
-              f"{results[0]['n_prompts']} varied prompts, max {MAX_TOKENS} new tokens. "
-              "Token rates are llama.cpp's own timings; the cache replay is the same prompts "
-              "through `LLMClient` with its SQLite cache.", ""]
-    lines.append("| threads | load s | prompt tok/s | generation tok/s | 10 prompts cold s | "
-                 "cache replay s | cache speed-up | judge s/candidate (KV-cached prefix) | "
-                 "overhead ms/call in-process / HTTP | peak RSS MiB |")
-    lines.append("|---" * 10 + "|")
-    for r in results:
-        o = r["overhead_ms"]
-        lines.append(
-            f"| {r['n_threads']} | {r['load_s']:.1f} | {r['prompt_tok_s']:.0f} | "
-            f"{r['gen_tok_s']:.1f} | {r['cold_s']:.1f} | {r['warm_s'] * 1000:.1f} ms | "
-            f"{r['speedup']:,.0f}x | {r['judge_s_per_candidate']:.2f} "
-            f"({100 * r['judge_cached_prefix']:.0f}% of prompt) | {o['embedded']:.1f} / "
-            f"{o['http']:.1f} | {r['peak_rss_mib']:.0f} |")
-    lines += ["", "The machine is shared: with other processes busy, two llama.cpp threads "
-              "can stall on each other (a preempted thread holds up the barrier), so one "
-              "thread may be faster there; `poll=0` (the default here) keeps idle threads "
-              "from spinning."]
-    return "\n".join(lines)
+def section(results: list[dict]) -> tuple[str, dict[str, str]]:
+    """The llm section's header lines and table, and the values its prose
+    (bench/sections/llm.md) reads."""
+    rows = [[r["n_threads"], f"{r['load_s']:.1f}", f"{r['prompt_tok_s']:.0f}",
+             f"{r['gen_tok_s']:.1f}", f"{r['cold_s']:.1f}", f"{r['warm_s'] * 1000:.1f} ms",
+             f"{r['speedup']:,.0f}x", f"{r['judge_s_per_candidate']:.2f} "
+             f"({100 * r['judge_cached_prefix']:.0f}% of prompt)",
+             f"{r['overhead_ms']['embedded']:.1f} / {r['overhead_ms']['http']:.1f}",
+             f"{r['peak_rss_mib']:.0f}"] for r in results]
+    return header() + "\n" + table(
+        ["threads", "load s", "prompt tok/s", "generation tok/s", "10 prompts cold s",
+         "cache replay s", "cache speed-up", "judge s/candidate (KV-cached prefix)",
+         "overhead ms/call in-process / HTTP", "peak RSS MiB"], rows), {
+        "prompts": str(results[0]["n_prompts"]), "max_tokens": str(MAX_TOKENS)}
 
 
 def main() -> None:
@@ -151,7 +142,7 @@ def main() -> None:
         print(json.dumps(run_one(args.one)))
         return
     results = run_each_in_subprocess(__file__, args.threads.split(","), " thread(s)")
-    publish("llm", to_markdown(results), not args.no_write)
+    publish_tables("llm", *section(results), write=not args.no_write)
     if args.json:
         save_json(args.json, results)
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, write_section  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables, save_json, table  # noqa: E402
 
 KEY = "bench-key"
 LEVELS = (1, 4, 16, 64)
@@ -171,43 +171,27 @@ class PeakRSS:
         self._stop.set()
 
 
-def to_markdown(results: list[dict], meta: dict) -> str:
-    lines = [
-        "## HTTP service under load (`intentrank serve`)", "",
-        header().rstrip(),
-        f"- data: SciFact test queries ({meta['queries']} distinct, cycled), index "
-        f"`{meta['index']}` ({meta['documents']} documents)",
-        f"- server: one uvicorn process, {WORKERS} pipeline workers, queue limit "
-        f"{QUEUE_LIMIT}, API key checked, JSON-lines access log to a file; clients: asyncio + "
-        f"httpx in the bench process, on 127.0.0.1; `include_text: false`, top 10",
-        "- in-process: the same built pipeline called by as many threads as there are "
-        "clients, in the same run, just before the HTTP level",
-        "- `cascade-ce` is the cascade without its LLM listwise step (weighted fusion -> int8 "
-        "cross-encoder over the top 100 -> top 10): no LLM jobs on this shared machine",
-        f"- load on the machine during the run (1-minute load average, 2 cores): "
-        f"{meta['load_before']:.1f} before, {meta['load_after']:.1f} after; other agents' jobs "
-        f"ran at the same time, so absolute numbers are noisy; the ratio compares "
-        f"back-to-back runs", "",
-        "| pipeline | clients | HTTP req/s | p50 ms | p95 ms | p99 ms | 503s | errors | "
-        "in-process req/s | in-process p50 ms | HTTP / in-process | server peak RSS MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        h, p = r["http"], r["inproc"]
-        lines.append(
-            f"| {r['pipeline']} | {r['clients']} | {h['rps']:.1f} | {h['p50']:.0f} | "
-            f"{h['p95']:.0f} | {h['p99']:.0f} | {h['n503']} | {h['errors']} "
-            f"({100 * h['error_rate']:.1f}%) | {p['rps']:.1f} | {p['p50']:.0f} | "
-            f"{h['rps'] / p['rps']:.2f} | {r['rss_mib']:.0f} |")
+def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
+    """The service section's header lines and table, and the values its prose
+    (bench/sections/service.md) reads."""
+    rows = [[r["pipeline"], r["clients"], f"{h['rps']:.1f}", f"{h['p50']:.0f}",
+             f"{h['p95']:.0f}", f"{h['p99']:.0f}", h["n503"],
+             f"{h['errors']} ({100 * h['error_rate']:.1f}%)", f"{p['rps']:.1f}",
+             f"{p['p50']:.0f}", f"{h['rps'] / p['rps']:.2f}", f"{r['rss_mib']:.0f}"]
+            for r in results for h, p in [(r["http"], r["inproc"])]]
     goal = next((r for r in results if r["pipeline"] == "rrf" and r["clients"] == 16), None)
-    if goal:
-        ratio = goal["http"]["rps"] / goal["inproc"]["rps"]
-        lines += ["", f"Goal (`rrf`, 16 clients, HTTP >= 80% of in-process throughput): "
-                      f"{100 * ratio:.0f}% -> {'met' if ratio >= 0.8 else 'not met'} in this run."]
-    lines += ["", f"Server peak RSS over the whole run: {meta['peak_rss_mib']:.0f} MiB. "
-                  f"503s appear only where clients exceed workers + queue limit "
-                  f"({WORKERS + QUEUE_LIMIT}); errors counts every other non-200 answer "
-                  f"and connection failure."]
-    return "\n".join(lines)
+    ratio = goal["http"]["rps"] / goal["inproc"]["rps"] if goal else 0.0
+    values = {"queries": str(meta["queries"]), "index": meta["index"],
+              "documents": str(meta["documents"]), "workers": str(WORKERS),
+              "queue_limit": str(QUEUE_LIMIT), "load_before": f"{meta['load_before']:.1f}",
+              "load_after": f"{meta['load_after']:.1f}",
+              "goal": f"{100 * ratio:.0f}% -> {'met' if ratio >= 0.8 else 'not met'}"
+                      if goal else "not measured (no `rrf` run at 16 clients)",
+              "peak_rss": f"{meta['peak_rss_mib']:.0f}", "capacity": str(WORKERS + QUEUE_LIMIT)}
+    return header() + "\n" + table(
+        ["pipeline", "clients", "HTTP req/s", "p50 ms", "p95 ms", "p99 ms", "503s", "errors",
+         "in-process req/s", "in-process p50 ms", "HTTP / in-process", "server peak RSS MiB"],
+        rows, "|---|" + "---:|" * 11), values
 
 
 def main() -> None:
@@ -284,13 +268,8 @@ def main() -> None:
             if args.index.is_relative_to(ROOT) else str(args.index), "documents": n_docs,
             "load_before": load_before, "load_after": os.getloadavg()[0],
             "peak_rss_mib": overall / 2**20}
-    text = to_markdown(results, meta)
-    print(text)
-    out = ROOT / "runs" / "bench_service.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    if not args.no_write and not args.quick:
-        write_section("service", text)
+    save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
+    publish_tables("service", *section(results, meta), write=not args.no_write and not args.quick)
 
 
 if __name__ == "__main__":

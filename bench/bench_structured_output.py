@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, header, publish  # noqa: E402
+from report import DATA, header, publish_tables  # noqa: E402
 
 MODES = ("free", "schema")
 
@@ -163,22 +163,12 @@ def main() -> None:
             f"{r['with_repair']} fall back ({r['repaired']} repaired); the model wrote "
             f"{r['distinct']} distinct weight triples for {r['n']} queries, the most common "
             f"one {r['common'][0][1] if r['common'] else 0} times.")
-    text = ("### Structured output for the modality weights (issue 12)\n\n" + header() +
-            f"\n{which} SciFact test queries, LLM `{args.llm}` ({args.threads} llama.cpp "
-            "thread(s)), greedy decoding, the shipped "
-            "`modality_weights` contract through `run_step`. `free`: the request of before "
-            "(free text, parsed as the first JSON object); `schema`: the same prompt with the "
-            "contract's JSON schema (three numbers in [0, 1], all required, no other keys) as "
-            "llama.cpp constrained decoding. A reply is used when every weight is in [0, 1] "
-            f"and they sum to 1 (+-{args.tolerance:g}); otherwise the rule table's weights "
-            f"(a counted fallback). The sum repair (renormalise weights summing to "
-            f"[{lo:g}, {hi:g}], counted as `repairs`) is computed on the same replies. "
-            "Distinct vectors: the different (dense, sparse, graph) triples the model wrote, "
-            "valid or not. s/call: backend seconds per request, cold (a scratch reply cache; "
-            "on a replay, the seconds the cached replies took when generated); shared 2-core "
-            "machine, so timings are noisy." + same + "\n\n" + "\n".join(rows) +
-            "\n\nReading: " + " ".join(reading))
-    publish("structured-output", text, not args.no_write)
+    values = {"which": which, "llm": args.llm, "threads": str(args.threads),
+              "tolerance": f"{args.tolerance:g}", "repair_lo": f"{lo:g}",
+              "repair_hi": f"{hi:g}", "same": same, "reading": " ".join(reading)}
+    # the prose that reads these values: bench/sections/structured-output.md
+    publish_tables("structured-output", header() + "\n" + "\n".join(rows), values,
+                   write=not args.no_write)
 
 
 if __name__ == "__main__":

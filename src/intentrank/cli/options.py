@@ -26,6 +26,7 @@ MaxQueriesOption = Annotated[int, typer.Option(
     help="Train on at most this many queries (0 = all).")]
 TuneSplitOption = Annotated[str, typer.Option(
     help="Qrels split to tune on ('test' is refused).")]
+TuningMetricOption = Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")]
 SampleOption = Annotated[int, typer.Option(
     help="Fixed-seed sample of this many queries (0 = the whole split).")]
 SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]

@@ -36,6 +36,7 @@ from intentrank.cli.options import (
     TrainSplitOption,
     TuneSplitOption,
     TuningDatasetArg,
+    TuningMetricOption,
 )
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError
@@ -193,8 +194,7 @@ def tune_fuq_cmd(
                                       "fuq-<dataset>.")] = "",
     index_dir: IndexOption = None,  # type: ignore[assignment]
     split: TuneSplitOption = "train",
-    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
-        "nDCG@3",
+    metric: TuningMetricOption = "nDCG@3",
     sample: SampleOption = 0,
     seed: SampleSeedOption = 0,
 ) -> None:
@@ -225,8 +225,7 @@ def tune_modality_cmd(
                                       "default modality-<dataset>.")] = "",
     index_dir: IndexOption = None,  # type: ignore[assignment]
     split: TuneSplitOption = "train",
-    metric: Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")] =
-        "nDCG@10",
+    metric: TuningMetricOption = "nDCG@10",
     step: Annotated[float, typer.Option(help="Grid step on the weight simplex.")] = 0.1,
     sample: SampleOption = 0,
     seed: SampleSeedOption = 0,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import MISSING, fields
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from intentrank.types import StageTrace
 
 
 class _Model(BaseModel):
@@ -103,17 +106,24 @@ class ResultOut(BaseModel):
     stage_ranks: dict[str, int] = Field(default_factory=dict)
 
 
-class StageTraceOut(BaseModel):
-    """What one stage cost in this request."""
+def _stage_trace_fields() -> dict[str, Any]:
+    """:class:`~intentrank.types.StageTrace`'s fields as pydantic field definitions (``name``
+    called ``stage``), its counters last: what the service reports of a stage is that record,
+    with the LLM counts that clients read most lifted out of its counters."""
+    hints = get_type_hints(StageTrace)
+    out: dict[str, Any] = {}
+    for f in fields(StageTrace):
+        default = (Field(default_factory=f.default_factory)
+                   if f.default_factory is not MISSING else
+                   ... if f.default is MISSING else f.default)
+        out["stage" if f.name == "name" else f.name] = (hints[f.name], default)
+    counters = out.pop("counters")
+    return {**out, "llm_calls": (int, 0), "cache_hits": (int, 0), "fallbacks": (int, 0),
+            "counters": counters}
 
-    stage: str
-    seconds: float
-    calls: int
-    queries: int
-    llm_calls: int = 0
-    cache_hits: int = 0
-    fallbacks: int = 0
-    counters: dict[str, float] = Field(default_factory=dict)
+
+StageTraceOut = create_model("StageTraceOut", __doc__="What one stage cost in this request.",
+                             **_stage_trace_fields())
 
 
 class EventOut(BaseModel):
