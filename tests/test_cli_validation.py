@@ -416,3 +416,14 @@ def test_serve_watch_and_drain_refused_before_work(tmp_path, option, value, mess
     """Checked before any index is opened or built (the directory does not exist)."""
     res = runner.invoke(app, ["serve", "--index", str(tmp_path / "none"), option, value])
     _clean_error(res, message)
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--precision", "int4"], "unknown dense.precision 'int4'; use one of ['int8', 'fp32']"),
+    (["--precision", "fp32", "--backend", "onnx"], "runs the packaged int8 model only"),
+])
+def test_index_precision_errors_before_any_work(data_dir, tmp_path, options, message):
+    res = runner.invoke(app, ["index", str(data_dir / "cranfield"), str(tmp_path / "idx"),
+                              *options])
+    _clean_error(res, message)
+    assert not (tmp_path / "idx").exists()
