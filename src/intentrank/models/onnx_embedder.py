@@ -204,7 +204,7 @@ class OnnxEmbedder(PrefixedEncoder):
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(texts), desc=f"encoding ({self.name})", unit="text")
+            bar = tqdm(total=len(texts), desc=f"encoding {self.name}", unit="text")
         for idx in length_batches([len(e.ids) for e in encodings], run_size):
             out[idx] = self._run([encodings[i] for i in idx])
             if bar is not None:

@@ -271,9 +271,11 @@ def _encoder(path: Path, embedder: Any, max_length: int) -> Any:
     """The ONNX file at ``path`` (tokenizer beside it) run one text per run."""
     from intentrank.models.onnx_embedder import OnnxEmbedder
 
-    return OnnxEmbedder(embedder.query_prefix, embedder.passage_prefix, max_length=max_length,
-                        onnx_path=path, tokenizer_path=path.parent, per_item=True,
-                        threads=embedder.threads)
+    encoder = OnnxEmbedder(embedder.query_prefix, embedder.passage_prefix,
+                           max_length=max_length, onnx_path=path, tokenizer_path=path.parent,
+                           per_item=True, threads=embedder.threads)
+    encoder.name = f"{embedder.name} {'int8' if 'int8' in path.stem else 'fp32'} onnx"
+    return encoder
 
 
 def _checks(out: Path) -> dict[str, Any]:
