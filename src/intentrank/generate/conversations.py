@@ -17,9 +17,15 @@ gold rewrite of the last turn and its judgments label it:
    A topic the rule cannot use (not a span of the query, all of it, an abbreviation in
    parentheses) rejects the attempt as ``unusable_topic`` where the rule is needed;
 2. ``generate_history``: the earlier turns (at most 2), short questions with one-sentence
-   answers taken from the document, asked to use the words the follow-up left out (the
+   answers taken from a document, asked to use the words the follow-up left out (the
    topic, for a rule follow-up); the prompt's JSON schema restricts the texts to Latin,
-   Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes);
+   Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes).
+   ``history_from`` says which document: ``neighbour`` (the default) the gold document's
+   nearest BM25 neighbour (its text as the query) that the query's judgments do not grade
+   relevant, so the history is about a related document and cannot hand a reformulation
+   the gold document's own words (no such document: ``no_neighbour``); ``gold`` the most
+   relevant document itself (the sets before issue 34, whose histories leak the answer:
+   methods that carry history words beat the gold query there);
 3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
    in rounds that grow the conversation through the paper's lengths 3, 6, 11 (so a 6-turn
    set extends the 3-turn set of the same seed, and an 11-turn set the 6-turn one, their
@@ -28,14 +34,15 @@ gold rewrite of the last turn and its judgments label it:
 Calls stop at the first rejection; the filters (:mod:`.conversation_filters`) are counted
 per reason in ``generation.json``: ``malformed`` (no usable JSON reply, the wrong number of
 turns, an empty or over-long field), ``identical``, ``self_contained``, ``drifted``,
-``repeats_query``, ``unrecoverable``, ``unsupported``, ``unusable_topic``. The filters judge
-the final follow-up, whoever wrote it.
+``repeats_query``, ``unrecoverable``, ``unsupported``, ``unusable_topic``, ``no_neighbour``.
+The filters judge the final follow-up, whoever wrote it.
 
 ``OUT`` holds ``conversations.jsonl`` (one conversation per kept attempt: earlier turns
-``c<qid>_<j>`` with the answer's ``passage_id``, and a last turn whose id is the query id,
-``rewrite`` the query and ``relevant`` its judgments), ``qrels/<split>.tsv`` (the collection's
-judgments of the kept queries, so only last turns are labelled), a link to the corpus,
-``attempts.jsonl`` (every attempt, resumable as in :mod:`.generator`) and ``generation.json``
+``c<qid>_<j>`` with the answer's ``passage_id`` (the history's document), and a last turn
+whose id is the query id, ``rewrite`` the query and ``relevant`` its judgments),
+``qrels/<split>.tsv`` (the collection's judgments of the kept queries, so only last turns are
+labelled), a link to the corpus, ``attempts.jsonl`` (every attempt, resumable as in
+:mod:`.generator`) and ``generation.json``
 (identity, settings, counts, kept share, seconds).
 """
 
@@ -77,7 +84,9 @@ from intentrank.types import Trace
 STAGE = "generate_conversations"
 CONTRACTS = ("contextualize_query", "generate_history", "extend_conversation")
 REASONS = ("malformed", "identical", "self_contained", "drifted", "repeats_query",
-           "unrecoverable", "unsupported", "unusable_topic")
+           "unrecoverable", "unsupported", "unusable_topic", "no_neighbour")
+HISTORY_FROM = ("neighbour", "gold")
+NEIGHBOUR_DEPTH = 20  # BM25 hits of the gold document searched for a non-relevant one
 FOLLOW_UPS = ("llm", "rule", "llm_or_rule")
 RULE_REPLACES = ("self_contained", "drifted", "unrecoverable")  # llm_or_rule
 PAPER_LENGTHS = (3, 6, 11)
@@ -105,8 +114,12 @@ class ConversationSettings(runlog.RunSettings):
     min_support: float = 0.5  # share of the answers' content words found in the document
     max_lost: int = 1  # key terms of the query that neither the question nor the turns hold
     follow_up: str = "llm_or_rule"  # who writes the follow-up: llm, rule or llm_or_rule
+    history_from: str = "neighbour"  # the earlier turns' document: neighbour or gold
 
     def __post_init__(self) -> None:
+        if self.history_from not in HISTORY_FROM:
+            raise ConfigError(f"--history-from must be one of {', '.join(HISTORY_FROM)}, "
+                              f"got {self.history_from!r}")
         if self.follow_up not in FOLLOW_UPS:
             raise ConfigError(f"--follow-up must be one of {', '.join(FOLLOW_UPS)}, "
                               f"got {self.follow_up!r}")
@@ -144,7 +157,7 @@ class ConversationAttempt:
     attempt: int
     query_id: str
     query: str
-    document: str  # the relevant document the answers come from
+    document: str  # the query's most relevant document
     topic: str = ""
     question: str = ""  # the contextual last question
     turns: list[dict[str, str]] = field(default_factory=list)  # earlier turns, in order
@@ -157,6 +170,7 @@ class ConversationAttempt:
     lost: list[str] = field(default_factory=list)  # key terms no rewriter can recover
     calls: int = 0
     seconds: float = 0.0
+    history_doc: str = ""  # the document the earlier turns' answers come from ("": document)
 
 
 def _turns_problem(value: Any, k: int) -> str | None:
@@ -322,7 +336,8 @@ def conversation_of(a: ConversationAttempt, relevant: dict[str, int]) -> Convers
     """A kept attempt as a :class:`Conversation` (the last turn labelled)."""
     cid = f"c{a.query_id}"
     turns = [ConversationTurn(f"{cid}_{j}", t["question"], answer=t["answer"],
-                              passage_id=a.document) for j, t in enumerate(a.turns, 1)]
+                              passage_id=a.history_doc or a.document)
+             for j, t in enumerate(a.turns, 1)]
     turns.append(ConversationTurn(a.query_id, a.question, rewrite=a.query,
                                   relevant=dict(relevant)))
     return Conversation(cid, tuple(turns))
@@ -377,6 +392,7 @@ def generate_conversations(
     minutes: float | None = None,
     max_attempts: int | None = None,
     follow_up: str = "llm_or_rule",
+    history_from: str = "neighbour",
     settings: ConversationSettings | None = None,
     trace: Trace | None = None,
     progress: bool = True,
@@ -386,13 +402,14 @@ def generate_conversations(
     of the BEIR collection ``dataset_dir`` into ``out_dir`` (resuming what is there).
 
     ``llm``: an LLM client, a backend spec for :func:`~intentrank.llm.client.load_llm`, or
-    None for the embedded model. ``follow_up``: ``llm``, ``rule`` or ``llm_or_rule`` (see the
-    module docstring). ``settings`` (when given) replaces ``split`` ... ``follow_up``.
+    None for the embedded model. ``follow_up``: ``llm``, ``rule`` or ``llm_or_rule``;
+    ``history_from``: ``neighbour`` or ``gold`` (see the module docstring). ``settings``
+    (when given) replaces ``split`` ... ``history_from``.
     Everything is checked before anything is written.
     """
     settings = settings or ConversationSettings(
         n=n, turns=turns, seed=seed, split=split, max_minutes=minutes,
-        max_attempts=max_attempts, follow_up=follow_up)
+        max_attempts=max_attempts, follow_up=follow_up, history_from=history_from)
     say = log or (lambda msg: None)
     ds = load_dataset(dataset_dir)
     if settings.split not in ds.qrels:
@@ -423,12 +440,19 @@ def generate_conversations(
     if attempts:
         say(f"resuming {out}: {len(attempts)} attempts recorded, "
             f"{sum(a.status == 'kept' for a in attempts)} conversations kept")
-    texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
+    if settings.history_from == "neighbour":
+        texts = {d.id: d.full_text() for d in ds.corpus()}
+        _check_documents(ds, texts, {_best_document(qrels[q.id]) for q in usable})
+        neighbours: Neighbours | None = Neighbours(texts, settings.doc_chars)
+    else:
+        texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
+        neighbours = None
     linked = runlog.link_corpus(ds.corpus_path, out)
     writer = ConversationWriter(llm, settings, trace)
     limit = min(settings.max_attempts or len(usable), len(usable))
     budget = runlog.Budget(settings.n, limit, settings.max_minutes)
-    stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress)
+    stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress,
+                       neighbours)
     if stopped_by == "max_attempts" and limit == len(usable):
         stopped_by = "queries"  # every usable query was tried
     info = _record(out, settings, identity, attempts, writer.trace, linked, ds,
@@ -439,20 +463,66 @@ def generate_conversations(
 
 def _documents(ds: Any, ids: set[str | None]) -> dict[str, str]:
     texts = {d.id: d.full_text() for d in ds.corpus() if d.id in ids}
+    _check_documents(ds, texts, ids)
+    return texts
+
+
+def _check_documents(ds: Any, texts: dict[str, str], ids: set[str | None]) -> None:
     missing = sorted(i for i in ids if i is not None and i not in texts)
     if missing:
         raise DataError(f"{len(missing)} relevant document(s) are not in the corpus "
                         f"(e.g. {missing[:5]})", ds.corpus_path)
-    return texts
+
+
+class Neighbours:
+    """A document's nearest BM25 neighbours in the corpus (its first ``chars`` characters as
+    the query; bm25s with English stop words and the Snowball stemmer)."""
+
+    def __init__(self, texts: dict[str, str], chars: int) -> None:
+        import bm25s
+
+        self.ids, self.texts, self.chars = list(texts), texts, chars
+        self.retriever = bm25s.BM25()
+        self.retriever.index(self._tokens(list(texts.values())), show_progress=False)
+
+    @staticmethod
+    def _tokens(texts: list[str]) -> Any:
+        import bm25s
+        import Stemmer
+
+        return bm25s.tokenize(texts, stopwords="en",
+                              stemmer=Stemmer.Stemmer("english").stemWords, show_progress=False)
+
+    def of(self, doc: str, judged: dict[str, int]) -> str | None:
+        """The best-scoring document other than ``doc`` that ``judged`` does not grade
+        relevant (grade > 0), among the top ``NEIGHBOUR_DEPTH``; None if there is none."""
+        k = min(NEIGHBOUR_DEPTH, len(self.ids))
+        rows, scores = self.retriever.retrieve(
+            self._tokens([runlog.clip(self.texts[doc], self.chars)]), k=k,
+            show_progress=False)
+        for row, score in zip(rows[0], scores[0], strict=True):
+            other = self.ids[int(row)]
+            if score > 0 and other != doc and judged.get(other, 0) <= 0:
+                return other
+        return None
 
 
 def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],
           texts: dict[str, str], attempts: list[ConversationAttempt], out: Path,
-          budget: runlog.Budget, progress: bool) -> str:
+          budget: runlog.Budget, progress: bool, neighbours: Neighbours | None) -> str:
     def attempt(i: int) -> ConversationAttempt:
         q = usable[i]
         doc = _best_document(qrels[q.id])
-        return writer.run(ConversationAttempt(i, q.id, q.text, doc), texts[doc])
+        a = ConversationAttempt(i, q.id, q.text, doc, history_doc=doc)
+        if neighbours is not None:
+            found = neighbours.of(doc, qrels[q.id])
+            if found is None:
+                a.status, a.detail = "no_neighbour", (
+                    f"none of the gold document's top {NEIGHBOUR_DEPTH} BM25 neighbours is "
+                    f"unjudged or judged not relevant")
+                return a
+            a.history_doc = found
+        return writer.run(a, texts[a.history_doc])
 
     return runlog.run_attempts(out, attempts, budget, attempt,
                                lambda: write_set(out, attempts, qrels, writer.settings.split),
@@ -477,7 +547,7 @@ def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
         "kept_share_of_written": round(kept / len(written), 3) if written else None,
         "links": dict(Counter(a.link for a in attempts if a.status == "kept")),
         "kept_with_a_lost_term": sum(bool(a.lost) for a in attempts if a.status == "kept"),
-        "follow_up": settings.follow_up,
+        "follow_up": settings.follow_up, "history_from": settings.history_from,
         # attempts whose follow-up the rule wrote (llm_or_rule: replacing the LLM's)
         "rule_follow_ups": sum(a.follow_up_by == "rule" for a in attempts),
         "rule_replaced": dict(Counter(a.replaced for a in attempts if a.replaced)),
