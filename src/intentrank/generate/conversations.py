@@ -21,9 +21,12 @@ gold rewrite of the last turn and its judgments label it:
    topic, for a rule follow-up); the prompt's JSON schema restricts the texts to Latin,
    Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes).
    ``history_from`` says which document: ``neighbour`` (the default) the gold document's
-   nearest BM25 neighbour (its text as the query) that the query's judgments do not grade
-   relevant, so the history is about a related document and cannot hand a reformulation
-   the gold document's own words (no such document: ``no_neighbour``); ``gold`` the most
+   nearest BM25 neighbour (the phrases the history must say, then the gold document's
+   text, as the query) that holds those phrases' key terms and that the query's judgments
+   do not grade relevant, so the history is about a related document and cannot hand a
+   reformulation the gold document's own words (none among the top ``NEIGHBOUR_DEPTH``:
+   ``no_neighbour``; the 0.5B, given a neighbour without the phrases, either left them out
+   or answered from its own knowledge); ``gold`` the most
    relevant document itself (the sets before issue 34, whose histories leak the answer:
    methods that carry history words beat the gold query there);
 3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
@@ -86,7 +89,7 @@ CONTRACTS = ("contextualize_query", "generate_history", "extend_conversation")
 REASONS = ("malformed", "identical", "self_contained", "drifted", "repeats_query",
            "unrecoverable", "unsupported", "unusable_topic", "no_neighbour")
 HISTORY_FROM = ("neighbour", "gold")
-NEIGHBOUR_DEPTH = 20  # BM25 hits of the gold document searched for a non-relevant one
+NEIGHBOUR_DEPTH = 50  # BM25 hits searched for a usable neighbour
 FOLLOW_UPS = ("llm", "rule", "llm_or_rule")
 RULE_REPLACES = ("self_contained", "drifted", "unrecoverable")  # llm_or_rule
 PAPER_LENGTHS = (3, 6, 11)
@@ -215,9 +218,11 @@ class ConversationWriter:
     """Runs one attempt's LLM calls and filters (see the module docstring)."""
 
     def __init__(self, llm: LLMLike, settings: ConversationSettings,
-                 trace: Trace | None = None) -> None:
+                 trace: Trace | None = None, neighbours: Neighbours | None = None,
+                 qrels: dict[str, dict[str, int]] | None = None) -> None:
         self.llm, self.settings = llm, settings
         self.trace = trace if trace is not None else Trace()
+        self.neighbours, self.qrels = neighbours, qrels or {}
         self._contracts: dict[tuple[str, int], PromptContract] = {}
 
     def contract(self, name: str, k: int = 0) -> PromptContract:
@@ -300,6 +305,14 @@ class ConversationWriter:
             dropped = [a.topic.strip(EDGE_CHARS)]  # as the rule strips it
         else:
             dropped = dropped_phrases(a.question, a.query)
+        if self.neighbours is not None:
+            found = self.neighbours.of(a.document, self.qrels.get(a.query_id, {}), dropped)
+            if found is None:
+                return "no_neighbour", (
+                    f"none of the top {NEIGHBOUR_DEPTH} BM25 neighbours of the gold document "
+                    f"holds {dropped} and is not judged relevant")
+            a.history_doc = found
+            document = runlog.clip(self.neighbours.texts[found], s.doc_chars)
         first, *more = s.rounds
         value = self._call(a, "generate_history", {
             "k": first, "phrases": "; ".join(f'"{p}"' for p in dropped), "document": document,
@@ -448,11 +461,10 @@ def generate_conversations(
         texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
         neighbours = None
     linked = runlog.link_corpus(ds.corpus_path, out)
-    writer = ConversationWriter(llm, settings, trace)
+    writer = ConversationWriter(llm, settings, trace, neighbours, qrels)
     limit = min(settings.max_attempts or len(usable), len(usable))
     budget = runlog.Budget(settings.n, limit, settings.max_minutes)
-    stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress,
-                       neighbours)
+    stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress)
     if stopped_by == "max_attempts" and limit == len(usable):
         stopped_by = "queries"  # every usable query was tried
     info = _record(out, settings, identity, attempts, writer.trace, linked, ds,
@@ -475,8 +487,8 @@ def _check_documents(ds: Any, texts: dict[str, str], ids: set[str | None]) -> No
 
 
 class Neighbours:
-    """A document's nearest BM25 neighbours in the corpus (its first ``chars`` characters as
-    the query; bm25s with English stop words and the Snowball stemmer)."""
+    """A document's nearest BM25 neighbours in the corpus (bm25s with English stop words and
+    the Snowball stemmer)."""
 
     def __init__(self, texts: dict[str, str], chars: int) -> None:
         import bm25s
@@ -493,36 +505,33 @@ class Neighbours:
         return bm25s.tokenize(texts, stopwords="en",
                               stemmer=Stemmer.Stemmer("english").stemWords, show_progress=False)
 
-    def of(self, doc: str, judged: dict[str, int]) -> str | None:
-        """The best-scoring document other than ``doc`` that ``judged`` does not grade
-        relevant (grade > 0), among the top ``NEIGHBOUR_DEPTH``; None if there is none."""
+    def of(self, doc: str, judged: dict[str, int], phrases: list[str] | None = None
+           ) -> str | None:
+        """The best-scoring document for ``phrases`` + ``doc``'s first ``chars`` characters,
+        other than ``doc``, holding every key term of ``phrases`` and not graded relevant
+        (grade > 0) by ``judged``, among the top ``NEIGHBOUR_DEPTH``; None if none is."""
+        lead = " ".join(phrases or [])
+        need = key_terms(lead)
         k = min(NEIGHBOUR_DEPTH, len(self.ids))
         rows, scores = self.retriever.retrieve(
-            self._tokens([runlog.clip(self.texts[doc], self.chars)]), k=k,
+            self._tokens([f"{lead} {runlog.clip(self.texts[doc], self.chars)}"]), k=k,
             show_progress=False)
         for row, score in zip(rows[0], scores[0], strict=True):
             other = self.ids[int(row)]
-            if score > 0 and other != doc and judged.get(other, 0) <= 0:
+            if score > 0 and other != doc and judged.get(other, 0) <= 0 and \
+                    need <= key_terms(self.texts[other]):
                 return other
         return None
 
 
 def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],
           texts: dict[str, str], attempts: list[ConversationAttempt], out: Path,
-          budget: runlog.Budget, progress: bool, neighbours: Neighbours | None) -> str:
+          budget: runlog.Budget, progress: bool) -> str:
     def attempt(i: int) -> ConversationAttempt:
         q = usable[i]
         doc = _best_document(qrels[q.id])
-        a = ConversationAttempt(i, q.id, q.text, doc, history_doc=doc)
-        if neighbours is not None:
-            found = neighbours.of(doc, qrels[q.id])
-            if found is None:
-                a.status, a.detail = "no_neighbour", (
-                    f"none of the gold document's top {NEIGHBOUR_DEPTH} BM25 neighbours is "
-                    f"unjudged or judged not relevant")
-                return a
-            a.history_doc = found
-        return writer.run(a, texts[a.history_doc])
+        return writer.run(ConversationAttempt(i, q.id, q.text, doc, history_doc=doc),
+                          texts[doc])
 
     return runlog.run_attempts(out, attempts, budget, attempt,
                                lambda: write_set(out, attempts, qrels, writer.settings.split),
