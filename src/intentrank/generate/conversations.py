@@ -20,13 +20,12 @@ gold rewrite of the last turn and its judgments label it:
    answers taken from a document, asked to use the words the follow-up left out (the
    topic, for a rule follow-up); the prompt's JSON schema restricts the texts to Latin,
    Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes).
-   ``history_from`` says which document: ``neighbour`` (the default) the gold document's
-   nearest BM25 neighbour (the phrases the history must say, then the gold document's
-   text, as the query) that holds those phrases' key terms and that the query's judgments
-   do not grade relevant, so the history is about a related document and cannot hand a
-   reformulation the gold document's own words (none among the top ``NEIGHBOUR_DEPTH``:
-   ``no_neighbour``; the 0.5B, given a neighbour without the phrases, either left them out
-   or answered from its own knowledge); ``gold`` the most
+   ``history_from`` says which document: ``neighbour`` (the default) the document BM25
+   scores highest for the gold document's text among those that hold the key terms of
+   the phrases the history must say and that the query's judgments do not grade relevant,
+   so the history is about a related document and cannot hand a reformulation the gold
+   document's own words (none: ``no_neighbour``; the 0.5B, given a neighbour without the
+   phrases, either left them out or answered from its own knowledge); ``gold`` the most
    relevant document itself (the sets before issue 34, whose histories leak the answer:
    methods that carry history words beat the gold query there);
 3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
@@ -89,7 +88,6 @@ CONTRACTS = ("contextualize_query", "generate_history", "extend_conversation")
 REASONS = ("malformed", "identical", "self_contained", "drifted", "repeats_query",
            "unrecoverable", "unsupported", "unusable_topic", "no_neighbour")
 HISTORY_FROM = ("neighbour", "gold")
-NEIGHBOUR_DEPTH = 50  # BM25 hits searched for a usable neighbour
 FOLLOW_UPS = ("llm", "rule", "llm_or_rule")
 RULE_REPLACES = ("self_contained", "drifted", "unrecoverable")  # llm_or_rule
 PAPER_LENGTHS = (3, 6, 11)
@@ -309,8 +307,8 @@ class ConversationWriter:
             found = self.neighbours.of(a.document, self.qrels.get(a.query_id, {}), dropped)
             if found is None:
                 return "no_neighbour", (
-                    f"none of the top {NEIGHBOUR_DEPTH} BM25 neighbours of the gold document "
-                    f"holds {dropped} and is not judged relevant")
+                    f"no document that BM25 finds for the gold one holds {dropped} and is "
+                    f"not judged relevant")
             a.history_doc = found
             document = runlog.clip(self.neighbours.texts[found], s.doc_chars)
         first, *more = s.rounds
@@ -488,7 +486,7 @@ def _check_documents(ds: Any, texts: dict[str, str], ids: set[str | None]) -> No
 
 class Neighbours:
     """A document's nearest BM25 neighbours in the corpus (bm25s with English stop words and
-    the Snowball stemmer)."""
+    the Snowball stemmer) among those that name given phrases."""
 
     def __init__(self, texts: dict[str, str], chars: int) -> None:
         import bm25s
@@ -496,30 +494,35 @@ class Neighbours:
         self.ids, self.texts, self.chars = list(texts), texts, chars
         self.retriever = bm25s.BM25()
         self.retriever.index(self._tokens(list(texts.values())), show_progress=False)
+        self._terms: list[set[str]] | None = None
 
     @staticmethod
-    def _tokens(texts: list[str]) -> Any:
+    def _tokens(texts: list[str], ids: bool = True) -> Any:
         import bm25s
         import Stemmer
 
-        return bm25s.tokenize(texts, stopwords="en",
+        return bm25s.tokenize(texts, stopwords="en", return_ids=ids,
                               stemmer=Stemmer.Stemmer("english").stemWords, show_progress=False)
 
     def of(self, doc: str, judged: dict[str, int], phrases: list[str] | None = None
            ) -> str | None:
-        """The best-scoring document for ``phrases`` + ``doc``'s first ``chars`` characters,
-        other than ``doc``, holding every key term of ``phrases`` and not graded relevant
-        (grade > 0) by ``judged``, among the top ``NEIGHBOUR_DEPTH``; None if none is."""
-        lead = " ".join(phrases or [])
-        need = key_terms(lead)
-        k = min(NEIGHBOUR_DEPTH, len(self.ids))
-        rows, scores = self.retriever.retrieve(
-            self._tokens([f"{lead} {runlog.clip(self.texts[doc], self.chars)}"]), k=k,
-            show_progress=False)
-        for row, score in zip(rows[0], scores[0], strict=True):
+        """Among the documents other than ``doc`` that hold every key term of ``phrases``
+        and that ``judged`` does not grade relevant (grade > 0), the one BM25 scores highest
+        for ``doc``'s first ``chars`` characters; None if there is none."""
+        import numpy as np
+
+        need = key_terms(" ".join(phrases or []))
+        if self._terms is None and need:
+            self._terms = [key_terms(t) for t in self.texts.values()]
+        query = self._tokens([runlog.clip(self.texts[doc], self.chars)], ids=False)[0]
+        known = [w for w in query if w in self.retriever.vocab_dict]
+        scores = np.asarray(self.retriever.get_scores(known)) if known else np.zeros(1)
+        for row in np.lexsort((np.arange(len(scores)), -scores)):
             other = self.ids[int(row)]
-            if score > 0 and other != doc and judged.get(other, 0) <= 0 and \
-                    need <= key_terms(self.texts[other]):
+            if scores[row] <= 0:
+                return None
+            if other != doc and judged.get(other, 0) <= 0 and \
+                    (not need or need <= self._terms[int(row)]):  # type: ignore[index]
                 return other
         return None
 
