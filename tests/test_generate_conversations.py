@@ -465,21 +465,21 @@ def test_real_generation_with_the_embedded_model(data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_real_neighbour_histories_on_cranfield(data_dir, tmp_path):
-    """The embedded 0.5B on a few Cranfield queries (the default, neighbour histories): every
+    """The embedded 0.5B on two Cranfield queries (the default, neighbour histories): every
     kept conversation's earlier turns come from a document the query's judgments do not grade
     relevant, and its last turn is labelled by the query's judgments."""
     pytest.importorskip("xllamacpp")
     from intentrank.llm.client import load_llm
 
     out = tmp_path / "gen"
-    report = generate_conversations(data_dir / "cranfield", out, n=2, max_attempts=3, seed=0,
+    report = generate_conversations(data_dir / "cranfield", out, n=1, max_attempts=2, seed=0,
                                     llm=load_llm("embedded", cache=tmp_path / "c.sqlite"),
                                     progress=False)
-    assert report.info["history_from"] == "neighbour" and report.attempts <= 3
+    assert report.info["history_from"] == "neighbour" and report.attempts <= 2
     assert sum(report.info["rejected"].values()) + report.kept == report.attempts
     _, real_qrels = load_dataset(data_dir / "cranfield").split("test")
     for a in map(json.loads, (out / ATTEMPTS).open()):
-        if a["status"] == "no_neighbour":
+        if not a["turns"]:  # rejected before a history was written
             continue
         assert a["history_doc"] != a["document"]
         assert real_qrels[a["query_id"]].get(a["history_doc"], 0) <= 0
