@@ -8,7 +8,11 @@ Inputs (each made by the command printed beside its table):
   (`intentrank experiment shipped-pipelines|cascade-variants --out runs/defaults/<name>`);
 - runs/answers/*.json (`bench/bench_answers.py measure ...`);
 - runs/reformulation/cast2021--*--n60.json (`bench/bench_reformulation.py measure cast2021
-  --n 60 ...`).
+  --n 60 ...`);
+- the default on every labelled conversational set (``SETS``): the JSONs of
+  `bench/bench_reformulation.py measure <set> --n 60 --llm qwen2.5-coder-1.5b ...`, the
+  generated sets made by `intentrank bench conversations-scifact-3t-nb` /
+  `conversations-cranfield-3t-nb` (src/intentrank/benchmarks.yaml).
 """
 
 from __future__ import annotations
@@ -25,6 +29,13 @@ from report import ROOT, machine, write_section  # noqa: E402
 DEFAULTS = ROOT / "runs" / "defaults"
 REFORMULATION = ROOT / "runs" / "reformulation"
 READING = Path(__file__).with_name("defaults.md")
+# every labelled conversational set with a corpus: (name in the table, result JSON)
+SETS = [("CAsT 2021", "cast2021--qwen2.5-coder-1.5b--n60.json"),
+        ("SciFact, generated (neighbour history)",
+         "runs_conversations_scifact-3t-nb-scifact--qwen2.5-coder-1.5b--n60.json"),
+        ("Cranfield, generated (neighbour history)",
+         "runs_conversations_cranfield-3t-nb-cranfield--qwen2.5-coder-1.5b--n60.json")]
+DEFAULT = "fused(raw+history_terms+rewrite_full)"  # configs/conversation.yaml
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -88,6 +99,39 @@ def reformulation_table() -> list[str]:
     return lines
 
 
+def every_set_table() -> list[str]:
+    """The conversation default and its parts on every labelled set with a corpus: nDCG@10,
+    gap closed, p against the raw turn, LLM s/turn, turns; then each run's command."""
+    from intentrank.measures.significance import paired_test
+
+    lines = ["| set | turns | method | LLM | nDCG@10 | gap closed | p vs raw | s/turn | "
+             "unchanged |", "|---|---|---|---|---|---|---|---|---|"]
+    commands = []
+    for name, file in SETS:
+        r = _load(REFORMULATION / file)
+        lab, pq, info = r["labelled"], r["per_query"], r["info"]
+        raw, gold = lab["raw"]["nDCG@10"], lab["gold"]["nDCG@10"]
+        for m, a in {**lab, **r.get("fused", {})}.items():
+            v = a["nDCG@10"]
+            p = "-" if m == "raw" else \
+                f"{paired_test(pq['raw'], pq[m], 'nDCG@10').p_randomization:.3f}"
+            if m.startswith("fused"):  # its LLM methods' time + the stage's own (cached)
+                parts = m[6:-1].split("+")
+                cost = info[f"fused:{m[6:-1]}"]["s_per_turn"] + sum(
+                    info[x]["s_per_turn"] for x in parts if x.startswith(("rewrite", "hyde")))
+                unchanged = "-"
+            else:
+                cost, unchanged = info[m]["s_per_turn"], info[m]["unchanged"]
+            llm = r["llm"] if m.startswith(("rewrite", "hyde", "fused")) else "-"
+            label = f"**{m} (default)**" if m == DEFAULT else m
+            lines.append(f"| {name} | {r['n_turns']} | {label} | {llm} | {v:.3f} | "
+                         f"{100 * (v - raw) / (gold - raw):.0f}% | {p} | {cost:.1f} | "
+                         f"{unchanged} |")
+        meta = r["command"].strip().removeprefix("- ").replace("\n- ", "; ")
+        commands.append(f"- {name}: {meta}")
+    return [*lines, "", "Runs (command; machine; date):", "", *commands]
+
+
 def render() -> None:
     import bench_answers
 
@@ -108,6 +152,14 @@ def render() -> None:
              "`python bench/bench_reformulation.py measure cast2021 --n 60 --llm <LLM> "
              "--methods ... --fused ...` (the methods and fusions in the rows)\n",
              *reformulation_table(),
+             "\n### Conversational reformulation: the default on every labelled set\n",
+             "Contextual turns (seed 0, at most 60), BM25 depth 100; gold = the manual "
+             "rewrite (CAsT) or the original query (generated sets, whose earlier turns are "
+             "written from a related document that is not the gold one); gap closed = "
+             "(method - raw turn) / (gold - raw turn); p: paired randomization test against "
+             "the raw turn; s/turn: LLM seconds per turn (cached replies at the time they "
+             "took when generated; a fused row adds its own BM25 searches).\n",
+             *every_set_table(),
              "\n" + reading]
     write_section("defaults", "\n".join(parts) + "\n")
 

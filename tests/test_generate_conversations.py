@@ -209,6 +209,11 @@ DOCS = {
     "d3": "Heat transfer to a cone in hypersonic flow rises with the wall temperature ratio.",
     "d4": "Panel flutter of thin plates appears above a critical dynamic pressure value.",
     "d5": "Unrelated text about nothing in particular that no query asks for at all today.",
+    # unjudged neighbours that name the topics (the fake's topic: a query's last two words)
+    "d6": "Flat plates in a wind tunnel were painted to show transition on flat plates.",
+    "d7": "Blunt bodies entering the atmosphere glow as blunt bodies heat up quickly.",
+    "d8": "The wall temperature of a cooled rocket nozzle sets its wall temperature limit.",
+    "d9": "Thin plates buckle under compression loads: waves appear on the plates.",
 }
 QUERIES = {
     "1": "how thick are laminar boundary layers on flat plates",
@@ -249,11 +254,17 @@ def test_layout_qrels_and_record(tiny, tmp_path):
     last = c3.turns[-1]
     assert last.rewrite == QUERIES["3"] and last.relevant == {"d3": 3, "d1": 1}
     assert last.question == "how does heat transfer to a cone depend on for them?"
-    # the earlier turns come from the most relevant document (d3, grade 3) and carry no label
-    assert all(t.relevant is None and t.rewrite is None and t.passage_id == "d3"
+    # the earlier turns come from the gold document's (d3's) nearest BM25 neighbour that
+    # names the dropped topic ("wall temperature") and is not judged relevant to the query;
+    # they carry no label
+    assert all(t.relevant is None and t.rewrite is None and t.passage_id == "d8"
                for t in c3.turns[:-1])
     assert c3.turns[0].question == "Tell me about wall temperature?"
-    assert c3.turns[0].answer == DOCS["d3"][:60]
+    assert c3.turns[0].answer == DOCS["d8"][:60]
+    for c in convs.values():
+        last = c.turns[-1]
+        assert c.turns[0].passage_id not in last.relevant or \
+            last.relevant[c.turns[0].passage_id] <= 0
     # the loader sees the last turns as the judged queries, with their history
     queries, qrels = load_dataset(out).split("test")
     assert {q.id for q in queries} == {"1", "2", "3", "4"}
@@ -267,11 +278,45 @@ def test_layout_qrels_and_record(tiny, tmp_path):
     assert info["links"] == {"pronoun": 4} and info["llm_calls"] == 8
     assert info["kept_with_a_lost_term"] == 0
     assert info["identity"]["model"] == "fake-conversation"
+    assert info["identity"]["history_from"] == "neighbour" == info["history_from"]
     assert set(info["identity"]["prompts"]) == {"contextualize_query", "generate_history"}
     assert info["runs"][0]["stopped_by"] == "n" and info["usable_queries"] == 4
     assert trace.stages["generate_conversations"].counters["llm_calls"] == 8
     assert trace.stages["generate_conversations"].queries == 4  # the health line counts attempts
     assert len((out / ATTEMPTS).read_text().splitlines()) == 4
+
+
+def test_gold_history_is_the_most_relevant_document(tiny, tmp_path):
+    """``history_from="gold"`` (the sets before issue 34): the answers come from the gold
+    document, so the history holds the words that find it."""
+    _gen(tiny, tmp_path / "gold", history_from="gold")
+    convs = {c.id: c for c in load_conversations(tmp_path / "gold" / "conversations.jsonl")}
+    assert all(t.passage_id == "d3" for t in convs["c3"].turns[:-1])
+    assert convs["c3"].turns[0].answer == DOCS["d3"][:60]
+    with pytest.raises(ConfigError, match="--history-from must be one of neighbour, gold"):
+        _gen(tiny, tmp_path / "bad", history_from="nosuch")
+
+
+def test_a_query_without_an_unjudged_neighbour_is_rejected(tmp_path):
+    docs = {"a": "laminar boundary layers on flat plates", "b": "boundary layers on plates",
+            "c": "nothing shared whatsoever here"}
+    data = write_collection(tmp_path / "all", docs, {"1": "laminar boundary layers on plates"},
+                            [("1", "a", 2), ("1", "b", 1)])
+    llm = ConversationLLM()
+    report = _gen(data, tmp_path / "out", llm, n=1)
+    assert report.kept == 0 and report.info["rejected"]["no_neighbour"] == 1
+    assert llm.calls == 1  # rejected before the history is written
+
+
+def test_neighbours_skip_the_document_and_its_relevant_ones():
+    from intentrank.generate.conversations import Neighbours
+
+    nb = Neighbours(DOCS, 1500)
+    assert nb.of("d3", {}, ["wall temperature"]) == "d8"  # d3 is never its own neighbour
+    assert nb.of("d3", {"d8": 0}, ["wall temperature"]) == "d8"  # judged not relevant
+    assert nb.of("d3", {"d8": 1}, ["wall temperature"]) is None  # none else names it
+    assert nb.of("d3", {"d8": 1}, []) not in ("d3", "d8", None)  # no phrases: the nearest
+    assert nb.of("d2", {}, ["shock waves"]) is None  # only d2 itself says it
 
 
 def test_long_conversations_extend_the_short_ones(tiny, tmp_path):
@@ -326,13 +371,14 @@ def test_one_lost_term_is_let_go_by_default_and_recorded(tiny, tmp_path):
         {"question": "Why do thin panels flutter?",
          "answer": "Panel flutter appears above a critical dynamic pressure value."},
         {"question": "Is it common?", "answer": "Yes, above a critical pressure."}]})}}
-    report = _gen(tiny, tmp_path / "one", ConversationLLM(script))
+    # (answers from the gold document d4: the scripted answers are its words)
+    report = _gen(tiny, tmp_path / "one", ConversationLLM(script), history_from="gold")
     assert report.kept == 4 and report.info["kept_with_a_lost_term"] == 1
     attempts = {a["query_id"]: a for a in map(json.loads,
                                               (tmp_path / "one" / ATTEMPTS).open())}
     assert attempts["4"]["lost"] == ["plate"] and attempts["3"]["lost"] == []
     strict = _gen(tiny, tmp_path / "strict", ConversationLLM(script),
-                  settings=ConversationSettings(n=4, max_lost=0))
+                  settings=ConversationSettings(n=4, max_lost=0, history_from="gold"))
     assert strict.kept == 3 and strict.info["rejected"]["unrecoverable"] == 1
 
 
@@ -385,8 +431,13 @@ def test_scripted_generation_on_real_cranfield(data_dir, tmp_path):
     for c in convs:
         last = c.turns[-1]
         assert last.rewrite == real[last.id] and qrels[last.id] == real_qrels[last.id]
-        top = max(real_qrels[last.id].values())
-        assert real_qrels[last.id][c.turns[0].passage_id] == top
+        # the history's document is a neighbour the query's judgments do not grade relevant
+        assert real_qrels[last.id].get(c.turns[0].passage_id, 0) <= 0
+        assert report.info["history_from"] == "neighbour"
+    gold = _gen(data_dir / "cranfield", tmp_path / "gold", n=2, seed=0, history_from="gold")
+    for c in load_conversations(gold.out_dir / "conversations.jsonl"):
+        judged = real_qrels[c.turns[-1].id]
+        assert judged[c.turns[0].passage_id] == max(judged.values())
 
 
 # --- a real generation with the embedded model ----------------------------------------------
@@ -412,12 +463,39 @@ def test_real_generation_with_the_embedded_model(data_dir, tmp_path):
         assert len(queries) == 1 and len(queries[0].history) == 2
 
 
+@pytest.mark.slow
+def test_real_neighbour_histories_on_cranfield(data_dir, tmp_path):
+    """The embedded 0.5B on two Cranfield queries (the default, neighbour histories): every
+    kept conversation's earlier turns come from a document the query's judgments do not grade
+    relevant, and its last turn is labelled by the query's judgments."""
+    pytest.importorskip("xllamacpp")
+    from intentrank.llm.client import load_llm
+
+    out = tmp_path / "gen"
+    report = generate_conversations(data_dir / "cranfield", out, n=1, max_attempts=2, seed=0,
+                                    llm=load_llm("embedded", cache=tmp_path / "c.sqlite"),
+                                    progress=False)
+    assert report.info["history_from"] == "neighbour" and report.attempts <= 2
+    assert sum(report.info["rejected"].values()) + report.kept == report.attempts
+    _, real_qrels = load_dataset(data_dir / "cranfield").split("test")
+    for a in map(json.loads, (out / ATTEMPTS).open()):
+        if not a["turns"]:  # rejected before a history was written
+            continue
+        assert a["history_doc"] != a["document"]
+        assert real_qrels[a["query_id"]].get(a["history_doc"], 0) <= 0
+    for c in load_conversations(out / "conversations.jsonl"):
+        last = c.turns[-1]
+        assert last.relevant == real_qrels[last.id] and last.question != last.rewrite
+        assert all(real_qrels[last.id].get(t.passage_id, 0) <= 0 for t in c.turns[:-1])
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--turns", "1"], "--turns must be >= 2"),
     (["--n", "0"], "--n must be >= 1"),
     (["--split", "nosuch"], "no judgments for split 'nosuch'"),
     (["--minutes", "-1"], "--minutes"),
     (["--follow-up", "nosuch"], "--follow-up must be one of llm, rule, llm_or_rule"),
+    (["--history-from", "nosuch"], "--history-from must be one of neighbour, gold"),
 ])
 def test_cli_refuses_bad_input_before_writing(args, message, data_dir, tmp_path):
     from typer.testing import CliRunner

@@ -240,6 +240,11 @@ def generate_conversations_cmd(
         "rule (the query with its topic replaced by a pronoun, no other term lost) or "
         "llm_or_rule (the LLM's, unless it would be rejected as self_contained, drifted or "
         "unrecoverable: then the rule's, counted as rule_follow_ups).")] = "llm_or_rule",
+    history_from: Annotated[str, typer.Option(
+        "--history-from", help="The document the earlier turns are written from: neighbour "
+        "(the gold document's nearest BM25 neighbour not judged relevant to the query, so the "
+        "history cannot leak the answer) or gold (the most relevant document itself, as "
+        "before issue 34).")] = "neighbour",
 ) -> None:
     """Generate labelled conversations: LLM-written earlier turns, then the judged query as a
     contextual follow-up (its original text is the gold rewrite, its qrels label the turn)."""
@@ -257,7 +262,8 @@ def generate_conversations_cmd(
     report = generate_conversations(dataset, out_dir, split=split, n=n, turns=turns,
                                     seed=seed, llm=llm, minutes=minutes or None,
                                     max_attempts=max_attempts or None, trace=trace,
-                                    follow_up=follow_up, progress=True, log=log)
+                                    follow_up=follow_up, history_from=history_from,
+                                    progress=True, log=log)
     llm_health(settings, trace)
     rejected = report.info.get("rejected", {})
     console.print(f"[green]conversations ready[/] {report.out_dir}: {report.kept} kept of "

@@ -17,9 +17,17 @@ gold rewrite of the last turn and its judgments label it:
    A topic the rule cannot use (not a span of the query, all of it, an abbreviation in
    parentheses) rejects the attempt as ``unusable_topic`` where the rule is needed;
 2. ``generate_history``: the earlier turns (at most 2), short questions with one-sentence
-   answers taken from the document, asked to use the words the follow-up left out (the
+   answers taken from a document, asked to use the words the follow-up left out (the
    topic, for a rule follow-up); the prompt's JSON schema restricts the texts to Latin,
-   Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes);
+   Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes).
+   ``history_from`` says which document: ``neighbour`` (the default) the document BM25
+   scores highest for the gold document's text among those that hold the key terms of
+   the phrases the history must say and that the query's judgments do not grade relevant,
+   so the history is about a related document and cannot hand a reformulation the gold
+   document's own words (none: ``no_neighbour``; the 0.5B, given a neighbour without the
+   phrases, either left them out or answered from its own knowledge); ``gold`` the most
+   relevant document itself (the sets before issue 34, whose histories leak the answer:
+   methods that carry history words beat the gold query there);
 3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
    in rounds that grow the conversation through the paper's lengths 3, 6, 11 (so a 6-turn
    set extends the 3-turn set of the same seed, and an 11-turn set the 6-turn one, their
@@ -28,14 +36,15 @@ gold rewrite of the last turn and its judgments label it:
 Calls stop at the first rejection; the filters (:mod:`.conversation_filters`) are counted
 per reason in ``generation.json``: ``malformed`` (no usable JSON reply, the wrong number of
 turns, an empty or over-long field), ``identical``, ``self_contained``, ``drifted``,
-``repeats_query``, ``unrecoverable``, ``unsupported``, ``unusable_topic``. The filters judge
-the final follow-up, whoever wrote it.
+``repeats_query``, ``unrecoverable``, ``unsupported``, ``unusable_topic``, ``no_neighbour``.
+The filters judge the final follow-up, whoever wrote it.
 
 ``OUT`` holds ``conversations.jsonl`` (one conversation per kept attempt: earlier turns
-``c<qid>_<j>`` with the answer's ``passage_id``, and a last turn whose id is the query id,
-``rewrite`` the query and ``relevant`` its judgments), ``qrels/<split>.tsv`` (the collection's
-judgments of the kept queries, so only last turns are labelled), a link to the corpus,
-``attempts.jsonl`` (every attempt, resumable as in :mod:`.generator`) and ``generation.json``
+``c<qid>_<j>`` with the answer's ``passage_id`` (the history's document), and a last turn
+whose id is the query id, ``rewrite`` the query and ``relevant`` its judgments),
+``qrels/<split>.tsv`` (the collection's judgments of the kept queries, so only last turns are
+labelled), a link to the corpus, ``attempts.jsonl`` (every attempt, resumable as in
+:mod:`.generator`) and ``generation.json``
 (identity, settings, counts, kept share, seconds).
 """
 
@@ -77,7 +86,8 @@ from intentrank.types import Trace
 STAGE = "generate_conversations"
 CONTRACTS = ("contextualize_query", "generate_history", "extend_conversation")
 REASONS = ("malformed", "identical", "self_contained", "drifted", "repeats_query",
-           "unrecoverable", "unsupported", "unusable_topic")
+           "unrecoverable", "unsupported", "unusable_topic", "no_neighbour")
+HISTORY_FROM = ("neighbour", "gold")
 FOLLOW_UPS = ("llm", "rule", "llm_or_rule")
 RULE_REPLACES = ("self_contained", "drifted", "unrecoverable")  # llm_or_rule
 PAPER_LENGTHS = (3, 6, 11)
@@ -105,8 +115,12 @@ class ConversationSettings(runlog.RunSettings):
     min_support: float = 0.5  # share of the answers' content words found in the document
     max_lost: int = 1  # key terms of the query that neither the question nor the turns hold
     follow_up: str = "llm_or_rule"  # who writes the follow-up: llm, rule or llm_or_rule
+    history_from: str = "neighbour"  # the earlier turns' document: neighbour or gold
 
     def __post_init__(self) -> None:
+        if self.history_from not in HISTORY_FROM:
+            raise ConfigError(f"--history-from must be one of {', '.join(HISTORY_FROM)}, "
+                              f"got {self.history_from!r}")
         if self.follow_up not in FOLLOW_UPS:
             raise ConfigError(f"--follow-up must be one of {', '.join(FOLLOW_UPS)}, "
                               f"got {self.follow_up!r}")
@@ -144,7 +158,7 @@ class ConversationAttempt:
     attempt: int
     query_id: str
     query: str
-    document: str  # the relevant document the answers come from
+    document: str  # the query's most relevant document
     topic: str = ""
     question: str = ""  # the contextual last question
     turns: list[dict[str, str]] = field(default_factory=list)  # earlier turns, in order
@@ -157,6 +171,7 @@ class ConversationAttempt:
     lost: list[str] = field(default_factory=list)  # key terms no rewriter can recover
     calls: int = 0
     seconds: float = 0.0
+    history_doc: str = ""  # the document the earlier turns' answers come from ("": document)
 
 
 def _turns_problem(value: Any, k: int) -> str | None:
@@ -201,9 +216,11 @@ class ConversationWriter:
     """Runs one attempt's LLM calls and filters (see the module docstring)."""
 
     def __init__(self, llm: LLMLike, settings: ConversationSettings,
-                 trace: Trace | None = None) -> None:
+                 trace: Trace | None = None, neighbours: Neighbours | None = None,
+                 qrels: dict[str, dict[str, int]] | None = None) -> None:
         self.llm, self.settings = llm, settings
         self.trace = trace if trace is not None else Trace()
+        self.neighbours, self.qrels = neighbours, qrels or {}
         self._contracts: dict[tuple[str, int], PromptContract] = {}
 
     def contract(self, name: str, k: int = 0) -> PromptContract:
@@ -286,6 +303,14 @@ class ConversationWriter:
             dropped = [a.topic.strip(EDGE_CHARS)]  # as the rule strips it
         else:
             dropped = dropped_phrases(a.question, a.query)
+        if self.neighbours is not None:
+            found = self.neighbours.of(a.document, self.qrels.get(a.query_id, {}), dropped)
+            if found is None:
+                return "no_neighbour", (
+                    f"no document that BM25 finds for the gold one holds {dropped} and is "
+                    f"not judged relevant")
+            a.history_doc = found
+            document = runlog.clip(self.neighbours.texts[found], s.doc_chars)
         first, *more = s.rounds
         value = self._call(a, "generate_history", {
             "k": first, "phrases": "; ".join(f'"{p}"' for p in dropped), "document": document,
@@ -322,7 +347,8 @@ def conversation_of(a: ConversationAttempt, relevant: dict[str, int]) -> Convers
     """A kept attempt as a :class:`Conversation` (the last turn labelled)."""
     cid = f"c{a.query_id}"
     turns = [ConversationTurn(f"{cid}_{j}", t["question"], answer=t["answer"],
-                              passage_id=a.document) for j, t in enumerate(a.turns, 1)]
+                              passage_id=a.history_doc or a.document)
+             for j, t in enumerate(a.turns, 1)]
     turns.append(ConversationTurn(a.query_id, a.question, rewrite=a.query,
                                   relevant=dict(relevant)))
     return Conversation(cid, tuple(turns))
@@ -377,6 +403,7 @@ def generate_conversations(
     minutes: float | None = None,
     max_attempts: int | None = None,
     follow_up: str = "llm_or_rule",
+    history_from: str = "neighbour",
     settings: ConversationSettings | None = None,
     trace: Trace | None = None,
     progress: bool = True,
@@ -386,13 +413,14 @@ def generate_conversations(
     of the BEIR collection ``dataset_dir`` into ``out_dir`` (resuming what is there).
 
     ``llm``: an LLM client, a backend spec for :func:`~intentrank.llm.client.load_llm`, or
-    None for the embedded model. ``follow_up``: ``llm``, ``rule`` or ``llm_or_rule`` (see the
-    module docstring). ``settings`` (when given) replaces ``split`` ... ``follow_up``.
+    None for the embedded model. ``follow_up``: ``llm``, ``rule`` or ``llm_or_rule``;
+    ``history_from``: ``neighbour`` or ``gold`` (see the module docstring). ``settings``
+    (when given) replaces ``split`` ... ``history_from``.
     Everything is checked before anything is written.
     """
     settings = settings or ConversationSettings(
         n=n, turns=turns, seed=seed, split=split, max_minutes=minutes,
-        max_attempts=max_attempts, follow_up=follow_up)
+        max_attempts=max_attempts, follow_up=follow_up, history_from=history_from)
     say = log or (lambda msg: None)
     ds = load_dataset(dataset_dir)
     if settings.split not in ds.qrels:
@@ -423,9 +451,15 @@ def generate_conversations(
     if attempts:
         say(f"resuming {out}: {len(attempts)} attempts recorded, "
             f"{sum(a.status == 'kept' for a in attempts)} conversations kept")
-    texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
+    if settings.history_from == "neighbour":
+        texts = {d.id: d.full_text() for d in ds.corpus()}
+        _check_documents(ds, texts, {_best_document(qrels[q.id]) for q in usable})
+        neighbours: Neighbours | None = Neighbours(texts, settings.doc_chars)
+    else:
+        texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
+        neighbours = None
     linked = runlog.link_corpus(ds.corpus_path, out)
-    writer = ConversationWriter(llm, settings, trace)
+    writer = ConversationWriter(llm, settings, trace, neighbours, qrels)
     limit = min(settings.max_attempts or len(usable), len(usable))
     budget = runlog.Budget(settings.n, limit, settings.max_minutes)
     stopped_by = _loop(writer, usable, qrels, texts, attempts, out, budget, progress)
@@ -439,11 +473,58 @@ def generate_conversations(
 
 def _documents(ds: Any, ids: set[str | None]) -> dict[str, str]:
     texts = {d.id: d.full_text() for d in ds.corpus() if d.id in ids}
+    _check_documents(ds, texts, ids)
+    return texts
+
+
+def _check_documents(ds: Any, texts: dict[str, str], ids: set[str | None]) -> None:
     missing = sorted(i for i in ids if i is not None and i not in texts)
     if missing:
         raise DataError(f"{len(missing)} relevant document(s) are not in the corpus "
                         f"(e.g. {missing[:5]})", ds.corpus_path)
-    return texts
+
+
+class Neighbours:
+    """A document's nearest BM25 neighbours in the corpus (bm25s with English stop words and
+    the Snowball stemmer) among those that name given phrases."""
+
+    def __init__(self, texts: dict[str, str], chars: int) -> None:
+        import bm25s
+
+        self.ids, self.texts, self.chars = list(texts), texts, chars
+        self.retriever = bm25s.BM25()
+        self.retriever.index(self._tokens(list(texts.values())), show_progress=False)
+        self._terms: list[set[str]] | None = None
+
+    @staticmethod
+    def _tokens(texts: list[str], ids: bool = True) -> Any:
+        import bm25s
+        import Stemmer
+
+        return bm25s.tokenize(texts, stopwords="en", return_ids=ids,
+                              stemmer=Stemmer.Stemmer("english").stemWords, show_progress=False)
+
+    def of(self, doc: str, judged: dict[str, int], phrases: list[str] | None = None
+           ) -> str | None:
+        """Among the documents other than ``doc`` that hold every key term of ``phrases``
+        and that ``judged`` does not grade relevant (grade > 0), the one BM25 scores highest
+        for ``doc``'s first ``chars`` characters; None if there is none."""
+        import numpy as np
+
+        need = key_terms(" ".join(phrases or []))
+        if self._terms is None and need:
+            self._terms = [key_terms(t) for t in self.texts.values()]
+        query = self._tokens([runlog.clip(self.texts[doc], self.chars)], ids=False)[0]
+        known = [w for w in query if w in self.retriever.vocab_dict]
+        scores = np.asarray(self.retriever.get_scores(known)) if known else np.zeros(1)
+        for row in np.lexsort((np.arange(len(scores)), -scores)):
+            other = self.ids[int(row)]
+            if scores[row] <= 0:
+                return None
+            if other != doc and judged.get(other, 0) <= 0 and \
+                    (not need or need <= self._terms[int(row)]):  # type: ignore[index]
+                return other
+        return None
 
 
 def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],
@@ -452,7 +533,8 @@ def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, i
     def attempt(i: int) -> ConversationAttempt:
         q = usable[i]
         doc = _best_document(qrels[q.id])
-        return writer.run(ConversationAttempt(i, q.id, q.text, doc), texts[doc])
+        return writer.run(ConversationAttempt(i, q.id, q.text, doc, history_doc=doc),
+                          texts[doc])
 
     return runlog.run_attempts(out, attempts, budget, attempt,
                                lambda: write_set(out, attempts, qrels, writer.settings.split),
@@ -477,7 +559,7 @@ def _record(out: Path, settings: ConversationSettings, identity: dict[str, Any],
         "kept_share_of_written": round(kept / len(written), 3) if written else None,
         "links": dict(Counter(a.link for a in attempts if a.status == "kept")),
         "kept_with_a_lost_term": sum(bool(a.lost) for a in attempts if a.status == "kept"),
-        "follow_up": settings.follow_up,
+        "follow_up": settings.follow_up, "history_from": settings.history_from,
         # attempts whose follow-up the rule wrote (llm_or_rule: replacing the LLM's)
         "rule_follow_ups": sum(a.follow_up_by == "rule" for a in attempts),
         "rule_replaced": dict(Counter(a.replaced for a in attempts if a.replaced)),
