@@ -157,8 +157,10 @@ def collection(tmp_path) -> Path:
 
 
 def _run(collection, out, follow_up, llm=None):
+    # histories from the gold document: the follow-up rule is what is tested here (the
+    # neighbour histories, the default, in test_generate_conversations.py)
     report = generate_conversations(
-        collection, out, n=4, follow_up=follow_up, progress=False,
+        collection, out, n=4, follow_up=follow_up, progress=False, history_from="gold",
         llm=LLMClient(llm or ScriptedLLM(), cache=False, retries=0))
     attempts = {a["query_id"]: a for a in map(json.loads, (out / ATTEMPTS).open())}
     return report, attempts
