@@ -79,6 +79,7 @@ from intentrank.generate.conversation_filters import (
 )
 from intentrank.generate.filters import words
 from intentrank.generate.follow_up_rule import EDGE_CHARS, UnusableTopic, rule_follow_up
+from intentrank.index.hits import bm25_tokenize
 from intentrank.llm.prompts import PromptContract, load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Trace
@@ -493,16 +494,9 @@ class Neighbours:
 
         self.ids, self.texts, self.chars = list(texts), texts, chars
         self.retriever = bm25s.BM25()
-        self.retriever.index(self._tokens(list(texts.values())), show_progress=False)
+        self.retriever.index(bm25_tokenize(list(texts.values()), "en", "english"),
+                             show_progress=False)
         self._terms: list[set[str]] | None = None
-
-    @staticmethod
-    def _tokens(texts: list[str], ids: bool = True) -> Any:
-        import bm25s
-        import Stemmer
-
-        return bm25s.tokenize(texts, stopwords="en", return_ids=ids,
-                              stemmer=Stemmer.Stemmer("english").stemWords, show_progress=False)
 
     def of(self, doc: str, judged: dict[str, int], phrases: list[str] | None = None
            ) -> str | None:
@@ -514,7 +508,7 @@ class Neighbours:
         need = key_terms(" ".join(phrases or []))
         if self._terms is None and need:
             self._terms = [key_terms(t) for t in self.texts.values()]
-        query = self._tokens([runlog.clip(self.texts[doc], self.chars)], ids=False)[0]
+        query = bm25_tokenize([runlog.clip(self.texts[doc], self.chars)], "en", "english")[0]
         known = [w for w in query if w in self.retriever.vocab_dict]
         scores = np.asarray(self.retriever.get_scores(known)) if known else np.zeros(1)
         for row in np.lexsort((np.arange(len(scores)), -scores)):
