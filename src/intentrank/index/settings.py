@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from intentrank.index.errors import IndexSettingsError
+from intentrank.models.embedder import PASSAGE_PRECISIONS
 
 LEGS = ("bm25", "dense", "tfidf", "graph")
 BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
@@ -14,7 +15,6 @@ BM25_BACKENDS = ("numpy", "numba")  # bm25s retrieval backends (numba: the scale
 # settings that only change how an index is searched, not its files: not a mismatch
 SEARCH_TIME = ("bm25.backend",)
 DENSE_BACKENDS = ("sentence-transformers", "st", "onnx")
-PASSAGE_PRECISIONS = ("int8", "fp32")  # models.embedder.PASSAGE_PRECISIONS (no import here)
 ANN_METHODS = ("exact", "hnsw", "ivfpq")
 # The stopword list names bm25s 0.2 knows (bm25s.tokenization._infer_stopwords); a name not
 # listed here is still accepted if the installed bm25s accepts it.

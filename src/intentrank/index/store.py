@@ -451,7 +451,6 @@ class Index:
             self._lock = None
 
 
-
 def _dated(settings: Any) -> Any:
     """Manifest settings with what an index built before a setting existed was built with:
     dense passages were fp32 before ``dense.precision``."""

@@ -22,6 +22,7 @@ PASSAGE_PRECISIONS = ("int8", "fp32")
 """How the sentence-transformers backend encodes passages: an int8 ONNX export (default)
 or torch fp32."""
 
+
 class Embedder(Protocol):
     """Encodes texts into L2-normalised float32 vectors."""
 

@@ -200,16 +200,12 @@ class OnnxEmbedder(PrefixedEncoder):
 
         encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
         run_size = min(batch_size, MAX_RUN_BATCH) if self.items is None else 4 * batch_size
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
+        from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(texts), desc=f"encoding {self.name}", unit="text")
-        for idx in length_batches([len(e.ids) for e in encodings], run_size):
-            out[idx] = self._run([encodings[i] for i in idx])
-            if bar is not None:
+        with tqdm(total=len(texts), desc=f"encoding {self.name}", unit="text",
+                  disable=not progress) as bar:
+            for idx in length_batches([len(e.ids) for e in encodings], run_size):
+                out[idx] = self._run([encodings[i] for i in idx])
                 bar.update(len(idx))
-        if bar is not None:
-            bar.close()
         return out
 
