@@ -163,6 +163,27 @@ def test_sentence_similarity_matches_the_closest_sentence_of_a_passage():
     assert SentenceSimilarity(emb).predict([]).shape == (0,)
 
 
+def test_sentence_similarity_keeps_passage_sentence_vectors():
+    """The gate and the citations of one answer score the same passages: their sentences
+    are encoded once, with the same scores; at most ``memory`` sentences are kept."""
+    emb = Words()
+    sim = SentenceSimilarity(emb)
+    pairs = [("cold exposure", PASSAGES["a"]), ("cold exposure", PASSAGES["b"])]
+    first = sim.predict(pairs)
+    sentences = [*split_sentences(PASSAGES["a"]), *split_sentences(PASSAGES["b"])]
+    assert sorted(emb.encoded) == sorted(["cold exposure", *sentences])
+    emb.encoded.clear()
+    again = sim.predict([("Yes, it does.", p) for _, p in pairs] + pairs)
+    assert emb.encoded == ["Yes, it does.", "cold exposure"]  # no passage sentence again
+    assert np.array_equal(again[2:], first)
+    small = SentenceSimilarity(emb, memory=1)
+    small.predict(pairs)
+    assert len(small._vectors) == 1
+    emb.encoded.clear()
+    assert np.array_equal(small.predict(pairs), first)  # evicted sentences encoded again
+    assert set(sentences[:-1]) <= set(emb.encoded) and sentences[-1] not in emb.encoded
+
+
 def test_context_margin_and_anchor():
     """A bare "Yes." is attributed by the question it answers; the margin keeps only
     passages close to the best; the anchor (the passage most relevant to the question) is

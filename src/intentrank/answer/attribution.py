@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,12 +93,33 @@ class SentenceSimilarity:
     """A :class:`PairScorer` by an embedder: the cosine between the first text and the
     closest sentence of the second (a passage), so a statement is matched to the sentence
     that says it, wherever it sits in the passage. Each distinct text is encoded once per
-    call (first texts as queries, passage sentences as passages)."""
+    call (first texts as queries, passage sentences as passages), and the vectors of the
+    last ``memory`` passage sentences are kept: the gate and the citations of one answer
+    read the same passages."""
 
     name = "sentence-cosine"
 
-    def __init__(self, embedder: Any) -> None:
+    def __init__(self, embedder: Any, memory: int = 4096) -> None:
         self.embedder = embedder
+        self.memory = memory
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _passage_vectors(self, sentences: list[str]) -> np.ndarray:
+        """The passage vectors of ``sentences`` (distinct), encoding only those not kept."""
+        with self._lock:
+            found = {s: self._vectors[s] for s in sentences if s in self._vectors}
+        missing = [s for s in sentences if s not in found]
+        if missing:
+            found.update(zip(missing, np.asarray(self.embedder.encode_passages(missing),
+                                                 dtype=np.float32), strict=True))
+        with self._lock:
+            for sentence in sentences:
+                self._vectors[sentence] = found[sentence]
+                self._vectors.move_to_end(sentence)
+            while len(self._vectors) > self.memory:
+                self._vectors.popitem(last=False)
+        return np.stack([found[s] for s in sentences])
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 8) -> np.ndarray:
         """One cosine per ``(text, passage)`` pair (0.0 for an empty passage)."""
@@ -108,7 +131,7 @@ class SentenceSimilarity:
         if not flat:
             return np.zeros(len(pairs), dtype=np.float32)
         q = np.asarray(self.embedder.encode_queries(firsts), dtype=np.float32)
-        v = np.asarray(self.embedder.encode_passages(flat), dtype=np.float32)
+        v = self._passage_vectors(flat)
         cos = _unit(q) @ _unit(v).T
         row = {a: i for i, a in enumerate(firsts)}
         col = {s: j for j, s in enumerate(flat)}
