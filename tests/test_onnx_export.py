@@ -143,6 +143,24 @@ def test_a_checked_export_serves_queries_without_torch(minilm, queries, tmp_path
     assert as_fp32._model is not None
 
 
+@pytest.mark.parametrize("broken", ["model-int8.onnx", "model.onnx"])
+def test_a_damaged_export_is_made_again(minilm, queries, tmp_path, monkeypatch, caplog,
+                                        broken) -> None:
+    monkeypatch.setenv("INTENTRANK_CACHE", str(tmp_path))
+    first = SentenceTransformerEmbedder()
+    expected = first.encode_passages(queries[:3]), first.encode_queries(queries[:3])
+    (damaged,) = (tmp_path / "models" / "onnx").glob(f"dir-*/{broken}")
+    damaged.write_bytes(b"not an onnx model")
+    fresh = SentenceTransformerEmbedder()
+    with caplog.at_level(logging.WARNING, logger="intentrank.models.onnx_export"):
+        again = fresh.encode_passages(queries[:3]), fresh.encode_queries(queries[:3])
+    assert any("cannot be used" in r.getMessage() and "making it again" in r.getMessage()
+               for r in caplog.records)
+    assert fresh.onnx.get(fresh, "passages") is not None and fresh.onnx.get(fresh) is not None
+    assert all(np.array_equal(a, b) for a, b in zip(again, expected, strict=True))
+    assert damaged.read_bytes() != b"not an onnx model"  # made again, and checked
+
+
 def test_local_key(tmp_path) -> None:
     from intentrank.models.inputs import minilm_path
 

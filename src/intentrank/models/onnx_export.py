@@ -295,9 +295,14 @@ def _record(out: Path, **results: float) -> None:
 
 
 def _loaded(path: Path, embedder: Any, max_length: int) -> Any:
-    """The checked ONNX model at ``path``; None (checked again) if it cannot be loaded."""
+    """The checked ONNX model at ``path``; None if it cannot be loaded, after removing it
+    (the whole export for ``model.onnx``) so that it is made and checked again."""
     try:
         return _encoder(path, embedder, max_length)
-    except Exception as exc:  # noqa: BLE001 (a broken file: checked against torch again)
-        log.warning("the ONNX model %s cannot be used (%s)", path, exc)
+    except Exception as exc:  # noqa: BLE001 (a broken file: made and checked again)
+        log.warning("the ONNX model %s cannot be used (%s); making it again", path, exc)
+        if path.name == "model.onnx":
+            shutil.rmtree(path.parent, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
         return None
