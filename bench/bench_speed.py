@@ -1,6 +1,7 @@
 """Model speed on 2 cores, old and new side by side in one run (issue 35).
 
     python bench/bench_speed.py [--pairs-queries 20] [--chunk 200] [--no-write]
+    python bench/bench_speed.py --queries      # section "query-speed" only
 
 - Cross-encoder: BM25 top 30 of a seed-1 sample of SciFact test queries, scored by the bundled
   int8 cross-encoder three ways, interleaved in chunks of 60 pairs: one pair per run, one
@@ -13,6 +14,10 @@
   (queries fp32), and a paired test.
 - Index: `intentrank index` on SciFact with the defaults in a fresh cache (model exports
   included): seconds per leg and peak RSS.
+- Queries (``--queries``, section "query-speed"): SciFact's 300 test queries encoded one at
+  a time (as a search does) by the fp32 export (queries before 2026-11-26, and of
+  `--precision fp32` indexes) and by the int8 one (the default), interleaved in chunks;
+  dense nDCG@10 of each against the default index's int8 passage vectors, a paired test.
 Speeds are wall-clock medians over the chunks and CPU seconds (user + system of this
 process) per item; the machine's load average is printed with them.
 """
@@ -131,7 +136,7 @@ def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
     docs = list(ds.corpus())
     ids, texts = [d.id for d in docs], [d.full_text() for d in docs]
     queries, qrels = ds.split("test")
-    models = {"torch fp32 (before; --precision fp32)": load_embedder(passage_precision="fp32"),
+    models = {"torch fp32 (before; --precision fp32)": load_embedder(precision="fp32"),
               "int8 ONNX export, one passage per run, two runs at once (default)":
                   load_embedder(),
               "packaged int8 ONNX, one text per run, two runs at once (--backend onnx)":
@@ -164,6 +169,38 @@ def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
     return rows, loads, f"{len(texts):,}"
 
 
+def query_rows(rounds: int = 4) -> tuple[list[list[str]], list[float]]:
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index
+    from intentrank.measures.metrics import evaluate
+    from intentrank.measures.significance import paired_test
+
+    queries, qrels = load_dataset(DATA / "scifact").split("test")
+    texts = [q.text for q in queries]
+    index = Index.open(Path("indexes/scifact"))
+    emb = index.embedder
+    models = {"fp32 ONNX export (before; `--precision fp32`)": emb.onnx.get(emb, "fp32"),
+              "int8 ONNX export (default)": emb.onnx.get(emb, "int8")}
+    timers = {name: Timer(lambda c, m=m: np.vstack([m.encode_queries([t]) for t in c]))
+              for name, m in models.items()}
+    loads = interleave(list(timers.values()), texts * rounds, 100)
+    ref, rows, base = next(iter(timers.values())), [], None
+    for name, t in timers.items():
+        vectors = np.vstack(t.outputs)[:len(texts)]
+        hits = index.search_dense(texts, 100, query_vectors=vectors)
+        run = {q.id: {index.ids[r]: float(x) for r, x in zip(h.rows, h.scores, strict=True)}
+               for q, h in zip(queries, hits, strict=True)}
+        result = evaluate(run, qrels, ["nDCG@10"])
+        if base is None:
+            base, base_vectors, p, cos = result, vectors, "-", "1"
+        else:
+            test = paired_test(result.column("nDCG@10"), base.column("nDCG@10"))
+            p = f"{test.p_randomization:.3f}"
+            cos = f"{(vectors * base_vectors).sum(axis=1).min():.4f}"
+        rows.append(t.row(name, ref, [f"{result.aggregate['nDCG@10']:.4f}", p, cos]))
+    return rows, loads
+
+
 def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -174,8 +211,23 @@ def main() -> None:
     ap.add_argument("--pairs-queries", type=int, default=20)
     ap.add_argument("--chunk", type=int, default=200, help="texts per interleaved chunk")
     ap.add_argument("--no-write", action="store_true", help="print, leave the docs alone")
+    ap.add_argument("--queries", action="store_true", help="only the query encoders (section "
+                    "query-speed)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.queries:
+        rows, loads = query_rows()
+        publish("query-speed", "\n\n".join([
+            "## Query encoding: fp32 and int8 exports in one run (issue 35)", header().strip(),
+            f"SciFact's 300 test queries, each encoded alone (as a search does), four rounds, "
+            f"the two encoders interleaved in chunks of 100; dense retrieval against the "
+            f"default index's int8 passage vectors (`indexes/scifact`); p: paired "
+            f"randomization test against the first row; min cos: the lowest cosine between a "
+            f"query's vectors. Load average during the run {min(loads):.1f}-{max(loads):.1f}.",
+            table(["query encoder", "queries/s (median)", "interquartile", "CPU ms each",
+                   "speed vs first", "dense nDCG@10", "p", "min cos"], rows)]),
+            write=not args.no_write)
+        return
     ce_rows, ce_loads, n_pairs = cross_encoder_rows(args.pairs_queries)
     emb_rows, emb_loads, n_docs = embedder_rows(args.chunk)
     index = index_memory()

@@ -608,7 +608,7 @@ def long_scifact_texts(data_dir) -> list[str]:
 def test_clipping_does_not_change_sentence_transformer_embeddings(long_scifact_texts):
     from intentrank.models.embedder import load_embedder
 
-    emb = load_embedder("minilm", passage_precision="fp32")  # passages through torch
+    emb = load_embedder("minilm", precision="fp32")  # passages through torch
     raw = emb.model.encode(long_scifact_texts, batch_size=1, normalize_embeddings=True,
                            convert_to_numpy=True)
     ours = emb.encode_passages(long_scifact_texts, batch_size=1)

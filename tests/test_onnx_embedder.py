@@ -23,7 +23,7 @@ def passages(cranfield) -> list[str]:
 
 
 def test_parity_with_sentence_transformers(onnx_embedder, passages) -> None:
-    st = load_embedder("minilm", passage_precision="fp32")  # torch, the reference
+    st = load_embedder("minilm", precision="fp32")  # torch, the reference
     a = onnx_embedder.encode_passages(passages, batch_size=16)
     b = st.encode_passages(passages, batch_size=16)
     cos = (a * b).sum(axis=1)

@@ -209,10 +209,13 @@ class Ranking:
 
     @classmethod
     def from_scores(
-        cls, query: Query, scores: Mapping[str, float], stage: str, previous: Ranking | None = None
+        cls, query: Query, scores: Mapping[str, float], stage: str, previous: Ranking | None = None,
+        prior: Mapping[str, Mapping[str, float]] | None = None,
     ) -> Ranking:
-        """Build a ranking sorted by score (ties broken by doc id), keeping earlier stage scores."""
-        prior = {d.doc_id: d.stage_scores for d in previous.docs} if previous else {}
+        """Build a ranking sorted by score (ties broken by doc id), keeping earlier stage scores
+        (those of ``previous``'s documents, or ``prior``: doc id -> stage scores)."""
+        if prior is None:
+            prior = {d.doc_id: d.stage_scores for d in previous.docs} if previous else {}
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         docs = [
             ScoredDoc(doc_id, float(s), {**prior.get(doc_id, {}), stage: float(s)})

@@ -198,10 +198,8 @@ class FusionStage(Stage):
                     for other in per_query[1:]:
                         extra = tuple(d for d in other.query.derived if d not in query.derived)
                         query = replace(query, derived=query.derived + extra)
-                    result = Ranking.from_scores(query, self.fuse(per_query, trace), path_id)
-                    for d in result.docs:
-                        d.stage_scores = {**merged.get(d.doc_id, {}), path_id: d.score}
-                    fused.append(result)
+                    fused.append(Ranking.from_scores(query, self.fuse(per_query, trace), path_id,
+                                                     prior=merged))
         return fused
 
     def describe(self) -> str:

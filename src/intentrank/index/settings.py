@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from intentrank.index.errors import IndexSettingsError
-from intentrank.models.embedder import PASSAGE_PRECISIONS
+from intentrank.models.embedder import PRECISIONS
 
 LEGS = ("bm25", "dense", "tfidf", "graph")
 BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
@@ -136,8 +136,9 @@ class AnnSettings:
 class DenseSettings:
     model: str = "minilm"  # "minilm" (bundled), a hub name or a local directory
     backend: str = "sentence-transformers"  # or "onnx"
-    # passages: an int8 ONNX export (3x torch's passages/s, dense nDCG@10 within 0.005 on
-    # SciFact: docs/benchmarks.md "speed") or torch "fp32"; queries are fp32 either way
+    # passages and queries: an int8 ONNX export (3x torch's passages/s, 2.5x less CPU per
+    # query, dense nDCG@10 within 0.01 on SciFact: docs/benchmarks.md "speed") or "fp32"
+    # (passages on torch, queries on an fp32 export)
     precision: str = "int8"
     title_sep: str = " "  # passages are encoded as title + sep + text
     query_prefix: str = ""
@@ -152,9 +153,9 @@ class DenseSettings:
         if self.backend not in DENSE_BACKENDS:
             raise _bad(f"unknown dense.backend {self.backend!r}; use 'sentence-transformers' "
                        f"or 'onnx'")
-        if self.precision not in PASSAGE_PRECISIONS:
+        if self.precision not in PRECISIONS:
             raise _bad(f"unknown dense.precision {self.precision!r}; use one of "
-                       f"{list(PASSAGE_PRECISIONS)}")
+                       f"{list(PRECISIONS)}")
         if self.backend == "onnx" and self.precision != "int8":
             raise _bad("dense.backend 'onnx' runs the packaged int8 model only; for fp32 "
                        "passages use backend 'sentence-transformers' with precision 'fp32'")
@@ -165,7 +166,7 @@ class DenseSettings:
         from intentrank.models.embedder import load_embedder
 
         if self.backend != "onnx":
-            extra["passage_precision"] = self.precision
+            extra["precision"] = self.precision
         return load_embedder(self.model, self.backend, query_prefix=self.query_prefix,
                              passage_prefix=self.passage_prefix, **extra)
 

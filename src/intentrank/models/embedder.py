@@ -18,9 +18,9 @@ from intentrank.errors import ModelError
 from intentrank.models.inputs import PrefixedEncoder, clip_texts, minilm_path
 
 DEFAULT_EMBEDDER = "minilm"
-PASSAGE_PRECISIONS = ("int8", "fp32")
-"""How the sentence-transformers backend encodes passages: an int8 ONNX export (default)
-or torch fp32."""
+PRECISIONS = ("int8", "fp32")
+"""How the sentence-transformers backend encodes texts: an int8 ONNX export (default), or
+fp32 (passages on torch, queries on an fp32 ONNX export equal to torch)."""
 
 
 class Embedder(Protocol):
@@ -38,13 +38,14 @@ class Embedder(Protocol):
 
 class SentenceTransformerEmbedder(PrefixedEncoder):
     """sentence-transformers backend (torch, CPU by default), run through ONNX exports of the
-    same model (:mod:`intentrank.models.onnx_export`). With ``query_backend="onnx"`` (the
-    default) queries run through an fp32 export (equal to torch within float32 noise);
-    ``"torch"`` keeps them on torch. With ``passage_precision="int8"`` (the default) passages
-    run through an int8 export, one passage per run (about 3x torch's passages/s on 2 cores,
-    dense nDCG@10 on SciFact within 0.005: docs/benchmarks.md, "speed"); ``"fp32"`` keeps
-    them on torch. A local model whose exports are already checked is never loaded into
-    torch. ``threads`` caps the ONNX runs at once (default: one per core)."""
+    same model (:mod:`intentrank.models.onnx_export`), one text per run. With
+    ``precision="int8"`` (the default) passages and queries run through an int8 export:
+    about 3x torch's passages/s and 2.5x less CPU per query than the fp32 export on 2 cores,
+    dense nDCG@10 on SciFact within 0.01 of fp32 (docs/benchmarks.md, "speed"). With
+    ``"fp32"`` passages run on torch and queries through an fp32 export (equal to torch
+    within float32 noise). ``query_backend="torch"`` keeps queries on torch. A local model
+    whose exports are already checked is never loaded into torch. ``threads`` caps the ONNX
+    runs at once (default: one per core)."""
 
     def __init__(
         self,
@@ -54,16 +55,15 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         device: str = "cpu",
         max_seq_length: int | None = None,
         query_backend: str = "onnx",
-        passage_precision: str = "int8",
+        precision: str = "int8",
         threads: int | None = None,
     ) -> None:
         from intentrank.models.onnx_export import OnnxEncoders, local_key
 
         if query_backend not in ("onnx", "torch"):
             raise ModelError(f"unknown query_backend {query_backend!r}; use 'onnx' or 'torch'")
-        if passage_precision not in PASSAGE_PRECISIONS:
-            raise ModelError(f"unknown passage precision {passage_precision!r}; use one of "
-                             f"{list(PASSAGE_PRECISIONS)}")
+        if precision not in PRECISIONS:
+            raise ModelError(f"unknown precision {precision!r}; use one of {list(PRECISIONS)}")
         self.name = model
         self.path = minilm_path() if model == DEFAULT_EMBEDDER else model
         self.device = device
@@ -71,7 +71,7 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.query_backend = query_backend
-        self.passage_precision = passage_precision
+        self.precision = precision
         self.threads = threads  # ONNX runs at once (default: one per core)
         self.onnx = OnnxEncoders()
         self._model: Any = None
@@ -103,7 +103,7 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
 
     @property
     def dim(self) -> int:
-        fast = self.onnx.get(self) if self._model is None else None
+        fast = self.onnx.get(self, "fp32") if self._model is None else None
         if fast is not None:
             return int(fast.dim)
         get_dim = getattr(self.model, "get_embedding_dimension", None) or \
@@ -111,13 +111,15 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         return int(get_dim())
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        fast = self.onnx.get(self) if self.query_backend == "onnx" else None
+        fast = None
+        if self.query_backend == "onnx":  # int8 falls back to the fp32 export, then torch
+            fast = self.onnx.get(self, self.precision) or self.onnx.get(self, "fp32")
         return super().encode_queries(texts) if fast is None else fast.encode_queries(texts)
 
     def encode_passages(
         self, texts: Sequence[str], batch_size: int = 64, progress: bool = False
     ) -> np.ndarray:
-        fast = self.onnx.get(self, "passages") if self.passage_precision == "int8" else None
+        fast = self.onnx.get(self, "int8") if self.precision == "int8" else None
         if fast is None:
             return super().encode_passages(texts, batch_size, progress)
         return fast.encode_passages(texts, batch_size, progress)

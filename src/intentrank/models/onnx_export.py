@@ -1,16 +1,18 @@
-"""The embedder's own weights exported to ONNX: fp32 for queries, int8 for passages.
+"""The embedder's own weights exported to ONNX: an fp32 export and its int8 copy.
 
-Queries. A query is one short text: torch runs its few small matrix products with
+fp32. A query is one short text: torch runs its few small matrix products with
 per-operator overhead and, with two threads, waits on the other core. The same weights
 exported to ONNX run one query in one single-threaded onnxruntime session: the dense stage of
 a SciFact query took 7.6 ms against 540.7 with torch (docs/benchmarks.md, "latency"), with
 vectors equal to torch's within float32 noise (checked at export, see :data:`MAX_DIFF`).
+Queries of ``precision="fp32"`` embedders run here.
 
-Passages. The export's weight matrix products quantised to int8 (per output channel;
-activations quantised per run, :func:`quantize_int8`) and run one passage per
-single-threaded run, as many runs at once as there are cores: about 3x torch's passages/s
-on 2 cores (section "speed"). A passage is always run alone, so its vector never depends on
-the batch; it is within cosine 0.99 of torch's (dense nDCG@10 on SciFact within 0.005).
+int8 (the default precision, for passages and queries). The export's weight matrix products
+quantised to int8 (per output channel; activations quantised per run, :func:`quantize_int8`)
+and run one text per single-threaded run, as many runs at once as there are cores: about 3x
+torch's passages/s and 2.5x less CPU per query than the fp32 export on 2 cores (section
+"speed"). A text is always run alone, so its vector never depends on the batch; it is within
+cosine 0.99 of torch's (dense nDCG@10 on SciFact within 0.01 of fp32).
 
 The graph is exported with eager attention (plain matrix products: no masking ops that a
 one-text run does not need). The export happens once per model and is kept in
@@ -198,23 +200,26 @@ def quantize_int8(out: Path) -> Path:
 
 class OnnxEncoders:
     """The ONNX encoders of one sentence-transformers embedder, each made on first use:
-    ``"queries"`` (fp32) and ``"passages"`` (int8); None (torch) where the model does not
-    qualify or an export or its check against torch fails."""
+    ``"fp32"`` (the export) and ``"int8"`` (its quantised copy); None (torch) where the model
+    does not qualify or an export or its check against torch fails."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._made: dict[str, Any] = {}
 
-    def get(self, embedder: Any, kind: str = "queries") -> Any:
-        if kind not in self._made:
+    def get(self, embedder: Any, precision: str = "fp32") -> Any:
+        if precision not in ("fp32", "int8"):
+            raise ValueError(f"unknown ONNX precision {precision!r}; use 'fp32' or 'int8'")
+        if precision not in self._made:
             with self._lock:
-                if kind not in self._made:
-                    self._made[kind] = (_make_queries(embedder) if kind == "queries" else
-                                        _make_passages(embedder, self.get(embedder)))
-        return self._made[kind]
+                if precision not in self._made:
+                    self._made[precision] = (
+                        _make_fp32(embedder) if precision == "fp32" else
+                        _make_int8(embedder, self.get(embedder, "fp32")))
+        return self._made[precision]
 
 
-def _make_queries(embedder: Any) -> Any:
+def _make_fp32(embedder: Any) -> Any:
     root = cache_dir() / "models" / "onnx"
     local = embedder.local_key
     if (local is not None and embedder.device == "cpu"
@@ -232,36 +237,37 @@ def _make_queries(embedder: Any) -> Any:
         diff = float(np.abs(onnx._encode(list(PROBES), 1, False)
                             - embedder.torch_encode(list(PROBES))).max())
     except Exception as exc:  # noqa: BLE001 (any failure keeps torch)
-        log.warning("queries stay on torch: the ONNX export of %s failed (%s: %s)",
+        log.warning("the ONNX export of %s failed (%s: %s): texts stay on torch",
                     embedder.name, type(exc).__name__, exc)
         return None
     if diff > MAX_DIFF:
-        log.warning("queries stay on torch: the ONNX export of %s differs from torch by "
-                    "%.2g", embedder.name, diff)
+        log.warning("the ONNX export of %s differs from torch by %.2g: texts stay on torch",
+                    embedder.name, diff)
         return None
     _record(out, max_diff=diff, probes=len(PROBES))
     return onnx
 
 
-def _make_passages(embedder: Any, queries: Any) -> Any:
-    if queries is None:  # the export itself is unusable (warned once)
+def _make_int8(embedder: Any, fp32: Any) -> Any:
+    if fp32 is None:  # the export itself is unusable (warned once)
         return None
-    out = queries.onnx_path.parent
+    out = fp32.onnx_path.parent
     if _checks(out).get("int8_min_cosine", -1.0) >= MIN_INT8_COSINE:
-        checked = _loaded(out / "model-int8.onnx", embedder, queries.max_length)
+        checked = _loaded(out / "model-int8.onnx", embedder, fp32.max_length)
         if checked is not None:
             return checked
     try:
-        int8 = _encoder(quantize_int8(out), embedder, queries.max_length)
+        int8 = _encoder(quantize_int8(out), embedder, fp32.max_length)
         cosine = float((int8._encode(list(PROBES), 1, False)
                         * embedder.torch_encode(list(PROBES))).sum(axis=1).min())
     except Exception as exc:  # noqa: BLE001 (any failure keeps torch)
-        log.warning("passages stay on torch: the int8 ONNX model of %s failed (%s: %s)",
-                    embedder.name, type(exc).__name__, exc)
+        log.warning("the int8 ONNX model of %s failed (%s: %s): passages stay on torch, "
+                    "queries on the fp32 export", embedder.name, type(exc).__name__, exc)
         return None
     if cosine < MIN_INT8_COSINE:
-        log.warning("passages stay on torch: the int8 ONNX model of %s is at cosine %.3f of "
-                    "torch (below %s)", embedder.name, cosine, MIN_INT8_COSINE)
+        log.warning("the int8 ONNX model of %s is at cosine %.3f of torch (below %s): "
+                    "passages stay on torch, queries on the fp32 export", embedder.name,
+                    cosine, MIN_INT8_COSINE)
         return None
     _record(out, int8_min_cosine=cosine)
     return int8
