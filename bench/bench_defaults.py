@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import ROOT, machine, write_section  # noqa: E402
+from report import ROOT, machine, p_value, write_section  # noqa: E402
 
 DEFAULTS = ROOT / "runs" / "defaults"
 REFORMULATION = ROOT / "runs" / "reformulation"
@@ -47,8 +47,6 @@ def _load(path: Path) -> dict[str, Any]:
 
 def pipelines_table(name: str, command: str) -> list[str]:
     """One experiment's systems: quality, p against its baseline, mean latency."""
-    from intentrank.measures.significance import paired_test
-
     r = _load(DEFAULTS / f"{name}.json")
     metrics = [m for m in r["metrics"] if m != "Recall@100"][:3]
     base = next(c for c in r["configs"] if c["name"] == r["baseline"])
@@ -57,7 +55,7 @@ def pipelines_table(name: str, command: str) -> list[str]:
              "| pipeline | " + " | ".join(metrics) + " | p | ms/query |",
              "|---|" + "---|" * (len(metrics) + 2)]
     for c in r["configs"]:
-        p = "-" if c is base else f"{paired_test(_ndcg(base), _ndcg(c)).p_randomization:.3f}"
+        p = "-" if c is base else p_value(_ndcg(base), _ndcg(c))
         lines.append(f"| {c['name']} | " + " | ".join(f"{c['aggregate'][m]:.4f}"
                                                       for m in metrics)
                      + f" | {p} | {sum(c['latency_ms'].values()):.0f} |")
@@ -71,8 +69,6 @@ def _ndcg(config: dict[str, Any]) -> dict[str, float]:
 def reformulation_table() -> list[str]:
     """CAsT 2021 contextual turns: nDCG@10 of each method and LLM, the share of the raw-to-
     manual-rewrite gap it closes, p against the raw turn, LLM seconds per turn."""
-    from intentrank.measures.significance import paired_test
-
     runs = [_load(p) for p in sorted(REFORMULATION.glob("cast2021--*--n60.json"))]
     if not runs:
         raise SystemExit(f"no cast2021 n60 results in {REFORMULATION}")
@@ -84,7 +80,7 @@ def reformulation_table() -> list[str]:
         rows = {**{m: a for m, a in lab.items()}, **r.get("fused", {})}
         for m, a in rows.items():
             v = a["nDCG@10"]
-            p = "-" if m == "raw" else f"{paired_test(pq['raw'], pq[m], 'nDCG@10').p_randomization:.3f}"  # noqa: E501
+            p = "-" if m == "raw" else p_value(pq["raw"], pq[m])
             info = r["info"].get(m) or r["info"].get(f"fused:{m[6:-1]}", {})
             llm = r["llm"] if m.startswith(("rewrite", "hyde", "fused")) else "-"
             cost = "-" if m.startswith("fused") else f"{info.get('s_per_turn', 0.0):.1f}"
@@ -102,8 +98,6 @@ def reformulation_table() -> list[str]:
 def every_set_table() -> list[str]:
     """The conversation default and its parts on every labelled set with a corpus: nDCG@10,
     gap closed, p against the raw turn, LLM s/turn, turns; then each run's command."""
-    from intentrank.measures.significance import paired_test
-
     lines = ["| set | turns | method | LLM | nDCG@10 | gap closed | p vs raw | s/turn | "
              "unchanged |", "|---|---|---|---|---|---|---|---|---|"]
     commands = []
@@ -113,8 +107,7 @@ def every_set_table() -> list[str]:
         raw, gold = lab["raw"]["nDCG@10"], lab["gold"]["nDCG@10"]
         for m, a in {**lab, **r.get("fused", {})}.items():
             v = a["nDCG@10"]
-            p = "-" if m == "raw" else \
-                f"{paired_test(pq['raw'], pq[m], 'nDCG@10').p_randomization:.3f}"
+            p = "-" if m == "raw" else p_value(pq["raw"], pq[m])
             if m.startswith("fused"):  # its LLM methods' time + the stage's own (cached)
                 parts = m[6:-1].split("+")
                 cost = info[f"fused:{m[6:-1]}"]["s_per_turn"] + sum(

@@ -36,7 +36,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import BENCHMARKS, ROOT, header, rank_scores, save_json, write_section  # noqa: E402
+from report import (  # noqa: E402
+    BENCHMARKS,
+    ROOT,
+    header,
+    p_value,
+    rank_scores,
+    save_json,
+    write_section,
+)
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)
@@ -786,8 +794,6 @@ def _runs(pattern: str) -> list[dict[str, Any]]:
 def render(out: Path = BENCHMARKS) -> None:
     """The knowledge section from every result in runs/knowledge/: its tables (the prose
     that explains and reads them is bench/sections/knowledge.md's)."""
-    from intentrank.measures.significance import paired_test
-
     lines = [header(), ""]
     results = [r for p in sorted(OUT.glob("*.json"))
                if not p.name.startswith(("judge-check", "stream", "real-", "aspects-"))
@@ -808,10 +814,8 @@ def render(out: Path = BENCHMARKS) -> None:
                 cost = res["cost"].get(system[2:] if system.startswith("ka") else system, {})
                 if "single_part" in cost:
                     cost = {**cost, "single_part": one_part(res, system, qids)}
-                p = "-"
-                if system.startswith("ka"):
-                    other = {q: res["recall"][system][q]["10"] for q in qids}
-                    p = f"{paired_test(ce, other, 'R@10').p_randomization:.3f}"
+                p = p_value(ce, {q: res["recall"][system][q]["10"] for q in qids}, "R@10") \
+                    if system.startswith("ka") else "-"
                 lines.append(f"| {res['set']} | {_llm_label(res)} | {len(qids)} | "
                              f"{_label(system)} | " +
                              " | ".join(f"{100 * means[str(k)]:.1f}" for k in CUTS) +

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, p_value, write_section  # noqa: E402
 
 from intentrank.query.reformulate import NO_LLM_METHODS  # noqa: E402
 
@@ -181,6 +181,7 @@ def measure(args: argparse.Namespace) -> Path:
         citation_scores,
         conversation_length,
         cosine_rows,
+        length_bucket,
         reranker_support,
     )
     from intentrank.measures.metrics import evaluate
@@ -212,7 +213,7 @@ def measure(args: argparse.Namespace) -> Path:
         "set": args.set, "llm": args.llm, "n_turns": len(turns), "n_all": len(queries),
         "seed": args.seed, "genre": genre, "info": info,
         "cosine": [r.flat() for r in rows],
-        "buckets": {b: sum(1 for q in turns if _bucket(conversation_length(q)) == b)
+        "buckets": {b: sum(1 for q in turns if length_bucket(conversation_length(q)) == b)
                     for b in ("<5", "5-10", ">=10")},
         "samples": {q.id: {"turn": q.text, "gold": golds[q.id],
                            **{m: texts[m][q.id] for m in args.methods}}
@@ -278,12 +279,6 @@ def measure(args: argparse.Namespace) -> Path:
     path.write_text(json.dumps(result, indent=1, default=float))
     print(f"[bench] wrote {path}", file=sys.stderr)
     return path
-
-
-def _bucket(n: int) -> str:
-    from intentrank.measures.label_free import length_bucket
-
-    return length_bucket(n)
 
 
 # -- rendering -----------------------------------------------------------------------------
@@ -379,12 +374,10 @@ def _gap(r: dict[str, Any]) -> str:
     cands.update({m: a["nDCG@10"] for m, a in r.get("fused", {}).items()})
     best = max(cands, key=cands.get)
     share = (cands[best] - raw) / (gold - raw) if gold != raw else float("nan")
-    from intentrank.measures.significance import paired_test
-
     sig = ""
     if best in r["per_query"]:
-        t = paired_test(r["per_query"]["raw"], r["per_query"][best], "nDCG@10")
-        sig = f" (paired randomization p = {t.p_randomization:.3f} against the raw turn)"
+        sig = (f" (paired randomization p = {p_value(r['per_query']['raw'], r['per_query'][best])}"
+               " against the raw turn)")
     return (f"\nGap closed: raw turn nDCG@10 {raw:.3f}, gold rewrite {gold:.3f}; the best "
             f"method, {best}, {cands[best]:.3f}: {share:.0%} of the gap{sig}. Goal: half.\n")
 

@@ -79,6 +79,14 @@ def table(header: list[str], rows: Any, rule: str = "") -> str:
                            "rows": [[str(c) for c in r] for r in rows]})
 
 
+def p_value(a: dict[str, float], b: dict[str, float], metric: str = "nDCG@10") -> str:
+    """The paired randomization p of ``b`` against ``a`` (per-query scores), as the tables
+    print it (three decimals)."""
+    from intentrank.measures.significance import paired_test
+
+    return f"{paired_test(a, b, metric).p_randomization:.3f}"
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     import socket

@@ -29,9 +29,18 @@ from intentrank.cli.common import (
     warn,
     write_text,
 )
-from intentrank.cli.options import IndexOption, RayAddressOption, SampleOption, SearchBm25Option
+from intentrank.cli.options import (
+    IndexOption,
+    RayAddressOption,
+    RayPanel,
+    SampleOption,
+    SearchBm25Option,
+    panel,
+)
 from intentrank.core.params import check_int
 from intentrank.errors import ConfigError
+
+JudgePanel, ConfigPanel = panel("Judging answers"), panel("Configurations")
 
 
 @app.command("eval")
@@ -57,17 +66,17 @@ def evaluate_cmd(
     round_grades: Annotated[bool, typer.Option("--round-grades", help="Round fractional "
                                                "relevance grades in the qrels to integers "
                                                "(by default they are an error).")] = False,
-    judge: Annotated[bool, typer.Option("--judge", help="Judge the answers of pipelines "
-                                        "with an answer stage (relevance -1..2 against the "
-                                        "dataset's reference answers, faithfulness -1..1 "
-                                        "against the gold documents).")] = False,
-    judge_llm: Annotated[str, typer.Option("--judge-llm", help="LLM spec of the judge "
-                                           "(default: the --llm option's).")] = "",
-    ray: Annotated[bool, typer.Option("--ray", help="Run each pipeline as Ray tasks (a local "
-                                      "cluster unless --ray-address); metrics only, no "
-                                      "significance tests.")] = False,
+    judge: Annotated[bool, JudgePanel("--judge", help="Judge the answers of pipelines "
+                                      "with an answer stage (relevance -1..2 against the "
+                                      "dataset's reference answers, faithfulness -1..1 "
+                                      "against the gold documents).")] = False,
+    judge_llm: Annotated[str, JudgePanel("--judge-llm", help="LLM spec of the judge "
+                                         "(default: the --llm option's).")] = "",
+    ray: Annotated[bool, RayPanel("--ray", help="Run each pipeline as Ray tasks (a local "
+                                  "cluster unless --ray-address); metrics only, no "
+                                  "significance tests.")] = False,
     ray_address: RayAddressOption = "",
-    ray_tasks: Annotated[int, typer.Option(help="Ray tasks per pipeline.")] = 2,
+    ray_tasks: Annotated[int, RayPanel(help="Ray tasks per pipeline.")] = 2,
     bm25_backend: SearchBm25Option = "",
 ) -> None:
     """Run pipelines over a dataset split and report IR metrics with significance tests."""
@@ -214,21 +223,20 @@ def ablate(
     out_path: Annotated[Path, typer.Option("--out", help="Report path without suffix; writes "
                                            ".md, .html and .json (default "
                                            "runs/ablation/<dataset>).")] = None,  # type: ignore[assignment]
-    cross_encoder: Annotated[str, typer.Option(help="Cross-encoder model directory or hub "
-                                               "name (default: the reranker train-reranker "
-                                               "saved for SciFact).")] = "",
-    use_ce: Annotated[bool, typer.Option("--ce/--no-ce", help="Run the cross-encoder "
-                                         "configurations.")] = True,
-    use_llm: Annotated[bool, typer.Option("--llm-stages/--no-llm-stages", help="Run the "
-                                          "LLM configurations (listwise, dynamic "
-                                          "weights).")] = True,
-    dynamic: Annotated[bool, typer.Option("--dynamic/--no-dynamic", help="Also run the "
-                                          "configurations with LLM-assigned weights.")] = True,
+    cross_encoder: Annotated[str, ConfigPanel(help="Cross-encoder model directory or hub name "
+                                              "(default: the reranker train-reranker saved "
+                                              "for SciFact).")] = "",
+    use_ce: Annotated[bool, ConfigPanel("--ce/--no-ce", help="Run the cross-encoder "
+                                        "configurations.")] = True,
+    use_llm: Annotated[bool, ConfigPanel("--llm-stages/--no-llm-stages", help="Run the LLM "
+                                         "configurations (listwise, dynamic weights).")] = True,
+    dynamic: Annotated[bool, ConfigPanel("--dynamic/--no-dynamic", help="Also run the "
+                                         "configurations with LLM-assigned weights.")] = True,
     baseline: Annotated[str, typer.Option(help="Configuration the others are tested "
                                           "against.")] = "Tri-modal",
-    listwise_chars: Annotated[int, typer.Option(help="Characters of each passage the "
-                                                "listwise LLM sees (default: the experiment "
-                                                "file's).")] = 0,
+    listwise_chars: Annotated[int, ConfigPanel(help="Characters of each passage the listwise "
+                                               "LLM sees (default: the experiment "
+                                               "file's).")] = 0,
     experiment: Annotated[str, typer.Option(help="The ablation's experiment file or shipped "
                                             "name (its pipelines; dataset, split and sample "
                                             "come from the options).")] = "cascade-ablation",

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+
+def panel(title: str) -> Callable[..., Any]:
+    """``typer.Option`` for options that ``--help`` shows together under ``title`` (the
+    many options of one concern, e.g. Ray, kept apart from a command's main ones)."""
+    return functools.partial(typer.Option, rich_help_panel=title)
+
+
+RayPanel = panel("Ray")
 
 IndexOption = Annotated[Path, typer.Option(
     "--index", help="Index directory (default indexes/<dataset>, built if missing).")]
@@ -30,7 +41,7 @@ TuningMetricOption = Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, n
 SampleOption = Annotated[int, typer.Option(
     help="Fixed-seed sample of this many queries (0 = the whole split).")]
 SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]
-RayAddressOption = Annotated[str, typer.Option(
+RayAddressOption = Annotated[str, RayPanel(
     help="Address of a running Ray cluster (implies --ray).")]
 SearchBm25Option = Annotated[str, typer.Option(
     help="Search BM25 with numpy or numba (default: the index's setting).")]

@@ -23,9 +23,18 @@ from intentrank.cli.common import (
     settings_of,
     warn,
 )
-from intentrank.cli.options import CorpusArg, IndexDirArg, RayAddressOption, SearchBm25Option
+from intentrank.cli.options import (
+    CorpusArg,
+    IndexDirArg,
+    RayAddressOption,
+    RayPanel,
+    SearchBm25Option,
+    panel,
+)
 from intentrank.core.params import check_int
 from intentrank.errors import ConfigError
+
+Bm25Panel, DensePanel, AnnPanel = panel("BM25"), panel("Dense"), panel("Dense search (faiss)")
 
 
 @app.command()
@@ -35,22 +44,22 @@ def index(
     out_dir: Annotated[Path, typer.Argument(help="Index directory to create.")],
     legs: Annotated[str, typer.Option(help="Comma-separated legs to build.")] =
         "bm25,dense,tfidf,graph",
-    k1: Annotated[float, typer.Option(help="BM25 k1.")] = 1.5,
-    b: Annotated[float, typer.Option(help="BM25 b.")] = 0.75,
-    stemmer: Annotated[str, typer.Option(help="PyStemmer language for BM25, or 'none'.")] =
-        "english",
-    stopwords: Annotated[str, typer.Option(help="bm25s stopword list for BM25, or 'none'.")] =
-        "en",
-    model: Annotated[str, typer.Option(help="Embedder: 'minilm' (bundled), a hub name or a "
-                                       "local directory.")] = "minilm",
-    backend: Annotated[str, typer.Option(help="Embedder backend: sentence-transformers or "
-                                         "onnx.")] = "sentence-transformers",
-    precision: Annotated[str, typer.Option(help="Passage and query vectors: int8 (an int8 "
-                                           "ONNX export of the model, about 3x fp32's "
-                                           "passages/s and 2.5x less CPU per query, dense "
-                                           "nDCG@10 within 0.01 on SciFact: benchmarks "
-                                           "'speed') or fp32 (torch passages).")] = "int8",
-    batch_size: Annotated[int, typer.Option(help="Embedding batch size.")] = 64,
+    k1: Annotated[float, Bm25Panel(help="BM25 k1.")] = 1.5,
+    b: Annotated[float, Bm25Panel(help="BM25 b.")] = 0.75,
+    stemmer: Annotated[str, Bm25Panel(help="PyStemmer language for BM25, or 'none'.")] =
+                                      "english",
+    stopwords: Annotated[str, Bm25Panel(help="bm25s stopword list for BM25, or 'none'.")] =
+                                        "en",
+    model: Annotated[str, DensePanel(help="Embedder: 'minilm' (bundled), a hub name or a "
+                                     "local directory.")] = "minilm",
+    backend: Annotated[str, DensePanel(help="Embedder backend: sentence-transformers or "
+                                       "onnx.")] = "sentence-transformers",
+    precision: Annotated[str, DensePanel(help="Passage and query vectors: int8 (an int8 "
+                                         "ONNX export of the model, about 3x fp32's "
+                                         "passages/s and 2.5x less CPU per query, dense "
+                                         "nDCG@10 within 0.01 on SciFact: benchmarks "
+                                         "'speed') or fp32 (torch passages).")] = "int8",
+    batch_size: Annotated[int, DensePanel(help="Embedding batch size.")] = 64,
     chunk_size: Annotated[int, typer.Option(help="Split documents into passages of this many "
                                             "words (0 = keep whole).")] = 0,
     chunk_overlap: Annotated[int, typer.Option(help="Words shared by consecutive passages.")] =
@@ -58,26 +67,26 @@ def index(
     encoding: Annotated[str, typer.Option(help="Text encoding of the corpus file.")] = "utf-8",
     overwrite: Annotated[bool, typer.Option(help="Replace an index built with other settings "
                                             "or another corpus.")] = False,
-    ann: Annotated[str, typer.Option(help="Dense search: exact, hnsw or ivfpq (faiss).")] =
-        "exact",
-    ef_search: Annotated[int, typer.Option(help="HNSW candidate list while searching (512 "
-                                           "for recall@100 >= 0.95 at 1M).")] = 128,
-    hnsw_m: Annotated[int, typer.Option(help="HNSW neighbours per node.")] = 16,
-    nlist: Annotated[int, typer.Option(help="IVF-PQ inverted lists (0 = 4 sqrt(n)).")] = 0,
-    nprobe: Annotated[int, typer.Option(help="IVF-PQ lists visited per query.")] = 32,
-    pq_m: Annotated[int, typer.Option(help="IVF-PQ sub-quantizers (divides the vector "
-                                        "dimension).")] = 48,
+    ann: Annotated[str, AnnPanel(help="Dense search: exact, hnsw or ivfpq (faiss).")] =
+                                 "exact",
+    ef_search: Annotated[int, AnnPanel(help="HNSW candidate list while searching (512 "
+                                       "for recall@100 >= 0.95 at 1M).")] = 128,
+    hnsw_m: Annotated[int, AnnPanel(help="HNSW neighbours per node.")] = 16,
+    nlist: Annotated[int, AnnPanel(help="IVF-PQ inverted lists (0 = 4 sqrt(n)).")] = 0,
+    nprobe: Annotated[int, AnnPanel(help="IVF-PQ lists visited per query.")] = 32,
+    pq_m: Annotated[int, AnnPanel(help="IVF-PQ sub-quantizers (divides the vector "
+                                  "dimension).")] = 48,
     shards: Annotated[int, typer.Option(help="Build BM25 and dense as this many shards "
                                         "(global BM25 statistics; merged results exact).")] = 1,
-    ray: Annotated[bool, typer.Option("--ray", help="Encode the corpus on Ray (Ray Data, "
-                                      "an actor pool of embedders).")] = False,
+    ray: Annotated[bool, RayPanel("--ray", help="Encode the corpus on Ray (Ray Data, "
+                                  "an actor pool of embedders).")] = False,
     ray_address: RayAddressOption = "",
-    ray_workers: Annotated[int, typer.Option(help="Embedder actors on Ray.")] = 2,
-    ray_batch_size: Annotated[int, typer.Option(help="Passages per Ray batch (the unit a "
-                                                "lost actor's work is redone in).")] = 256,
-    bm25_backend: Annotated[str, typer.Option(help="BM25 retrieval: numpy, or numba (about "
-                                              "100x faster at 1M documents; the scale "
-                                              "extra).")] = "numpy",
+    ray_workers: Annotated[int, RayPanel(help="Embedder actors on Ray.")] = 2,
+    ray_batch_size: Annotated[int, RayPanel(help="Passages per Ray batch (the unit a "
+                                            "lost actor's work is redone in).")] = 256,
+    bm25_backend: Annotated[str, Bm25Panel(help="BM25 retrieval: numpy, or numba (about "
+                                           "100x faster at 1M documents; the scale "
+                                           "extra).")] = "numpy",
 ) -> None:
     """Build an on-disk hybrid index (BM25, dense, TF-IDF, entity graph) for a corpus."""
     from dataclasses import replace

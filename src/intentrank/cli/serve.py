@@ -22,9 +22,11 @@ from intentrank.cli.common import (
     split_and_index,
 )
 from intentrank.cli.evaluate import compare_pipelines
-from intentrank.cli.options import RayAddressOption
+from intentrank.cli.options import RayAddressOption, RayPanel, panel
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError
+
+AccessPanel, LimitsPanel = panel("Access"), panel("Workers and limits")
 
 
 @app.command()
@@ -40,17 +42,17 @@ def serve(
                                                 "answer conversation).")] = None,  # type: ignore[assignment]
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    keys_file: Annotated[Path, typer.Option(help="API keys file (sha256 digests); else "
-                                            "$INTENTRANK_API_KEYS; else one is generated and "
-                                            "printed.")] = None,  # type: ignore[assignment]
-    no_keys: Annotated[bool, typer.Option("--no-keys", help="Serve without API keys.")] = False,
-    workers: Annotated[int, typer.Option(help="Pipeline worker threads.")] = 2,
-    queue_limit: Annotated[int, typer.Option(help="Requests that may wait beyond the workers "
-                                             "(more get 503).")] = 32,
-    timeout: Annotated[float, typer.Option(help="Seconds per request, queue wait included "
-                                           "(504).")] = 60.0,
-    cors_origin: Annotated[list[str], typer.Option(help="Allowed CORS origin; repeat "
-                                                   "(default: CORS off).")] = None,  # type: ignore[assignment]
+    keys_file: Annotated[Path, AccessPanel(help="API keys file (sha256 digests); else "
+                                           "$INTENTRANK_API_KEYS; else one is generated and "
+                                           "printed.")] = None,  # type: ignore[assignment]
+    no_keys: Annotated[bool, AccessPanel("--no-keys", help="Serve without API keys.")] = False,
+    workers: Annotated[int, LimitsPanel(help="Pipeline worker threads.")] = 2,
+    queue_limit: Annotated[int, LimitsPanel(help="Requests that may wait beyond the workers "
+                                            "(more get 503).")] = 32,
+    timeout: Annotated[float, LimitsPanel(help="Seconds per request, queue wait included "
+                                          "(504).")] = 60.0,
+    cors_origin: Annotated[list[str], AccessPanel(help="Allowed CORS origin; repeat "
+                                                  "(default: CORS off).")] = None,  # type: ignore[assignment]
     report_dir: Annotated[list[Path], typer.Option(help="Directory of HTML reports to list "
                                                    "(default docs/ablation).")] = None,  # type: ignore[assignment]
     access_log: Annotated[Path, typer.Option(help="JSON-lines access log file (default "
@@ -60,23 +62,23 @@ def serve(
     watch_index: Annotated[float, typer.Option(help="Every this many seconds, switch to an "
                                                "index directory's new generation once a "
                                                "rebuild commits one (0: never).")] = 0.0,
-    drain: Annotated[float, typer.Option(help="On SIGTERM: seconds in-flight requests get to "
-                                         "finish (new ones get 503).")] = 30.0,
-    ray: Annotated[bool, typer.Option("--ray", help="Serve replicas on Ray Serve (a local "
-                                      "cluster unless --ray-address).")] = False,
+    drain: Annotated[float, LimitsPanel(help="On SIGTERM: seconds in-flight requests get to "
+                                        "finish (new ones get 503).")] = 30.0,
+    ray: Annotated[bool, RayPanel("--ray", help="Serve replicas on Ray Serve (a local "
+                                  "cluster unless --ray-address).")] = False,
     ray_address: RayAddressOption = "",
-    replicas: Annotated[int, typer.Option(help="Ray Serve replicas.")] = 2,
-    ray_ce: Annotated[str, typer.Option(help="With --ray: score this cross-encoder (as the "
-                                        "pipelines' cross_encoder steps name their model) "
-                                        "in batches shared across requests.")] = "",
-    ray_ce_backend: Annotated[str, typer.Option(help="Its backend, as the steps name it "
-                                                "(torch or onnx; default: none given).")] = "",
-    ray_ce_max_length: Annotated[int, typer.Option(help="Its max_length, as the steps name "
-                                                   "it (0: none given).")] = 0,
-    ray_batch_size: Annotated[int, typer.Option(help="Most requests in one cross-encoder "
-                                                "batch.")] = 8,
-    ray_batch_wait_ms: Annotated[float, typer.Option(help="How long a batch waits to "
-                                                     "fill.")] = 10.0,
+    replicas: Annotated[int, RayPanel(help="Ray Serve replicas.")] = 2,
+    ray_ce: Annotated[str, RayPanel(help="With --ray: score this cross-encoder (as the "
+                                    "pipelines' cross_encoder steps name their model) "
+                                    "in batches shared across requests.")] = "",
+    ray_ce_backend: Annotated[str, RayPanel(help="Its backend, as the steps name it "
+                                            "(torch or onnx; default: none given).")] = "",
+    ray_ce_max_length: Annotated[int, RayPanel(help="Its max_length, as the steps name "
+                                               "it (0: none given).")] = 0,
+    ray_batch_size: Annotated[int, RayPanel(help="Most requests in one cross-encoder "
+                                            "batch.")] = 8,
+    ray_batch_wait_ms: Annotated[float, RayPanel(help="How long a batch waits to "
+                                                 "fill.")] = 10.0,
 ) -> None:
     """Serve indexes and pipelines over HTTP, with a web page."""
     from intentrank.extras import require

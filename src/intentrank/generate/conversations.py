@@ -119,12 +119,10 @@ class ConversationSettings(runlog.RunSettings):
     history_from: str = "neighbour"  # the earlier turns' document: neighbour or gold
 
     def __post_init__(self) -> None:
-        if self.history_from not in HISTORY_FROM:
-            raise ConfigError(f"--history-from must be one of {', '.join(HISTORY_FROM)}, "
-                              f"got {self.history_from!r}")
-        if self.follow_up not in FOLLOW_UPS:
-            raise ConfigError(f"--follow-up must be one of {', '.join(FOLLOW_UPS)}, "
-                              f"got {self.follow_up!r}")
+        for option, value, choices in (("--history-from", self.history_from, HISTORY_FROM),
+                                       ("--follow-up", self.follow_up, FOLLOW_UPS)):
+            if value not in choices:
+                raise ConfigError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
         if isinstance(self.turns, bool) or not isinstance(self.turns, int) or \
                 not 2 <= self.turns <= 31:
             raise ConfigError(f"--turns must be a whole number in [2, 31], got {self.turns!r}")
