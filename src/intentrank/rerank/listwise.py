@@ -11,24 +11,57 @@ queries at the same position go to the LLM as one batch.
 
 ``structured`` asks for JSON-schema constrained output, ``{"ranking": [3, 1, 2]}`` (off by
 default: not measured against the free-text answer yet).
+
+``mode="first"`` is single-token listwise reranking (FIRST, Reddy et al. 2024): the LLM is
+asked for the best passage's number only (``listwise_first`` contract, one output token), and
+the window is ordered by the first token's log-probabilities over the numbers 1..n. One
+forward pass over the prompt per window instead of decoding a whole permutation.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from intentrank.core.params import check_bool, check_int, check_optional_int
+from intentrank.core.params import (
+    ParameterError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_optional_int,
+)
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.base import Message
-from intentrank.llm.parsing import repair_order
+from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.parsing import Repaired, repair_order
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
 from intentrank.rerank.base import rerank_head
 from intentrank.types import Ranking, Trace
 
-__all__ = ["ListwiseReranker", "repair_order"]  # repair_order lives in llm.parsing now
+__all__ = ["ListwiseReranker", "first_token_order", "repair_order"]
+MODES = {"permutation": "listwise", "first": "listwise_first"}  # mode -> prompt contract
+
+
+def first_token_order(reply: LLMReply, n: int) -> list[int] | Repaired[list[int]]:
+    """Passages 0..n-1 by the log-probability of their number (1..n) as the first output
+    token, best first; numbers absent from the reply's top alternatives follow in their
+    previous order (a :class:`Repaired` order). ValueError when none is there."""
+    best: dict[int, float] = {}
+    for token, logprob in reply.top_logprobs.items():
+        label = token.strip()
+        if label.isdigit() and 1 <= int(label) <= n:
+            i = int(label) - 1
+            best[i] = max(logprob, best.get(i, float("-inf")))
+    if not best:
+        raise ValueError("no passage number among the first token's alternatives "
+                         f"({', '.join(map(repr, list(reply.top_logprobs)[:5])) or 'none'})")
+    order = sorted(best, key=lambda i: (-best[i], i))
+    missing = [i for i in range(n) if i not in best]
+    if missing:
+        return Repaired(order + missing, f"passages {[i + 1 for i in missing]} not among the "
+                                         f"first token's alternatives")
+    return order
 
 
 class ListwiseReranker(Stage):
@@ -37,15 +70,19 @@ class ListwiseReranker(Stage):
     def __init__(self, index: IndexLike, llm: LLMLike, top_k: int = 5, window: int | None = None,
                  step: int | None = None, max_passage_chars: int = 600,
                  max_tokens: int | None = None, structured: bool = False,
-                 name: str = "listwise") -> None:
+                 mode: str = "permutation", name: str = "listwise") -> None:
         top_k = check_int("top_k", top_k, minimum=2)
         window = check_optional_int("window", window, minimum=2)
         step = check_optional_int("step", step)
         max_passage_chars = check_int("max_passage_chars", max_passage_chars)
-        self.contract = load_contract("listwise")
+        self.mode = check_choice("mode", mode, tuple(MODES))
+        self.contract = load_contract(MODES[self.mode])
         max_tokens = check_int("max_tokens", self.contract.max_tokens if max_tokens is None
                                else max_tokens)
         check_bool("structured", structured)
+        if structured and self.mode == "first":
+            raise ParameterError("structured output is for listwise mode 'permutation'; mode "
+                                 "'first' reads one token's probabilities")
         self.index, self.llm, self.top_k, self.name = index, llm, top_k, name
         self.window = min(window or top_k, top_k)
         self.step = step or max(1, self.window // 2)
@@ -67,13 +104,18 @@ class ListwiseReranker(Stage):
             self.llm, self.contract,
             [self._vars(query, [self.index.doc_text(d) for d in ids])
              for _, query, ids in windows],
-            parse=lambda reply, item: self.contract.parse(reply.text, n=item["n"]),
+            parse=self._parse,
             fallback=lambda item: list(range(item["n"])), trace=trace,
             stage=trace.path_of(self),
             query_ids=[qid for qid, _, _ in windows], structured=self.structured,
             max_tokens=self.max_tokens)
         return [[ids[i] for i in r.value] for (_, _, ids), r in zip(windows, results,
                                                                      strict=True)]
+
+    def _parse(self, reply: LLMReply, item: dict[str, Any]) -> Any:
+        if self.mode == "first":
+            return first_token_order(reply, item["n"])
+        return self.contract.parse(reply.text, n=item["n"])
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         heads = {i: r.doc_ids[: self.top_k] for i, r in enumerate(rankings)
@@ -102,7 +144,8 @@ class ListwiseReranker(Stage):
     def describe(self) -> str:
         return self.described(self.llm.name, top_k=self.top_k, window=self.window,
                               step=self.step, max_passage_chars=self.max_passage_chars,
-                              max_tokens=self.max_tokens, structured=self.structured or None)
+                              max_tokens=self.max_tokens, structured=self.structured or None,
+                              mode=self.mode if self.mode != "permutation" else None)
 
 
 @register_stage("listwise", renamed={"depth": "top_k"})
