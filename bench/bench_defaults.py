@@ -4,8 +4,9 @@ chosen by, rendered from stored results; the prose that reads them is bench/defa
     .venv/bin/python bench/bench_defaults.py render
 
 Inputs (each made by the command printed beside its table):
-- runs/defaults/shipped-pipelines.json, runs/defaults/cascade-variants.json
-  (`intentrank experiment shipped-pipelines|cascade-variants --out runs/defaults/<name>`);
+- runs/defaults/shipped-pipelines.json, runs/defaults/cascade-variants.json,
+  runs/defaults/listwise-first.json (`intentrank experiment shipped-pipelines|cascade-variants|
+  listwise-first --out runs/defaults/<name>`);
 - runs/answers/*.json (`bench/bench_answers.py measure ...`);
 - runs/reformulation/cast2021--*--n60.json (`bench/bench_reformulation.py measure cast2021
   --n 60 ...`);
@@ -139,6 +140,9 @@ def render() -> None:
              "\n### Which cascade (SciFact)\n",
              *pipelines_table("cascade-variants", "intentrank experiment cascade-variants "
                               "--out runs/defaults/cascade-variants"),
+             "\n### Single-token listwise after the cascade (SciFact)\n",
+             *pipelines_table("listwise-first", "intentrank experiment listwise-first "
+                              "--out runs/defaults/listwise-first"),
              "\n### Answers: abstention and citations\n",
              *bench_answers.table(),
              "\n### Conversational reformulation (CAsT 2021)\n",
