@@ -134,6 +134,12 @@ def test_followups_and_multi_query_fall_back_by_kind():
     assert trace.stage("multi_query").counters["fallback.empty_reply"] == 1
 
 
+def abc_rankings(*texts: str) -> list[Ranking]:
+    """One ranking of documents a, b, c (in that order) per query text."""
+    return [Ranking(Query(f"q{i}", t), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])
+            for i, t in enumerate(texts)]
+
+
 def test_listwise_windows_batched_across_queries_with_repairs():
     texts = Texts({d: f"passage {d}" for d in "abcde"})
 
@@ -146,8 +152,7 @@ def test_listwise_windows_batched_across_queries_with_repairs():
 
     fake = ByQuery(reply)
     lw = ListwiseReranker(texts, LLMClient(fake, cache=False), top_k=3)
-    ranked = [Ranking(Query(f"q{i}", t), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])
-              for i, t in enumerate(["reverse", "partial", "unknown"])]
+    ranked = abc_rankings("reverse", "partial", "unknown")
     trace = Trace()
     out = lw(ranked, trace)
     assert [r.doc_ids for r in out] == [["c", "b", "a"], ["b", "a", "c"], ["a", "b", "c"]]
@@ -173,10 +178,8 @@ def test_listwise_first_orders_by_the_first_tokens_probabilities():
             return LLMReply("x", top_logprobs=logprobs[query])
 
     lw = ListwiseReranker(texts, LLMClient(Logprobs(), cache=False), top_k=3, mode="first")
-    ranked = [Ranking(Query(f"q{i}", t), [ScoredDoc(d, 3.0 - j) for j, d in enumerate("abc")])
-              for i, t in enumerate(["clear", "partial", "none"])]
     trace = Trace()
-    out = lw(ranked, trace)
+    out = lw(abc_rankings("clear", "partial", "none"), trace)
     assert [r.doc_ids for r in out] == [["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     c = trace.stage("listwise").counters
     assert c["repairs"] == 1 and c["fallbacks"] == 1 and c["fallback.unparseable"] == 1
