@@ -6,7 +6,8 @@ chosen by, rendered from stored results; the prose that reads them is bench/defa
 Inputs (each made by the command printed beside its table):
 - runs/defaults/shipped-pipelines.json, runs/defaults/cascade-variants.json,
   runs/defaults/listwise-first.json (`intentrank experiment shipped-pipelines|cascade-variants|
-  listwise-first --out runs/defaults/<name>`);
+  listwise-first --out runs/defaults/<name>`), runs/defaults/fuq-0.5b.json and fuq-1.5b.json
+  (the fuq experiment with each embedded model: src/intentrank/benchmarks.yaml, fuq-models);
 - runs/answers/*.json (`bench/bench_answers.py measure ...`);
 - runs/reformulation/cast2021--*--n60.json (`bench/bench_reformulation.py measure cast2021
   --n 60 ...`);
@@ -46,25 +47,27 @@ def _load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def pipelines_table(name: str, command: str) -> list[str]:
-    """One experiment's systems: quality, p against its baseline, mean latency."""
+def pipelines_table(name: str, command: str, metrics: list[str] | None = None) -> list[str]:
+    """One experiment's systems: quality, p against its baseline on its primary metric, mean
+    latency (``metrics``: the columns, default its first three but Recall@100)."""
     r = _load(DEFAULTS / f"{name}.json")
-    metrics = [m for m in r["metrics"] if m != "Recall@100"][:3]
+    primary = r.get("primary_metric", "nDCG@10")
+    metrics = metrics or [m for m in r["metrics"] if m != "Recall@100"][:3]
     base = next(c for c in r["configs"] if c["name"] == r["baseline"])
     lines = [f"`{command}` ({r['dataset']} {r['split']}, {r['n_queries']} queries; p: paired "
-             f"randomization test on nDCG@10 against {r['baseline']})\n",
+             f"randomization test on {primary} against {r['baseline']})\n",
              "| pipeline | " + " | ".join(metrics) + " | p | ms/query |",
              "|---|" + "---|" * (len(metrics) + 2)]
     for c in r["configs"]:
-        p = "-" if c is base else p_value(_ndcg(base), _ndcg(c))
+        p = "-" if c is base else p_value(_column(base, primary), _column(c, primary))
         lines.append(f"| {c['name']} | " + " | ".join(f"{c['aggregate'][m]:.4f}"
                                                       for m in metrics)
                      + f" | {p} | {sum(c['latency_ms'].values()):.0f} |")
     return lines
 
 
-def _ndcg(config: dict[str, Any]) -> dict[str, float]:
-    return {q: scores["nDCG@10"] for q, scores in config["per_query"].items()}
+def _column(config: dict[str, Any], metric: str) -> dict[str, float]:
+    return {q: scores[metric] for q, scores in config["per_query"].items()}
 
 
 def reformulation_table() -> list[str]:
@@ -143,6 +146,13 @@ def render() -> None:
              "\n### Single-token listwise after the cascade (SciFact)\n",
              *pipelines_table("listwise-first", "intentrank experiment listwise-first "
                               "--out runs/defaults/listwise-first"),
+             "\n### Follow-ups and multi-query with each embedded model (SciFact)\n",
+             *[line for model in ("0.5b", "1.5b") for line in [
+                 f"\nWith the {model.upper()}:\n",
+                 *pipelines_table(f"fuq-{model}", f"intentrank --llm llamacpp:qwen2.5-coder-"
+                                  f"{model} experiment fuq --sample 50 --without compression "
+                                  f"--without listwise --without parents --out "
+                                  f"runs/defaults/fuq-{model}", ["MRR", "nDCG@3"])]],
              "\n### Answers: abstention and citations\n",
              *bench_answers.table(),
              "\n### Conversational reformulation (CAsT 2021)\n",
