@@ -16,11 +16,9 @@ import numpy as np
 
 from intentrank.errors import ModelError
 from intentrank.models.inputs import PrefixedEncoder, clip_texts, minilm_path
+from intentrank.models.onnx_export import PRECISIONS, OnnxEncoders, local_key
 
 DEFAULT_EMBEDDER = "minilm"
-PRECISIONS = ("int8", "fp32")
-"""How the sentence-transformers backend encodes texts: an int8 ONNX export (default), or
-fp32 (passages on torch, queries on an fp32 ONNX export equal to torch)."""
 
 
 class Embedder(Protocol):
@@ -58,8 +56,6 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         precision: str = "int8",
         threads: int | None = None,
     ) -> None:
-        from intentrank.models.onnx_export import OnnxEncoders, local_key
-
         if query_backend not in ("onnx", "torch"):
             raise ModelError(f"unknown query_backend {query_backend!r}; use 'onnx' or 'torch'")
         if precision not in PRECISIONS:

@@ -45,6 +45,9 @@ from intentrank.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
+PRECISIONS = ("int8", "fp32")
+"""How a sentence-transformers embedder encodes texts: the int8 copy (default), or fp32
+(passages on torch, queries on the fp32 export, equal to torch)."""
 EXPORT_VERSION = 2
 """Part of every cache key: 2 = eager attention graph with an int8 passage model."""
 MAX_DIFF = 1e-5
@@ -208,8 +211,9 @@ class OnnxEncoders:
         self._made: dict[str, Any] = {}
 
     def get(self, embedder: Any, precision: str = "fp32") -> Any:
-        if precision not in ("fp32", "int8"):
-            raise ValueError(f"unknown ONNX precision {precision!r}; use 'fp32' or 'int8'")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown ONNX precision {precision!r}; use one of "
+                             f"{list(PRECISIONS)}")
         if precision not in self._made:
             with self._lock:
                 if precision not in self._made:
