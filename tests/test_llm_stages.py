@@ -167,7 +167,7 @@ def test_listwise_windows_batched_across_queries_with_repairs():
 
 def test_listwise_first_orders_by_the_first_tokens_probabilities():
     texts = Texts({d: f"passage {d}" for d in "abcde"})
-    logprobs = {"clear": {"2": -0.1, " 3": -2.0, "1": -4.0, "The": -5.0},
+    logprobs = {"clear": {"2": -0.1, " 3": -2.0, "²": -3.0, "1": -4.0, "The": -5.0},
                 "partial": {"3": -0.2, "x": -1.0},
                 "none": {"Passage": -0.1, "The": -1.0}}
 

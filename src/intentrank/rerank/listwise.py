@@ -50,7 +50,7 @@ def first_token_order(reply: LLMReply, n: int) -> list[int] | Repaired[list[int]
     best: dict[int, float] = {}
     for token, logprob in reply.top_logprobs.items():
         label = token.strip()
-        if label.isdigit() and 1 <= int(label) <= n:
+        if label.isdecimal() and 1 <= int(label) <= n:  # not isdigit: int('²') fails
             i = int(label) - 1
             best[i] = max(logprob, best.get(i, float("-inf")))
     if not best:
