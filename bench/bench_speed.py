@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_latency import index_memory  # noqa: E402
-from report import DATA, header, publish  # noqa: E402
+from report import DATA, header, p_value, publish, table  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -129,7 +129,6 @@ def cross_encoder_rows(n_queries: int) -> tuple[list[list[str]], list[float], in
 def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
     from intentrank.data.dataset import load_dataset
     from intentrank.measures.metrics import evaluate
-    from intentrank.measures.significance import paired_test
     from intentrank.models.embedder import load_embedder
 
     ds = load_dataset(DATA / "scifact")
@@ -162,10 +161,9 @@ def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
     base = results[base_name]
     for name, t in timers.items():
         cos = (vectors[name] * vectors[base_name]).sum(axis=1)
-        test = paired_test(results[name].column("nDCG@10"), base.column("nDCG@10"))
+        p = p_value(base.column("nDCG@10"), results[name].column("nDCG@10"))
         rows.append(t.row(name, ref, [f"{results[name].aggregate['nDCG@10']:.4f}",
-                                      f"{test.p_randomization:.3f}" if name != base_name
-                                      else "-", f"{cos.min():.4f}"]))
+                                      p if name != base_name else "-", f"{cos.min():.4f}"]))
     return rows, loads, f"{len(texts):,}"
 
 
@@ -173,7 +171,6 @@ def query_rows(rounds: int = 4) -> tuple[list[list[str]], list[float]]:
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.measures.metrics import evaluate
-    from intentrank.measures.significance import paired_test
 
     queries, qrels = load_dataset(DATA / "scifact").split("test")
     texts = [q.text for q in queries]
@@ -194,16 +191,10 @@ def query_rows(rounds: int = 4) -> tuple[list[list[str]], list[float]]:
         if base is None:
             base, base_vectors, p, cos = result, vectors, "-", "1"
         else:
-            test = paired_test(result.column("nDCG@10"), base.column("nDCG@10"))
-            p = f"{test.p_randomization:.3f}"
+            p = p_value(base.column("nDCG@10"), result.column("nDCG@10"))
             cos = f"{(vectors * base_vectors).sum(axis=1).min():.4f}"
         rows.append(t.row(name, ref, [f"{result.aggregate['nDCG@10']:.4f}", p, cos]))
     return rows, loads
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def main() -> None:
