@@ -58,12 +58,11 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from intentrank.core.protocols import LLMLike
-from intentrank.data.conversations import Conversation, ConversationTurn, write_conversations
 from intentrank.data.dataset import load_dataset
 from intentrank.errors import ConfigError, DataError
 from intentrank.generate import runlog
@@ -77,9 +76,10 @@ from intentrank.generate.conversation_filters import (
     lost_terms,
     missing_terms,
 )
+from intentrank.generate.conversation_set import ConversationAttempt, write_set
 from intentrank.generate.filters import words
 from intentrank.generate.follow_up_rule import EDGE_CHARS, UnusableTopic, rule_follow_up
-from intentrank.index.hits import bm25_tokenize
+from intentrank.generate.neighbours import Neighbours
 from intentrank.llm.prompts import PromptContract, load_contract
 from intentrank.llm.step import run_step
 from intentrank.types import Trace
@@ -148,29 +148,6 @@ class ConversationSettings(runlog.RunSettings):
                 out.append(step)
                 length += step
         return out
-
-
-@dataclass
-class ConversationAttempt:
-    """One query's attempt and what became of it (a line of ``attempts.jsonl``)."""
-
-    attempt: int
-    query_id: str
-    query: str
-    document: str  # the query's most relevant document
-    topic: str = ""
-    question: str = ""  # the contextual last question
-    turns: list[dict[str, str]] = field(default_factory=list)  # earlier turns, in order
-    status: str = "kept"  # "kept" or one of REASONS
-    detail: str = ""
-    link: str = ""  # kept: "pronoun" or "ellipsis"
-    follow_up_by: str = ""  # "llm" or "rule": who wrote ``question``
-    llm_follow_up: str = ""  # the LLM's follow-up the rule replaced (llm_or_rule)
-    replaced: str = ""  # why it was replaced: self_contained, drifted or unrecoverable
-    lost: list[str] = field(default_factory=list)  # key terms no rewriter can recover
-    calls: int = 0
-    seconds: float = 0.0
-    history_doc: str = ""  # the document the earlier turns' answers come from ("": document)
 
 
 def _turns_problem(value: Any, k: int) -> str | None:
@@ -342,30 +319,6 @@ class ConversationWriter:
 # --- the output directory ----------------------------------------------------------------
 
 
-def conversation_of(a: ConversationAttempt, relevant: dict[str, int]) -> Conversation:
-    """A kept attempt as a :class:`Conversation` (the last turn labelled)."""
-    cid = f"c{a.query_id}"
-    turns = [ConversationTurn(f"{cid}_{j}", t["question"], answer=t["answer"],
-                              passage_id=a.history_doc or a.document)
-             for j, t in enumerate(a.turns, 1)]
-    turns.append(ConversationTurn(a.query_id, a.question, rewrite=a.query,
-                                  relevant=dict(relevant)))
-    return Conversation(cid, tuple(turns))
-
-
-def write_set(out: Path, attempts: list[ConversationAttempt],
-              qrels: dict[str, dict[str, int]], split: str) -> int:
-    """Write ``conversations.jsonl`` and ``qrels/<split>.tsv`` for the kept attempts."""
-    kept = [a for a in attempts if a.status == "kept"]
-    write_conversations([conversation_of(a, qrels[a.query_id]) for a in kept],
-                        out / "conversations.jsonl")
-    (out / "qrels").mkdir(exist_ok=True)
-    rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t{g}" for a in kept
-                                            for d, g in qrels[a.query_id].items()]
-    runlog.atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
-    return len(kept)
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -481,42 +434,6 @@ def _check_documents(ds: Any, texts: dict[str, str], ids: set[str | None]) -> No
     if missing:
         raise DataError(f"{len(missing)} relevant document(s) are not in the corpus "
                         f"(e.g. {missing[:5]})", ds.corpus_path)
-
-
-class Neighbours:
-    """A document's nearest BM25 neighbours in the corpus (bm25s with English stop words and
-    the Snowball stemmer) among those that name given phrases."""
-
-    def __init__(self, texts: dict[str, str], chars: int) -> None:
-        import bm25s
-
-        self.ids, self.texts, self.chars = list(texts), texts, chars
-        self.retriever = bm25s.BM25()
-        self.retriever.index(bm25_tokenize(list(texts.values()), "en", "english"),
-                             show_progress=False)
-        self._terms: list[set[str]] | None = None
-
-    def of(self, doc: str, judged: dict[str, int], phrases: list[str] | None = None
-           ) -> str | None:
-        """Among the documents other than ``doc`` that hold every key term of ``phrases``
-        and that ``judged`` does not grade relevant (grade > 0), the one BM25 scores highest
-        for ``doc``'s first ``chars`` characters; None if there is none."""
-        import numpy as np
-
-        need = key_terms(" ".join(phrases or []))
-        if self._terms is None and need:
-            self._terms = [key_terms(t) for t in self.texts.values()]
-        query = bm25_tokenize([runlog.clip(self.texts[doc], self.chars)], "en", "english")[0]
-        known = [w for w in query if w in self.retriever.vocab_dict]
-        scores = np.asarray(self.retriever.get_scores(known)) if known else np.zeros(1)
-        for row in np.lexsort((np.arange(len(scores)), -scores)):
-            other = self.ids[int(row)]
-            if scores[row] <= 0:
-                return None
-            if other != doc and judged.get(other, 0) <= 0 and \
-                    (not need or need <= self._terms[int(row)]):  # type: ignore[index]
-                return other
-        return None
 
 
 def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],
