@@ -202,3 +202,12 @@ def test_a_missing_extra_names_it() -> None:
     assert require("json", "llm", "x").dumps([]) == "[]"
     with pytest.raises(MissingExtraError, match=r"pip install 'intentrank\[report\]'"):
         require("no_such_module_xyz", "report", "plots in HTML reports")
+
+
+MAX_MODULE_LINES = 500  # issue 38: small modules with names that explain themselves
+
+
+def test_no_module_is_over_500_lines() -> None:
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them): {long}"
