@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_generation_checks.py     # needs runs/generated/cranfield
 
+Each model of ``--llm`` (default: the embedded 0.5B and the 1.5B) gets its own tables.
+
 Support check (``check_support``) on the kept single-document questions of a generated set,
 each with three answers: its own (right), the next question's (wrong) and a made-up one
 (wrong); one-document check (``check_answerable``) on each document of the kept two-document
@@ -31,21 +33,30 @@ NONSENSE = ["What is the boiling point of water on Mars in winter?",
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--set", type=Path, default=ROOT / "runs" / "generated" / "cranfield")
-    p.add_argument("--llm", default="embedded")
+    p.add_argument("--llm", nargs="+", default=["embedded", "llamacpp:qwen2.5-coder-1.5b"],
+                   help="models to check, each in its own tables")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
 
-    from intentrank.generate.filters import support_share
     from intentrank.llm.client import load_llm
-    from intentrank.llm.step import run_step
 
     attempts = [json.loads(x) for x in (args.set / "attempts.jsonl").open(encoding="utf-8")]
     kept = [a for a in attempts if a["status"] == "kept"]
     single = [a for a in kept if a["kind"] == "single"]
     pairs = [a for a in kept if a["kind"] == "pair"]
     idx = open_index(args.set.name)
-    llm = load_llm(args.llm)
     text = {d: idx.doc_text(d)[:1500] for a in kept for d in a["documents"]}
+    lines = [header()]
+    for spec in args.llm:
+        lines += check(load_llm(spec), args.set, single, pairs, text)
+    publish("generation-checks", "\n".join(lines), not args.no_write)
+
+
+def check(llm, set_dir: Path, single: list[dict], pairs: list[dict], text: dict[str, str]
+          ) -> list[str]:
+    """One model's support and one-document checks, as two Markdown tables."""
+    from intentrank.generate.filters import support_share
+    from intentrank.llm.step import run_step
 
     cases = []  # (kind, document, question, answer)
     for i, a in enumerate(single):
@@ -76,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         arows.setdefault(kind, []).append(
             float(isinstance(r.value, dict) and r.value.get("answerable") is True))
 
-    lines = [header(), f"- model: {llm.model}; set: {args.set.relative_to(ROOT)}", "",
+    lines = ["", f"- model: {llm.model}; set: {set_dir.relative_to(ROOT)}", "",
              "| support check: answer | cases | LLM says supported | lexical share min-max "
              "| share >= 0.5 (kept by default) |", "|---|---|---|---|---|"]
     for kind, row in rows.items():
@@ -87,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
               "|---|---|---|"]
     for kind, ys in arows.items():
         lines.append(f"| {kind} | {len(ys)} | {int(sum(ys))} |")
-    publish("generation-checks", "\n".join(lines), not args.no_write)
+    return lines
 
 
 if __name__ == "__main__":
