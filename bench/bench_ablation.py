@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, header, write_section  # noqa: E402
+from report import DATA, header, write_section
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, machine, publish_tables, save_json, table  # noqa: E402
+from report import DATA, ROOT, machine, publish_tables, save_json, table
 
 DENSE = {"dense": {"depth": 100}}
 SPARSE = {"sparse": {"depth": 100}}

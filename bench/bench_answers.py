@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header  # noqa: E402
+from report import DATA, ROOT, header
 
 OUT = ROOT / "runs" / "answers"
 RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},

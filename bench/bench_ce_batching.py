@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_models import COLLECTIONS, candidate_pairs, log, open_index  # noqa: E402
-from report import DATA, ROOT, header, publish, save_json  # noqa: E402
+from bench_models import COLLECTIONS, candidate_pairs, log, open_index
+from report import DATA, ROOT, header, publish, save_json
 
 RESULTS = ROOT / "runs" / "bench_ce_batching.json"
 

@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_adapted_dense import CachedScorer  # noqa: E402
-from report import DATA, ROOT, header, publish_tables, rank_scores, save_json, table  # noqa: E402
+from bench_adapted_dense import CachedScorer
+from report import DATA, ROOT, header, publish_tables, rank_scores, save_json, table
 
 DEPTHS = (10, 20, 30, 50, 100)
 GRID = [(d, w, k) for d in (20, 30, 50, 100) for w in (0.5, 0.75, 1.0, 1.5, 2.0)

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import ROOT, machine, p_value, write_section  # noqa: E402
+from report import ROOT, machine, p_value, write_section
 
 DEFAULTS = ROOT / "runs" / "defaults"
 REFORMULATION = ROOT / "runs" / "reformulation"

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, publish, rank_scores, save_json  # noqa: E402
+from report import DATA, ROOT, header, publish, rank_scores, save_json
 
 CUTS = (10, 100, 200, 400, 1000)
 DEPTH = 1000

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generated import open_index  # noqa: E402
-from report import ROOT, header, publish  # noqa: E402
+from bench_generated import open_index
+from report import ROOT, header, publish
 
 MADE_UP = "The value is 42 kilograms per second, measured on Mars in 1850."
 NONSENSE = ["What is the boiling point of water on Mars in winter?",

@@ -36,15 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import (  # noqa: E402
-    BENCHMARKS,
-    ROOT,
-    header,
-    p_value,
-    rank_scores,
-    save_json,
-    write_section,
-)
+from report import BENCHMARKS, ROOT, header, p_value, rank_scores, save_json, write_section
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)

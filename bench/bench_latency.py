@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, header, publish  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish, wait_healthy
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
@@ -160,13 +160,9 @@ async def _service(url: str, pid: int, load_clients: int) -> dict:
 
 def through_service(load_clients: int) -> dict:
     """The service in its own process, with a fresh LLM reply cache (model files shared)."""
-    import socket
-
     cache = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     (cache / "models").symlink_to(Path(os.environ["INTENTRANK_CACHE"]) / "models")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "intentrank.cli", "serve", "--index", f"scifact={INDEX}",
            "--no-keys", "--port", str(port), "--access-log", str(cache / "access.log")]
     for p in (*PIPELINES, "conversation"):
@@ -183,17 +179,7 @@ def through_service(load_clients: int) -> dict:
 
 def _serve_and_measure(server: subprocess.Popen, port: int, load_clients: int,
                        log: Path) -> dict:
-    import httpx
-
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        sys.exit(f"the service did not start: {log.read_text()[-2000:]}")
+    wait_healthy(f"http://127.0.0.1:{port}", server, 300, log)
     print("[bench] service ...", file=sys.stderr, flush=True)
     return asyncio.run(_service(f"http://127.0.0.1:{port}", server.pid, load_clients))
 

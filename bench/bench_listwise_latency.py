@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section
 
 
 def main() -> None:

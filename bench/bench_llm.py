@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import header, publish_tables, run_each_in_subprocess, save_json, table  # noqa: E402
+from report import header, publish_tables, run_each_in_subprocess, save_json, table
 
 PROMPTS = [
     "A user searched for: boundary layer transition on a flat plate. Write 3 short follow-up "

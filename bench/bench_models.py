@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, log, machine, publish_tables, save_json, table  # noqa: E402
+from report import DATA, ROOT, header, log, machine, publish_tables, save_json, table
 
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")

@@ -36,9 +36,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, p_value, write_section  # noqa: E402
+from report import DATA, ROOT, header, p_value, write_section
 
-from intentrank.query.reformulate import NO_LLM_METHODS  # noqa: E402
+from intentrank.query.reformulate import NO_LLM_METHODS
 
 OUT = ROOT / "runs" / "reformulation"
 LLM_METHODS = ["rewrite_full", "rewrite_summary", "rewrite_questions", "hyde", "hyde_masked",

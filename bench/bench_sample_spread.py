@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import ROOT, header, write_section  # noqa: E402
+from report import ROOT, header, write_section
 
 
 def sample_means(values: np.ndarray, size: int, draws: int, seed: int) -> np.ndarray:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, publish_tables  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables
 
 RESULTS = ROOT / "bench" / "scale_results.json"
 INDEXES = ROOT / "indexes"

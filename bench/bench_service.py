@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, publish_tables, save_json, table  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
 
 KEY = "bench-key"
 LEVELS = (1, 4, 16, 64)
@@ -208,13 +208,10 @@ def main() -> None:
         serve_child(int(args.serve[0]), Path(args.serve[1]), Path(args.serve[2]))
         return
 
-    import httpx
-
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index, open_or_build
     from intentrank.pipelines import build_context
-    from intentrank.service.engine import ThreadSafeIndex
 
     ds = load_dataset(DATA / "scifact")
     queries = [q.text for q in ds.split("test")[0]]
@@ -228,18 +225,9 @@ def main() -> None:
                                str(args.index), str(log)])
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None:
-                sys.exit("the server process ended before it was ready")
-            time.sleep(0.25)
+        wait_healthy(url, server, 150)
         rss = PeakRSS(server.pid)
-        idx = Index.open(args.index)
-        ctx = build_context(ThreadSafeIndex(idx))  # as the service does: doc reads locked
+        ctx = build_context(Index.open(args.index))  # as the service serves it (no lock)
         results, overall = [], 0
         bounds = QUICK if args.quick else BOUNDS
         for name in args.pipelines.split(","):

@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_latency import index_memory  # noqa: E402
-from report import DATA, header, p_value, publish, table  # noqa: E402
+from bench_latency import index_memory
+from report import DATA, header, p_value, publish, table
 
 
 def cpu_seconds() -> float:

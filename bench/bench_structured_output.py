@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, header, publish_tables  # noqa: E402
+from report import DATA, header, publish_tables
 
 MODES = ("free", "schema")
 

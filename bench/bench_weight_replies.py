@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section
 
 
 def prompt_examples(contract) -> set[tuple[float, ...]]:

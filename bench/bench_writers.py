@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generated import generation_summary, open_index  # noqa: E402
-from report import ROOT, header, publish, save_json  # noqa: E402
+from bench_generated import generation_summary, open_index
+from report import ROOT, header, publish, save_json
 
 DEPTH = 100
 MEASURES = ("bm25 R@10", "bm25 R@100", "dense R@10", "dense R@100", "copied pairs",
