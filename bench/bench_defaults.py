@@ -3,18 +3,8 @@ chosen by, rendered from stored results; the prose that reads them is bench/defa
 
     .venv/bin/python bench/bench_defaults.py render
 
-Inputs (each made by the command printed beside its table):
-- runs/defaults/shipped-pipelines.json, runs/defaults/cascade-variants.json,
-  runs/defaults/listwise-first.json (`intentrank experiment shipped-pipelines|cascade-variants|
-  listwise-first --out runs/defaults/<name>`), runs/defaults/fuq-0.5b.json and fuq-1.5b.json
-  (the fuq experiment with each embedded model: src/intentrank/benchmarks.yaml, fuq-models);
-- runs/answers/*.json (`bench/bench_answers.py measure ...`);
-- runs/reformulation/cast2021--*--n60.json (`bench/bench_reformulation.py measure cast2021
-  --n 60 ...`);
-- the default on every labelled conversational set (``SETS``): the JSONs of
-  `bench/bench_reformulation.py measure <set> --n 60 --llm qwen2.5-coder-1.5b ...`, the
-  generated sets made by `intentrank bench conversations-scifact-3t-nb` /
-  `conversations-cranfield-3t-nb` (src/intentrank/benchmarks.yaml).
+Its inputs and the commands that make them: `intentrank bench defaults --dry-run`
+(src/intentrank/benchmarks.yaml).
 """
 
 from __future__ import annotations

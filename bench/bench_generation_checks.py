@@ -2,12 +2,10 @@
 
     .venv/bin/python bench/bench_generation_checks.py     # needs runs/generated/cranfield
 
-Support check (``check_support``) on the kept single-document questions of a generated set,
-each with three answers: its own (right), the next question's (wrong) and a made-up one
-(wrong); one-document check (``check_answerable``) on each document of the kept two-document
-questions (should be "no" for a question that needs both) and on nonsense questions. Beside
-each verdict, the lexical support share the default filter uses. Writes the
-``generation-checks`` section of docs/benchmarks.md.
+Support check (``check_support``) on the kept single-document questions, each with its own
+answer, the next question's and a made-up one; one-document check (``check_answerable``) on
+each document of the kept two-document questions and on nonsense questions; beside each
+verdict, the lexical support share the default filter uses.
 """
 
 from __future__ import annotations

