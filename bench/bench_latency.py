@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, publish, wait_healthy
+from report import DATA, ROOT, free_port, header, publish_tables, table, wait_healthy
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
@@ -195,49 +195,33 @@ def _stages(stages: dict[str, dict[str, float]]) -> str:
     return "; ".join(f"{n} {v['p50']:.1f}/{v['p95']:.1f}" for n, v in stages.items())
 
 
-def to_markdown(meta: dict, inproc: list[dict], service: dict, index: dict) -> str:
-    load = " to ".join(f"{x:.1f}" for x in meta["load"])
-    lines = [
-        "## Query latency per stage, cold and warm, and peak memory (issue 35)", "",
-        header().rstrip(),
-        f"- data: SciFact test queries (seed 0), index `indexes/scifact` (5,183 documents); "
-        f"1-minute load average during the run: {load} (2 cores)", "",
-        "In-process: each pipeline in a fresh process; cold = its first query (lazy model "
-        "loads included), warm = the next queries one at a time; stages: warm p50/p95 ms "
-        "of each stage of the trace. `previous` = the source at commit "
-        f"{meta['previous'] or '-'} in the same run, interleaved.", "",
-        "| pipeline | version | load s | cold ms | warm p50 ms | warm p95 ms | queries | "
-        "stages (warm p50/p95 ms) |", "|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in inproc:
-        lines.append(f"| {r['pipeline']} | {r['version']} | {r['build_s']:.1f} | "
-                     f"{r['cold_ms']:.0f} | {r['warm']['p50']:.1f} | {r['warm']['p95']:.1f} | "
-                     f"{r['n']} | {_stages(r['warm_stages'])} |")
-    lines += [
-        "", "Through the service (`intentrank serve`, 2 workers, keys off, access log to a "
-        "file; one client, httpx on the same machine): cold = the pipeline's first request "
-        "after start; stages from the response trace.", "",
-        "| pipeline | cold ms | warm p50 ms | warm p95 ms | requests | stages (warm p50/p95 "
-        "ms) |", "|---|---:|---:|---:|---:|---|"]
-    for r in service["pipelines"]:
-        lines.append(f"| {r['pipeline']} | {r['cold_ms']:.0f} | {r['warm']['p50']:.1f} | "
-                     f"{r['warm']['p95']:.1f} | {r['n']} | {_stages(r['warm_stages'])} |")
-    lines += ["", "Concurrent clients (closed loop, each sends its next request when the last "
-              "returns; goal for `rrf`: p95 <= 30 ms at 8 clients):", "",
-              "| pipeline | clients | requests | req/s | p50 ms | p95 ms |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in service["load"]:
-        lines.append(f"| {r['pipeline']} | {r['clients']} | {r['requests']} | {r['rps']:.1f} | "
-                     f"{r['p50']:.1f} | {r['p95']:.1f} |")
-    legs = ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())
-    lines += [
-        "", "Memory:", "",
-        f"- `intentrank index` on SciFact, fresh cache: peak RSS {index['peak_rss_mib']:.0f} "
-        f"MiB, {index['wall_s']:.0f} s in all (per leg: {legs})",
-        f"- `intentrank serve` with the SciFact index, every pipeline above and both LLMs "
-        f"loaded (a conversation through `conversation`, whose rewrite runs on the 1.5B: "
-        f"{service['conversation_ms'] / 1000:.1f} s, searched as \"{service['rewrite']}\"): "
-        f"peak RSS {service['peak_rss_mib']:.0f} MiB"]
-    return "\n".join(lines) + "\n"
+def section(meta: dict, inproc: list[dict], service: dict, index: dict
+            ) -> tuple[str, dict[str, str]]:
+    """The latency section's header lines and tables, and the values its text
+    (bench/sections/latency.md) reads."""
+    tables = [
+        table(["pipeline", "version", "load s", "cold ms", "warm p50 ms", "warm p95 ms",
+               "queries", "stages (warm p50/p95 ms)"],
+              [[r["pipeline"], r["version"], f"{r['build_s']:.1f}", f"{r['cold_ms']:.0f}",
+                f"{r['warm']['p50']:.1f}", f"{r['warm']['p95']:.1f}", r["n"],
+                _stages(r["warm_stages"])] for r in inproc],
+              "|---|---|---:|---:|---:|---:|---:|---|"),
+        table(["pipeline", "cold ms", "warm p50 ms", "warm p95 ms", "requests",
+               "stages (warm p50/p95 ms)"],
+              [[r["pipeline"], f"{r['cold_ms']:.0f}", f"{r['warm']['p50']:.1f}",
+                f"{r['warm']['p95']:.1f}", r["n"], _stages(r["warm_stages"])]
+               for r in service["pipelines"]], "|---|---:|---:|---:|---:|---|"),
+        table(["pipeline", "clients", "requests", "req/s", "p50 ms", "p95 ms"],
+              [[r["pipeline"], r["clients"], r["requests"], f"{r['rps']:.1f}",
+                f"{r['p50']:.1f}", f"{r['p95']:.1f}"] for r in service["load"]],
+              "|---|---:|---:|---:|---:|---:|")]
+    values = {"load": " to ".join(f"{x:.1f}" for x in meta["load"]),
+              "previous": meta["previous"] or "-",
+              "index.rss": f"{index['peak_rss_mib']:.0f}", "index.wall": f"{index['wall_s']:.0f}",
+              "index.legs": ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items()),
+              "serve.conversation": f"{service['conversation_ms'] / 1000:.1f}",
+              "serve.rewrite": service["rewrite"], "serve.rss": f"{service['peak_rss_mib']:.0f}"}
+    return header() + "\n" + "\n\n".join(tables), values
 
 
 def main() -> None:
@@ -273,7 +257,7 @@ def main() -> None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                 str(worktree)], check=False)
     meta = {"previous": args.previous, "load": [min(loads), max(loads)]}
-    publish("latency", to_markdown(meta, inproc, service, index), write=not args.no_write)
+    publish_tables("latency", *section(meta, inproc, service, index), write=not args.no_write)
 
 
 if __name__ == "__main__":
