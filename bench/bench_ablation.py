@@ -3,11 +3,8 @@ experiment file ``cascade-ablation`` (or ``--experiment FILE``) run by the harne
 
     .venv/bin/python bench/bench_ablation.py --collection scifact --sample 100  # docs' fast run
     .venv/bin/python bench/bench_ablation.py --collection cranfield --sample 3  # smoke test
-    .venv/bin/python bench/bench_ablation.py --no-llm --no-cross-encoder       # LLM-free rows
 
-Writes ``<out>.md``, ``<out>.html`` and ``<out>.json`` and the report's section of
-docs/benchmarks.md (the paper's SciFact numbers are in its references table). The index is
-opened from ``indexes/<collection>`` (built there if missing).
+Writes ``<out>.{md,html,json}`` and the section ``ablation-<tag>`` of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, header, write_section  # noqa: E402
+from report import DATA, header, write_section
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
 

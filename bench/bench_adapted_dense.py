@@ -1,19 +1,9 @@
 """The dense encoder fine-tuned per corpus (issue 13, use 2): zero-shot vs fine-tuned MiniLM.
 
     .venv/bin/python bench/bench_adapted_dense.py --collections scifact
-    .venv/bin/python bench/bench_adapted_dense.py --collections cranfield vaswani
 
-For each collection: fine-tune all-MiniLM-L6-v2 (``train_embedder``: MultipleNegativesRankingLoss,
-in-batch + one hard negative mined by BM25 and dense) on SciFact's *train* qrels plus its
-generated set (``runs/generated/scifact``), or, for Cranfield and Vaswani, on the generated set
-alone (no labels of the collection); build an index with the fine-tuned encoder under
-``runs/indexes/`` (reused while the model is unchanged); then evaluate on the full test split,
-each pipeline with the zero-shot index (``indexes/<collection>``) and the fine-tuned one: dense
-alone, RRF(BM25, dense), Tri-modal (weighted 0.50/0.35/0.15 dense/sparse/graph) and Tri-modal +
-CE (the bundled int8 cross-encoder over the top-30, its ranks fused with the first stage's by
-RRF: the LLM-free part of the "Full pipeline"), with a paired test of each fine-tuned row
-against its zero-shot row. Writes the ``adapted-dense`` section of docs/benchmarks.md and
-``runs/bench_adapted_dense.json``.
+Training data, pipelines and tests: bench/sections/adapted-dense.md; `intentrank bench
+adapted-dense` runs every collection and merges the runs (``--merge``).
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, machine, publish_tables, save_json, table  # noqa: E402
+from report import DATA, ROOT, machine, publish_tables, save_json, table
 
 DENSE = {"dense": {"depth": 100}}
 SPARSE = {"sparse": {"depth": 100}}

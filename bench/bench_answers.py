@@ -8,16 +8,9 @@ on answerable and unanswerable questions, with the embedded LLMs.
         --cite context --max-citations 3
     .venv/bin/python bench/bench_answers.py measure --llm embedded ... --seed 1   (held out)
 
-Questions: ``--n`` SciFact test claims (sampled by ``--seed``) phrased as questions ("Is it
-true that ...?"). Each gets the `answer` pipeline's passages (RRF(BM25, dense) top 20 -> the
-bundled cross-encoder -> top 5). Answerable: a gold document is among its 5 passages.
-Unanswerable: the same question with the 5 passages of the next sampled question (none of
-them gold). Reported: answered, answered citing a gold passage, citations of gold passages
-(citation precision), false abstentions (answerable), abstentions (unanswerable), unsupported
-sentences per answer, s/answer (LLM + scorer time over every question asked). Methods are
-chosen on seed 0 and checked once on seed 1 (held out: drawn from the claims seed 0 did not
-draw). One JSON per system in runs/answers/; bench_defaults.py renders them into
-docs/benchmarks.md's "Defaults" section.
+Questions, answerable and unanswerable, and what each column reports: the "Answers" part of
+bench/sections/defaults.md. One JSON per system in runs/answers/ (the runs: `intentrank bench
+answers`); bench_defaults.py renders them into the "Defaults" section.
 """
 
 from __future__ import annotations
@@ -33,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header  # noqa: E402
+from report import DATA, ROOT, header, table
 
 OUT = ROOT / "runs" / "answers"
 RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
@@ -160,38 +153,30 @@ def _pct(a: int, b: int) -> str:
     return f"{100 * a / b:.0f}% ({a}/{b})" if b else "-"
 
 
-def table() -> list[str]:
-    """The answers table of docs/benchmarks.md's "Defaults" section (bench_defaults.py)."""
+def answers_table() -> tuple[str, str]:
+    """The answers table of docs/benchmarks.md's "Defaults" section and the commands of its
+    rows (bench_defaults.py)."""
     results = sorted((json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))),
                      key=lambda r: r.get("seed", 0))
     if not results:
         raise SystemExit(f"no results in {OUT}: run `bench_answers.py measure` first")
-    lines = [__doc__.split("\n\n")[2].replace("\n", " ") + "\n",
-             "Goals (default model, 2 cores): >= 90% of answerable questions answered citing "
-             "a gold passage; >= 70% abstention on unanswerable ones; <= 10 s per answer.\n",
-             "| seed | LLM | abstain | cite | answered | answered citing gold | citations of gold "
-             "| false abstentions | abstained (unanswerable) | unsupported sentences | "
-             "s/answer |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in results:
         a, u = r["answerable"], r["unanswerable"]
-        asked = a["n"] + u["n"]
-        answered = a["n"] - a["abstained"]
-        held = " (held out)" if r.get("seed", 0) else ""
-        lines.append(
-            f"| {r.get('seed', 0)}{held} | {r['llm']}{_words(r)} | {r['abstain']}"
-            f"{' (' + format(r['abstain_threshold'], 'g') + ')' if r['abstain'] != 'llm' else ''}"  # noqa: E501
-            f" | {r['cite']}"
-            f"{_posthoc(r) if r['cite'] != 'llm' else ''}"
-            f" | {_pct(answered, a['n'])} | {_pct(a['cites_gold'], a['n'])} | "
-            f"{_pct(a['cited_gold'], a['cited']) if 'cited' in a else '-'} | "
-            f"{_pct(a['abstained'], a['n'])} | {_pct(u['abstained'], u['n'])} | "
-            f"{_pct(a['unsupported'], a['sentences']) if a['sentences'] else '-'} | "
-            f"{(a['seconds'] + u['seconds']) / max(asked, 1):.1f} |")
-    lines.append("\nCommands:\n")
-    lines += [r["command"].splitlines()[0].replace("- command: ", "- ") + " ("
-              + r["command"].splitlines()[2].removeprefix("- date: ") + ")" for r in results]
-    return lines
+        threshold = f" ({r['abstain_threshold']:g})" if r["abstain"] != "llm" else ""
+        rows.append([f"{r.get('seed', 0)}{' (held out)' if r.get('seed', 0) else ''}",
+                     f"{r['llm']}{_words(r)}", f"{r['abstain']}{threshold}",
+                     f"{r['cite']}{_posthoc(r) if r['cite'] != 'llm' else ''}",
+                     _pct(a["n"] - a["abstained"], a["n"]), _pct(a["cites_gold"], a["n"]),
+                     _pct(a["cited_gold"], a["cited"]) if "cited" in a else "-",
+                     _pct(a["abstained"], a["n"]), _pct(u["abstained"], u["n"]),
+                     _pct(a["unsupported"], a["sentences"]) if a["sentences"] else "-",
+                     f"{(a['seconds'] + u['seconds']) / max(a['n'] + u['n'], 1):.1f}"])
+    commands = [r["command"].splitlines()[0].replace("- command: ", "- ") + " ("
+                + r["command"].splitlines()[2].removeprefix("- date: ") + ")" for r in results]
+    return table(["seed", "LLM", "abstain", "cite", "answered", "answered citing gold",
+                  "citations of gold", "false abstentions", "abstained (unanswerable)",
+                  "unsupported sentences", "s/answer"], rows), "\n".join(commands)
 
 
 def main(argv: list[str] | None = None) -> None:

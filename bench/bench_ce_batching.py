@@ -2,12 +2,9 @@
 
     nice .venv/bin/python bench/bench_ce_batching.py [--k 30] [--only scifact ...]
 
-The bundled model is dynamically quantised: each run of the ONNX graph scales activations by
-the range of the whole batch, so a pair's score changed with the pairs batched beside it.
-Since 2026-11-24 such models score one pair at a time. For every test query of SciFact,
-Cranfield and Vaswani this reranks BM25's top k both ways (batches of 8 pairs of similar
-length, the old behaviour, and one pair at a time, the new one) in the same run, and reports
-nDCG@10 of each, how far scores and top-10 lists moved, and the speed ratio.
+The model is dynamically quantised (activations scaled by the range of the whole batch), so
+batches of 8 (the old behaviour) and one pair at a time (today's) are compared on BM25's top k
+of every test query in one run; what is reported: bench/sections/ce-batching.md.
 """
 
 from __future__ import annotations
@@ -22,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_models import COLLECTIONS, candidate_pairs, log, open_index  # noqa: E402
-from report import DATA, ROOT, header, publish, save_json  # noqa: E402
+from bench_models import COLLECTIONS, candidate_pairs, log, open_index
+from report import DATA, ROOT, header, publish, save_json
 
 RESULTS = ROOT / "runs" / "bench_ce_batching.json"
 

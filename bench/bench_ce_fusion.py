@@ -2,15 +2,9 @@
 
     .venv/bin/python bench/bench_ce_fusion.py
 
-First stage: RRF(BM25, dense) top-100 with the SciFact-fine-tuned encoder
-(``runs/indexes/scifact-emb-scifact-train``, made by bench_adapted_dense.py). The bundled
-cross-encoder scores every candidate once (scores shared with bench_adapted_dense.py's cache).
-Rows, nDCG@10 x100 on all 300 test queries: the CE alone over the first stage's top D; the RRF
-of the first stage with the CE ranks of its top D (what the shipped pipelines do, D = 30);
-and a weighted RRF, ``1/(k + r_first) + w/(k + r_CE)``, whose depth, weight and k are chosen
-by 5-fold cross-validation on the test queries (chosen on four folds, scored on the fifth), so
-the tuned number is not fitted to the queries it is scored on. Writes the ``ce-fusion``
-section of docs/benchmarks.md and ``runs/bench_ce_fusion.json``.
+Needs bench_adapted_dense.py's SciFact index and CE score cache (`intentrank bench
+ce-fusion`); the rows and the 5-fold choice of depth, weight and k:
+bench/sections/ce-fusion.md.
 """
 
 from __future__ import annotations
@@ -23,8 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_adapted_dense import CachedScorer  # noqa: E402
-from report import DATA, ROOT, header, publish_tables, rank_scores, save_json, table  # noqa: E402
+from bench_adapted_dense import CachedScorer
+from report import DATA, ROOT, header, publish_tables, rank_scores, save_json, table
 
 DEPTHS = (10, 20, 30, 50, 100)
 GRID = [(d, w, k) for d in (20, 30, 50, 100) for w in (0.5, 0.75, 1.0, 1.5, 2.0)

@@ -1,16 +1,12 @@
 """Coverage-aware list ranking (RichRAG, method 4) against RAG-Fusion, MMR, the max-score
 pool and the plain pipeline, on aspect-labelled question sets, through the experiment
-harness (``src/intentrank/experiments/coverage.yaml``); NCOM and ndeval's diversity measures
-are added from ``measures/ncom.py`` and ``measures/diversity.py``.
+harness (``src/intentrank/experiments/coverage.yaml``).
 
     python bench/bench_coverage.py sets       # runs/aspects/<corpus>-<how>.jsonl
     python bench/bench_coverage.py run --sample 40 --ordinary 50   # docs/benchmarks.md
 
-The sets are built as ``generate/aspect_sets.py`` says: composed from pairs of real labelled
-test queries (``compose_pairs``; ``<corpus>-composed-sentence``: the same questions written
-as one sentence, ``restyled``), and from the two-document questions of ``intentrank
-generate`` runs in ``runs/aspects/gen-<corpus>`` (``from_generated``). LLM replies (the
-explorer) are cached on disk, so a rerun replays them (latency stays the cold one).
+The sets are built as ``generate/aspect_sets.py`` says; the runs: `intentrank bench
+coverage-0.5b` (and coverage-1.5b, coverage-oracle, coverage-oracle-bare).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section
 
 RUNS = ROOT / "runs" / "aspects"
 CORPORA = ("scifact", "cranfield")

@@ -2,12 +2,9 @@
 experiment file ``fuq`` (systems, metrics, tests, k-sweep) run by the harness on a
 fixed-seed sample of each collection's test queries.
 
-FUQ (F) uses weights tuned on a SciFact train sample (saved as ``fuq-<collection>``, what
-``intentrank tune-fuq`` does); Cranfield and Vaswani have no train split, so there each fold
-of the sample is ranked with weights tuned on the other folds (5-fold CV). LLM replies are
-cached on disk (``.cache/intentrank/llm_cache.sqlite``), so a rerun replays them and the
-latency stays the cold one. Reports go to ``runs/fuq/<collection>.{md,html,json}``; the
-section in docs/benchmarks.md and the k-sweep plot are assembled from them.
+FUQ (F) uses weights tuned on SciFact train (``fuq-<collection>``); Cranfield and Vaswani
+have no train split, so each fold is ranked with weights tuned on the other folds (5-fold).
+Reports go to ``runs/fuq/<collection>.{md,html,json}``; the section is assembled from them.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section
 
 RUNS = ROOT / "runs" / "fuq"
 COLLECTIONS = ("scifact", "cranfield", "vaswani")

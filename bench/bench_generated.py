@@ -2,14 +2,8 @@
 
     .venv/bin/python bench/bench_generated.py            # sets in runs/generated/<collection>
 
-For each collection with a generated set (``intentrank generate ... --split generated``):
-Recall@{10,100,200,400,1000} of the gold documents for sparse (BM25), dense (MiniLM) and their
-alternating interleave, single- and two-document questions apart (the knowledge-aware paper's
-Tables 1-2 layout; a two-document question counts 0.5 when one gold document is found, which
-is plain recall). On SciFact, eight retrieval pipelines are ranked by nDCG@10 on the generated
-questions and on the real test queries, and Kendall's tau says whether the generated set orders
-them as the real one does. Writes the ``generated-sets`` section of docs/benchmarks.md and
-``runs/bench_generated.json``.
+Recall of the gold documents per kind of question, and Kendall's tau between the orders of
+SciFact pipelines on generated and real queries: bench/sections/generated-sets.md.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, publish, rank_scores, save_json  # noqa: E402
+from report import DATA, ROOT, header, publish, rank_scores, save_json
 
 CUTS = (10, 100, 200, 400, 1000)
 DEPTH = 1000

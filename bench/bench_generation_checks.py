@@ -4,12 +4,10 @@
 
 Each model of ``--llm`` (default: the embedded 0.5B and the 1.5B) gets its own tables.
 
-Support check (``check_support``) on the kept single-document questions of a generated set,
-each with three answers: its own (right), the next question's (wrong) and a made-up one
-(wrong); one-document check (``check_answerable``) on each document of the kept two-document
-questions (should be "no" for a question that needs both) and on nonsense questions. Beside
-each verdict, the lexical support share the default filter uses. Writes the
-``generation-checks`` section of docs/benchmarks.md.
+Support check (``check_support``) on the kept single-document questions, each with its own
+answer, the next question's and a made-up one; one-document check (``check_answerable``) on
+each document of the kept two-document questions and on nonsense questions; beside each
+verdict, the lexical support share the default filter uses.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generated import open_index  # noqa: E402
-from report import ROOT, header, publish  # noqa: E402
+from bench_generated import open_index
+from report import ROOT, header, publish
 
 MADE_UP = "The value is 42 kilograms per second, measured on Mars in 1850."
 NONSENSE = ["What is the boiling point of water on Mars in winter?",

@@ -6,20 +6,11 @@ method 5), in the paper's layout.
     .venv/bin/python bench/bench_knowledge.py judge-check vaswani --llm qwen2.5-coder-1.5b
     .venv/bin/python bench/bench_knowledge.py render
 
-``measure SET``: on a generated question set (``runs/generated/<SET>``, split ``generated``;
-single- and two-document questions with reference answers) over its collection's index:
-R@3/5/10/20/50 of the gold documents (a two-document question counts 0.5 per document) for
-no rerank (BM25 and dense interleaved to 100 unique), the cross-encoder alone, and the
-knowledge-aware rerank at each N_know (Tables 3/4 and 6/7); LLM calls and seconds per
-question, fallbacks; then, on the first ``--answer-n`` questions, answers from the top N_ans
-of the knowledge-aware ranking (N_know = 5) judged for relevance and faithfulness against the
-reference answer and the gold documents (Table 5). ``measure-real DATASET``: the same three
-systems on a fixed-seed sample of a collection's labelled queries (``--split test``) over its
-index (``indexes/<name>``, built if missing): R@3/5/10/20/50 and nDCG@10 against its qrels
-(ir-measures), paired randomization test of KA against CE on R@10 and nDCG@10, written to
-``runs/knowledge/real-<dataset>-<llm>.json``. ``judge-check SET``: the judge on answers
-of known quality (no LLM wrote them). Results go to ``runs/knowledge/``; ``render`` writes the
-``knowledge`` section of docs/benchmarks.md (or ``--out FILE``) from every result file there.
+``measure`` (a generated set), ``measure-real`` (labelled test queries) and
+``measure-aspects`` (composed two-aspect questions) rank the same systems (``rank_systems``);
+``judge-check`` runs the judge on answers of known quality, ``stream`` times the chain
+streamed. Results go to ``runs/knowledge/``; ``render`` writes the ``knowledge`` section
+(what each table means: bench/sections/knowledge.md).
 """
 
 from __future__ import annotations
@@ -36,15 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import (  # noqa: E402
-    BENCHMARKS,
-    ROOT,
-    header,
-    p_value,
-    rank_scores,
-    save_json,
-    write_section,
-)
+from report import BENCHMARKS, ROOT, header, p_value, rank_scores, save_json, write_section
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)

@@ -1,19 +1,10 @@
 """Query latency per stage, in-process and through the service, cold and warm, and peak RSS
 (issue 35). SciFact test queries (seed 0), index indexes/scifact.
 
-- in-process: each pipeline in a fresh process: cold = its first query (lazy model loads and
-  the query model's ONNX export check included), warm = the next queries one at a time;
-  p50/p95 of the total and of every stage (the trace's seconds). `bm25`, `dense`, `rrf`
-  and `cascade` also run on the previous commit's source (``--previous DIR``, a worktree),
-  interleaved with today's, so the two are compared on one machine in one run.
-- service: one `intentrank serve` process (2 workers, keys off, access log to a file):
-  cold = each pipeline's first request after start, warm = sequential requests (client
-  p50/p95, stage p50/p95 from the response trace); `bm25` and `rrf` with 8 concurrent
-  clients; then a conversation through `conversation` (its rewrite step loads the 1.5B)
-  and the server's peak RSS (both LLMs loaded).
-- index: peak RSS and per-leg build seconds of `intentrank index` on SciFact in a fresh cache.
-
     .venv/bin/python bench/bench_latency.py --previous 0641ffc    # ~15 min on 2 cores
+
+Each in-process pipeline runs in a fresh process (``--one``), today's source interleaved with
+``--previous``'s (a temporary worktree); what each table measures is in its section's text.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, header, publish  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables, table, wait_healthy
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
@@ -160,13 +151,9 @@ async def _service(url: str, pid: int, load_clients: int) -> dict:
 
 def through_service(load_clients: int) -> dict:
     """The service in its own process, with a fresh LLM reply cache (model files shared)."""
-    import socket
-
     cache = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     (cache / "models").symlink_to(Path(os.environ["INTENTRANK_CACHE"]) / "models")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "intentrank.cli", "serve", "--index", f"scifact={INDEX}",
            "--no-keys", "--port", str(port), "--access-log", str(cache / "access.log")]
     for p in (*PIPELINES, "conversation"):
@@ -183,17 +170,7 @@ def through_service(load_clients: int) -> dict:
 
 def _serve_and_measure(server: subprocess.Popen, port: int, load_clients: int,
                        log: Path) -> dict:
-    import httpx
-
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(1)
-    else:
-        sys.exit(f"the service did not start: {log.read_text()[-2000:]}")
+    wait_healthy(f"http://127.0.0.1:{port}", server, 300, log)
     print("[bench] service ...", file=sys.stderr, flush=True)
     return asyncio.run(_service(f"http://127.0.0.1:{port}", server.pid, load_clients))
 
@@ -218,49 +195,33 @@ def _stages(stages: dict[str, dict[str, float]]) -> str:
     return "; ".join(f"{n} {v['p50']:.1f}/{v['p95']:.1f}" for n, v in stages.items())
 
 
-def to_markdown(meta: dict, inproc: list[dict], service: dict, index: dict) -> str:
-    load = " to ".join(f"{x:.1f}" for x in meta["load"])
-    lines = [
-        "## Query latency per stage, cold and warm, and peak memory (issue 35)", "",
-        header().rstrip(),
-        f"- data: SciFact test queries (seed 0), index `indexes/scifact` (5,183 documents); "
-        f"1-minute load average during the run: {load} (2 cores)", "",
-        "In-process: each pipeline in a fresh process; cold = its first query (lazy model "
-        "loads included), warm = the next queries one at a time; stages: warm p50/p95 ms "
-        "of each stage of the trace. `previous` = the source at commit "
-        f"{meta['previous'] or '-'} in the same run, interleaved.", "",
-        "| pipeline | version | load s | cold ms | warm p50 ms | warm p95 ms | queries | "
-        "stages (warm p50/p95 ms) |", "|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in inproc:
-        lines.append(f"| {r['pipeline']} | {r['version']} | {r['build_s']:.1f} | "
-                     f"{r['cold_ms']:.0f} | {r['warm']['p50']:.1f} | {r['warm']['p95']:.1f} | "
-                     f"{r['n']} | {_stages(r['warm_stages'])} |")
-    lines += [
-        "", "Through the service (`intentrank serve`, 2 workers, keys off, access log to a "
-        "file; one client, httpx on the same machine): cold = the pipeline's first request "
-        "after start; stages from the response trace.", "",
-        "| pipeline | cold ms | warm p50 ms | warm p95 ms | requests | stages (warm p50/p95 "
-        "ms) |", "|---|---:|---:|---:|---:|---|"]
-    for r in service["pipelines"]:
-        lines.append(f"| {r['pipeline']} | {r['cold_ms']:.0f} | {r['warm']['p50']:.1f} | "
-                     f"{r['warm']['p95']:.1f} | {r['n']} | {_stages(r['warm_stages'])} |")
-    lines += ["", "Concurrent clients (closed loop, each sends its next request when the last "
-              "returns; goal for `rrf`: p95 <= 30 ms at 8 clients):", "",
-              "| pipeline | clients | requests | req/s | p50 ms | p95 ms |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in service["load"]:
-        lines.append(f"| {r['pipeline']} | {r['clients']} | {r['requests']} | {r['rps']:.1f} | "
-                     f"{r['p50']:.1f} | {r['p95']:.1f} |")
-    legs = ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())
-    lines += [
-        "", "Memory:", "",
-        f"- `intentrank index` on SciFact, fresh cache: peak RSS {index['peak_rss_mib']:.0f} "
-        f"MiB, {index['wall_s']:.0f} s in all (per leg: {legs})",
-        f"- `intentrank serve` with the SciFact index, every pipeline above and both LLMs "
-        f"loaded (a conversation through `conversation`, whose rewrite runs on the 1.5B: "
-        f"{service['conversation_ms'] / 1000:.1f} s, searched as \"{service['rewrite']}\"): "
-        f"peak RSS {service['peak_rss_mib']:.0f} MiB"]
-    return "\n".join(lines) + "\n"
+def section(meta: dict, inproc: list[dict], service: dict, index: dict
+            ) -> tuple[str, dict[str, str]]:
+    """The latency section's header lines and tables, and the values its text
+    (bench/sections/latency.md) reads."""
+    tables = [
+        table(["pipeline", "version", "load s", "cold ms", "warm p50 ms", "warm p95 ms",
+               "queries", "stages (warm p50/p95 ms)"],
+              [[r["pipeline"], r["version"], f"{r['build_s']:.1f}", f"{r['cold_ms']:.0f}",
+                f"{r['warm']['p50']:.1f}", f"{r['warm']['p95']:.1f}", r["n"],
+                _stages(r["warm_stages"])] for r in inproc],
+              "|---|---|---:|---:|---:|---:|---:|---|"),
+        table(["pipeline", "cold ms", "warm p50 ms", "warm p95 ms", "requests",
+               "stages (warm p50/p95 ms)"],
+              [[r["pipeline"], f"{r['cold_ms']:.0f}", f"{r['warm']['p50']:.1f}",
+                f"{r['warm']['p95']:.1f}", r["n"], _stages(r["warm_stages"])]
+               for r in service["pipelines"]], "|---|---:|---:|---:|---:|---|"),
+        table(["pipeline", "clients", "requests", "req/s", "p50 ms", "p95 ms"],
+              [[r["pipeline"], r["clients"], r["requests"], f"{r['rps']:.1f}",
+                f"{r['p50']:.1f}", f"{r['p95']:.1f}"] for r in service["load"]],
+              "|---|---:|---:|---:|---:|---:|")]
+    values = {"load": " to ".join(f"{x:.1f}" for x in meta["load"]),
+              "previous": meta["previous"] or "-",
+              "index.rss": f"{index['peak_rss_mib']:.0f}", "index.wall": f"{index['wall_s']:.0f}",
+              "index.legs": ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items()),
+              "serve.conversation": f"{service['conversation_ms'] / 1000:.1f}",
+              "serve.rewrite": service["rewrite"], "serve.rss": f"{service['peak_rss_mib']:.0f}"}
+    return header() + "\n" + "\n\n".join(tables), values
 
 
 def main() -> None:
@@ -296,7 +257,7 @@ def main() -> None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                 str(worktree)], check=False)
     meta = {"previous": args.previous, "load": [min(loads), max(loads)]}
-    publish("latency", to_markdown(meta, inproc, service, index), write=not args.no_write)
+    publish_tables("latency", *section(meta, inproc, service, index), write=not args.no_write)
 
 
 if __name__ == "__main__":

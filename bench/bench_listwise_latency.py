@@ -1,9 +1,7 @@
 """Latency of one listwise LLM call vs the passage length it is shown (the cascade's lever).
 
-Embedded Qwen2.5-Coder-0.5B on 2 threads, no reply cache: for each ``max_passage_chars``,
-``--calls`` listwise prompts over 5 SciFact test candidates (BM25 top-5 of test queries),
-mean seconds per call (the first call of each setting is a warm-up) with llama.cpp's prompt
-and generated token counts. Writes the ``listwise-latency`` section of docs/benchmarks.md.
+Embedded 0.5B on 2 threads, no reply cache, ``--calls`` prompts per ``max_passage_chars``
+(the first a warm-up). Writes the ``listwise-latency`` section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section
 
 
 def main() -> None:

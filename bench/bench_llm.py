@@ -3,11 +3,8 @@
     .venv/bin/python bench/bench_llm.py                 # 1 and 2 threads, writes docs
     .venv/bin/python bench/bench_llm.py --threads 1 --no-write
 
-Each thread count runs in its own process (load time and RSS per process). Prompt and
-generation tokens/s come from llama.cpp's own timings (prompt tokens found in the KV cache
-are not counted as evaluated). The cache-hit speed-up replays the same prompts through
-LLMClient with a fresh SQLite cache; the HTTP overhead is wall time minus llama.cpp's compute
-time per call, in-process vs through the OpenAI client and llama.cpp's HTTP server.
+Each thread count runs in its own process; token rates are llama.cpp's own timings; the HTTP
+overhead is wall time minus llama.cpp's compute time per call (bench/sections/llm.md).
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import header, publish_tables, run_each_in_subprocess, save_json, table  # noqa: E402
+from report import header, publish_tables, run_each_in_subprocess, save_json, table
 
 PROMPTS = [
     "A user searched for: boundary layer transition on a flat plate. Write 3 short follow-up "

@@ -1,16 +1,10 @@
 """Encoders and the cross-encoder reranker (issue 3): speed on 2 cores and reranking quality.
 
     nice .venv/bin/python bench/bench_models.py                   # every phase, writes docs
-    nice .venv/bin/python bench/bench_models.py --reuse           # keep a trained reranker
     nice .venv/bin/python bench/bench_models.py --phases eval --no-write
 
-Phases (results accumulate in runs/bench_models.json, so phases can run separately):
-  embed  passages/s of both embedder backends on the same SciFact passages (interleaved,
-         best of n);
-  train  fine-tune the reranker on SciFact train (skipped with --reuse if the model exists);
-  speed  cross-encoder pairs/s: torch fp32 vs onnx int8 on the same SciFact pairs;
-  eval   BM25 top-100 -> cross-encoder on SciFact, Cranfield and Vaswani test (nDCG@10),
-         int8 ONNX on every query; torch fp32 on the first SciFact queries for the difference.
+Phases embed, train, speed, eval accumulate in runs/bench_models.json (they can run
+separately; ``--reuse`` keeps a trained reranker); what each measures: bench/sections/models.md.
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import DATA, ROOT, header, log, machine, publish_tables, save_json, table  # noqa: E402
+from report import DATA, ROOT, header, log, machine, publish_tables, save_json, table
 
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")

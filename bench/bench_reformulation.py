@@ -2,25 +2,13 @@
 nDCG on labelled conversational sets, with the embedded LLMs.
 
     .venv/bin/python bench/bench_reformulation.py measure cast2021 --n 30 --llm embedded
-    .venv/bin/python bench/bench_reformulation.py measure cast2019 --n 20
     .venv/bin/python bench/bench_reformulation.py measure gen:runs/conversations/scifact-3t@scifact
     .venv/bin/python bench/bench_reformulation.py render
 
-``measure SET``: sample ``--n`` contextual turns (turns with history; seed 0) of the set,
-reformulate them with every method (the raw turn, ``concat_turns``, the seven LLM methods,
-the gold rewrite) and measure: cosine to gold and its change against the raw turn, by
-conversation-length bucket (Table 1); on sets with a corpus, BM25 (depth 100) nDCG@3/@10,
-MRR@10 and R@100 per method, and RRF(raw turn, method) (the robust default); the Reranker
-Support Score of BM25 top-5 and BM25 top-100 -> cross-encoder top-5 (Table 2); the LLM
-Citation Score of each method's BM25 top-5 with ``--cite-llm`` LLMs on the first
-``--cite-n`` turns (Table 3); s/turn and fallbacks per method. One JSON per set and LLM in
-runs/reformulation/. ``render`` writes the ``reformulation`` section of docs/benchmarks.md
-from every JSON there.
-
-Sets: ``cast2019`` / ``cast2020`` (gold rewrites, no corpus: cosine only), ``cast2021``
-(the 235 canonical passages as corpus, each turn's passage relevant),
-``gen:<dir>@<index name>`` (a generated conversational set; the index of its corpus in
-indexes/).
+Sets: ``cast2019`` / ``cast2020`` (gold rewrites, no corpus: cosine only), ``cast2021`` (its
+235 canonical passages as corpus), ``gen:<dir>@<index name>`` (a generated conversational
+set). One JSON per set and LLM in runs/reformulation/; ``render`` writes the
+``reformulation`` section from every JSON there (what each table means is in its text).
 """
 
 from __future__ import annotations
@@ -36,9 +24,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, p_value, write_section  # noqa: E402
+from report import DATA, ROOT, header, p_value, write_section
 
-from intentrank.query.reformulate import NO_LLM_METHODS  # noqa: E402
+from intentrank.query.reformulate import NO_LLM_METHODS
 
 OUT = ROOT / "runs" / "reformulation"
 LLM_METHODS = ["rewrite_full", "rewrite_summary", "rewrite_questions", "hyde", "hyde_masked",

@@ -3,8 +3,8 @@
     .venv/bin/python bench/bench_retrieval.py                 # all collections, writes docs
     .venv/bin/python bench/bench_retrieval.py --only cranfield --no-write
 
-Each collection runs in its own process so peak memory is per collection. Index builds do
-not use the embedding cache, so dense build time is real encoding time.
+Each collection runs in its own process (peak memory per collection); index builds skip the
+embedding cache, so dense build time is real encoding time.
 """
 
 from __future__ import annotations
@@ -22,15 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from report import (  # noqa: E402
-    DATA,
-    ROOT,
-    header,
-    publish,
-    run_each_in_subprocess,
-    save_json,
-    write_section,
-)
+from report import DATA, ROOT, header, publish, run_each_in_subprocess, save_json, write_section
 
 COLLECTIONS = {"scifact": "test", "cranfield": "test", "vaswani": "test"}
 SYSTEMS = ["bm25", "dense", "tfidf", "sparse", "graph", "rrf", "weighted"]

@@ -1,10 +1,8 @@
 """How far a 100-query sample's mean nDCG@10 can fall from the full split's (issue 5).
 
-The paper behind the cascade reports SciFact numbers on a 100-query sample. This reads the
-per-query nDCG@10 of a full-split ablation report (``docs/ablation/<name>.json``), draws
-``--draws`` samples of ``--size`` queries without replacement (fixed seed) and writes, per
-configuration, the full-split mean, the spread of the sample means and the share of samples
-above a published figure. Writes the ``sample-spread`` section of docs/benchmarks.md.
+Reads the per-query scores of a full-split ablation report (``docs/ablation/<name>.json``) and
+draws ``--draws`` samples of ``--size`` queries without replacement (fixed seed). Writes the
+``sample-spread`` section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import ROOT, header, write_section  # noqa: E402
+from report import ROOT, header, write_section
 
 
 def sample_means(values: np.ndarray, size: int, draws: int, seed: int) -> np.ndarray:

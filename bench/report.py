@@ -96,6 +96,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | None = None
+                 ) -> None:
+    """Poll ``url``/health until it answers 200; exit when ``proc`` (a Popen) ends first or
+    ``seconds`` pass (with the tail of ``log``)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.25)
+    sys.exit(f"the service at {url} did not start" + (
+        f": {log.read_text()[-2000:]}" if log and log.exists() else ""))
+
+
 def log(message: str) -> None:
     """A progress line on stderr."""
     print(f"[bench] {message}", file=sys.stderr, flush=True)
