@@ -36,6 +36,8 @@ EXPERIMENTS = [  # (result, command, metrics: default its first three but Recall
      "runs/defaults/cascade-variants", None),
     ("listwise-first", "intentrank experiment listwise-first --out runs/defaults/listwise-first",
      None),
+    ("listwise-models", "intentrank experiment listwise-models --out "
+     "runs/defaults/listwise-models", None),
     *((f"fuq-{m}", f"intentrank --llm llamacpp:qwen2.5-coder-{m} {FUQ} --out "
        f"runs/defaults/fuq-{m}", ["MRR", "nDCG@3"]) for m in ("0.5b", "1.5b"))]
 
