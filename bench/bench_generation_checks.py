@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     idx = open_index(args.set.name)
     text = {d: idx.doc_text(d)[:1500] for a in kept for d in a["documents"]}
     lines = [header()]
-    for spec in args.llm:
-        lines += check(load_llm(spec), args.set, single, pairs, text)
+    for i, spec in enumerate(args.llm):
+        lines += [""] * bool(i) + check(load_llm(spec), args.set, single, pairs, text)
     publish("generation-checks", "\n".join(lines), not args.no_write)
 
 
@@ -85,7 +85,7 @@ def check(llm, set_dir: Path, single: list[dict], pairs: list[dict], text: dict[
         arows.setdefault(kind, []).append(
             float(isinstance(r.value, dict) and r.value.get("answerable") is True))
 
-    lines = ["", f"- model: {llm.model}; set: {set_dir.relative_to(ROOT)}", "",
+    lines = [f"- model: {llm.model}; set: {set_dir.relative_to(ROOT)}", "",
              "| support check: answer | cases | LLM says supported | lexical share min-max "
              "| share >= 0.5 (kept by default) |", "|---|---|---|---|---|"]
     for kind, row in rows.items():

@@ -35,7 +35,8 @@ def machine() -> str:
 
 
 def header() -> str:
-    cmd = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+    python = "python" if Path(sys.executable).name.startswith("python") else sys.executable
+    cmd = " ".join(shlex.quote(a) for a in [python, *sys.argv])
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"- command: `{cmd}`\n- machine: {machine()}\n- date: {date}\n"
 

@@ -243,6 +243,22 @@ def test_filters_are_counted(cranfield_index, data_dir, tmp_path):
     assert one_doc.info["rejected"] == {"one_doc_suffices": 3}
 
 
+def test_llm_checks_ask_the_checker(cranfield_index, data_dir, tmp_path):
+    """With a ``checker`` (the CLI's: role ``support``, the 1.5B), the support and
+    one-document checks are its verdicts, not the question writer's."""
+    corpus = data_dir / "cranfield" / "corpus.jsonl"
+    settings = GenerationSettings(n=2, multi_doc=0.0, max_attempts=3, llm_checks=True)
+    rejected = generate_questions(cranfield_index, corpus, tmp_path / "a", _client(
+        GenerationLLM()), checker=_client(GenerationLLM(supported=False)),
+        settings=settings, progress=False)
+    assert rejected.info["rejected"] == {"unsupported": 3}
+    assert rejected.info["identity"]["checker_model"] != ""
+    kept = generate_questions(cranfield_index, corpus, tmp_path / "b", _client(
+        GenerationLLM(supported=False)), checker=_client(GenerationLLM()),
+        settings=settings, progress=False)
+    assert kept.kept == 2
+
+
 def test_resume_after_kill_gives_the_uninterrupted_set(cranfield_index, data_dir, tmp_path):
     settings = {"n": 8, "multi_doc": 0.5, "seed": 5}
     _run(cranfield_index, data_dir, tmp_path / "whole", **settings)

@@ -56,10 +56,11 @@ def generate_cmd(
                                             "indexes/<corpus name>, built if missing).")]
         = None,  # type: ignore[assignment]
     llm_checks: Annotated[bool, typer.Option("--llm-checks/--no-llm-checks",
-                                             help="Also ask the LLM whether each answer is "
+                                             help="Also ask an LLM whether each answer is "
                                              "supported and whether one document answers a "
-                                             "two-document question alone (useful with a "
-                                             "strong model; the 0.5B says yes to nearly all).")]
+                                             "two-document question alone (the embedded 1.5B "
+                                             "by default: it rejects wrong answers, the 0.5B "
+                                             "says yes to nearly all; docs/benchmarks.md).")]
         = False,
 ) -> None:
     """Generate questions with known source documents (single- and two-document, categories
@@ -87,8 +88,10 @@ def generate_cmd(
     idx = open_or_build(corpus, index_dir or Path("indexes") / name)
     llm = settings.load_llm(role="questions")
     trace = Trace()
+    checker = settings.load_llm(role="support") if llm_checks else None
     report = generate_questions(idx, source, out_dir, llm, taxonomy=taxonomy,
-                                settings=generation, trace=trace, progress=True, log=log)
+                                settings=generation, trace=trace, progress=True, log=log,
+                                checker=checker)
     info = report.info
     llm_health(settings, trace)
     console.print(f"[green]question set ready[/] {report.out_dir}: {report.kept} questions "

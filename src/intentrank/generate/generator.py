@@ -186,8 +186,10 @@ class Generator:
     """Runs attempts against an LLM and filters them; see the module docstring."""
 
     def __init__(self, index: Index, llm: LLMLike, taxonomy: Taxonomy,
-                 settings: GenerationSettings, trace: Trace | None = None) -> None:
+                 settings: GenerationSettings, trace: Trace | None = None,
+                 checker: LLMLike | None = None) -> None:
         self.index, self.llm, self.taxonomy, self.settings = index, llm, taxonomy, settings
+        self.checker = checker or llm  # the LLM of the support and one-document checks
         self.trace = trace if trace is not None else Trace()
         self.duplicates = DuplicateFilter()
 
@@ -199,7 +201,8 @@ class Generator:
         return "\n".join(f"- {line}" for line in lines)
 
     def _step(self, contract: str, values: dict[str, Any]) -> Any:
-        result = run_step(self.llm, contract, [values], fallback=lambda v: None,
+        llm = self.checker if contract.startswith("check_") else self.llm
+        result = run_step(llm, contract, [values], fallback=lambda v: None,
                           trace=self.trace, stage=STAGE, structured=True)[0]
         return result.value if result.ok else None
 
@@ -328,9 +331,11 @@ def generate_questions(
     trace: Trace | None = None,
     progress: bool = True,
     log: Log | None = None,
+    checker: LLMLike | None = None,
 ) -> GenerationReport:
     """Generate ``settings.n`` questions about the documents of ``index`` into ``out_dir``
-    (resuming what is there); see the module docstring for what is written."""
+    (resuming what is there); see the module docstring for what is written. ``checker``
+    answers the ``llm_checks`` (default: ``llm``)."""
     settings = settings or GenerationSettings()
     say = log or (lambda msg: None)
     if not isinstance(taxonomy, Taxonomy):
@@ -351,10 +356,12 @@ def generate_questions(
     identity = {**settings.identity(), "taxonomy_sha256": taxonomy.sha256,
                 "model": getattr(llm, "model", getattr(llm, "name", "?")),
                 "corpus_sha256": index.corpus_sha256}
+    if settings.llm_checks and checker is not None:
+        identity["checker_model"] = getattr(checker, "model", getattr(checker, "name", "?"))
     out = Path(out_dir)
     open_run(out, identity, "generated question set")
     attempts = read_attempts(out / ATTEMPTS, Attempt)
-    gen = Generator(index, llm, taxonomy, settings, trace)
+    gen = Generator(index, llm, taxonomy, settings, trace, checker)
     for a in attempts:
         if a.status == "kept":
             gen.duplicates.add(a.query_id or "", a.question)

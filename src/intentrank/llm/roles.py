@@ -21,6 +21,9 @@ ROLE_MODELS: dict[str, tuple[str, str]] = {
     "judge": ("qwen2.5-coder-1.5b",
               "answers of known quality (Vaswani, 80 pairs): agreement 0.61 with the 1.5B, "
               "0.49 (near chance) with the 0.5B"),
+    "support": ("qwen2.5-coder-1.5b",
+                "generated Cranfield questions, 17 each: the 1.5B calls 1 wrong and 0 made-up "
+                "answers supported, the 0.5B 15 and 16 (`generate --llm-checks`)"),
     "modality_weights": ("qwen2.5-coder-1.5b",
                          "30 SciFact queries: 30/30 valid weight replies with the 1.5B, 0/30 "
                          "with the 0.5B"),
