@@ -27,7 +27,7 @@ SETS = [("CAsT 2021", "cast2021--qwen2.5-coder-1.5b--n60.json"),
          "runs_conversations_scifact-3t-nb-scifact--qwen2.5-coder-1.5b--n60.json"),
         ("Cranfield, generated (neighbour history)",
          "runs_conversations_cranfield-3t-nb-cranfield--qwen2.5-coder-1.5b--n60.json")]
-DEFAULT = "fused(raw+history_terms+rewrite_full)"  # configs/conversation.yaml
+DEFAULT = "fused(raw+first_turn+history_terms+rewrite_full)"  # configs/conversation.yaml
 FUQ = "experiment fuq --sample 50 --without compression --without listwise --without parents"
 EXPERIMENTS = [  # (result, command, metrics: default its first three but Recall@100)
     ("shipped-pipelines", "intentrank experiment shipped-pipelines --out "

@@ -106,6 +106,41 @@ def test_fused_reformulations_is_rrf_of_each_methods_bm25_list_on_real_cast(cast
         result.trace.stages)
 
 
+def test_shipped_conversation_pipeline_fuses_four_lists_on_real_cast(cast21):
+    """The shipped ``conversation`` config on real CAsT 2021 turns (the rewrite scripted):
+    RRF of BM25's lists for the raw turn, first_turn, history_terms and the rewrite, and
+    later stages see the rewrite."""
+    from fakes import RecordingLLM
+
+    from intentrank.llm.base import LLMReply
+    from intentrank.llm.client import LLMClient
+    from intentrank.pipelines import pipeline_from_config
+
+    class Rewriter(RecordingLLM):
+        def answer(self, messages, params) -> LLMReply:
+            return LLMReply('Rewritten: "What are the symptoms of throat cancer?"')
+
+    ds, index = cast21
+    queries, _ = ds.split("test")
+    turns = [q for q in queries if q.history][:3]
+    stage = pipeline_from_config("conversation", index, llm=LLMClient(Rewriter(), cache=False))
+    result = stage.run(turns)
+    ctx = BuildContext(index=index)
+
+    def lists(node):
+        return [r.doc_ids for r in build_pipeline(node, ctx).run(turns).rankings]
+
+    parts = [lists({"bm25": {"depth": 100}}), lists(["first_turn", {"bm25": {"depth": 100}}]),
+             lists(["history_terms", {"bm25": {"depth": 100}}]),
+             [r.doc_ids for r in build_pipeline({"bm25": {"depth": 100}}, ctx).run(
+                 [Query(t.id, "What are the symptoms of throat cancer?") for t in turns]
+             ).rankings]]
+    for i, ranking in enumerate(result.rankings):
+        expected = rrf([p[i] for p in parts], rrf_k=60)
+        assert ranking.doc_ids == sorted(expected, key=lambda d: (-expected[d], d))
+        assert ranking.query.text == "What are the symptoms of throat cancer?"
+
+
 def test_cli_reformulates_without_an_llm(tmp_path):
     import json
 
