@@ -248,3 +248,26 @@ def test_real_listwise_first_puts_the_relevant_passage_first(data_dir):
     c = trace.stage("listwise").counters
     assert c.get("fallbacks", 0) == 0 and c.get("repairs", 0) == 0
     assert out[0].doc_ids[0] == RELEVANT
+
+
+@pytest.mark.slow
+def test_real_support_check_of_the_support_role_rejects_a_wrong_answer(data_dir):
+    """The support role's model (the embedded 1.5B, `generate --llm-checks`) on a real
+    Cranfield abstract: its own answer is supported, another document's is not (measured on
+    17 generated questions: 1 of 34 wrong answers called supported; the 0.5B 31)."""
+    import json
+
+    from intentrank.llm.client import load_llm
+    from intentrank.llm.roles import role_spec
+    from intentrank.llm.step import run_step
+
+    doc = json.loads((data_dir / "cranfield" / "corpus.jsonl").open().readline())["text"]
+    question = "What was the experimental study of the wing in a propeller slipstream for?"
+    answers = ["To determine the spanwise distribution of the lift increase due to slipstream.",
+               "To measure the heat transfer to a blunt body in hypersonic flow."]
+    llm = load_llm(role_spec("embedded", "support"))
+    out = run_step(llm, "check_support", [{"documents": f"Document:\n{doc}", "question": question,
+                                           "answer": a} for a in answers],
+                   fallback=lambda v: None, stage="check_support", structured=True)
+    assert [r.value.get("supported") if isinstance(r.value, dict) else None for r in out] == \
+        [True, False]
