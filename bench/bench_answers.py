@@ -43,24 +43,35 @@ def as_question(claim: str) -> str:
     return f"Is it true that {first}{claim[1:]}?"
 
 
-def question_sets(n: int, seed: int) -> tuple[Any, dict, list[Any], list[Any]]:
+def question_sets(n: int, seed: int, question_set: Path | None = None
+                  ) -> tuple[Any, dict, list[Any], list[Any]]:
     """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims
-    (a seed other than 0 samples from the claims seed 0 did not draw)."""
+    (a seed other than 0 samples from the claims seed 0 did not draw), or of a generated
+    ``question_set``'s questions (split ``generated``; its collection's index)."""
     from intentrank.core.registry import BuildContext
     from intentrank.data.dataset import load_dataset
     from intentrank.index import open_or_build
     from intentrank.pipelines import build_pipeline
     from intentrank.types import Ranking
 
-    ds = load_dataset(DATA / "scifact")
-    index = open_or_build(ds.corpus, ROOT / "indexes" / "scifact", source=str(ds.root))
-    queries, qrels = ds.split("test")
+    if question_set is not None:  # generated questions over a collection's index
+        ds = load_dataset(question_set)
+        collection = load_dataset(DATA / question_set.name)
+        index = open_or_build(collection.corpus, ROOT / "indexes" / question_set.name,
+                              source=str(collection.root))
+        queries, qrels = ds.split("generated")
+    else:
+        ds = load_dataset(DATA / "scifact")
+        index = open_or_build(ds.corpus, ROOT / "indexes" / "scifact", source=str(ds.root))
+        queries, qrels = ds.split("test")
     pool = list(queries)
+    n = min(n, len(pool) // 2 if seed else len(pool))
     if seed:  # a held-out sample: disjoint from seed 0's, where methods are chosen
         chosen = {q.id for q in random.Random(0).sample(pool, n)}
         pool = [q for q in pool if q.id not in chosen]
     sample = sorted(random.Random(seed).sample(pool, n), key=lambda q: q.id)
-    sample = [replace(q, text=as_question(q.text)) for q in sample]
+    if question_set is None:
+        sample = [replace(q, text=as_question(q.text)) for q in sample]
     ranked = build_pipeline(RETRIEVAL, BuildContext(index)).run(sample).rankings
     answerable = [r for r in ranked if set(qrels[r.query.id]) & set(r.doc_ids)]
     unanswerable = []
@@ -78,7 +89,7 @@ def measure(args: argparse.Namespace) -> Path:
     from intentrank.llm.roles import role_spec
     from intentrank.types import Trace
 
-    index, qrels, answerable, unanswerable = question_sets(args.n, args.seed)
+    index, qrels, answerable, unanswerable = question_sets(args.n, args.seed, args.set)
     spec = role_spec(args.llm, "answer")
     stage = AnswerGenerator(load_llm(spec), index, top_k=5, abstain=args.abstain,
                             cite=args.cite, abstain_threshold=args.abstain_threshold,
@@ -91,7 +102,9 @@ def measure(args: argparse.Namespace) -> Path:
                               "max_citations": args.max_citations,
                               "cite_margin": stage.cite_margin, "n": args.n,
                               "doc_words": args.doc_words,
-                              "seed": args.seed}
+                              "seed": args.seed,
+                              "questions": f"generated {args.set.name.capitalize()}"
+                              if args.set else "SciFact claims"}
     for kind, rankings in (("answerable", answerable), ("unanswerable", unanswerable)):
         trace = Trace()
         t0 = time.perf_counter()
@@ -130,6 +143,8 @@ def measure(args: argparse.Namespace) -> Path:
         name += f"--words{args.doc_words}"
     if args.seed:
         name += f"--seed{args.seed}"
+    if args.set:
+        name += f"--generated-{args.set.name}"
     name += ".json"
     path = OUT / name
     path.write_text(json.dumps(result, indent=1))
@@ -157,14 +172,16 @@ def answers_table() -> tuple[str, str]:
     """The answers table of docs/benchmarks.md's "Defaults" section and the commands of its
     rows (bench_defaults.py)."""
     results = sorted((json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))),
-                     key=lambda r: r.get("seed", 0))
+                     key=lambda r: (r.get("questions", "SciFact claims") != "SciFact claims",
+                                    r.get("seed", 0)))
     if not results:
         raise SystemExit(f"no results in {OUT}: run `bench_answers.py measure` first")
     rows = []
     for r in results:
         a, u = r["answerable"], r["unanswerable"]
         threshold = f" ({r['abstain_threshold']:g})" if r["abstain"] != "llm" else ""
-        rows.append([f"{r.get('seed', 0)}{' (held out)' if r.get('seed', 0) else ''}",
+        rows.append([r.get("questions", "SciFact claims"),
+                     f"{r.get('seed', 0)}{' (held out)' if r.get('seed', 0) else ''}",
                      f"{r['llm']}{_words(r)}", f"{r['abstain']}{threshold}",
                      f"{r['cite']}{_posthoc(r) if r['cite'] != 'llm' else ''}",
                      _pct(a["n"] - a["abstained"], a["n"]), _pct(a["cites_gold"], a["n"]),
@@ -174,7 +191,7 @@ def answers_table() -> tuple[str, str]:
                      f"{(a['seconds'] + u['seconds']) / max(a['n'] + u['n'], 1):.1f}"])
     commands = [r["command"].splitlines()[0].replace("- command: ", "- ") + " ("
                 + r["command"].splitlines()[2].removeprefix("- date: ") + ")" for r in results]
-    return table(["seed", "LLM", "abstain", "cite", "answered", "answered citing gold",
+    return table(["questions", "seed", "LLM", "abstain", "cite", "answered", "answered citing gold",
                   "citations of gold", "false abstentions", "abstained (unanswerable)",
                   "unsupported sentences", "s/answer"], rows), "\n".join(commands)
 
@@ -186,7 +203,11 @@ def main(argv: list[str] | None = None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
     m.add_argument("--llm", default="embedded", help="LLM spec (embedded: the answer role's)")
-    m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled")
+    m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled (with "
+                   "--set: questions of the set, at most all)")
+    m.add_argument("--set", type=Path, default=None,
+                   help="a generated question set (runs/generated/<collection>) instead of "
+                   "SciFact claims")
     m.add_argument("--seed", type=int, default=0,
                    help="the sample (0: where methods are chosen; 1: held out)")
     m.add_argument("--abstain", default="relevance", choices=list(ABSTAIN))
