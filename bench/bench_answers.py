@@ -86,11 +86,14 @@ def measure(args: argparse.Namespace) -> Path:
     from intentrank.answer.citations import is_abstention
     from intentrank.answer.generate import DOC_WORDS, AnswerGenerator
     from intentrank.llm.client import load_llm
-    from intentrank.llm.roles import role_spec
+    from intentrank.llm.model_files import DEFAULT_MODEL
+    from intentrank.llm.roles import EMBEDDED, role_spec
     from intentrank.types import Trace
 
     index, qrels, answerable, unanswerable = question_sets(args.n, args.seed, args.set)
     spec = role_spec(args.llm, "answer")
+    if spec.strip() in EMBEDDED:  # named by the model it resolves to, as the spec's outputs
+        spec = f"llamacpp:{DEFAULT_MODEL}"
     stage = AnswerGenerator(load_llm(spec), index, top_k=5, abstain=args.abstain,
                             cite=args.cite, abstain_threshold=args.abstain_threshold,
                             support_threshold=args.support_threshold,
