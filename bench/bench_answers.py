@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_generated import open_index
 from report import DATA, ROOT, header, table
 
 OUT = ROOT / "runs" / "answers"
@@ -50,20 +51,13 @@ def question_sets(n: int, seed: int, question_set: Path | None = None
     ``question_set``'s questions (split ``generated``; its collection's index)."""
     from intentrank.core.registry import BuildContext
     from intentrank.data.dataset import load_dataset
-    from intentrank.index import open_or_build
     from intentrank.pipelines import build_pipeline
     from intentrank.types import Ranking
 
-    if question_set is not None:  # generated questions over a collection's index
-        ds = load_dataset(question_set)
-        collection = load_dataset(DATA / question_set.name)
-        index = open_or_build(collection.corpus, ROOT / "indexes" / question_set.name,
-                              source=str(collection.root))
-        queries, qrels = ds.split("generated")
-    else:
-        ds = load_dataset(DATA / "scifact")
-        index = open_or_build(ds.corpus, ROOT / "indexes" / "scifact", source=str(ds.root))
-        queries, qrels = ds.split("test")
+    # generated questions are searched over their collection's index
+    index = open_index(question_set.name if question_set else "scifact")
+    ds = load_dataset(question_set or DATA / "scifact")
+    queries, qrels = ds.split("generated" if question_set else "test")
     pool = list(queries)
     n = min(n, len(pool) // 2 if seed else len(pool))
     if seed:  # a held-out sample: disjoint from seed 0's, where methods are chosen

@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     text = {d: idx.doc_text(d)[:1500] for a in kept for d in a["documents"]}
     lines = [header()]
     for i, spec in enumerate(args.llm):
-        lines += [""] * bool(i) + check(load_llm(spec), args.set, single, pairs, text)
+        if i:
+            lines.append("")
+        lines += check(load_llm(spec), args.set, single, pairs, text)
     publish("generation-checks", "\n".join(lines), not args.no_write)
 
 

@@ -79,6 +79,11 @@ def test_bad_fused_reformulations_configs_are_refused(params, message):
 
 
 
+def _lists(ctx: BuildContext, node, queries: list[Query]) -> list[list[str]]:
+    """Each query's doc ids from the pipeline ``node`` built in ``ctx``."""
+    return [r.doc_ids for r in build_pipeline(node, ctx).run(queries).rankings]
+
+
 def test_fused_reformulations_is_rrf_of_each_methods_bm25_list_on_real_cast(cast21):
     """Real CAsT 2021 turns and index: the stage's ranking is exactly RRF (rrf_k 60) of
     BM25's list for the raw turn and for each expansion; later stages see ``text_from``."""
@@ -90,13 +95,9 @@ def test_fused_reformulations_is_rrf_of_each_methods_bm25_list_on_real_cast(cast
         "methods": ["raw", "first_turn", "history_terms"],
         "retriever": {"bm25": {"depth": 20}}, "text_from": "history_terms"}}, ctx)
     result = stage.run(turns)
-
-    def lists(node):
-        return [r.doc_ids for r in build_pipeline(node, ctx).run(turns).rankings]
-
-    raw = lists({"bm25": {"depth": 20}})
-    first = lists(["first_turn", {"bm25": {"depth": 20}}])
-    terms = lists(["history_terms", {"bm25": {"depth": 20}}])
+    raw = _lists(ctx, {"bm25": {"depth": 20}}, turns)
+    first = _lists(ctx, ["first_turn", {"bm25": {"depth": 20}}], turns)
+    terms = _lists(ctx, ["history_terms", {"bm25": {"depth": 20}}], turns)
     for i, ranking in enumerate(result.rankings):
         expected = rrf([raw[i], first[i], terms[i]], rrf_k=60)
         assert ranking.doc_ids == sorted(expected, key=lambda d: (-expected[d], d))
@@ -126,15 +127,11 @@ def test_shipped_conversation_pipeline_fuses_four_lists_on_real_cast(cast21):
     stage = pipeline_from_config("conversation", index, llm=LLMClient(Rewriter(), cache=False))
     result = stage.run(turns)
     ctx = BuildContext(index=index)
-
-    def lists(node):
-        return [r.doc_ids for r in build_pipeline(node, ctx).run(turns).rankings]
-
-    parts = [lists({"bm25": {"depth": 100}}), lists(["first_turn", {"bm25": {"depth": 100}}]),
-             lists(["history_terms", {"bm25": {"depth": 100}}]),
-             [r.doc_ids for r in build_pipeline({"bm25": {"depth": 100}}, ctx).run(
-                 [Query(t.id, "What are the symptoms of throat cancer?") for t in turns]
-             ).rankings]]
+    rewritten = [Query(t.id, "What are the symptoms of throat cancer?") for t in turns]
+    parts = [_lists(ctx, {"bm25": {"depth": 100}}, turns),
+             _lists(ctx, ["first_turn", {"bm25": {"depth": 100}}], turns),
+             _lists(ctx, ["history_terms", {"bm25": {"depth": 100}}], turns),
+             _lists(ctx, {"bm25": {"depth": 100}}, rewritten)]
     for i, ranking in enumerate(result.rankings):
         expected = rrf([p[i] for p in parts], rrf_k=60)
         assert ranking.doc_ids == sorted(expected, key=lambda d: (-expected[d], d))

@@ -200,9 +200,8 @@ class Generator:
         lines = [self.taxonomy[k][v].description for k, v in a.categories.items()]
         return "\n".join(f"- {line}" for line in lines)
 
-    def _step(self, contract: str, values: dict[str, Any]) -> Any:
-        llm = self.checker if contract.startswith("check_") else self.llm
-        result = run_step(llm, contract, [values], fallback=lambda v: None,
+    def _step(self, contract: str, values: dict[str, Any], llm: LLMLike | None = None) -> Any:
+        result = run_step(llm or self.llm, contract, [values], fallback=lambda v: None,
                           trace=self.trace, stage=STAGE, structured=True)[0]
         return result.value if result.ok else None
 
@@ -249,7 +248,7 @@ class Generator:
                         [f"Document {i}:\n{t}" for i, t in enumerate(texts, 1)])
             verdict = self._step("check_support", {"documents": "\n\n".join(labelled),
                                                    "question": a.question,
-                                                   "answer": a.answer})
+                                                   "answer": a.answer}, self.checker)
             if not isinstance(verdict, dict) or not isinstance(verdict.get("supported"), bool):
                 return "support_check_failed", "no readable verdict from the support check"
             if not verdict["supported"]:
@@ -257,7 +256,8 @@ class Generator:
         if a.kind == "pair" and self.settings.llm_checks:
             for doc_id, text in zip(a.documents, texts, strict=True):
                 verdict = self._step("check_answerable", {"document": text,
-                                                          "question": a.question})
+                                                          "question": a.question},
+                                     self.checker)
                 if isinstance(verdict, dict) and verdict.get("answerable") is True:
                     return "one_doc_suffices", f"{doc_id} alone answers it"
                 if not isinstance(verdict, dict) or \
