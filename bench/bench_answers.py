@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--cite-margin", type=float, default=0.05,
                    help="cite: context cites the passages within this of the best")
     args = p.parse_args(argv)
+    if args.set and not (args.set / "qrels" / "generated.tsv").is_file():
+        p.error(f"--set {args.set}: not a generated question set (no qrels/generated.tsv; "
+                f"make one with `intentrank generate`)")
     measure(args)
 
 

@@ -36,8 +36,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
 
+    from intentrank.errors import IntentrankError
     from intentrank.llm.client import load_llm
 
+    try:
+        llms = [load_llm(spec) for spec in args.llm]
+    except IntentrankError as exc:
+        p.error(f"--llm: {exc}")
     attempts = [json.loads(x) for x in (args.set / "attempts.jsonl").open(encoding="utf-8")]
     kept = [a for a in attempts if a["status"] == "kept"]
     single = [a for a in kept if a["kind"] == "single"]
@@ -45,10 +50,10 @@ def main(argv: list[str] | None = None) -> None:
     idx = open_index(args.set.name)
     text = {d: idx.doc_text(d)[:1500] for a in kept for d in a["documents"]}
     lines = [header()]
-    for i, spec in enumerate(args.llm):
+    for i, llm in enumerate(llms):
         if i:
             lines.append("")
-        lines += check(load_llm(spec), args.set, single, pairs, text)
+        lines += check(llm, args.set, single, pairs, text)
     publish("generation-checks", "\n".join(lines), not args.no_write)
 
 
