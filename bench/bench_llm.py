@@ -54,14 +54,8 @@ def _compute_s(raw: dict) -> float:
 
 
 def run_one(n_threads: int) -> dict:
-    from intentrank.llm import (
-        ChatParams,
-        LlamaCppLLM,
-        LLMClient,
-        OpenAICompatibleLLM,
-        gguf_path,
-        user,
-    )
+    from intentrank.llm import LlamaCppLLM, LLMClient, OpenAICompatibleLLM, gguf_path, user
+    from intentrank.llm.base import ChatParams
     from intentrank.rerank.judge import judge_messages
 
     gguf_path()  # assembled (or trusted) before timing the load
@@ -91,8 +85,7 @@ def run_one(n_threads: int) -> dict:
     judge_s = (time.perf_counter() - start) / len(judge_msgs)
     cached_frac = statistics.mean(
         (r.raw["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
-        / max(r.prompt_tokens, 1) for r in judged[1:]
-    )
+        / max(r.prompt_tokens, 1) for r in judged[1:])
 
     # overhead per call outside llama.cpp's compute: in-process vs HTTP (same short prompts)
     http = OpenAICompatibleLLM(llm.base_url, "qwen", timeout=120)
@@ -101,15 +94,13 @@ def run_one(n_threads: int) -> dict:
         for name, backend in (("embedded", llm), ("http", http)):
             r = backend.chat(user(f"Say the number {i} {name}."), ChatParams(max_tokens=4))
             over[name].append(r.seconds - _compute_s(r.raw))
-    return {
-        "n_threads": n_threads, "load_s": load_s,
-        "prompt_tok_s": prompt_n / (prompt_ms / 1000), "gen_tok_s": gen_n / (gen_ms / 1000),
-        "prompt_tokens": prompt_n, "gen_tokens": gen_n, "n_prompts": len(msgs),
-        "cold_s": cold, "warm_s": warm, "speedup": cold / warm,
-        "judge_s_per_candidate": judge_s, "judge_cached_prefix": cached_frac,
-        "overhead_ms": {k: 1000 * statistics.median(v) for k, v in over.items()},
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
+    return {"n_threads": n_threads, "load_s": load_s,
+            "prompt_tok_s": prompt_n / (prompt_ms / 1000), "gen_tok_s": gen_n / (gen_ms / 1000),
+            "prompt_tokens": prompt_n, "gen_tokens": gen_n, "n_prompts": len(msgs),
+            "cold_s": cold, "warm_s": warm, "speedup": cold / warm,
+            "judge_s_per_candidate": judge_s, "judge_cached_prefix": cached_frac,
+            "overhead_ms": {k: 1000 * statistics.median(v) for k, v in over.items()},
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def section(results: list[dict]) -> tuple[str, dict[str, str]]:
@@ -125,7 +116,7 @@ def section(results: list[dict]) -> tuple[str, dict[str, str]]:
         ["threads", "load s", "prompt tok/s", "generation tok/s", "10 prompts cold s",
          "cache replay s", "cache speed-up", "judge s/candidate (KV-cached prefix)",
          "overhead ms/call in-process / HTTP", "peak RSS MiB"], rows), {
-        "prompts": str(results[0]["n_prompts"]), "max_tokens": str(MAX_TOKENS)}
+        "prompts": str(len(PROMPTS)), "max_tokens": str(MAX_TOKENS)}
 
 
 def main() -> None:
