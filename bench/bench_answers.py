@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_generated import open_index
-from report import DATA, ROOT, header, table
+from report import DATA, ROOT, header, log, save_json, table
 
 OUT = ROOT / "runs" / "answers"
 RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
@@ -35,6 +35,7 @@ RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
              {"cutoff": 20}, {"cross_encoder": {"top_k": 20, "backend": "onnx",
                                                 "max_length": 128}},
              {"cutoff": 5}]
+SUMMED = ("abstained", "cites_gold", "cited", "cited_gold", "unsupported")  # over questions
 
 
 def as_question(claim: str) -> str:
@@ -56,8 +57,8 @@ def question_sets(n: int, seed: int, question_set: Path | None = None
 
     # generated questions are searched over their collection's index
     index = open_index(question_set.name if question_set else "scifact")
-    ds = load_dataset(question_set or DATA / "scifact")
-    queries, qrels = ds.split("generated" if question_set else "test")
+    queries, qrels = load_dataset(question_set or DATA / "scifact").split(
+        "generated" if question_set else "test")
     pool = list(queries)
     n = min(n, len(pool) // 2 if seed else len(pool))
     if seed:  # a held-out sample: disjoint from seed 0's, where methods are chosen
@@ -68,11 +69,10 @@ def question_sets(n: int, seed: int, question_set: Path | None = None
         sample = [replace(q, text=as_question(q.text)) for q in sample]
     ranked = build_pipeline(RETRIEVAL, BuildContext(index)).run(sample).rankings
     answerable = [r for r in ranked if set(qrels[r.query.id]) & set(r.doc_ids)]
-    unanswerable = []
-    for i, r in enumerate(ranked):
-        other = ranked[(i + 1) % len(ranked)]
-        if not set(qrels[r.query.id]) & set(other.doc_ids):
-            unanswerable.append(Ranking(r.query, other.docs))
+    # unanswerable: a question with the next question's passages, when none of them is gold
+    unanswerable = [Ranking(r.query, other.docs) for r, other in zip(
+        ranked, ranked[1:] + ranked[:1], strict=True) if not set(qrels[r.query.id])
+        & set(other.doc_ids)]
     return index, qrels, answerable, unanswerable
 
 
@@ -89,49 +89,36 @@ def measure(args: argparse.Namespace) -> Path:
     if spec.strip() in EMBEDDED:  # named by the model it resolves to, as the spec's outputs
         spec = f"llamacpp:{DEFAULT_MODEL}"
     stage = AnswerGenerator(load_llm(spec), index, top_k=5, abstain=args.abstain,
-                            cite=args.cite, abstain_threshold=args.abstain_threshold,
-                            support_threshold=args.support_threshold,
-                            max_citations=args.max_citations, cite_margin=args.cite_margin,
-                            doc_words=args.doc_words)
-    result: dict[str, Any] = {"llm": spec, "abstain": args.abstain, "cite": args.cite,
-                              "abstain_threshold": stage.abstain_threshold,
-                              "support_threshold": stage.support_threshold,
-                              "max_citations": args.max_citations,
-                              "cite_margin": stage.cite_margin, "n": args.n,
-                              "doc_words": args.doc_words,
-                              "seed": args.seed,
-                              "questions": f"generated {args.set.name.capitalize()}"
-                              if args.set else "SciFact claims"}
+                            cite=args.cite, support_threshold=args.support_threshold,
+                            max_citations=args.max_citations, doc_words=args.doc_words)
+    result: dict[str, Any] = {
+        "llm": spec, "abstain": args.abstain, "cite": args.cite,
+        "abstain_threshold": stage.abstain_threshold,
+        "support_threshold": stage.support_threshold, "max_citations": args.max_citations,
+        "cite_margin": stage.cite_margin, "n": args.n, "doc_words": args.doc_words,
+        "seed": args.seed, "questions": f"generated {args.set.name.capitalize()}"
+        if args.set else "SciFact claims"}
     for kind, rankings in (("answerable", answerable), ("unanswerable", unanswerable)):
-        trace = Trace()
-        t0 = time.perf_counter()
+        trace, t0 = Trace(), time.perf_counter()
         answers = [r.query.answer for r in stage(rankings, trace)]
         c = trace.stage("answer").counters
-        # replies replayed from the cache are charged the time they took when generated
-        seconds = time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0)
-        llm_s = c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)
         rows = []
         for r, a in zip(rankings, answers, strict=True):
-            gold = set(qrels[r.query.id])
+            gold = set(qrels[r.query.id]) & set(a.cited_ids)
             rows.append({"id": r.query.id, "abstained": is_abstention(a.text) or not a.text,
-                         "cites_gold": bool(gold & set(a.cited_ids)), "text": a.text,
-                         "cited": len(a.cited_ids), "cited_gold": len(gold & set(a.cited_ids)),
-                         "fallback": a.fallback, "unsupported": sum(
-                             e.n is None for e in a.evidence)})
+                         "cites_gold": bool(gold), "text": a.text, "cited": len(a.cited_ids),
+                         "cited_gold": len(gold), "fallback": a.fallback,
+                         "unsupported": sum(e.n is None for e in a.evidence)})
+        # replies replayed from the cache are charged the time they took when generated
         result[kind] = {
-            "n": len(rows), "rows": rows,
-            "abstained": sum(x["abstained"] for x in rows),
-            "cites_gold": sum(x["cites_gold"] for x in rows),
-            "cited": sum(x["cited"] for x in rows),
-            "cited_gold": sum(x["cited_gold"] for x in rows),
-            "unsupported": sum(x["unsupported"] for x in rows),
+            "n": len(rows), "rows": rows, **{k: sum(x[k] for x in rows) for k in SUMMED},
             "sentences": int(c.get("sentences", 0)), "gated": int(c.get("gated", 0)),
             "llm_calls": int(c.get("llm_calls", 0) + c.get("llm_cache_hits", 0)),
-            "seconds": seconds, "llm_seconds": llm_s}
-        print(f"[bench] {kind}: {result[kind]['abstained']}/{len(rows)} abstained, "
-              f"{result[kind]['cites_gold']} cite gold, {seconds:.0f} s", file=sys.stderr)
+            "seconds": time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0),
+            "llm_seconds": c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)}
+        log(f"{kind}: {result[kind]['abstained']}/{len(rows)} abstained, "
+            f"{result[kind]['cites_gold']} cite gold, {result[kind]['seconds']:.0f} s")
     result["command"] = header()
-    OUT.mkdir(parents=True, exist_ok=True)
     cite = f"{args.cite}{args.max_citations}" if args.cite != "llm" else args.cite
     name = f"{spec.replace(':', '_')}--{args.abstain}-{cite}--n{args.n}"
     if args.support_threshold is not None:
@@ -142,23 +129,10 @@ def measure(args: argparse.Namespace) -> Path:
         name += f"--seed{args.seed}"
     if args.set:
         name += f"--generated-{args.set.name}"
-    name += ".json"
-    path = OUT / name
-    path.write_text(json.dumps(result, indent=1))
-    print(f"[bench] wrote {path}", file=sys.stderr)
+    path = OUT / f"{name}.json"
+    save_json(path, result)
+    log(f"wrote {path}")
     return path
-
-
-def _posthoc(r: dict[str, Any]) -> str:
-    margin = f", margin {r['cite_margin']:g}" if r["cite"] == "context" else ""
-    return f" ({r['support_threshold']:g}{margin}, up to {r.get('max_citations', 1)})"
-
-
-def _words(r: dict[str, Any]) -> str:
-    from intentrank.answer.generate import DOC_WORDS
-
-    words = r.get("doc_words", DOC_WORDS)
-    return f" ({words} words/passage)" if words != DOC_WORDS else ""
 
 
 def _pct(a: int, b: int) -> str:
@@ -167,7 +141,9 @@ def _pct(a: int, b: int) -> str:
 
 def answers_table() -> tuple[str, str]:
     """The answers table of docs/benchmarks.md's "Defaults" section and the commands of its
-    rows (bench_defaults.py)."""
+    rows (bench_defaults.py); the runs before --doc-words and --set lack those keys."""
+    from intentrank.answer.generate import DOC_WORDS
+
     results = sorted((json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))),
                      key=lambda r: (r.get("questions", "SciFact claims") != "SciFact claims",
                                     r.get("seed", 0)))
@@ -175,12 +151,16 @@ def answers_table() -> tuple[str, str]:
         raise SystemExit(f"no results in {OUT}: run `bench_answers.py measure` first")
     rows = []
     for r in results:
-        a, u = r["answerable"], r["unanswerable"]
-        threshold = f" ({r['abstain_threshold']:g})" if r["abstain"] != "llm" else ""
+        a, u, seed, words = r["answerable"], r["unanswerable"], r.get("seed", 0), r.get(
+            "doc_words", DOC_WORDS)
+        margin = f", margin {r['cite_margin']:g}" if r["cite"] == "context" else ""
+        cite = f" ({r['support_threshold']:g}{margin}, up to {r.get('max_citations', 1)})"
         rows.append([r.get("questions", "SciFact claims"),
-                     f"{r.get('seed', 0)}{' (held out)' if r.get('seed', 0) else ''}",
-                     f"{r['llm']}{_words(r)}", f"{r['abstain']}{threshold}",
-                     f"{r['cite']}{_posthoc(r) if r['cite'] != 'llm' else ''}",
+                     f"{seed}{' (held out)' if seed else ''}",
+                     r["llm"] + (f" ({words} words/passage)" if words != DOC_WORDS else ""),
+                     r["abstain"] + (f" ({r['abstain_threshold']:g})"
+                                     if r["abstain"] != "llm" else ""),
+                     r["cite"] + (cite if r["cite"] != "llm" else ""),
                      _pct(a["n"] - a["abstained"], a["n"]), _pct(a["cites_gold"], a["n"]),
                      _pct(a["cited_gold"], a["cited"]) if "cited" in a else "-",
                      _pct(a["abstained"], a["n"]), _pct(u["abstained"], u["n"]),
@@ -188,37 +168,32 @@ def answers_table() -> tuple[str, str]:
                      f"{(a['seconds'] + u['seconds']) / max(a['n'] + u['n'], 1):.1f}"])
     commands = [r["command"].splitlines()[0].replace("- command: ", "- ") + " ("
                 + r["command"].splitlines()[2].removeprefix("- date: ") + ")" for r in results]
-    return table(["questions", "seed", "LLM", "abstain", "cite", "answered", "answered citing gold",
-                  "citations of gold", "false abstentions", "abstained (unanswerable)",
-                  "unsupported sentences", "s/answer"], rows), "\n".join(commands)
+    return table(["questions", "seed", "LLM", "abstain", "cite", "answered",
+                  "answered citing gold", "citations of gold", "false abstentions",
+                  "abstained (unanswerable)", "unsupported sentences", "s/answer"],
+                 rows), "\n".join(commands)
 
 
 def main(argv: list[str] | None = None) -> None:
     from intentrank.answer.generate import ABSTAIN, CITE, DOC_WORDS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    m = sub.add_parser("measure")
+    m = p.add_subparsers(dest="cmd", required=True).add_parser("measure")
     m.add_argument("--llm", default="embedded", help="LLM spec (embedded: the answer role's)")
     m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled (with "
                    "--set: questions of the set, at most all)")
-    m.add_argument("--set", type=Path, default=None,
-                   help="a generated question set (runs/generated/<collection>) instead of "
-                   "SciFact claims")
+    m.add_argument("--set", type=Path, help="a generated question set "
+                   "(runs/generated/<collection>) instead of SciFact claims")
     m.add_argument("--seed", type=int, default=0,
                    help="the sample (0: where methods are chosen; 1: held out)")
     m.add_argument("--abstain", default="relevance", choices=list(ABSTAIN))
     m.add_argument("--cite", default="posthoc", choices=list(CITE))
-    m.add_argument("--abstain-threshold", type=float, default=None,
-                   help="default: the method's (relevance 0.2, similarity 0.45)")
     m.add_argument("--doc-words", type=int, default=DOC_WORDS,
                    help="words of each passage the LLM is shown")
-    m.add_argument("--support-threshold", type=float, default=None,
+    m.add_argument("--support-threshold", type=float,
                    help="default: the method's (posthoc 0.1, context 0.45)")
     m.add_argument("--max-citations", type=int, default=1,
                    help="passages a sentence may cite (each at the support threshold)")
-    m.add_argument("--cite-margin", type=float, default=0.05,
-                   help="cite: context cites the passages within this of the best")
     args = p.parse_args(argv)
     if args.set and not (args.set / "qrels" / "generated.tsv").is_file():
         p.error(f"--set {args.set}: not a generated question set (no qrels/generated.tsv; "

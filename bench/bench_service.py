@@ -3,7 +3,7 @@
 threads, in the same run (server, clients and pipelines: bench/sections/service.md).
 
     .venv/bin/python bench/bench_service.py            # SciFact test queries, all levels
-    .venv/bin/python bench/bench_service.py --quick    # fewer requests (smoke run)
+    .venv/bin/python bench/bench_service.py --quick    # fewer requests, print only (smoke run)
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
 
-KEY = "bench-key"
+KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"
 LEVELS = (1, 4, 16, 64)
 WORKERS, QUEUE_LIMIT = 2, 32
 CASCADE_CE = [
@@ -40,58 +41,52 @@ BOUNDS = {"bm25": (400, 8.0), "rrf": (300, 15.0), "cascade-ce": (24, 25.0)}
 QUICK = {"bm25": (60, 3.0), "rrf": (40, 4.0), "cascade-ce": (4, 8.0)}
 
 
-def _settings(index_dir: Path, access_log: Path):  # noqa: ANN202
-    from intentrank.service import ServiceSettings
-    from intentrank.service.auth import ApiKey, KeyStore, hash_key
-
-    return ServiceSettings(indexes={"scifact": index_dir}, pipelines=dict(PIPELINES),
-                           keys=KeyStore([ApiKey("bench", hash_key(KEY))]),
-                           workers=WORKERS, queue_limit=QUEUE_LIMIT, timeout_s=300,
-                           retry_after_s=1, access_log=access_log)
-
-
-def serve_child(port: int, index_dir: Path, access_log: Path) -> None:
+def serve_child(port: int, access_log: Path) -> None:
     """The server process."""
     import uvicorn
 
-    from intentrank.service import create_app
+    from intentrank.service import ServiceSettings, create_app
+    from intentrank.service.auth import ApiKey, KeyStore, hash_key
 
-    uvicorn.run(create_app(_settings(index_dir, access_log)), host="127.0.0.1", port=port,
-                log_level="warning", access_log=False)
+    settings = ServiceSettings(indexes={"scifact": INDEX}, pipelines=dict(PIPELINES),
+                               keys=KeyStore([ApiKey("bench", hash_key(KEY))]),
+                               workers=WORKERS, queue_limit=QUEUE_LIMIT, timeout_s=300,
+                               retry_after_s=1, access_log=access_log)
+    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False)
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if len(values) < 2:
-        v = values[0] if values else float("nan")
-        return {"p50": v, "p95": v, "p99": v}
-    q = statistics.quantiles(values, n=100, method="inclusive")
-    return {"p50": q[49], "p95": q[94], "p99": q[98]}
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 in milliseconds."""
+    if len(seconds) < 2:
+        return dict.fromkeys(("p50", "p95", "p99"), 1000 * seconds[0] if seconds else
+                             float("nan"))
+    q = statistics.quantiles(seconds, n=100, method="inclusive")
+    return {"p50": 1000 * q[49], "p95": 1000 * q[94], "p99": 1000 * q[98]}
 
 
 async def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
                 seconds: float) -> dict:
     import httpx
 
-    latencies, codes, errors = [], {}, 0
-    sent = 0
+    latencies, codes, sent = [], {}, 0
     stop_at = time.perf_counter() + seconds
-    headers = {"Authorization": f"Bearer {KEY}"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits,
+                                 headers={"Authorization": f"Bearer {KEY}"}) as http:
         async def client() -> None:
-            nonlocal sent, errors
+            nonlocal sent
             while sent < count and time.perf_counter() < stop_at:
                 q = queries[sent % len(queries)]
                 sent += 1
                 t = time.perf_counter()
                 try:
-                    r = await http.post("/search", headers=headers, json={
-                        "query": q, "pipeline": pipeline, "top_k": 10, "include_text": False})
-                    code = r.status_code
+                    code = (await http.post("/search", json={
+                        "query": q, "pipeline": pipeline, "top_k": 10,
+                        "include_text": False})).status_code
                 except httpx.HTTPError as exc:
                     code = -1
-                    errors += 1
-                    if errors <= 3:
+                    if codes.get(-1, 0) < 3:
                         print(f"[bench] {type(exc).__name__}: {exc}", file=sys.stderr)
                 codes[code] = codes.get(code, 0) + 1
                 if code == 200:
@@ -102,30 +97,28 @@ async def _load(url: str, pipeline: str, queries: list[str], clients: int, count
         start = time.perf_counter()
         await asyncio.gather(*(client() for _ in range(clients)))
         wall = time.perf_counter() - start
-    ok = codes.get(200, 0)
-    total = sum(codes.values())
+    ok, total = codes.get(200, 0), sum(codes.values())
     bad = total - ok - codes.get(503, 0)
     return {"requests": total, "ok": ok, "rps": ok / wall, "wall_s": wall,
             "n503": codes.get(503, 0), "errors": bad, "codes": codes,
-            "error_rate": bad / max(total, 1),
-            **{k: 1000 * v for k, v in _percentiles(latencies).items()}}
+            "error_rate": bad / max(total, 1), **percentiles(latencies)}
 
 
-def _in_process(stage, queries: list[str], threads: int, count: int, seconds: float) -> dict:
+def _in_process(stage: Any, queries: list[str], threads: int, count: int,
+                seconds: float) -> dict:
     """The same pipeline called directly by ``threads`` threads (what the service wraps)."""
     from intentrank.types import Query, Ranking, Trace
 
-    lock, state = threading.Lock(), {"sent": 0}
+    lock, latencies, sent = threading.Lock(), [], [0]
     stop_at = time.perf_counter() + seconds
-    latencies: list[float] = []
 
     def worker() -> None:
         while True:
             with lock:
-                if state["sent"] >= count or time.perf_counter() >= stop_at:
+                if sent[0] >= count or time.perf_counter() >= stop_at:
                     return
-                q = queries[state["sent"] % len(queries)]
-                state["sent"] += 1
+                q = queries[sent[0] % len(queries)]
+                sent[0] += 1
             t = time.perf_counter()
             stage([Ranking(Query("q", q))], Trace())
             with lock:
@@ -136,22 +129,20 @@ def _in_process(stage, queries: list[str], threads: int, count: int, seconds: fl
         for f in [pool.submit(worker) for _ in range(threads)]:
             f.result()
     wall = time.perf_counter() - start
-    return {"requests": len(latencies), "rps": len(latencies) / wall,
-            **{k: 1000 * v for k, v in _percentiles(latencies).items()}}
+    return {"requests": len(latencies), "rps": len(latencies) / wall, **percentiles(latencies)}
 
 
 class PeakRSS:
-    """Samples a process's resident memory every 0.1 s."""
+    """Samples a process's resident memory every 0.1 s; ``take`` the peak since the last."""
 
     def __init__(self, pid: int) -> None:
         import psutil
 
-        self.proc, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.proc, self.peak, self.stop = psutil.Process(pid), 0, threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.1):
+        while not self.stop.wait(0.1):
             try:
                 self.peak = max(self.peak, self.proc.memory_info().rss)
             except Exception:  # noqa: BLE001 (the process ended)
@@ -160,9 +151,6 @@ class PeakRSS:
     def take(self) -> int:
         peak, self.peak = self.peak, 0
         return peak
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
@@ -190,46 +178,32 @@ def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--serve", nargs=3, metavar=("PORT", "INDEX", "LOG"), help=argparse.SUPPRESS)
-    ap.add_argument("--index", type=Path, default=ROOT / "indexes" / "scifact")
-    ap.add_argument("--quick", action="store_true", help="few requests per level (smoke run)")
-    ap.add_argument("--pipelines", default=",".join(PIPELINES))
-    ap.add_argument("--no-write", action="store_true", help="print, do not edit the docs")
+    ap.add_argument("--serve", nargs=2, metavar=("PORT", "LOG"), help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="few requests per level, print only")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.serve:
-        serve_child(int(args.serve[0]), Path(args.serve[1]), Path(args.serve[2]))
+        serve_child(int(args.serve[0]), Path(args.serve[1]))
         return
-
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
     from intentrank.data.dataset import load_dataset
-    from intentrank.index import Index, open_or_build
+    from intentrank.index import Index
     from intentrank.pipelines import build_context
 
-    ds = load_dataset(DATA / "scifact")
-    queries = [q.text for q in ds.split("test")[0]]
-    idx = open_or_build(ds.corpus, args.index, source=str(DATA / "scifact"))
-    n_docs = len(idx)
-    idx.close()
+    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
     port = free_port()
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl"
-    load_before = os.getloadavg()[0]
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port),
-                               str(args.index), str(log)])
-    url = f"http://127.0.0.1:{port}"
+    load_before, url = os.getloadavg()[0], f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(
+        Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl")])
     try:
         wait_healthy(url, server, 150)
-        rss = PeakRSS(server.pid)
-        ctx = build_context(Index.open(args.index))  # as the service serves it (no lock)
-        results, overall = [], 0
-        bounds = QUICK if args.quick else BOUNDS
-        for name in args.pipelines.split(","):
-            source = PIPELINES[name]
-            node = load_config(resolve_pipeline(source))["pipeline"] \
-                if isinstance(source, str) else source
-            stage = build_pipeline(node, ctx)
-            count, seconds = bounds[name]
+        rss, results = PeakRSS(server.pid), []
+        ctx = build_context(Index.open(INDEX))  # as the service serves it (no lock)
+        for name, source in PIPELINES.items():
+            stage = build_pipeline(load_config(resolve_pipeline(source))["pipeline"]
+                                   if isinstance(source, str) else source, ctx)
+            count, seconds = (QUICK if args.quick else BOUNDS)[name]
             _in_process(stage, queries, 2, 4, 60)  # warm both sides
             asyncio.run(_load(url, name, queries, 2, 4, 60))
             for clients in LEVELS:
@@ -237,21 +211,20 @@ def main() -> None:
                 inproc = _in_process(stage, queries, clients, count, seconds)
                 rss.take()
                 http = asyncio.run(_load(url, name, queries, clients, count, seconds))
-                peak = rss.take()
-                overall = max(overall, peak)
                 results.append({"pipeline": name, "clients": clients, "http": http,
-                                "inproc": inproc, "rss_mib": peak / 2**20})
+                                "inproc": inproc, "rss_mib": rss.take() / 2**20})
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-        rss.stop()
+        rss.stop.set()
     finally:
         server.terminate()
         server.wait(30)
-    meta = {"queries": len(queries), "index": str(args.index.relative_to(ROOT))
-            if args.index.is_relative_to(ROOT) else str(args.index), "documents": n_docs,
-            "load_before": load_before, "load_after": os.getloadavg()[0],
-            "peak_rss_mib": overall / 2**20}
-    save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
-    publish_tables("service", *section(results, meta), write=not args.no_write and not args.quick)
+    meta = {"queries": len(queries), "index": str(INDEX.relative_to(ROOT)),
+            "documents": len(ctx.index), "load_before": load_before,
+            "load_after": os.getloadavg()[0],
+            "peak_rss_mib": max(r["rss_mib"] for r in results)}
+    if not args.quick:
+        save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
+    publish_tables("service", *section(results, meta), write=not args.quick)
 
 
 if __name__ == "__main__":
