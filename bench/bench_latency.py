@@ -15,20 +15,25 @@ import json
 import os
 import random
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import DATA, ROOT, free_port, header, publish_tables, table, wait_healthy
+from bench_service import percentiles
+from report import DATA, ROOT, free_port, header, log, publish_tables, table, wait_healthy
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
 COMPARED = ("bm25", "dense", "rrf", "cascade")  # also run on the previous commit
 WARM = {"bm25": 60, "dense": 60, "rrf": 60, "cascade": 30, "answer": 4}
+CLIENTS = 8  # in the concurrent-clients table
+CONVERSATION = {"turns": [{"question": "What does ALDH1 mark in breast cancer?",
+                           "answer": "Stem-like tumour cells with a poor prognosis."}],
+                "question": "Is its expression linked to metastasis?"}
 
 
 def queries(n: int, offset: int = 0) -> list[str]:
@@ -39,17 +44,13 @@ def queries(n: int, offset: int = 0) -> list[str]:
     return texts[offset:offset + n]
 
 
-def pcts(values: list[float]) -> dict[str, float]:
-    """p50 and p95 in milliseconds."""
-    if len(values) < 2:
-        return {"p50": 1000 * values[0], "p95": 1000 * values[0]}
-    q = statistics.quantiles(values, n=20, method="inclusive")
-    return {"p50": 1000 * statistics.median(values), "p95": 1000 * q[18]}
-
-
-def stage_pcts(per_query: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    names = {n for row in per_query for n in row}
-    return {n: pcts([row.get(n, 0.0) for row in per_query]) for n in sorted(names)}
+def timings(seconds: list[float], stages: list[dict[str, float]]) -> dict[str, Any]:
+    """Cold (the first query) and warm (the rest: p50/p95 ms, of each stage too) timings."""
+    names = sorted({n for row in stages[1:] for n in row})
+    return {"cold_ms": 1000 * seconds[0], "cold_stages": {
+        n: 1000 * s for n, s in stages[0].items()}, "warm": percentiles(seconds[1:]),
+        "warm_stages": {n: percentiles([row.get(n, 0.0) for row in stages[1:]])
+                        for n in names}, "n": len(seconds) - 1}
 
 
 def inproc_child(pipeline: str) -> dict:
@@ -61,27 +62,23 @@ def inproc_child(pipeline: str) -> dict:
     stage = pipeline_from_config(pipeline, index=Index.open(INDEX),
                                  llm_options={"cache": False})
     build_s = time.perf_counter() - t
-    totals, stages = [], []
+    seconds, stages = [], []
     for q in queries(WARM[pipeline] + 1):
         t = time.perf_counter()
         trace = stage.run([q]).trace
-        totals.append(time.perf_counter() - t)
+        seconds.append(time.perf_counter() - t)
         stages.append({n: st.seconds for n, st in trace.stages.items()})
-    return {"build_s": build_s, "cold_ms": 1000 * totals[0], "cold_stages": {
-        n: 1000 * s for n, s in stages[0].items()}, "warm": pcts(totals[1:]),
-        "warm_stages": stage_pcts(stages[1:]), "n": len(totals) - 1}
+    return {"build_s": build_s, **timings(seconds, stages)}
 
 
 def in_process(previous: Path | None) -> list[dict]:
     rows = []
     for pipeline in PIPELINES:
-        versions = [("today", ROOT / "src")]
-        if previous and pipeline in COMPARED:
-            versions.append(("previous", previous / "src"))
-        for version, src in versions:
-            print(f"[bench] in-process {pipeline} ({version}) ...", file=sys.stderr, flush=True)
-            env = {**os.environ, "PYTHONPATH": str(src)}
-            proc = subprocess.run([sys.executable, __file__, "--one", pipeline], env=env,
+        for version, src in [("today", ROOT / "src"), *(
+                [("previous", previous / "src")] if previous and pipeline in COMPARED else [])]:
+            log(f"in-process {pipeline} ({version}) ...")
+            proc = subprocess.run([sys.executable, __file__, "--one", pipeline],
+                                  env={**os.environ, "PYTHONPATH": str(src)},
                                   capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 sys.exit(f"{pipeline} ({version}) failed:\n{proc.stderr[-3000:]}")
@@ -90,15 +87,9 @@ def in_process(previous: Path | None) -> list[dict]:
     return rows
 
 
-def _vmhwm(pid: int) -> float:
-    """Peak resident memory of a live process, MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-async def _requests(http, pipeline: str, texts: list[str], clients: int = 1) -> tuple:
+async def _requests(http: Any, pipeline: str, texts: list[str], clients: int = 1) -> tuple:
+    """Closed loop: each client sends its next query when its last returns -> (seconds,
+    stage seconds of each request, requests/s)."""
     route = "/answer" if pipeline == "answer" else "/search"
     latencies, stages, pending = [], [], list(texts)
 
@@ -125,27 +116,24 @@ async def _service(url: str, pid: int, load_clients: int) -> dict:
                                  limits=httpx.Limits(max_connections=load_clients)) as http:
         for pipeline in PIPELINES:
             texts = queries(WARM[pipeline] + 1, offset=100)
-            lat, st, _ = await _requests(http, pipeline, texts[:1])
-            lat2, st2, _ = await _requests(http, pipeline, texts[1:])
-            out["pipelines"].append({
-                "pipeline": pipeline, "cold_ms": 1000 * lat[0], "cold_stages": {
-                    n: 1000 * s for n, s in st[0].items()}, "warm": pcts(lat2),
-                "warm_stages": stage_pcts(st2), "n": len(lat2)})
+            cold, cold_stages, _ = await _requests(http, pipeline, texts[:1])
+            warm, warm_stages, _ = await _requests(http, pipeline, texts[1:])
+            out["pipelines"].append({"pipeline": pipeline, **timings(
+                cold + warm, cold_stages + warm_stages)})
         for pipeline in ("bm25", "rrf"):
             texts = queries(300)[::-1] * (2 if pipeline == "bm25" else 1)
-            lat, _, rps = await _requests(http, pipeline, texts, load_clients)
+            seconds, _, rps = await _requests(http, pipeline, texts, load_clients)
             out["load"].append({"pipeline": pipeline, "clients": load_clients,
-                                "requests": len(lat), "rps": rps, **pcts(lat)})
+                                "requests": len(seconds), "rps": rps, **percentiles(seconds)})
         t = time.perf_counter()
         r = await http.post("/search", json={"pipeline": "conversation", "top_k": 10,
-                                             "include_text": False, "conversation": {
-            "turns": [{"question": "What does ALDH1 mark in breast cancer?",
-                       "answer": "Stem-like tumour cells with a poor prognosis."}],
-            "question": "Is its expression linked to metastasis?"}})
+                                             "include_text": False,
+                                             "conversation": CONVERSATION})
         r.raise_for_status()
         out["conversation_ms"] = 1000 * (time.perf_counter() - t)
         out["rewrite"] = r.json()["searched"]
-    out["peak_rss_mib"] = _vmhwm(pid)
+    status = Path(f"/proc/{pid}/status").read_text()  # the server's peak resident memory
+    out["peak_rss_mib"] = int(status.split("VmHWM:")[1].split()[0]) / 1024
     return out
 
 
@@ -158,26 +146,21 @@ def through_service(load_clients: int) -> dict:
            "--no-keys", "--port", str(port), "--access-log", str(cache / "access.log")]
     for p in (*PIPELINES, "conversation"):
         cmd += ["-p", p]
-    with open(cache / "serve.log", "w") as log:
+    with open(cache / "serve.log", "w") as serve_log:
         server = subprocess.Popen(cmd, env={**os.environ, "INTENTRANK_CACHE": str(cache)},
-                                  stdout=subprocess.DEVNULL, stderr=log)
+                                  stdout=subprocess.DEVNULL, stderr=serve_log)
         try:
-            return _serve_and_measure(server, port, load_clients, cache / "serve.log")
+            wait_healthy(f"http://127.0.0.1:{port}", server, 300, cache / "serve.log")
+            log("service ...")
+            return asyncio.run(_service(f"http://127.0.0.1:{port}", server.pid, load_clients))
         finally:
             server.terminate()
             server.wait(60)
 
 
-def _serve_and_measure(server: subprocess.Popen, port: int, load_clients: int,
-                       log: Path) -> dict:
-    wait_healthy(f"http://127.0.0.1:{port}", server, 300, log)
-    print("[bench] service ...", file=sys.stderr, flush=True)
-    return asyncio.run(_service(f"http://127.0.0.1:{port}", server.pid, load_clients))
-
-
 def index_memory() -> dict:
     """`intentrank index` on SciFact in a fresh cache: peak RSS and per-leg seconds."""
-    print("[bench] index ...", file=sys.stderr, flush=True)
+    log("index ...")
     with tempfile.TemporaryDirectory() as tmp:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t = time.perf_counter()
@@ -191,26 +174,24 @@ def index_memory() -> dict:
             "build_seconds": manifest.get("build_seconds", {})}
 
 
-def _stages(stages: dict[str, dict[str, float]]) -> str:
-    return "; ".join(f"{n} {v['p50']:.1f}/{v['p95']:.1f}" for n, v in stages.items())
+def _timed(r: dict) -> list[Any]:
+    """A row's cold, warm and stage columns."""
+    return [f"{r['cold_ms']:.0f}", f"{r['warm']['p50']:.1f}", f"{r['warm']['p95']:.1f}", r["n"],
+            "; ".join(f"{n} {v['p50']:.1f}/{v['p95']:.1f}" for n, v in r["warm_stages"].items())]
 
 
 def section(meta: dict, inproc: list[dict], service: dict, index: dict
             ) -> tuple[str, dict[str, str]]:
     """The latency section's header lines and tables, and the values its text
     (bench/sections/latency.md) reads."""
+    timed = ["cold ms", "warm p50 ms", "warm p95 ms"]
     tables = [
-        table(["pipeline", "version", "load s", "cold ms", "warm p50 ms", "warm p95 ms",
-               "queries", "stages (warm p50/p95 ms)"],
-              [[r["pipeline"], r["version"], f"{r['build_s']:.1f}", f"{r['cold_ms']:.0f}",
-                f"{r['warm']['p50']:.1f}", f"{r['warm']['p95']:.1f}", r["n"],
-                _stages(r["warm_stages"])] for r in inproc],
-              "|---|---|---:|---:|---:|---:|---:|---|"),
-        table(["pipeline", "cold ms", "warm p50 ms", "warm p95 ms", "requests",
-               "stages (warm p50/p95 ms)"],
-              [[r["pipeline"], f"{r['cold_ms']:.0f}", f"{r['warm']['p50']:.1f}",
-                f"{r['warm']['p95']:.1f}", r["n"], _stages(r["warm_stages"])]
-               for r in service["pipelines"]], "|---|---:|---:|---:|---:|---|"),
+        table(["pipeline", "version", "load s", *timed, "queries", "stages (warm p50/p95 ms)"],
+              [[r["pipeline"], r["version"], f"{r['build_s']:.1f}", *_timed(r)]
+               for r in inproc], "|---|---|---:|---:|---:|---:|---:|---|"),
+        table(["pipeline", *timed, "requests", "stages (warm p50/p95 ms)"],
+              [[r["pipeline"], *_timed(r)] for r in service["pipelines"]],
+              "|---|---:|---:|---:|---:|---|"),
         table(["pipeline", "clients", "requests", "req/s", "p50 ms", "p95 ms"],
               [[r["pipeline"], r["clients"], r["requests"], f"{r['rps']:.1f}",
                 f"{r['p50']:.1f}", f"{r['p95']:.1f}"] for r in service["load"]],
@@ -229,19 +210,17 @@ def main() -> None:
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child: one in-process pipeline
     ap.add_argument("--previous", metavar="REV",
                     help="also run the compared pipelines on this commit's source")
-    ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--no-write", action="store_true", help="print, do not publish")
     args = ap.parse_args()
     if args.one:
         print(json.dumps(inproc_child(args.one)))
         return
+    git = ["git", "-C", str(ROOT), "worktree"]
     with tempfile.TemporaryDirectory() as tmp:
-        worktree = None
-        if args.previous:
-            worktree = Path(tmp) / "previous"
-            added = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach",
-                                    "-q", str(worktree), args.previous], capture_output=True,
-                                   text=True, check=False)
+        worktree = Path(tmp) / "previous" if args.previous else None
+        if worktree:
+            added = subprocess.run([*git, "add", "--detach", "-q", str(worktree),
+                                    args.previous], capture_output=True, text=True, check=False)
             if added.returncode != 0:
                 ap.error(f"--previous {args.previous}: {added.stderr.strip()}")
         try:
@@ -250,12 +229,11 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             inproc = in_process(worktree)
             loads.append(os.getloadavg()[0])
-            service = through_service(args.clients)
+            service = through_service(CLIENTS)
             loads.append(os.getloadavg()[0])
         finally:
             if worktree:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(worktree)], check=False)
+                subprocess.run([*git, "remove", "--force", str(worktree)], check=False)
     meta = {"previous": args.previous, "load": [min(loads), max(loads)]}
     publish_tables("latency", *section(meta, inproc, service, index), write=not args.no_write)
 
