@@ -1,16 +1,9 @@
-"""Answers that answer and cite (issue 34): how the answer stage abstains and cites, measured
-on answerable and unanswerable questions, with the embedded LLMs.
+"""Answers that answer and cite (issue 34): how the answer stage abstains and cites, on
+answerable and unanswerable questions (bench/sections/defaults.md, "Answers"), one JSON per
+setting in runs/answers/ (`intentrank bench answers` runs them; bench_defaults.py renders them):
 
-    .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain llm --cite llm
-    .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain relevance \
-        --cite posthoc --max-citations 3
     .venv/bin/python bench/bench_answers.py measure --llm embedded --abstain similarity \
-        --cite context --max-citations 3
-    .venv/bin/python bench/bench_answers.py measure --llm embedded ... --seed 1   (held out)
-
-Questions, answerable and unanswerable, and what each column reports: the "Answers" part of
-bench/sections/defaults.md. One JSON per system in runs/answers/ (the runs: `intentrank bench
-answers`); bench_defaults.py renders them into the "Defaults" section.
+        --cite context --max-citations 3 [--seed 1 (held out)] [--set runs/generated/cranfield]
 """
 
 from __future__ import annotations
@@ -30,11 +23,6 @@ from bench_generated import open_index
 from report import DATA, ROOT, header, log, save_json, table
 
 OUT = ROOT / "runs" / "answers"
-RETRIEVAL = [{"fuse": {"method": "rrf", "inputs": [{"bm25": {"depth": 50}},
-                                                  {"dense": {"depth": 50}}]}},
-             {"cutoff": 20}, {"cross_encoder": {"top_k": 20, "backend": "onnx",
-                                                "max_length": 128}},
-             {"cutoff": 5}]
 SUMMED = ("abstained", "cites_gold", "cited", "cited_gold", "unsupported")  # over questions
 
 
@@ -50,6 +38,7 @@ def question_sets(n: int, seed: int, question_set: Path | None = None
     """(index, qrels, answerable rankings, unanswerable rankings) of ``n`` sampled claims
     (a seed other than 0 samples from the claims seed 0 did not draw), or of a generated
     ``question_set``'s questions (split ``generated``; its collection's index)."""
+    from intentrank.core.config import load_config, resolve_pipeline
     from intentrank.core.registry import BuildContext
     from intentrank.data.dataset import load_dataset
     from intentrank.pipelines import build_pipeline
@@ -67,7 +56,9 @@ def question_sets(n: int, seed: int, question_set: Path | None = None
     sample = sorted(random.Random(seed).sample(pool, n), key=lambda q: q.id)
     if question_set is None:
         sample = [replace(q, text=as_question(q.text)) for q in sample]
-    ranked = build_pipeline(RETRIEVAL, BuildContext(index)).run(sample).rankings
+    # the answer pipeline's passages: its steps before the answer, then its top 5
+    retrieval = [*load_config(resolve_pipeline("answer"))["pipeline"][:-1], {"cutoff": 5}]
+    ranked = build_pipeline(retrieval, BuildContext(index)).run(sample).rankings
     answerable = [r for r in ranked if set(qrels[r.query.id]) & set(r.doc_ids)]
     # unanswerable: a question with the next question's passages, when none of them is gold
     unanswerable = [Ranking(r.query, other.docs) for r, other in zip(

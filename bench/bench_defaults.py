@@ -1,11 +1,7 @@
-"""The "Defaults" section of docs/benchmarks.md (issue 34): the numbers every default is
-chosen by, rendered from stored results; its text, and the reading, is
-bench/sections/defaults.md (the tables and ``{{value NAME}}``s are filled here).
+"""The "Defaults" section of docs/benchmarks.md (issue 34), its text in
+bench/sections/defaults.md, its inputs made by `intentrank bench defaults`:
 
     .venv/bin/python bench/bench_defaults.py render
-
-Its inputs and the commands that make them: `intentrank bench defaults --dry-run`
-(src/intentrank/benchmarks.yaml).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Query latency per stage, in-process and through the service, cold and warm, and peak RSS
-(issue 35). SciFact test queries (seed 0), index indexes/scifact.
+"""Query latency per stage, in-process (each pipeline in a fresh process, ``--one``, today's
+source interleaved with ``--previous``'s) and through the service, cold and warm, and peak RSS
+(issue 35; what each table measures: bench/sections/latency.md). ~15 min on 2 cores:
 
-    .venv/bin/python bench/bench_latency.py --previous 0641ffc    # ~15 min on 2 cores
-
-Each in-process pipeline runs in a fresh process (``--one``), today's source interleaved with
-``--previous``'s (a temporary worktree); what each table measures is in its section's text.
+    .venv/bin/python bench/bench_latency.py --previous 0641ffc
 """
 
 from __future__ import annotations
@@ -182,8 +180,7 @@ def _timed(r: dict) -> list[Any]:
 
 def section(meta: dict, inproc: list[dict], service: dict, index: dict
             ) -> tuple[str, dict[str, str]]:
-    """The latency section's header lines and tables, and the values its text
-    (bench/sections/latency.md) reads."""
+    """The section's header lines and tables, and the values bench/sections/latency.md reads."""
     timed = ["cold ms", "warm p50 ms", "warm p95 ms"]
     tables = [
         table(["pipeline", "version", "load s", *timed, "queries", "stages (warm p50/p95 ms)"],

@@ -104,8 +104,7 @@ def run_one(n_threads: int) -> dict:
 
 
 def section(results: list[dict]) -> tuple[str, dict[str, str]]:
-    """The llm section's header lines and table, and the values its prose
-    (bench/sections/llm.md) reads."""
+    """The section's header lines and table, and the values bench/sections/llm.md reads."""
     rows = [[r["n_threads"], f"{r['load_s']:.1f}", f"{r['prompt_tok_s']:.0f}",
              f"{r['gen_tok_s']:.1f}", f"{r['cold_s']:.1f}", f"{r['warm_s'] * 1000:.1f} ms",
              f"{r['speedup']:,.0f}x", f"{r['judge_s_per_candidate']:.2f} "

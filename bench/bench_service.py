@@ -154,8 +154,7 @@ class PeakRSS:
 
 
 def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
-    """The service section's header lines and table, and the values its prose
-    (bench/sections/service.md) reads."""
+    """The section's header lines and table, and the values bench/sections/service.md reads."""
     rows = [[r["pipeline"], r["clients"], f"{h['rps']:.1f}", f"{h['p50']:.0f}",
              f"{h['p95']:.0f}", f"{h['p99']:.0f}", h["n503"],
              f"{h['errors']} ({100 * h['error_rate']:.1f}%)", f"{p['rps']:.1f}",
