@@ -171,20 +171,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     m = p.add_subparsers(dest="cmd", required=True).add_parser("measure")
     m.add_argument("--llm", default="embedded", help="LLM spec (embedded: the answer role's)")
-    m.add_argument("--n", type=int, default=40, help="SciFact test claims sampled (with "
-                   "--set: questions of the set, at most all)")
-    m.add_argument("--set", type=Path, help="a generated question set "
-                   "(runs/generated/<collection>) instead of SciFact claims")
-    m.add_argument("--seed", type=int, default=0,
-                   help="the sample (0: where methods are chosen; 1: held out)")
+    m.add_argument("--n", type=int, default=40, help="claims sampled (--set: its questions)")
+    m.add_argument("--set", type=Path, help="a generated question set (runs/generated/NAME)")
+    m.add_argument("--seed", type=int, default=0, help="the sample (0: tuning; 1: held out)")
     m.add_argument("--abstain", default="relevance", choices=list(ABSTAIN))
     m.add_argument("--cite", default="posthoc", choices=list(CITE))
-    m.add_argument("--doc-words", type=int, default=DOC_WORDS,
-                   help="words of each passage the LLM is shown")
-    m.add_argument("--support-threshold", type=float,
-                   help="default: the method's (posthoc 0.1, context 0.45)")
-    m.add_argument("--max-citations", type=int, default=1,
-                   help="passages a sentence may cite (each at the support threshold)")
+    m.add_argument("--doc-words", type=int, default=DOC_WORDS, help="words shown per passage")
+    m.add_argument("--support-threshold", type=float, help="default: the cite method's")
+    m.add_argument("--max-citations", type=int, default=1, help="passages a sentence may cite")
     args = p.parse_args(argv)
     if args.set and not (args.set / "qrels" / "generated.tsv").is_file():
         p.error(f"--set {args.set}: not a generated question set (no qrels/generated.tsv; "
