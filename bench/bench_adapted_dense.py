@@ -40,16 +40,12 @@ PIPELINES: dict[str, tuple[str | None, list[Any]]] = {
                                    "inputs": [DENSE, SPARSE, GRAPH]}}, {"cutoff": 100}]),
     "Tri-modal + CE": ("Tri-modal", CE_RRF),
 }
-# SciFact: train labels + its generated set; the others: their generated set only
-TRAINING = {
-    "scifact": dict(split="train", generated=True, epochs=2, lr=3e-5),
-    "cranfield": dict(split=None, generated=True, epochs=3, lr=3e-5),
-    "vaswani": dict(split=None, generated=True, epochs=3, lr=3e-5),
-}
-SETTINGS = dict(negatives_per_query=1, depth=30, batch_size=32, max_seq_length=128)
+# (labelled split trained on besides the generated set, epochs): SciFact's train labels too
+TRAINING = {"scifact": ("train", 2), "cranfield": (None, 3), "vaswani": (None, 3)}
+SETTINGS = dict(negatives_per_query=1, depth=30, batch_size=32, max_seq_length=128, lr=3e-5)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collections", nargs="*", default=["scifact"],
                    help="collections to measure (none: only render --out and --merge)")
@@ -63,25 +59,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--merge", nargs="*", type=Path, default=[],
                    help="result files of earlier runs to add to --out before rendering")
-    return p.parse_args(argv)
+    return p.parse_args()
 
 
 def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The fine-tuned model of ``name`` (trained unless there, or ``--retrain``)."""
+    """The fine-tuned model of ``name`` (trained unless there)."""
     from intentrank.training.embedder import train_embedder
     from intentrank.training.reranker import TRAINING_JSON
 
-    t = TRAINING[name]
-    out = RUNS / "models" / f"emb-{name}-{t['split'] or args.set or 'generated'}"
+    split, epochs = TRAINING[name]
+    out = RUNS / "models" / f"emb-{name}-{split or args.set or 'generated'}"
     if not (out / TRAINING_JSON).exists():
         source = RUNS / "generated" / (f"{name}-{args.set}" if args.set else name)
-        split = json.loads((source / "generation.json").read_text())["settings"]["split"]
-        gen = [(source, split)] if t["generated"] else []
-        first, extra = ((DATA / name, t["split"]), gen) if t["split"] else (gen[0], gen[1:])
+        gen = (source, json.loads((source / "generation.json").read_text())["settings"]["split"])
+        first, extra = ((DATA / name, split), [gen]) if split else (gen, [])
         log(f"training {out.name}")
         train_embedder(first[0], out, ROOT / "indexes" / name, split=first[1], extra=extra,
-                       epochs=t["epochs"], lr=t["lr"], time_budget_s=args.budget_minutes * 60,
-                       progress=False, log=log, **SETTINGS)
+                       epochs=epochs, time_budget_s=args.budget_minutes * 60, progress=False,
+                       log=log, **SETTINGS)
     return out, json.loads((out / TRAINING_JSON).read_text())
 
 
@@ -252,8 +247,8 @@ BM25 = {"cranfield": 37.27, "vaswani": 42.80}
 SCIFACT_GOAL = 76.0
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def main() -> None:
+    args = parse_args()
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for path in args.merge:
         results.update(json.loads(path.read_text()))
