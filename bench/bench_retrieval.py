@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench_models import best_of
+from bench_models import best_of  # also sets HF_HUB_OFFLINE, TOKENIZERS_PARALLELISM
 from report import DATA, ROOT, header, publish_tables, run_each_in_subprocess, save_json, table
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
