@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,15 +18,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, machine, publish_tables, save_json, table
+from bench_models import run_line
+from report import DATA, ROOT, log, machine, publish_tables, save_json, table
+
+RUNS = ROOT / "runs"
+CE_CACHE = RUNS / "bench_adapted_dense_ce.json"  # bundled-CE scores, shared by rows and runs
 
 DENSE = {"dense": {"depth": 100}}
 SPARSE = {"sparse": {"depth": 100}}
 GRAPH = {"graph": {"depth": 100}}
-CE_RRF = [{"cutoff": 30},
-          {"rrf_with_input": {"stage": {"cross_encoder": {"top_k": 100, "backend": "onnx",
-                                                          "max_length": 128}},
-                              "rrf_k": 60, "name": "ce_rrf"}},
+CE = {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}}
+CE_RRF = [{"cutoff": 30}, {"rrf_with_input": {"stage": CE, "rrf_k": 60, "name": "ce_rrf"}},
           {"cutoff": 10}]
 # name -> (parent name or None, pipeline steps after the parent's output)
 PIPELINES: dict[str, tuple[str | None, list[Any]]] = {
@@ -37,144 +40,105 @@ PIPELINES: dict[str, tuple[str | None, list[Any]]] = {
                                    "inputs": [DENSE, SPARSE, GRAPH]}}, {"cutoff": 100}]),
     "Tri-modal + CE": ("Tri-modal", CE_RRF),
 }
-# SciFact: train labels + its generated set; the others: their generated set only
-TRAINING = {
-    "scifact": dict(split="train", generated=True, epochs=2, lr=3e-5),
-    "cranfield": dict(split=None, generated=True, epochs=3, lr=3e-5),
-    "vaswani": dict(split=None, generated=True, epochs=3, lr=3e-5),
-}
-SETTINGS = dict(negatives_per_query=1, depth=30, batch_size=32, max_seq_length=128)
+# (labelled split trained on besides the generated set, epochs): SciFact's train labels too
+TRAINING = {"scifact": ("train", 2), "cranfield": (None, 3), "vaswani": (None, 3)}
+SETTINGS = dict(negatives_per_query=1, depth=30, batch_size=32, max_seq_length=128, lr=3e-5)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--collections", nargs="*", default=["scifact"],
                    help="collections to measure (none: only render --out and --merge)")
-    p.add_argument("--sets", type=Path, default=ROOT / "runs" / "generated")
     p.add_argument("--set", default="", help="train on runs/generated/<collection>-SET "
                    "(e.g. 'train', made with --config search-queries) instead of "
                    "runs/generated/<collection>")
-    p.add_argument("--models", type=Path, default=ROOT / "runs" / "models")
-    p.add_argument("--indexes", type=Path, default=ROOT / "runs" / "indexes")
     p.add_argument("--budget-minutes", type=float, default=25.0)
     p.add_argument("--pipelines", nargs="+", default=list(PIPELINES),
                    help=f"rows to measure (of {list(PIPELINES)})")
-    p.add_argument("--retrain", action="store_true", help="train again even if a model is there")
-    p.add_argument("--warm-only", action="store_true",
-                   help="only run the zero-shot pipelines, filling the CE score cache")
-    p.add_argument("--ce-cache", type=Path, default=ROOT / "runs" / "bench_adapted_dense_ce.json",
-                   help="bundled-CE scores by (query, passage), shared by the rows and runs")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_adapted_dense.json")
+    p.add_argument("--out", type=Path, default=RUNS / "bench_adapted_dense.json")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--merge", nargs="*", type=Path, default=[],
                    help="result files of earlier runs to add to --out before rendering")
-    return p.parse_args(argv)
-
-
-def command() -> str:
-    import shlex
-
-    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    return p.parse_args()
 
 
 def train(name: str, args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
-    """The fine-tuned model of ``name`` (trained unless there, or ``--retrain``)."""
+    """The fine-tuned model of ``name`` (trained unless there)."""
     from intentrank.training.embedder import train_embedder
     from intentrank.training.reranker import TRAINING_JSON
 
-    t = TRAINING[name]
-    out = args.models / f"emb-{name}-{t['split'] or args.set or 'generated'}"
-    if args.retrain or not (out / TRAINING_JSON).exists():
-        source = args.sets / (f"{name}-{args.set}" if args.set else name)
-        split = json.loads((source / "generation.json").read_text())["settings"]["split"]
-        gen = [(source, split)] if t["generated"] else []
-        first, extra = ((DATA / name, t["split"]), gen) if t["split"] else (gen[0], gen[1:])
-        say(f"training {out.name}")
+    split, epochs = TRAINING[name]
+    out = RUNS / "models" / f"emb-{name}-{split or args.set or 'generated'}"
+    if not (out / TRAINING_JSON).exists():
+        source = RUNS / "generated" / (f"{name}-{args.set}" if args.set else name)
+        gen = (source, json.loads((source / "generation.json").read_text())["settings"]["split"])
+        first, extra = ((DATA / name, split), [gen]) if split else (gen, [])
+        log(f"training {out.name}")
         train_embedder(first[0], out, ROOT / "indexes" / name, split=first[1], extra=extra,
-                       epochs=t["epochs"], lr=t["lr"], time_budget_s=args.budget_minutes * 60,
-                       progress=False, log=say, **SETTINGS)
+                       epochs=epochs, time_budget_s=args.budget_minutes * 60, progress=False,
+                       log=log, **SETTINGS)
     return out, json.loads((out / TRAINING_JSON).read_text())
 
 
-def tuned_index(name: str, model: Path, info: dict[str, Any], args: argparse.Namespace
-                ) -> tuple[Any, float]:
+def tuned_index(name: str, model: Path, info: dict[str, Any]) -> tuple[Any, float]:
     """The collection indexed with the fine-tuned encoder (rebuilt when the model changed;
     no embedding cache: a retrained model keeps its directory name)."""
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index, IndexSettings, build_index
     from intentrank.index.settings import DenseSettings
 
-    path = args.indexes / f"{name}-{model.name}"
+    path = RUNS / "indexes" / f"{name}-{model.name}"
     stamp = path.parent / f"{path.name}.model.json"
     want = {"model": str(model), "created": info["created"]}
-    if Index.exists(path) and stamp.exists() and json.loads(stamp.read_text()) == want:
-        return Index(path), json.loads(stamp.read_text()).get("build_s", 0.0)
-    say(f"building {path}")
+    old = json.loads(stamp.read_text()) if stamp.exists() else {}
+    if Index.exists(path) and {k: old.get(k) for k in want} == want:
+        return Index(path), old.get("build_s", 0.0)
+    log(f"building {path}")
     start = time.perf_counter()
     build_index(load_dataset(DATA / name).corpus(), path,
                 IndexSettings(dense=DenseSettings(model=str(model))), overwrite=True,
-                embedding_cache=False, log=say)
+                embedding_cache=False, log=log)
     seconds = round(time.perf_counter() - start, 1)
     stamp.write_text(json.dumps({**want, "build_s": seconds}))
     return Index(path), seconds
 
 
 class CachedScorer:
-    """The bundled CE with its scores kept by (query, passage): the zero-shot and fine-tuned
-    rows share most candidates. Exact: the bundled scorer scores one pair at a time."""
+    """The bundled CE with its scores kept by (query, passage) in ``CE_CACHE``: the zero-shot
+    and fine-tuned rows share most candidates. Exact: the bundled scorer scores one pair at a
+    time."""
 
-    def __init__(self, path: Path) -> None:
+    max_length = 128
+
+    def __init__(self) -> None:
         from intentrank.models.cross_encoder import load_cross_encoder
 
         self.inner = load_cross_encoder(None, "onnx", 128)
-        self.name, self.max_length = getattr(self.inner, "name", "-"), 128
-        self.path = path
-        self.scores: dict[str, float] = json.loads(path.read_text()) if path.exists() else {}
-        self.hits = self.misses = 0
-
-    @staticmethod
-    def key(pair: tuple[str, str]) -> str:
-        import hashlib
-
-        return hashlib.sha1("\x00".join(pair).encode()).hexdigest()
+        self.name, self.scores = getattr(self.inner, "name", "-"), {}
 
     def predict(self, pairs: list[tuple[str, str]], batch_size: int = 8) -> Any:
+        import hashlib
+
         import numpy as np
 
-        keys = [self.key(p) for p in pairs]
-        self.load()  # another run may have scored some meanwhile
-        todo = list({k: p for k, p in zip(keys, pairs, strict=True)
-                     if k not in self.scores}.items())
-        self.hits, self.misses = self.hits + len(pairs) - len(todo), self.misses + len(todo)
+        if CE_CACHE.exists():  # other runs may have scored some meanwhile
+            self.scores.update(json.loads(CE_CACHE.read_text()))
+        keys = [hashlib.sha1("\x00".join(p).encode()).hexdigest() for p in pairs]
+        todo = {k: p for k, p in zip(keys, pairs, strict=True) if k not in self.scores}
         if todo:
-            new = self.inner.predict([p for _, p in todo], batch_size)
-            self.scores.update({k: float(v) for (k, _), v in zip(todo, new, strict=True)})
-            self.save()
+            new = self.inner.predict(list(todo.values()), batch_size)
+            self.scores.update(zip(todo, map(float, new), strict=True))
+            tmp = CE_CACHE.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(self.scores))
+            tmp.replace(CE_CACHE)
         return np.asarray([self.scores[k] for k in keys], dtype=np.float32)
 
-    def load(self) -> None:
-        import contextlib
 
-        if self.path.exists():  # a file caught mid-write by another run: skipped this time
-            with contextlib.suppress(ValueError):
-                self.scores.update(json.loads(self.path.read_text()))
-
-    def save(self) -> None:
-        import os
-
-        self.load()
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.scores))
-        tmp.replace(self.path)
-
-
-def run_all(idx: Any, queries: list[Any], wanted: list[str], scorer: CachedScorer
+def run_all(idx: Any, queries: list[Any], wanted: list[str], scorer: CachedScorer,
+            pipelines: dict[str, tuple[str | None, list[Any]]] = PIPELINES
             ) -> dict[str, dict[str, Any]]:
-    """Each pipeline's run on ``queries`` (a child continues from its parent's rankings)."""
+    """Each pipeline's run on ``queries`` (a child continues from its parent's rankings, which
+    ``wanted`` lists before it)."""
     from intentrank.core.config import build_pipeline
     from intentrank.pipelines import build_context
     from intentrank.types import Trace
@@ -183,19 +147,15 @@ def run_all(idx: Any, queries: list[Any], wanted: list[str], scorer: CachedScore
     rankings: dict[str, list[Any]] = {}
     runs = {}
     for name in wanted:
-        parent, steps = PIPELINES[name]
-        if parent is not None and parent not in rankings:
-            raise SystemExit(f"{name} needs {parent} in --pipelines")
-        stage = build_pipeline(steps, ctx)
-        start = time.perf_counter()
+        parent, steps = pipelines[name]
+        stage, start = build_pipeline(steps, ctx), time.perf_counter()
         if parent is None:
-            out = stage.run(queries).rankings
+            rankings[name] = out = stage.run(queries).rankings
         else:
-            out = stage(list(rankings[parent]), Trace())
-        rankings[name] = out
+            rankings[name] = out = stage(list(rankings[parent]), Trace())
         runs[name] = {"run": {r.query.id: {d.doc_id: d.score for d in r.docs} for r in out},
                       "seconds": time.perf_counter() - start}
-        say(f"  {name}: {runs[name]['seconds']:.0f}s")
+        log(f"  {name}: {runs[name]['seconds']:.0f}s")
     return runs
 
 
@@ -205,22 +165,16 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from intentrank.measures.metrics import evaluate
     from intentrank.measures.significance import paired_test
 
-    scorer = CachedScorer(args.ce_cache)
-    if args.warm_only:
-        queries, _ = load_dataset(DATA / name).split("test")
-        run_all(Index(ROOT / "indexes" / name), queries, [p for p in args.pipelines
-                                                          if name == "scifact"
-                                                          or "Tri-modal" not in p], scorer)
-        return {}
+    scorer = CachedScorer()
     model, info = train(name, args)
-    tuned, build_s = tuned_index(name, model, info, args)
+    tuned, build_s = tuned_index(name, model, info)
     queries, qrels = load_dataset(DATA / name).split("test")
     wanted = [p for p in PIPELINES if p in args.pipelines and (name == "scifact"
                                                                 or "Tri-modal" not in p)]
     rows: dict[str, Any] = {}
     per: dict[str, dict[str, dict[str, float]]] = {}
     for label, idx in (("zero-shot", Index(ROOT / "indexes" / name)), ("fine-tuned", tuned)):
-        say(f"{name} {label}")
+        log(f"{name} {label}")
         for p, r in run_all(idx, queries, wanted, scorer).items():
             res = evaluate(r["run"], qrels, ["nDCG@10", "Recall@100"])
             per.setdefault(p, {})[label] = res.column("nDCG@10")
@@ -230,7 +184,7 @@ def one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     for p, both in per.items():
         t = paired_test(both["zero-shot"], both["fine-tuned"], "nDCG@10")
         rows[p]["delta"], rows[p]["p"] = t.delta, t.p_randomization
-    return {"n_queries": len(queries), "rows": rows, "model": str(model.relative_to(ROOT)),
+    return {"n_queries": len(queries), "rows": rows, "model": str(model.relative_to(RUNS.parent)),
             "training": {"sources": [f"{s['dataset']} {s['split']} ({s['queries']} queries)"
                                      for s in info["sources"]],
                          "queries": info["n_queries"], "rows_per_epoch": info["rows_per_epoch"],
@@ -293,22 +247,17 @@ BM25 = {"cranfield": 37.27, "vaswani": 42.80}
 SCIFACT_GOAL = 76.0
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def main() -> None:
+    args = parse_args()
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for path in args.merge:
         results.update(json.loads(path.read_text()))
     for collection in args.collections:
         name = f"{collection} ({args.set} set)" if args.set else collection
-        say(f"[bench] {name}")
-        results[name] = one(collection, args)
-        if args.warm_only:
-            continue
-        results[name]["run"] = {"command": command(),
-                                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        log(name)
+        command, date = run_line()
+        results[name] = {**one(collection, args), "run": {"command": command, "date": date}}
         save_json(args.out, results, indent=2)
-    if args.warm_only:
-        return
     save_json(args.out, results, indent=2)
     publish_tables("adapted-dense", *section(results), write=not args.no_write)
 

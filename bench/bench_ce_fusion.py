@@ -17,23 +17,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_adapted_dense import CachedScorer
+from bench_adapted_dense import CE, PIPELINES, CachedScorer, run_all
 from report import DATA, ROOT, header, publish_tables, rank_scores, save_json, table
+
+INDEX = ROOT / "runs" / "indexes" / "scifact-emb-scifact-train"  # made by bench_adapted_dense
 
 DEPTHS = (10, 20, 30, 50, 100)
 GRID = [(d, w, k) for d in (20, 30, 50, 100) for w in (0.5, 0.75, 1.0, 1.5, 2.0)
         for k in (10, 30, 60)]
 FOLDS = 5
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--index", type=Path, default=ROOT / "runs" / "indexes"
-                   / "scifact-emb-scifact-train")
-    p.add_argument("--ce-cache", type=Path, default=ROOT / "runs" / "bench_adapted_dense_ce.json")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_ce_fusion.json")
-    p.add_argument("--no-write", action="store_true")
-    return p.parse_args(argv)
 
 
 def weighted_rrf(first: list[str], by_ce: list[str], w: float, k: float) -> dict[str, float]:
@@ -44,29 +36,20 @@ def weighted_rrf(first: list[str], by_ce: list[str], w: float, k: float) -> dict
     return out
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure() -> dict[str, Any]:
     import numpy as np
 
-    from intentrank.core.config import build_pipeline
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.measures.metrics import evaluate
-    from intentrank.pipelines import build_context
-    from intentrank.types import Trace
 
-    if not (args.index / "index.json").exists() and not args.index.is_dir():
-        raise SystemExit(f"{args.index}: no index; run bench/bench_adapted_dense.py first")
+    if not INDEX.is_dir():
+        raise SystemExit(f"{INDEX}: no index; run bench/bench_adapted_dense.py first")
     queries, qrels = load_dataset(DATA / "scifact").split("test")
-    scorer = CachedScorer(args.ce_cache)
-    ctx = build_context(Index(args.index), **{"cross_encoder:None:onnx:128": scorer})
-    first_stage = build_pipeline([{"fuse": {"method": "rrf", "rrf_k": 60, "inputs": [
-        {"bm25": {"depth": 100}}, {"dense": {"depth": 100}}]}}, {"cutoff": 100}], ctx)
-    ce = build_pipeline([{"cross_encoder": {"top_k": 100, "backend": "onnx",
-                                            "max_length": 128}}], ctx)
-    firsts = first_stage.run(queries).rankings
-    scored = ce(list(firsts), Trace())
-    first = {r.query.id: [d.doc_id for d in r.docs] for r in firsts}
-    ce_score = {r.query.id: {d.doc_id: d.score for d in r.docs} for r in scored}
+    runs = run_all(Index(INDEX), queries, ["first", "ce"], CachedScorer(), {
+        "first": (None, PIPELINES["RRF(BM25, dense)"][1]), "ce": ("first", [CE])})
+    first = {q: list(docs) for q, docs in runs["first"]["run"].items()}
+    ce_score = runs["ce"]["run"]
 
     def by_ce(q: str, depth: int) -> list[str]:
         return sorted(first[q][:depth], key=lambda d: -ce_score[q][d])
@@ -97,8 +80,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         cv.update({q: grid[g][q] for q in fold if q in grid[g]})
     best = max(grid, key=lambda g: np.mean(list(grid[g].values())))
     return {"n_queries": len(cv), "rows": rows, "cv": mean(cv), "cv_choices": chosen,
-            "best_on_test": {"setting": list(best), "nDCG@10": mean(grid[best])},
-            "ce_cache": {"hits": scorer.hits, "misses": scorer.misses}}
+            "best_on_test": {"setting": list(best), "nDCG@10": mean(grid[best])}}
 
 
 def section(r: dict[str, Any]) -> tuple[str, dict[str, str]]:
@@ -121,11 +103,13 @@ def section(r: dict[str, Any]) -> tuple[str, dict[str, str]]:
         "fitted_gain": f"{b['nDCG@10'] - shipped:+.2f}", "to_goal": f"{76 - shipped:.2f}"}
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    result = measure(args)
-    save_json(args.out, result, indent=2)
-    publish_tables("ce-fusion", *section(result), write=not args.no_write)
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--no-write", action="store_true")
+    write = not ap.parse_args().no_write
+    result = measure()
+    save_json(ROOT / "runs" / "bench_ce_fusion.json", result, indent=2)
+    publish_tables("ce-fusion", *section(result), write=write)
 
 
 if __name__ == "__main__":

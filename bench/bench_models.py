@@ -4,7 +4,7 @@
     nice .venv/bin/python bench/bench_models.py --phases eval --no-write
 
 Phases embed, train, speed, eval accumulate in runs/bench_models.json (they can run
-separately; ``--reuse`` keeps a trained reranker); what each measures: bench/sections/models.md.
+separately); what each measures: bench/sections/models.md.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from report import DATA, ROOT, header, log, machine, publish_tables, save_json, 
 RESULTS = ROOT / "runs" / "bench_models.json"
 PHASES = ("embed", "train", "speed", "eval")
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
+MAX_LENGTH, REPEATS, K = 128, 3, 100  # tokens per pair (training, reranking); BM25 candidates
 
 
 def run_line() -> tuple[str, str]:
@@ -52,7 +54,21 @@ def open_index(name: str, tmp: Path) -> Any:
     return build_index(ds.corpus(), tmp / name, IndexSettings(legs=("bm25",)))
 
 
-def phase_embed(n: int, repeats: int) -> dict[str, Any]:
+def best_of(fns: dict[str, Callable[[], Any]], repeats: int = REPEATS
+            ) -> tuple[dict[str, float], dict[str, Any]]:
+    """Each function's best wall seconds over ``repeats`` rounds, the functions interleaved
+    in each (fair under background load), and its last output."""
+    best, out = dict.fromkeys(fns, float("inf")), {}
+    for r in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t)
+        log(f"round {r + 1}/{repeats}: " + ", ".join(f"{k} {v:.2f} s" for k, v in best.items()))
+    return best, out
+
+
+def phase_embed(n: int = 1000) -> dict[str, Any]:
     from intentrank.data.dataset import load_dataset
     from intentrank.models.embedder import load_embedder
 
@@ -62,35 +78,26 @@ def phase_embed(n: int, repeats: int) -> dict[str, Any]:
               "onnx int8": load_embedder("minilm", "onnx")}
     for m in models.values():
         m.encode_passages(texts[:64])  # warm-up
-    best = dict.fromkeys(models, float("inf"))
-    for r in range(repeats):  # interleaved, best of n: fair under background load
-        for name, m in models.items():
-            t = time.perf_counter()
-            m.encode_passages(texts, batch_size=64)
-            best[name] = min(best[name], time.perf_counter() - t)
-            log(f"embed {name} run {r + 1}: {len(texts) / best[name]:.1f} passages/s")
+    best = best_of({k: lambda m=m: m.encode_passages(texts, batch_size=64)
+                    for k, m in models.items()})[0]
     tokens = models["onnx int8"].tokenizer.encode_batch(texts)
     mean_tokens = sum(min(len(e.ids), 256) for e in tokens) / len(tokens)
-    return {"passages": len(texts), "repeats": repeats, "mean_tokens": mean_tokens,
+    return {"passages": len(texts), "repeats": REPEATS, "mean_tokens": mean_tokens,
             "passages_per_s": {k: len(texts) / v for k, v in best.items()},
             "load": load_avg()}
 
 
-def phase_train(model_dir: Path, budget_min: float, max_length: int, reuse: bool
-                ) -> dict[str, Any]:
+def phase_train(model_dir: Path, budget_min: float = 15.0) -> dict[str, Any]:
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
-    from intentrank.training.reranker import TRAINING_JSON, train_reranker
+    from intentrank.training.reranker import train_reranker
 
-    if reuse and (model_dir / TRAINING_JSON).exists():
-        log(f"reusing the reranker in {model_dir}")
-        return {"reused": True, **json.loads((model_dir / TRAINING_JSON).read_text())}
-    ds = load_dataset(DATA / "scifact")
     index_path = ROOT / "indexes" / "scifact"
     idx = Index.open(index_path) if Index.exists(index_path) else index_path
-    res = train_reranker(ds, model_dir, idx, time_budget_s=budget_min * 60,
-                         max_length=max_length, onnx=True, progress=True, log=log)
-    return {"reused": False, "load_after": load_avg(), **res.info}
+    res = train_reranker(load_dataset(DATA / "scifact"), model_dir, idx,
+                         time_budget_s=budget_min * 60, max_length=MAX_LENGTH, onnx=True,
+                         progress=True, log=log)
+    return {"load_after": load_avg(), **res.info}
 
 
 def candidate_pairs(idx: Any, queries: list, k: int) -> list[tuple[str, str]]:
@@ -99,34 +106,26 @@ def candidate_pairs(idx: Any, queries: list, k: int) -> list[tuple[str, str]]:
             for row in h.rows.tolist()]
 
 
-def phase_speed(model_dir: Path, n_pairs: int, repeats: int, tmp: Path) -> dict[str, Any]:
+def phase_speed(model_dir: Path, tmp: Path, n_pairs: int = 200) -> dict[str, Any]:
+    import numpy as np
+
     from intentrank.data.dataset import load_dataset
     from intentrank.models.cross_encoder import load_cross_encoder
 
-    ds = load_dataset(DATA / "scifact")
-    queries, _ = ds.split("test")
-    pairs = candidate_pairs(open_index("scifact", tmp), queries[:5], n_pairs // 5)[:n_pairs]
-    rows: dict[str, dict[str, float]] = {}
-    scorers = {f"{b} @{m}": (load_cross_encoder(model_dir, b, m), m)
+    queries = load_dataset(DATA / "scifact").split("test")[0][:5]
+    pairs = candidate_pairs(open_index("scifact", tmp), queries, n_pairs // 5)[:n_pairs]
+    scorers = {f"{b} @{m}": load_cross_encoder(model_dir, b, m)
                for b in ("torch", "onnx") for m in (256, 128)}
-    for s, _ in scorers.values():
+    for s in scorers.values():
         s.predict(pairs[:16])  # warm-up
-    best = dict.fromkeys(scorers, float("inf"))
-    scores = {}
-    for r in range(repeats):
-        for name, (s, _) in scorers.items():
-            t = time.perf_counter()
-            scores[name] = s.predict(pairs, 8)
-            best[name] = min(best[name], time.perf_counter() - t)
-            log(f"speed {name} run {r + 1}: {len(pairs) / best[name]:.1f} pairs/s")
-    import numpy as np
-
-    for name, (_, m) in scorers.items():
-        ref = scores[f"torch @{m}"]
+    best, scores = best_of({k: lambda s=s: s.predict(pairs, 8) for k, s in scorers.items()})
+    rows = {}
+    for name, score in scores.items():
+        ref = scores[f"torch @{name.split('@')[1]}"]
         rows[name] = {"pairs_per_s": len(pairs) / best[name],
-                      "max_abs_diff_vs_torch": float(np.abs(scores[name] - ref).max()),
-                      "pearson_vs_torch": float(np.corrcoef(scores[name], ref)[0, 1])}
-    return {"pairs": len(pairs), "repeats": repeats, "batch_size": 8, "rows": rows,
+                      "max_abs_diff_vs_torch": float(np.abs(score - ref).max()),
+                      "pearson_vs_torch": float(np.corrcoef(score, ref)[0, 1])}
+    return {"pairs": len(pairs), "repeats": REPEATS, "batch_size": 8, "rows": rows,
             "load": load_avg()}
 
 
@@ -163,27 +162,25 @@ def rrf_run(rankings: list) -> dict[str, dict[str, float]]:
     return run
 
 
-def phase_eval(model_dir: Path, k: int, fp32_queries: int, max_length: int, tmp: Path,
-               only: list[str]) -> dict[str, Any]:
+def phase_eval(model_dir: Path, tmp: Path, fp32_queries: int = 50) -> dict[str, Any]:
+    """BM25 top-K -> the trained reranker (onnx int8) on each collection's test queries, and
+    torch fp32 against int8 on the first ``fp32_queries`` of SciFact's."""
     from intentrank.data.dataset import load_dataset
     from intentrank.models.cross_encoder import load_cross_encoder
 
-    int8 = load_cross_encoder(model_dir, "onnx", max_length)
-    out: dict[str, Any] = {"k": k, "max_length": max_length}
-    for name in only:
-        ds = load_dataset(DATA / name)
-        queries, qrels = ds.split("test")
+    int8 = load_cross_encoder(model_dir, "onnx", MAX_LENGTH)
+    out: dict[str, Any] = {"k": K, "max_length": MAX_LENGTH}
+    for name in COLLECTIONS:
+        queries, qrels = load_dataset(DATA / name).split("test")
         idx = open_index(name, tmp)
-        log(f"eval {name}: {len(queries)} queries x {k} candidates, onnx int8")
-        out[name] = {"onnx_int8": rerank_eval(idx, queries, qrels, int8, k)}
-        log(f"  {name}: {json.dumps(out[name]['onnx_int8'])}")
-        if name == "scifact" and fp32_queries:
-            fp32 = load_cross_encoder(model_dir, "torch", max_length)
+        log(f"eval {name}: {len(queries)} queries x {K} candidates, onnx int8")
+        out[name] = {"onnx_int8": rerank_eval(idx, queries, qrels, int8, K)}
+        if name == "scifact":
+            fp32 = load_cross_encoder(model_dir, "torch", MAX_LENGTH)
             sub = queries[:fp32_queries]
             sub_qrels = {q.id: qrels[q.id] for q in sub}
-            log(f"eval {name}: first {len(sub)} queries, torch fp32 vs onnx int8")
-            out[name]["subset"] = {"torch_fp32": rerank_eval(idx, sub, sub_qrels, fp32, k),
-                                   "onnx_int8": rerank_eval(idx, sub, sub_qrels, int8, k)}
+            out[name]["subset"] = {"torch_fp32": rerank_eval(idx, sub, sub_qrels, fp32, K),
+                                   "onnx_int8": rerank_eval(idx, sub, sub_qrels, int8, K)}
     return out
 
 
@@ -249,42 +246,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--phases", default=",".join(PHASES), help="comma-separated phases")
-    ap.add_argument("--reuse", action="store_true", help="keep an already trained reranker")
-    ap.add_argument("--model", type=Path, default=None, help="reranker directory")
-    ap.add_argument("--budget-minutes", type=float, default=15.0)
-    ap.add_argument("--max-length", type=int, default=128,
-                    help="tokens per pair when training and reranking")
-    ap.add_argument("--embed-passages", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--speed-pairs", type=int, default=200)
-    ap.add_argument("--k", type=int, default=100, help="BM25 candidates reranked")
-    ap.add_argument("--fp32-queries", type=int, default=50,
-                    help="SciFact test queries also reranked by torch fp32 (0 = none)")
-    ap.add_argument("--only", choices=COLLECTIONS, action="append", help="eval collections")
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
-    model_dir = args.model or default_reranker_dir("scifact")
+    model_dir = default_reranker_dir("scifact")
     res = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     with tempfile.TemporaryDirectory() as tmp:
         for phase in filter(None, args.phases.split(",")):  # --phases '' only re-renders
+            if phase not in PHASES:
+                sys.exit(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
             res.setdefault("runs", {})[phase] = run_line()
             log(f"phase {phase} (load avg {load_avg()})")
-            if phase == "embed":
-                res["embed"] = phase_embed(args.embed_passages, args.repeats)
-            elif phase == "train":
-                res["train"] = phase_train(model_dir, args.budget_minutes, args.max_length,
-                                           args.reuse)
-                res["train"].pop("query_ids", None)
-            elif phase == "speed":
-                res["speed"] = phase_speed(model_dir, args.speed_pairs, args.repeats,
-                                           Path(tmp))
-            elif phase == "eval":
-                res["eval"] = {**res.get("eval", {}),
-                               **phase_eval(model_dir, args.k, args.fp32_queries,
-                                            args.max_length, Path(tmp),
-                                            args.only or list(COLLECTIONS))}
-            else:
-                sys.exit(f"unknown phase {phase!r}; choose from {', '.join(PHASES)}")
+            res[phase] = {"embed": lambda: phase_embed(),
+                          "train": lambda: phase_train(model_dir),
+                          "speed": lambda: phase_speed(model_dir, Path(tmp)),
+                          "eval": lambda: phase_eval(model_dir, Path(tmp))}[phase]()
+            res[phase].pop("query_ids", None)
             save_json(RESULTS, res)
     publish_tables("models", *section(res), write=not args.no_write)
 

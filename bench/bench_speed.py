@@ -1,6 +1,6 @@
 """Model speed on 2 cores, old and new side by side in one run (issue 35).
 
-    python bench/bench_speed.py [--pairs-queries 20] [--chunk 200] [--no-write]
+    python bench/bench_speed.py [--no-write]
     python bench/bench_speed.py --queries      # section "query-speed" only
 
 Each way of running a model is timed interleaved with the others, in chunks (wall-clock
@@ -18,18 +18,17 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_latency import index_memory
-from report import DATA, header, p_value, publish, table
+from report import DATA, header, log, p_value, publish_tables, table
 
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+PAIRS_QUERIES, CHUNK = 20, 200  # SciFact test queries whose BM25 top 30 the CE scores; texts
+SPEED = ["per s (median)", "interquartile", "CPU ms each", "speed vs first"]
 
 
 class Timer:
@@ -40,11 +39,10 @@ class Timer:
 
     def __call__(self, chunk: Sequence) -> None:
         start, cpu = time.perf_counter(), cpu_seconds()
-        out = self.fn(chunk)
+        self.outputs.append(self.fn(chunk))
         self.rates.append(len(chunk) / (time.perf_counter() - start))
         self.cpu += cpu_seconds() - cpu
         self.items += len(chunk)
-        self.outputs.append(out)
 
     def row(self, name: str, reference: Timer, extra: Sequence[str]) -> list[str]:
         rate, ref = float(np.median(self.rates)), float(np.median(reference.rates))
@@ -53,19 +51,38 @@ class Timer:
                 f"{rate / ref:.2f}x", *extra]
 
 
-def interleave(timers: Sequence[Timer], items: Sequence, chunk: int) -> list[float]:
-    """Run every timer on each chunk in turn; the load average after each round."""
-    loads = []
+def cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def interleave(fns: dict[str, Callable], items: Sequence, chunk: int) -> tuple[dict, str]:
+    """A timer of each function, run on each chunk in turn, and the load average's range
+    over the rounds."""
+    timers, loads = {k: Timer(fn) for k, fn in fns.items()}, []
     for start in range(0, len(items), chunk):
-        for timer in timers:
+        for timer in timers.values():
             timer(items[start:start + chunk])
         loads.append(os.getloadavg()[0])
-        print(f"[bench] {min(start + chunk, len(items))}/{len(items)} load "
-              f"{loads[-1]:.1f}", file=sys.stderr, flush=True)
-    return loads
+        log(f"{min(start + chunk, len(items))}/{len(items)} load {loads[-1]:.1f}")
+    return timers, f"{min(loads):.1f}-{max(loads):.1f}"
 
 
-def cross_encoder_rows(n_queries: int) -> tuple[list[list[str]], list[float], int]:
+def dense_rows(timers: dict[str, Timer], runs: dict[str, Any], vectors: dict[str, np.ndarray],
+               qrels: Any) -> list[list[str]]:
+    """Each timer's row with the nDCG@10 of its run, p against the first row and the lowest
+    cosine of its vectors to the first row's."""
+    from intentrank.measures.metrics import evaluate
+
+    res = {n: evaluate(r, qrels, ["nDCG@10"]) for n, r in runs.items()}
+    first = next(iter(timers))
+    return [t.row(n, timers[first], [
+        f"{res[n].aggregate['nDCG@10']:.4f}",
+        "-" if n == first else p_value(res[first].column("nDCG@10"), res[n].column("nDCG@10")),
+        f"{(vectors[n] * vectors[first]).sum(axis=1).min():.4f}"]) for n, t in timers.items()]
+
+
+def cross_encoder_rows() -> tuple[list[list[str]], str, int]:
     import onnxruntime as ort
 
     from intentrank.data.dataset import load_dataset
@@ -75,8 +92,7 @@ def cross_encoder_rows(n_queries: int) -> tuple[list[list[str]], list[float], in
 
     ds = load_dataset(DATA / "scifact")
     texts = {d.id: d.full_text() for d in ds.corpus()}
-    queries, _ = ds.split("test")
-    queries = random.Random(1).sample(queries, n_queries)
+    queries = random.Random(1).sample(ds.split("test")[0], PAIRS_QUERIES)
     index = Index.open(Path("indexes/scifact"))
     hits = index.search_bm25([q.text for q in queries], 30)
     pairs = [(q.text, texts[index.ids[r]]) for q, h in zip(queries, hits, strict=True)
@@ -87,34 +103,25 @@ def cross_encoder_rows(n_queries: int) -> tuple[list[list[str]], list[float], in
     two_threads = ort.InferenceSession(str(now.onnx_path), opts,
                                        providers=["CPUExecutionProvider"])
 
-    def run(session: object, encodings: list) -> np.ndarray:
-        feeds = pad_encodings(encodings)
-        return session.run(None, {n: feeds[n] for n in now.input_names})[0].reshape(-1)
+    def sigmoid(chunk: Sequence, size: int) -> np.ndarray:
+        """The 2-thread session on ``size`` pairs a run."""
+        enc = now.tokenizer.encode_batch([tuple(p) for p in chunk])
+        out = [two_threads.run(None, {n: f[n] for n in now.input_names})[0].reshape(-1)
+               for f in (pad_encodings(enc[i:i + size]) for i in range(0, len(enc), size))]
+        return 1 / (1 + np.exp(-np.concatenate(out)))
 
-    def before(chunk: Sequence) -> np.ndarray:
-        encodings = now.tokenizer.encode_batch([tuple(p) for p in chunk])
-        return 1 / (1 + np.exp(-np.array([run(two_threads, [e])[0] for e in encodings])))
-
-    def batched(chunk: Sequence) -> np.ndarray:
-        encodings = now.tokenizer.encode_batch([tuple(p) for p in chunk])
-        out = np.concatenate([run(two_threads, encodings[i:i + 8])
-                              for i in range(0, len(encodings), 8)])
-        return 1 / (1 + np.exp(-out))
-
-    timers = {"one pair per run, one 2-thread run at a time (before)": Timer(before),
-              "one pair per run, two 1-thread runs at once (now)": Timer(now.predict),
-              "batches of 8 (before 2026-11-24; batch-dependent)": Timer(batched)}
-    loads = interleave(list(timers.values()), pairs, 60)
+    timers, load = interleave({
+        "one pair per run, one 2-thread run at a time (before)": lambda c: sigmoid(c, 1),
+        "one pair per run, two 1-thread runs at once (now)": now.predict,
+        "batches of 8 (before 2026-11-24; batch-dependent)": lambda c: sigmoid(c, 8)}, pairs, 60)
+    base = np.concatenate(next(iter(timers.values())).outputs)
     ref = next(iter(timers.values()))
-    base = np.concatenate(ref.outputs)
-    rows = [t.row(name, ref, [f"{np.abs(np.concatenate(t.outputs) - base).max():.2g}"])
-            for name, t in timers.items()]
-    return rows, loads, len(pairs)
+    return [t.row(n, ref, [f"{np.abs(np.concatenate(t.outputs) - base).max():.2g}"])
+            for n, t in timers.items()], load, len(pairs)
 
 
-def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
+def embedder_rows() -> tuple[list[list[str]], str, str]:
     from intentrank.data.dataset import load_dataset
-    from intentrank.measures.metrics import evaluate
     from intentrank.models.embedder import load_embedder
 
     ds = load_dataset(DATA / "scifact")
@@ -126,37 +133,22 @@ def embedder_rows(chunk: int) -> tuple[list[list[str]], list[float], str]:
                   load_embedder(),
               "packaged int8 ONNX, one text per run, two runs at once (--backend onnx)":
                   load_embedder(backend="onnx")}
-    timers = {name: Timer(lambda c, m=m: m.encode_passages(c, batch_size=64))
-              for name, m in models.items()}
     perm = np.random.default_rng(0).permutation(len(texts))  # chunks mix lengths alike
-    loads = interleave(list(timers.values()), [texts[i] for i in perm], chunk)
-    results, rows = {}, []
-    ref = next(iter(timers.values()))
-    vectors = {}
-    for name, t in timers.items():
-        vectors[name] = np.empty((len(texts), t.outputs[0].shape[1]), dtype=np.float32)
-        vectors[name][perm] = np.vstack(t.outputs)
+    timers, load = interleave({n: lambda c, m=m: m.encode_passages(c, batch_size=64)
+                               for n, m in models.items()}, [texts[i] for i in perm], CHUNK)
+    vectors, runs = {}, {}
     for name, model in models.items():
+        vectors[name] = np.empty((len(texts), timers[name].outputs[0].shape[1]), np.float32)
+        vectors[name][perm] = np.vstack(timers[name].outputs)
         scores = model.encode_queries([x.text for x in queries]) @ vectors[name].T
-        run = {}
-        for qi, query in enumerate(queries):
-            top = np.argsort(-scores[qi])[:100]
-            run[query.id] = {ids[j]: float(scores[qi, j]) for j in top}
-        results[name] = evaluate(run, qrels, ["nDCG@10"])
-    base_name = next(iter(models))
-    base = results[base_name]
-    for name, t in timers.items():
-        cos = (vectors[name] * vectors[base_name]).sum(axis=1)
-        p = p_value(base.column("nDCG@10"), results[name].column("nDCG@10"))
-        rows.append(t.row(name, ref, [f"{results[name].aggregate['nDCG@10']:.4f}",
-                                      p if name != base_name else "-", f"{cos.min():.4f}"]))
-    return rows, loads, f"{len(texts):,}"
+        runs[name] = {q.id: {ids[j]: float(scores[i, j]) for j in np.argsort(-scores[i])[:100]}
+                      for i, q in enumerate(queries)}
+    return dense_rows(timers, runs, vectors, qrels), load, f"{len(texts):,}"
 
 
-def query_rows(rounds: int = 4) -> tuple[list[list[str]], list[float]]:
+def query_rows(rounds: int = 4) -> tuple[list[list[str]], str]:
     from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
-    from intentrank.measures.metrics import evaluate
 
     queries, qrels = load_dataset(DATA / "scifact").split("test")
     texts = [q.text for q in queries]
@@ -164,72 +156,40 @@ def query_rows(rounds: int = 4) -> tuple[list[list[str]], list[float]]:
     emb = index.embedder
     models = {"fp32 ONNX export (before; `--precision fp32`)": emb.onnx.get(emb, "fp32"),
               "int8 ONNX export (default)": emb.onnx.get(emb, "int8")}
-    timers = {name: Timer(lambda c, m=m: np.vstack([m.encode_queries([t]) for t in c]))
-              for name, m in models.items()}
-    loads = interleave(list(timers.values()), texts * rounds, 100)
-    ref, rows, base = next(iter(timers.values())), [], None
-    for name, t in timers.items():
-        vectors = np.vstack(t.outputs)[:len(texts)]
-        hits = index.search_dense(texts, 100, query_vectors=vectors)
-        run = {q.id: {index.ids[r]: float(x) for r, x in zip(h.rows, h.scores, strict=True)}
-               for q, h in zip(queries, hits, strict=True)}
-        result = evaluate(run, qrels, ["nDCG@10"])
-        if base is None:
-            base, base_vectors, p, cos = result, vectors, "-", "1"
-        else:
-            p = p_value(base.column("nDCG@10"), result.column("nDCG@10"))
-            cos = f"{(vectors * base_vectors).sum(axis=1).min():.4f}"
-        rows.append(t.row(name, ref, [f"{result.aggregate['nDCG@10']:.4f}", p, cos]))
-    return rows, loads
+    timers, load = interleave({n: lambda c, m=m: np.vstack([m.encode_queries([t]) for t in c])
+                               for n, m in models.items()}, texts * rounds, 100)
+    vectors = {n: np.vstack(t.outputs)[:len(texts)] for n, t in timers.items()}
+    runs = {n: {q.id: {index.ids[r]: float(x) for r, x in zip(h.rows, h.scores, strict=True)}
+                for q, h in zip(queries, index.search_dense(texts, 100, query_vectors=v),
+                                strict=True)} for n, v in vectors.items()}
+    rows = dense_rows(timers, runs, vectors, qrels)
+    rows[0][-1] = "1"  # the first row against itself, as published
+    return rows, load
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pairs-queries", type=int, default=20)
-    ap.add_argument("--chunk", type=int, default=200, help="texts per interleaved chunk")
     ap.add_argument("--no-write", action="store_true", help="print, leave the docs alone")
     ap.add_argument("--queries", action="store_true", help="only the query encoders (section "
                     "query-speed)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.queries:
-        rows, loads = query_rows()
-        publish("query-speed", "\n\n".join([
-            "## Query encoding: fp32 and int8 exports in one run (issue 35)", header().strip(),
-            f"SciFact's 300 test queries, each encoded alone (as a search does), four rounds, "
-            f"the two encoders interleaved in chunks of 100; dense retrieval against the "
-            f"default index's int8 passage vectors (`indexes/scifact`); p: paired "
-            f"randomization test against the first row; min cos: the lowest cosine between a "
-            f"query's vectors. Load average during the run {min(loads):.1f}-{max(loads):.1f}.",
-            table(["query encoder", "queries/s (median)", "interquartile", "CPU ms each",
-                   "speed vs first", "dense nDCG@10", "p", "min cos"], rows)]),
-            write=not args.no_write)
+        rows, load = query_rows()
+        publish_tables("query-speed", header() + "\n" + table(
+            ["query encoder", "queries/s (median)", *SPEED[1:], "dense nDCG@10", "p",
+             "min cos"], rows), {"load": load}, write=not args.no_write)
         return
-    ce_rows, ce_loads, n_pairs = cross_encoder_rows(args.pairs_queries)
-    emb_rows, emb_loads, n_docs = embedder_rows(args.chunk)
+    ce_rows, ce_load, n_pairs = cross_encoder_rows()
+    emb_rows, emb_load, n_docs = embedder_rows()
     index = index_memory()
-    legs = ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())
-    speed = ["method", "per s (median)", "interquartile", "CPU ms each", "speed vs first"]
-    md = "\n\n".join([
-        "## Speed: models on 2 cores, old and new in one run (issue 35)",
-        header().strip(),
-        f"Cross-encoder: the bundled int8 model on {n_pairs} pairs (BM25 top 30 of "
-        f"{args.pairs_queries} SciFact test queries, seed 1), the three ways interleaved in "
-        f"chunks of 60 pairs; load average during the run {min(ce_loads):.1f}-"
-        f"{max(ce_loads):.1f}. Max abs diff: sigmoid scores against the first row.",
-        table([*speed, "max abs diff"], ce_rows),
-        f"Embedder: all {n_docs} SciFact abstracts (title + text, 256 tokens), the three "
-        f"ways interleaved in chunks of {args.chunk}; dense retrieval on the 300 test queries "
-        f"(each model encodes its own queries, fp32 for the first two); p: paired "
-        f"randomization test against the first row; min cos: the lowest cosine between a "
-        f"document's vector and its first-row vector. Load average during the run "
-        f"{min(emb_loads):.1f}-{max(emb_loads):.1f}.",
-        table([*speed, "nDCG@10", "p", "min cos"], emb_rows),
-        f"Index: `intentrank index ../shared/data/scifact` with the defaults in a fresh cache "
-        f"(the model's ONNX exports made and checked on the way): {index['wall_s']:.0f} s in "
-        f"all, per leg {legs}; peak RSS {index['peak_rss_mib']:.0f} MiB.",
-    ])
-    publish("speed", md, write=not args.no_write)
+    publish_tables("speed", "\n\n".join([
+        header(), table(["method", *SPEED, "max abs diff"], ce_rows),
+        table(["method", *SPEED, "nDCG@10", "p", "min cos"], emb_rows)]), {
+        "ce.pairs": str(n_pairs), "ce.load": ce_load, "emb.docs": n_docs, "emb.load": emb_load,
+        "index.wall": f"{index['wall_s']:.0f}", "index.rss": f"{index['peak_rss_mib']:.0f}",
+        "index.legs": ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())},
+        write=not args.no_write)
 
 
 if __name__ == "__main__":
