@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import BENCHMARKS, ROOT, header, p_value, rank_scores, save_json, table, write_section
+from report import BENCHMARKS, ROOT, header, rank_scores, save_json, table, write_section
 
 OUT = ROOT / "runs" / "knowledge"
 CUTS = (3, 5, 10, 20, 50)
@@ -57,8 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             sp.add_argument("set", help="generated: runs/generated/SET; aspects: a name in "
                             "runs/aspects or a .jsonl path")
         sp.add_argument("--llm", default="embedded")
-        if n:
-            sp.add_argument("--n", type=int, default=n, help="questions (0: all)")
+        sp.add_argument("--n", type=int, default=n, help="questions (0: all)")
     m.add_argument("--judge-llm", default=None, help="default: --llm")
     m.add_argument("--answer-n", type=int, default=20)
     r.add_argument("--seed", type=int, default=0)
@@ -74,9 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --element-alone: also with_question: true")
         sp.add_argument("--split-auto", action="store_true",
                         help="with --with-question: also over knowledge split: auto")
-    for sp in (r, a):
+    for sp in (m, r, a):
         sp.add_argument("--out", type=Path, default=None,
-                        help="default: runs/knowledge/<real|aspects>-<set>-<llm>[-<form>].json")
+                        help="default: a file in runs/knowledge named by set, LLM and form")
         sp.add_argument("--reuse", action="store_true", help="keep the KA systems of --out "
                         "(same questions, LLM, form), rank only the missing ones")
     args = p.parse_args(argv)
@@ -91,10 +90,6 @@ def result_path(stem: str, llm: str, form: str, sep: str = "-", kinds: str = "")
     """runs/knowledge/STEM<sep>LLM<kinds>[<sep>FORM].json, the LLM as a file name part."""
     llm = re.sub(r"[^A-Za-z0-9._-]+", "_", llm)
     return OUT / f"{stem}{sep}{llm}{kinds}{'' if form == 'phrases' else sep + form}.json"
-
-
-def recall(ranked: list[str], gold: set[str], k: int) -> float:
-    return len(gold & set(ranked[:k])) / len(gold) if gold else 0.0
 
 
 def llm_cost(trace: Any, n: int, prefix: str = "knowledge") -> dict[str, Any]:
@@ -113,17 +108,20 @@ def llm_cost(trace: Any, n: int, prefix: str = "knowledge") -> dict[str, Any]:
 
 
 def load_set(name: str, limit: int = 0) -> tuple[list[Any], dict, dict, dict]:
-    """A generated set's pair and single questions: queries, gold, kind and reference
-    answers by query id."""
+    """A generated set's first ``limit`` (0: all) pair and single questions: queries, and
+    qrels, kind and reference answer by query id."""
     from intentrank.data.dataset import load_dataset
 
     ds = load_dataset(ROOT / "runs" / "generated" / name)
     queries, qrels = ds.split("generated")
     meta = ds.query_metadata()
-    queries = [q for q in queries if meta.get(q.id, {}).get("kind") in KINDS]
-    queries = queries[:limit] if limit else queries
-    gold = {q.id: {d for d, g in qrels[q.id].items() if g > 0} for q in queries}
-    return queries, gold, {q.id: meta[q.id]["kind"] for q in queries}, ds.reference_answers()
+    queries = [q for q in queries if meta.get(q.id, {}).get("kind") in KINDS][:limit or None]
+    return (queries, {q.id: qrels[q.id] for q in queries},
+            {q.id: meta[q.id]["kind"] for q in queries}, ds.reference_answers())
+
+
+def gold(qrels: dict[str, dict[str, int]], qid: str) -> tuple[str, ...]:
+    return tuple(sorted(d for d, g in qrels[qid].items() if g > 0))
 
 
 def open_index(name: str) -> Any:
@@ -241,29 +239,24 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], args: argparse.Namespac
 
 
 def measure(args: argparse.Namespace) -> None:
+    """A generated set: R@k of the gold documents (a two-document question counts 0.5 per
+    document), and with N_know 5 the KA 5 ranking's answers, judged (Table 5)."""
     from intentrank.answer.generate import AnswerGenerator
     from intentrank.eval.answer_judge import JudgeItem, judge_answers, summarize
     from intentrank.index import Index
     from intentrank.llm.client import load_llm
+    from intentrank.measures.metrics import evaluate
     from intentrank.types import Trace
 
-    queries, gold, kind, refs = load_set(args.set)
+    queries, qrels, kind, refs = load_set(args.set, args.n)
     idx = Index.open(args.index) if args.index else open_index(args.set)
-    llm = load_llm(args.llm)
-    path = result_path(args.set, args.llm, args.form, "--", "--pair+single")
-    result: dict[str, Any] = {"set": args.set, "llm": args.llm, "form": args.form,
-                              "n": len(queries),
-                              "kinds": {k: sum(v == k for v in kind.values()) for k in KINDS},
-                              "kind": kind, "recall": {}, "cost": {}, "elements": {}}
-    print(f"{args.set}: {len(queries)} questions {result['kinds']}", flush=True)
-
-    def save(systems: dict[str, list[Any]]) -> None:
-        result["recall"] = {name: {r.query.id: {str(k): recall(r.doc_ids, gold[r.query.id], k)
-                                                for k in CUTS} for r in rankings}
-                            for name, rankings in systems.items()}
-        save_json(path, result)
-
-    systems = rank_systems(idx, llm, queries, args, result, save)
+    path = args.out or result_path(args.set, args.llm, args.form, "--", "--pair+single")
+    result: dict[str, Any] = {
+        "set": args.set, "dataset": args.set, "split": "generated", "seed": "first",
+        "metrics": R_AT, "tests": ["R@10"], "kind": kind,
+        "kinds": {k: sum(v == k for v in kind.values()) for k in KINDS}}
+    systems, llm = measure_labelled(args, idx, queries, qrels, path, result,
+                                    lambda run: evaluate(run, qrels, R_AT).per_query)
     if not args.answer_n or 5 not in args.n_know:
         return
     judge = load_llm(args.judge_llm) if args.judge_llm else llm
@@ -277,7 +270,7 @@ def measure(args: argparse.Namespace) -> None:
         wall = time.perf_counter() - t0
         judged = judge_answers(judge, [JudgeItem(
             r.query.id, r.query.text, refs[r.query.id],
-            tuple(idx.doc_text(d) for d in sorted(gold[r.query.id])), r.query.answer.text)
+            tuple(idx.doc_text(d) for d in gold(qrels, r.query.id)), r.query.answer.text)
             for r in answered], Trace())
         s = summarize(judged)
         c = t.stage("answer").counters
@@ -294,7 +287,7 @@ def measure(args: argparse.Namespace) -> None:
                                        "cited": r.query.answer.cited_ids,
                                        "relevance": j.relevance, "faithfulness": j.faithfulness}
                           for r, j in zip(answered, judged, strict=True)}}
-        save(systems)
+        save_json(path, result)
         print(f"  N_ans={n_ans}: relevance {s.relevance}, faithfulness {s.faithfulness}",
               flush=True)
 
@@ -323,9 +316,10 @@ def rank_run(rankings: list[Any]) -> dict[str, dict[str, float]]:
 def measure_labelled(args: argparse.Namespace, idx: Any, queries: list[Any],
                      qrels: dict[str, dict[str, int]], path: Path, result: dict[str, Any],
                      score: Callable[[dict[str, dict[str, float]]], dict[str, Any]],
-                     oracle: dict[str, list[str]] | None = None) -> None:
-    """What ``measure-real`` and ``measure-aspects`` share: the systems ranked over
-    ``queries``, each scored per query by ``score`` and saved to ``path``, rows printed."""
+                     oracle: dict[str, list[str]] | None = None) -> tuple[dict, Any]:
+    """What the measure commands share: the systems ranked over ``queries``, each scored
+    per query by ``score`` and saved to ``path``, rows printed; returns the systems' rankings
+    and the LLM."""
     from intentrank.llm.client import load_llm
 
     result.update({"llm": args.llm, "form": args.form, "n": len(queries), "sample": args.n,
@@ -353,13 +347,15 @@ def measure_labelled(args: argparse.Namespace, idx: Any, queries: list[Any],
                                                  for s, r in systems.items()})
         save_json(path, result)
 
-    rank_systems(idx, load_llm(args.llm), queries, args, result, save, oracle,
-                 frozenset(s for s in old if s.startswith("ka")))
+    llm = load_llm(args.llm)
+    systems = rank_systems(idx, llm, queries, args, result, save, oracle,
+                           frozenset(s for s in old if s.startswith("ka")))
     for row in real_rows(result):
         print(f"  {row['label']}: " + ", ".join(f"{m} {row['means'][m]:.3f}"
                                                   for m in result["metrics"]) +
               "".join(f", p {m} {row['p'][m]:.3f}" for m in row["p"]), flush=True)
     print(f"wrote {path}", flush=True)
+    return systems, llm
 
 
 def measure_real(args: argparse.Namespace) -> None:
@@ -425,7 +421,7 @@ def judge_check(args: argparse.Namespace) -> None:
     from intentrank.llm.client import load_llm
     from intentrank.types import Trace
 
-    queries, gold, _, refs = load_set(args.set)
+    queries, qrels, _, refs = load_set(args.set)
     idx = open_index(args.set)
     queries = [q for q in queries if q.id in refs][:args.n]
     items, keys = [], []
@@ -433,7 +429,7 @@ def judge_check(args: argparse.Namespace) -> None:
         other = refs[queries[(i + 1) % len(queries)].id]
         for k, answer in known_quality_answers(refs[q.id], other).items():
             items.append(JudgeItem(q.id, q.text, refs[q.id],
-                                   tuple(idx.doc_text(d) for d in sorted(gold[q.id])), answer))
+                                   tuple(idx.doc_text(d) for d in gold(qrels, q.id)), answer))
             keys.append((q.id, k))
     t0 = time.perf_counter()
     judged = judge_answers(load_llm(args.llm), items, Trace())
@@ -539,20 +535,15 @@ def _spent(cost: dict[str, Any]) -> list[str]:
 
 def generated_rows(res: dict[str, Any], kind: str) -> list[list[Any]]:
     """The rows of a ``measure`` result for one kind of question."""
-    qids = sorted(q for q, k in res["kind"].items() if k == kind)
-    rows, recalls = [], res["recall"]
-    for system in _system_order(recalls):
-        if not qids or not all(q in recalls[system] for q in qids):
-            continue
-        cost = _cost(res, system)
-        if "single_part" in cost:
-            cost = {**cost, "single_part": one_part(res, system, qids)}
-        p = p_value({q: recalls["ce"][q]["10"] for q in qids},
-                    {q: recalls[system][q]["10"] for q in qids}, "R@10") \
-            if system.startswith("ka") else "-"
-        rows.append([res["set"], _llm_label(res), len(qids), _label(system),
-                     *(f"{100 * (sum(recalls[system][q][str(k)] for q in qids) / len(qids)):.1f}"
-                       for k in CUTS), p, *_spent(cost)])
+    qids = {q for q, k in res["kind"].items() if k == kind}
+    part = {**res, "per_query": {s: {q: v for q, v in scores.items() if q in qids}
+                                 for s, scores in res["per_query"].items()}}
+    rows = []
+    for row in real_rows(part) if qids else []:
+        if "single_part" in row["cost"]:
+            row["cost"] = {**row["cost"], "single_part": one_part(res, row["system"], qids)}
+        rows.append([res["set"], _llm_label(res), row["n"], row["label"],
+                     *_cells(row, tuple(R_AT), ("R@10",))])
     return rows
 
 
