@@ -120,14 +120,18 @@ def load_set(name: str, limit: int = 0) -> tuple[list[Any], dict, dict, dict]:
             {q.id: meta[q.id]["kind"] for q in queries}, ds.reference_answers())
 
 
-def gold(qrels: dict[str, dict[str, int]], qid: str) -> tuple[str, ...]:
-    return tuple(sorted(d for d, g in qrels[qid].items() if g > 0))
+def judge_item(idx: Any, qrels: dict, refs: dict[str, str], q: Any, answer: str) -> Any:
+    """What the judge sees of an answer to ``q``: the reference answer and gold documents."""
+    from intentrank.eval.answer_judge import JudgeItem
+
+    gold = sorted(d for d, g in qrels[q.id].items() if g > 0)
+    return JudgeItem(q.id, q.text, refs[q.id], tuple(idx.doc_text(d) for d in gold), answer)
 
 
-def open_index(name: str) -> Any:
+def open_index(name: str, path: Path | None = None) -> Any:
     from intentrank.index import Index
 
-    return Index.open(ROOT / "indexes" / name)
+    return Index.open(path or ROOT / "indexes" / name)
 
 
 class MemoScorer:
@@ -242,14 +246,13 @@ def measure(args: argparse.Namespace) -> None:
     """A generated set: R@k of the gold documents (a two-document question counts 0.5 per
     document), and with N_know 5 the KA 5 ranking's answers, judged (Table 5)."""
     from intentrank.answer.generate import AnswerGenerator
-    from intentrank.eval.answer_judge import JudgeItem, judge_answers, summarize
-    from intentrank.index import Index
+    from intentrank.eval.answer_judge import judge_answers, summarize
     from intentrank.llm.client import load_llm
     from intentrank.measures.metrics import evaluate
     from intentrank.types import Trace
 
     queries, qrels, kind, refs = load_set(args.set, args.n)
-    idx = Index.open(args.index) if args.index else open_index(args.set)
+    idx = open_index(args.set, args.index)
     path = args.out or result_path(args.set, args.llm, args.form, "--", "--pair+single")
     result: dict[str, Any] = {
         "set": args.set, "dataset": args.set, "split": "generated", "seed": "first",
@@ -268,10 +271,8 @@ def measure(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         answered = AnswerGenerator(llm, idx, top_k=n_ans)(subset, t)
         wall = time.perf_counter() - t0
-        judged = judge_answers(judge, [JudgeItem(
-            r.query.id, r.query.text, refs[r.query.id],
-            tuple(idx.doc_text(d) for d in gold(qrels, r.query.id)), r.query.answer.text)
-            for r in answered], Trace())
+        judged = judge_answers(judge, [judge_item(idx, qrels, refs, r.query, r.query.answer.text)
+                                       for r in answered], Trace())
         s = summarize(judged)
         c = t.stage("answer").counters
         result["answers"][str(n_ans)] = {
@@ -382,7 +383,6 @@ def measure_aspects(args: argparse.Namespace) -> None:
     into one question): R@k and nDCG@10 against the union of the aspects' judgments,
     S-recall@10 and alpha-nDCG@10 (ndeval)."""
     from intentrank.data.aspects import load_aspect_set
-    from intentrank.index import Index
     from intentrank.measures.diversity import evaluate_diversity
     from intentrank.measures.metrics import evaluate
     from intentrank.types import Query
@@ -392,7 +392,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
         source = ROOT / "runs" / "aspects" / f"{args.set}.jsonl"
     questions = load_aspect_set(source)[:args.n or None]
     name = source.stem
-    idx = Index.open(args.index) if args.index else open_index(name.split("-")[0])
+    idx = open_index(name.split("-")[0], args.index)
     qrels = {q.id: q.qrels() for q in questions}
     result = {"dataset": name, "split": "composed", "seed": "first",
               "aspects_per_query": sum(len(q.aspects) for q in questions) / len(questions),
@@ -412,12 +412,7 @@ def measure_aspects(args: argparse.Namespace) -> None:
 
 
 def judge_check(args: argparse.Namespace) -> None:
-    from intentrank.eval.answer_judge import (
-        JudgeItem,
-        judge_agreement,
-        judge_answers,
-        known_quality_answers,
-    )
+    from intentrank.eval.answer_judge import judge_agreement, judge_answers, known_quality_answers
     from intentrank.llm.client import load_llm
     from intentrank.types import Trace
 
@@ -428,8 +423,7 @@ def judge_check(args: argparse.Namespace) -> None:
     for i, q in enumerate(queries):
         other = refs[queries[(i + 1) % len(queries)].id]
         for k, answer in known_quality_answers(refs[q.id], other).items():
-            items.append(JudgeItem(q.id, q.text, refs[q.id],
-                                   tuple(idx.doc_text(d) for d in gold(qrels, q.id)), answer))
+            items.append(judge_item(idx, qrels, refs, q, answer))
             keys.append((q.id, k))
     t0 = time.perf_counter()
     judged = judge_answers(load_llm(args.llm), items, Trace())
