@@ -33,8 +33,7 @@ def open_index(name: str) -> Any:
 
 
 def systems(idx: Any, texts: list[str]) -> dict[str, list[dict[str, float]]]:
-    """Runs (one {doc: score} per query) of the four single legs at depth 1000 and four
-    fusions of them."""
+    """Runs of the four single legs at depth 1000 and four fusions of them."""
     from intentrank.fuse.interleave import interleave
     from intentrank.fuse.rrf import rrf
 
@@ -57,8 +56,7 @@ def evaluate(queries: list[Any], qrels: dict, runs: dict[str, list[dict[str, flo
 
 
 def recall_table(name: str, root: Path) -> dict[str, Any]:
-    """Recall per kind of question of BM25, dense and their interleave, and nDCG@10 of
-    every system, on a generated set."""
+    """Recall per question kind and nDCG@10 per system on a generated set."""
     from intentrank.data.dataset import load_dataset
 
     ds = load_dataset(root)

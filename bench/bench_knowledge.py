@@ -93,8 +93,7 @@ def result_path(stem: str, llm: str, form: str, sep: str = "-", kinds: str = "")
 
 
 def llm_cost(trace: Any, n: int, prefix: str = "knowledge") -> dict[str, Any]:
-    """LLM requests and cold seconds per query (of ``n``) under stage ids starting with
-    ``prefix``, and their fallback counts."""
+    """LLM requests, cold seconds (per query of ``n``) and fallbacks of stages ``prefix*``."""
     calls = seconds = 0.0
     fallbacks: dict[str, float] = {}
     for c in (st.counters for name, st in trace.stages.items() if name.startswith(prefix)):
@@ -108,8 +107,7 @@ def llm_cost(trace: Any, n: int, prefix: str = "knowledge") -> dict[str, Any]:
 
 
 def load_set(name: str, limit: int = 0) -> tuple[list[Any], dict, dict, dict]:
-    """A generated set's first ``limit`` (0: all) pair and single questions: queries, and
-    qrels, kind and reference answer by query id."""
+    """A generated set's first ``limit`` questions; qrels, kind and reference answer by id."""
     from intentrank.data.dataset import load_dataset
 
     ds = load_dataset(ROOT / "runs" / "generated" / name)
@@ -135,9 +133,7 @@ def open_index(name: str, path: Path | None = None) -> Any:
 
 
 class MemoScorer:
-    """A pair scorer that scores each distinct (query, passage) pair once per run (the
-    bundled cross-encoder scores one pair at a time, so no score changes); a system's
-    ``rerank_seconds`` then count only the pairs not scored before."""
+    """A pair scorer scoring each distinct pair once per run (the CE scores pairs alone)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.scores = inner, {}
@@ -243,8 +239,7 @@ def rank_systems(idx: Any, llm: Any, queries: list[Any], args: argparse.Namespac
 
 
 def measure(args: argparse.Namespace) -> None:
-    """A generated set: R@k of the gold documents (a two-document question counts 0.5 per
-    document), and with N_know 5 the KA 5 ranking's answers, judged (Table 5)."""
+    """A generated set: R@k per question kind; with N_know 5, judged answers (Table 5)."""
     from intentrank.answer.generate import AnswerGenerator
     from intentrank.eval.answer_judge import judge_answers, summarize
     from intentrank.llm.client import load_llm
@@ -300,8 +295,7 @@ def same_scores(stored: dict[str, float], fresh: dict[str, float]) -> bool:
 
 
 def merge_reused(old: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
-    """``fresh`` per-query scores over the kept ``old`` ones; the systems ranked again must
-    score as stored (SystemExit otherwise)."""
+    """``fresh`` over ``old``; systems ranked again must score as stored (SystemExit)."""
     for system in set(old) & set(fresh):
         for qid, scores in fresh[system].items():
             if not same_scores(old[system].get(qid, {}), scores):
@@ -318,9 +312,7 @@ def measure_labelled(args: argparse.Namespace, idx: Any, queries: list[Any],
                      qrels: dict[str, dict[str, int]], path: Path, result: dict[str, Any],
                      score: Callable[[dict[str, dict[str, float]]], dict[str, Any]],
                      oracle: dict[str, list[str]] | None = None) -> tuple[dict, Any]:
-    """What the measure commands share: the systems ranked over ``queries``, each scored
-    per query by ``score`` and saved to ``path``, rows printed; returns the systems' rankings
-    and the LLM."""
+    """What the measure commands share: rank, score per query, save; (rankings, LLM)."""
     from intentrank.llm.client import load_llm
 
     result.update({"llm": args.llm, "form": args.form, "n": len(queries), "sample": args.n,
@@ -360,8 +352,7 @@ def measure_labelled(args: argparse.Namespace, idx: Any, queries: list[Any],
 
 
 def measure_real(args: argparse.Namespace) -> None:
-    """A fixed-seed sample of a collection's labelled test queries, scored against its
-    qrels (R@k, nDCG@10 by ir-measures)."""
+    """A fixed-seed sample of a collection's labelled test queries against its qrels."""
     from intentrank.data.dataset import load_dataset
     from intentrank.index import open_or_build
     from intentrank.measures.metrics import evaluate
@@ -379,9 +370,7 @@ def measure_real(args: argparse.Namespace) -> None:
 
 
 def measure_aspects(args: argparse.Namespace) -> None:
-    """An aspect-labelled set of bench/bench_coverage.py (two real labelled queries joined
-    into one question): R@k and nDCG@10 against the union of the aspects' judgments,
-    S-recall@10 and alpha-nDCG@10 (ndeval)."""
+    """Composed two-aspect questions: R@k, nDCG@10, S-recall@10 and alpha-nDCG@10."""
     from intentrank.data.aspects import load_aspect_set
     from intentrank.measures.diversity import evaluate_diversity
     from intentrank.measures.metrics import evaluate
@@ -441,8 +430,7 @@ def judge_check(args: argparse.Namespace) -> None:
 
 
 def stream(args: argparse.Namespace) -> None:
-    """Throughput of the method-5 chain run stage after stage against streamed (one thread
-    per stage, micro-batches of 2), both cold (no LLM reply cache), twice in turn."""
+    """The method-5 chain stage after stage against streamed, cold, twice in turn."""
     from intentrank.core.config import build_pipeline
     from intentrank.core.streaming import run_streamed
     from intentrank.llm.client import load_llm
@@ -489,8 +477,7 @@ def _fallbacks(cost: dict[str, Any]) -> str:
 
 
 def one_part(res: dict[str, Any], system: str, qids: list[str]) -> int:
-    """How many of ``qids`` the ``split: auto`` system left without elements that the plain
-    run of its N_know gave elements (the questions its LLM judged one part)."""
+    """How many of ``qids`` the split-auto ``system``'s LLM judged one part."""
     n_know = system[2:].split(":")[0]
     plain, auto = res["elements"].get(n_know, {}), res["elements"].get(f"{n_know}:auto", {})
     return sum(bool(plain.get(q)) and not auto.get(q) for q in qids)
@@ -519,14 +506,6 @@ def _llm_label(res: dict[str, Any]) -> str:
     return res["llm"] if form == "phrases" else f"{res['llm']} ({form})"
 
 
-def _cost(res: dict[str, Any], system: str) -> dict[str, Any]:
-    return res["cost"].get(system[2:] if system.startswith("ka") else system, {})
-
-
-def _spent(cost: dict[str, Any]) -> list[str]:
-    return [f"{cost.get('calls', 0):.1f}", f"{cost.get('seconds', 0):.1f}", _fallbacks(cost)]
-
-
 def generated_rows(res: dict[str, Any], kind: str) -> list[list[Any]]:
     """The rows of a ``measure`` result for one kind of question."""
     qids = {q for q, k in res["kind"].items() if k == kind}
@@ -542,8 +521,7 @@ def generated_rows(res: dict[str, Any], kind: str) -> list[list[Any]]:
 
 
 def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per system of a ``measure-real``/``-aspects`` result: label, metric means,
-    and for the KA systems the paired randomization p against CE."""
+    """Per system: label, n, metric means, the KA systems' paired p against CE, cost."""
     from intentrank.measures.significance import paired_test
 
     per_query = result["per_query"]
@@ -557,16 +535,18 @@ def real_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
              for m in tests if system.startswith("ka") and "ce" in per_query}
         rows.append({"system": system, "label": _label(system), "n": len(qids), "p": p,
                      "means": {m: sum(scores[q][m] for q in qids) / len(qids) for m in metrics},
-                     "cost": _cost(result, system)})
+                     "cost": result["cost"].get(system[2:] if system.startswith("ka")
+                                                else system, {})})
     return rows
 
 
 def _cells(row: dict[str, Any], metrics: tuple[str, ...], tests: tuple[str, ...]) -> list[str]:
-    """A ``real_rows`` row's cells after its label: means x100, p-values, LLM cost (none for
-    pooled rows: see each run's own row)."""
+    """A row's means x100, p-values and LLM cost (none for pooled rows)."""
+    cost = row["cost"]
     return [*(f"{100 * row['means'][m]:.1f}" for m in metrics),
             *(f"{row['p'][m]:.3f}" if m in row["p"] else "-" for m in tests),
-            *(_spent(row["cost"]) if row["cost"] else ["-"] * 3)]
+            *([f"{cost.get('calls', 0):.1f}", f"{cost.get('seconds', 0):.1f}", _fallbacks(cost)]
+              if cost else ["-"] * 3)]
 
 
 def _run_kind(res: dict[str, Any]) -> tuple[str, str]:
