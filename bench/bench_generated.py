@@ -16,20 +16,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import DATA, ROOT, header, publish, rank_scores, save_json
+from report import DATA, ROOT, header, log, publish, rank_scores, save_json, table
 
 CUTS = (10, 100, 200, 400, 1000)
-DEPTH = 1000
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sets", type=Path, default=ROOT / "runs" / "generated")
-    p.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "vaswani"])
-    p.add_argument("--split", default="generated")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_generated.json")
-    p.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
-    return p.parse_args(argv)
+RRF = {"rrf(bm25,dense)": ("bm25", "dense"), "rrf(bm25,tfidf)": ("bm25", "tfidf"),
+       "rrf(all four)": ("bm25", "dense", "tfidf", "graph")}
 
 
 def open_index(name: str) -> Any:
@@ -41,28 +32,18 @@ def open_index(name: str) -> Any:
                          source=str(ds.root))
 
 
-def legs(idx: Any, texts: list[str], depth: int = DEPTH) -> dict[str, list[list[str]]]:
-    """Doc-id lists per query for each single leg."""
-    out = {}
-    for leg, search in (("bm25", idx.search_bm25), ("dense", idx.search_dense),
-                        ("tfidf", idx.search_tfidf), ("graph", idx.search_graph)):
-        out[leg] = [[idx.ids[r] for r in h.rows] for h in search(texts, depth)]
-    return out
-
-
-def systems(single: dict[str, list[list[str]]]) -> dict[str, list[dict[str, float]]]:
-    """Runs (one {doc: score} per query) of eight pipelines built from the legs."""
+def systems(idx: Any, texts: list[str]) -> dict[str, list[dict[str, float]]]:
+    """Runs of the four single legs at depth 1000 and four fusions of them."""
     from intentrank.fuse.interleave import interleave
     from intentrank.fuse.rrf import rrf
 
-    n = len(single["bm25"])
-    out = {leg: [rank_scores(x) for x in single[leg]] for leg in single}
-    for name, parts in (("rrf(bm25,dense)", ("bm25", "dense")),
-                        ("rrf(bm25,tfidf)", ("bm25", "tfidf")),
-                        ("rrf(all four)", ("bm25", "dense", "tfidf", "graph"))):
-        out[name] = [rrf([single[p][q] for p in parts]) for q in range(n)]
-    out["interleave(bm25,dense)"] = [
-        rank_scores(interleave([single["bm25"][q], single["dense"][q]])) for q in range(n)]
+    legs = {leg: [[idx.ids[r] for r in h.rows] for h in getattr(idx, f"search_{leg}")(texts, 1000)]
+            for leg in ("bm25", "dense", "tfidf", "graph")}
+    out = {leg: [rank_scores(x) for x in ids] for leg, ids in legs.items()}
+    for name, parts in RRF.items():
+        out[name] = [rrf([legs[p][q] for p in parts]) for q in range(len(texts))]
+    out["interleave(bm25,dense)"] = [rank_scores(interleave(pair))
+                                     for pair in zip(legs["bm25"], legs["dense"], strict=True)]
     return out
 
 
@@ -74,30 +55,23 @@ def evaluate(queries: list[Any], qrels: dict, runs: dict[str, list[dict[str, flo
             for name, run in runs.items()}
 
 
-def recall_table(name: str, root: Path, split: str) -> dict[str, Any]:
+def recall_table(name: str, root: Path) -> dict[str, Any]:
+    """Recall per question kind and nDCG@10 per system on a generated set."""
     from intentrank.data.dataset import load_dataset
 
     ds = load_dataset(root)
-    queries, qrels = ds.split(split)
-    meta = {}
-    for line in (root / "queries.jsonl").open(encoding="utf-8"):
-        rec = json.loads(line)
-        meta[rec["_id"]] = rec["metadata"]
-    idx = open_index(name)
-    single = legs(idx, [q.text for q in queries])
-    runs = systems(single)
-    metrics = [f"R@{c}" for c in CUTS]
+    queries, qrels = ds.split("generated")
+    meta = ds.query_metadata()
+    runs = systems(open_index(name), [q.text for q in queries])
     out: dict[str, Any] = {"n": {}, "recall": {}}
     for kind in ("single", "pair"):
         sel = [i for i, q in enumerate(queries) if meta[q.id]["kind"] == kind]
         out["n"][kind] = len(sel)
-        if not sel:
-            continue
-        sub_q = [queries[i] for i in sel]
-        sub_runs = {s: [runs[s][i] for i in sel] for s in ("bm25", "dense",
-                                                            "interleave(bm25,dense)")}
-        out["recall"][kind] = evaluate(sub_q, {q.id: qrels[q.id] for q in sub_q}, sub_runs,
-                                       metrics)
+        if sel:
+            sub = [queries[i] for i in sel]
+            out["recall"][kind] = evaluate(sub, {q.id: qrels[q.id] for q in sub}, {
+                s: [runs[s][i] for i in sel] for s in ("bm25", "dense", "interleave(bm25,dense)")
+            }, [f"R@{c}" for c in CUTS])
     out["ndcg_generated"] = evaluate(queries, qrels, runs, ["nDCG@10"])
     return out
 
@@ -107,28 +81,27 @@ def tau_on_scifact(generated: dict[str, dict[str, float]]) -> dict[str, Any]:
 
     from intentrank.data.dataset import load_dataset
 
-    ds = load_dataset(DATA / "scifact")
-    queries, qrels = ds.split("test")
-    idx = open_index("scifact")
-    real = evaluate(queries, qrels, systems(legs(idx, [q.text for q in queries])), ["nDCG@10"])
+    queries, qrels = load_dataset(DATA / "scifact").split("test")
+    real = evaluate(queries, qrels, systems(open_index("scifact"), [q.text for q in queries]),
+                    ["nDCG@10"])
     names = sorted(real)
-    a = [generated[n]["nDCG@10"] for n in names]
-    b = [real[n]["nDCG@10"] for n in names]
+    a, b = [generated[n]["nDCG@10"] for n in names], [real[n]["nDCG@10"] for n in names]
     tau = kendalltau(a, b)
     return {"systems": names, "generated": a, "real": b, "tau": float(tau.statistic),
             "p": float(tau.pvalue)}
 
 
 def generation_summary(root: Path) -> dict[str, Any]:
-    """Counts from the attempts log (right while a run is still going) and the recorded
-    model and speed from generation.json."""
+    """Counts from the attempts log (right while a run is still going), the recorded model
+    and speed from generation.json, and the first kept question of each category and the
+    first attempt of each rejection."""
     from collections import Counter
 
     attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
     status = Counter(a["status"] for a in attempts)
     gen = json.loads((root / "generation.json").read_text())
     samples: dict[str, dict[str, Any]] = {}
-    for a in attempts:  # the first kept question of each category, the first of each rejection
+    for a in attempts:
         keys = ([f"{k}={v}" for k, v in a["categories"].items()
                  if k in ("phrasing", "factuality", "linguistic-variation")]
                 + ([f"two_document={a['pair_type']}"] if a.get("pair_type") else [])
@@ -154,13 +127,10 @@ def markdown(results: dict[str, Any], tau: dict[str, Any] | None) -> str:
                   f"{info['attempts']} attempts ({info['model']}; rejected: "
                   + ", ".join(f"{k} {v}" for k, v in info["rejected"].items())
                   + f"; {info['seconds_per_attempt']} s per attempt)", "",
-                  "| kind | retriever | " + " | ".join(f"R@{c}" for c in CUTS) + " |",
-                  "|---|---|" + "---|" * len(CUTS)]
-        for kind, table in r["recall"].items():
-            for system, row in table.items():
-                lines.append(f"| {kind} | {system} | "
-                             + " | ".join(f"{100 * row[f'R@{c}']:.1f}" for c in CUTS) + " |")
-        lines += ["", f"<details><summary>{name}: one generated question per category, and one "
+                  table(["kind", "retriever", *(f"R@{c}" for c in CUTS)],
+                        [[kind, system, *(f"{100 * row[f'R@{c}']:.1f}" for c in CUTS)]
+                         for kind, rows in r["recall"].items() for system, row in rows.items()]),
+                  "", f"<details><summary>{name}: one generated question per category, and one "
                       f"rejected attempt per reason</summary>", ""]
         for key, a in sorted(info["samples"].items()):
             detail = f" ({a['detail']})" if a["detail"] else ""
@@ -170,30 +140,28 @@ def markdown(results: dict[str, Any], tau: dict[str, Any] | None) -> str:
     if tau is not None:
         lines += ["**Are generated questions a usable proxy?** SciFact, eight retrieval "
                   "pipelines, nDCG@10 x100 on the generated questions and on the 300 real test "
-                  "queries:", "", "| pipeline | generated | real test |", "|---|---|---|"]
-        for n, g, t in zip(tau["systems"], tau["generated"], tau["real"], strict=True):
-            lines.append(f"| {n} | {100 * g:.2f} | {100 * t:.2f} |")
-        lines += ["", f"Kendall's tau between the two orders: {tau['tau']:.3f} "
+                  "queries:", "", table(["pipeline", "generated", "real test"], [
+                      [n, f"{100 * g:.2f}", f"{100 * t:.2f}"] for n, g, t in
+                      zip(tau["systems"], tau["generated"], tau["real"], strict=True)]),
+                  "", f"Kendall's tau between the two orders: {tau['tau']:.3f} "
                       f"(p = {tau['p']:.3g}, {len(tau['systems'])} pipelines)."]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     results: dict[str, Any] = {}
-    for name in args.collections:
-        root = args.sets / name
+    for name in ("scifact", "cranfield", "vaswani"):
+        root = ROOT / "runs" / "generated" / name
         if not (root / "queries.jsonl").exists():
-            print(f"[bench] no generated set at {root}; skipped", file=sys.stderr)
+            log(f"no generated set at {root}; skipped")
             continue
-        print(f"[bench] {name}", file=sys.stderr, flush=True)
-        r = recall_table(name, root, args.split)
-        r["generation"] = generation_summary(root)
-        results[name] = r
+        log(name)
+        results[name] = {**recall_table(name, root), "generation": generation_summary(root)}
     tau = tau_on_scifact(results["scifact"]["ndcg_generated"]) if "scifact" in results \
         else None
-    save_json(args.out, {"results": results, "tau": tau}, indent=2)
-    publish("generated-sets", markdown(results, tau), not args.no_write)
+    save_json(ROOT / "runs" / "bench_generated.json", {"results": results, "tau": tau}, indent=2)
+    publish("generated-sets", markdown(results, tau))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_generated import generation_summary, open_index
-from report import ROOT, header, publish, save_json
+from report import ROOT, header, publish, save_json, table
 
 DEPTH = 100
 MEASURES = ("bm25 R@10", "bm25 R@100", "dense R@10", "dense R@100", "copied pairs",
@@ -31,17 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(its index: indexes/<collection>, built if missing)")
     p.add_argument("sets", nargs=2, type=Path, help="two generated set folders, same "
                    "settings, different --llm")
-    p.add_argument("--samples", type=int, default=6,
-                   help="side-by-side questions shown (attempts both writers kept)")
-    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_writers.json")
-    p.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     return p.parse_args(argv)
-
-
-def kept_attempts(attempts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The kept single-document attempts of a set's log, by attempt number."""
-    return {a["attempt"]: a for a in attempts
-            if a["status"] == "kept" and len(a["documents"]) == 1}
 
 
 def source_measures(idx: Any, kept: dict[int, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -67,42 +57,42 @@ def source_measures(idx: Any, kept: dict[int, dict[str, Any]]) -> dict[str, dict
     return out
 
 
-def compare(collection: str, roots: list[Path], samples: int) -> dict[str, Any]:
+def compare(collection: str, roots: list[Path], samples: int = 6) -> dict[str, Any]:
+    """Both writers' counts, speed and per-attempt measures over their kept
+    single-document attempts, paired over the attempts both kept (``samples`` of them side
+    by side)."""
     from intentrank.measures.significance import paired_test
 
     idx = open_index(collection)
-    writers = []
+    writers, kept = [], []
     for root in roots:
         if not (root / "attempts.jsonl").is_file() or not (root / "generation.json").is_file():
             raise SystemExit(f"{root}: not a generated set (attempts.jsonl and generation.json "
                              "from intentrank generate)")
         attempts = [json.loads(x) for x in (root / "attempts.jsonl").open(encoding="utf-8")]
-        kept = kept_attempts(attempts)
-        info = generation_summary(root)
-        info.pop("samples")
+        kept.append({a["attempt"]: a for a in attempts
+                     if a["status"] == "kept" and len(a["documents"]) == 1})
+        info = {k: v for k, v in generation_summary(root).items() if k != "samples"}
         minutes = sum(a["seconds"] for a in attempts) / 60
-        writers.append({"set": str(root), **info, "kept_single": len(kept),
-                        "kept_per_minute": len(kept) / minutes if minutes else None,
-                        "measures": source_measures(idx, kept), "kept_attempts": kept})
+        measures = source_measures(idx, kept[-1])
+        writers.append({"set": str(root), **info, "kept_single": len(kept[-1]),
+                        "kept_per_minute": len(kept[-1]) / minutes if minutes else None,
+                        "measures": measures, "means": {
+                            m: sum(v.values()) / len(v) if v else None
+                            for m, v in measures.items()}})
     a, b = writers
     if a["attempts"] != b["attempts"]:
         raise SystemExit(f"the sets ran {a['attempts']} and {b['attempts']} attempts: "
                          "compare sets of the same attempts (--max-attempts)")
-    both = sorted(set(a["kept_attempts"]) & set(b["kept_attempts"]))
+    both = sorted(set(kept[0]) & set(kept[1]))
     paired = {}
     for m in MEASURES:
-        x = {str(i): a["measures"][m][str(i)] for i in both}
-        y = {str(i): b["measures"][m][str(i)] for i in both}
+        x, y = ({str(i): w["measures"][m][str(i)] for i in both} for w in writers)
         paired[m] = {"a": sum(x.values()) / len(both) if both else None,
                      "b": sum(y.values()) / len(both) if both else None,
                      "p": paired_test(x, y, m).p_randomization if len(both) > 1 else None}
-    side = [{"attempt": i, "document": a["kept_attempts"][i]["documents"][0],
-             "questions": [w["kept_attempts"][i]["question"] for w in writers]}
-            for i in both[:samples]]
-    for w in writers:
-        w["means"] = {m: sum(v.values()) / len(v) if v else None
-                      for m, v in w["measures"].items()}
-        w.pop("kept_attempts")
+    side = [{"attempt": i, "document": kept[0][i]["documents"][0],
+             "questions": [k[i]["question"] for k in kept]} for i in both[:samples]]
     return {"collection": collection, "writers": writers, "both_kept": len(both),
             "paired": paired, "side_by_side": side}
 
@@ -113,6 +103,7 @@ def _x(v: float | None) -> str:
 
 def markdown(res: dict[str, Any]) -> str:
     a, b = res["writers"]
+    p = res["paired"]
     lines = [header(), "",
              f"Two writers of the same generated set on {res['collection']} (same taxonomy, "
              "seed and attempts, so attempt i draws the same document for both). Recall x100 "
@@ -120,36 +111,28 @@ def markdown(res: dict[str, Any]) -> str:
              "(MiniLM), depth 100; copied pairs = share x100 of the question's content-word "
              "pairs found in the source; words in source = share x100 of its content words "
              "found there. Lower = a question less like its source.", "",
-             "| writer | attempts | kept | rejected | s/attempt | kept/min | " +
-             " | ".join(MEASURES) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(MEASURES)]
-    for w in (a, b):
-        rejected = ", ".join(f"{k} {v}" for k, v in w["rejected"].items()) or "-"
-        lines.append(f"| {w['model']} | {w['attempts']} | {w['kept_single']} | {rejected} | "
-                     f"{w['seconds_per_attempt']:.1f} | {w['kept_per_minute']:.2f} | " +
-                     " | ".join(_x(w["means"][m]) for m in MEASURES) + " |")
-    p = res["paired"]
-    lines += ["", f"Paired over the {res['both_kept']} attempts both writers kept (the same "
-              f"source document), {a['model']} vs {b['model']}, p = paired randomization test:",
-              "", "| measure | " + a["model"] + " | " + b["model"] + " | p |", "|---|---|---|---|"]
-    for m in MEASURES:
-        pv = "-" if p[m]["p"] is None else f"{p[m]['p']:.3f}"
-        lines.append(f"| {m} | {_x(p[m]['a'])} | {_x(p[m]['b'])} | {pv} |")
-    lines += ["", f"<details><summary>The same documents, both writers' questions "
-                  f"({a['model']} first)</summary>", ""]
-    for s in res["side_by_side"]:
-        q1, q2 = s["questions"]
-        lines.append(f"- attempt {s['attempt']}, document {s['document']}: \"{q1}\" / "
-                     f"\"{q2}\"")
-    lines += ["", "</details>"]
+             table(["writer", "attempts", "kept", "rejected", "s/attempt", "kept/min", *MEASURES],
+                   [[w["model"], w["attempts"], w["kept_single"],
+                     ", ".join(f"{k} {v}" for k, v in w["rejected"].items()) or "-",
+                     f"{w['seconds_per_attempt']:.1f}", f"{w['kept_per_minute']:.2f}",
+                     *(_x(w["means"][m]) for m in MEASURES)] for w in (a, b)]),
+             "", f"Paired over the {res['both_kept']} attempts both writers kept (the same "
+             f"source document), {a['model']} vs {b['model']}, p = paired randomization test:",
+             "", table(["measure", a["model"], b["model"], "p"], [
+                 [m, _x(p[m]["a"]), _x(p[m]["b"]), "-" if p[m]["p"] is None else f"{p[m]['p']:.3f}"]
+                 for m in MEASURES]),
+             "", f"<details><summary>The same documents, both writers' questions "
+                 f"({a['model']} first)</summary>", "",
+             *(f"- attempt {s['attempt']}, document {s['document']}: \"{s['questions'][0]}\" / "
+               f"\"{s['questions'][1]}\"" for s in res["side_by_side"]), "", "</details>"]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    res = compare(args.collection, list(args.sets), args.samples)
-    save_json(args.out, res)
-    publish("writers", markdown(res), write=not args.no_write)
+    res = compare(args.collection, list(args.sets))
+    save_json(ROOT / "runs" / "bench_writers.json", res)
+    publish("writers", markdown(res))
 
 
 if __name__ == "__main__":
