@@ -82,12 +82,11 @@ def _stats(ms: list[float]) -> dict:
             "p95_ms": float(np.percentile(ms, 95))}
 
 
-def _rrf(*ranked: np.ndarray, k: int = 100) -> list[tuple[int, float]]:
-    fused: dict[int, float] = {}
-    for rows in ranked:
-        for rank, r in enumerate(rows.tolist(), 1):
-            fused[r] = fused.get(r, 0.0) + 1.0 / (60 + rank)
-    return heapq.nlargest(k, fused.items(), key=lambda x: x[1])
+def _rrf(*ranked: np.ndarray) -> list[tuple[int, float]]:
+    """The top 100 of the rows' reciprocal rank fusion (k 60)."""
+    from intentrank.core.fusion import rrf
+
+    return heapq.nlargest(100, rrf([r.tolist() for r in ranked]).items(), key=lambda x: x[1])
 
 
 def _ann(method: str, vecs: np.ndarray, path: Path, **settings: int) -> tuple[Any, dict]:
