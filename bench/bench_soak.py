@@ -255,14 +255,13 @@ def main() -> None:
         rebuild: dict = {}
 
         def do_rebuild() -> None:
-            if stop.wait(args.rebuild_at):
-                return
-            start = time.monotonic()
+            start = time.monotonic() - t0
             out = index(variant, index_dir, capture_output=True, text=True)
-            rebuild.update(started_s=start - t0, finished_s=time.monotonic() - t0,
+            rebuild.update(started_s=start, finished_s=time.monotonic() - t0,
                            exit=out.returncode, tail=out.stderr[-500:])
 
-        rebuilder = threading.Thread(target=do_rebuild, daemon=True)
+        rebuilder = threading.Timer(args.rebuild_at, do_rebuild)
+        rebuilder.daemon = True
         rebuilder.start()
         n = asyncio.run(load.run(args.minutes * 60, t0, RATE))
         rebuilder.join(timeout=1800)
