@@ -163,8 +163,7 @@ def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
 
 def _token_ids(tokens: list[list[str]], qtexts: list[str]
                ) -> tuple[list[np.ndarray], dict[str, int], list[list[str]]]:
-    """Each document's token ids (numpy: 4 bytes a token, not a Python int), the vocabulary,
-    and each query's tokens that are in it."""
+    """Token ids a document (numpy: 4 bytes a token), the vocabulary, the queries' tokens."""
     from intentrank.index.hits import bm25_tokenize
 
     vocab: dict[str, int] = {}
@@ -175,9 +174,8 @@ def _token_ids(tokens: list[list[str]], qtexts: list[str]
 
 def _bm25(src: list[np.ndarray], vocab: dict[str, int], n: int, rng: np.random.Generator
           ) -> Any:
-    """One bm25s index (lucene, k1 1.5, b 0.75) over ``n`` documents: the real token lists,
-    each further copy with 10% of its tokens dropped (a sharded build scores identically,
-    tests/test_scale_index.py)."""
+    """A bm25s index (lucene, k1 1.5, b 0.75) of ``n`` documents: the real ones, then copies
+    with 10% of their tokens dropped."""
     import bm25s
 
     corpus = [d if i < len(src) else d[rng.random(len(d)) >= 0.1]
@@ -189,9 +187,8 @@ def _bm25(src: list[np.ndarray], vocab: dict[str, int], n: int, rng: np.random.G
 
 @contextlib.contextmanager
 def _perturbed(n: int, out: dict) -> Iterator[tuple]:
-    """The ``n``-passage perturbed corpus in a work folder (deleted after): (memory-mapped
-    vectors, bm25s index, query token lists, query vectors, work folder); its sizes and
-    build times go into ``out``."""
+    """The ``n``-passage perturbed corpus in a work folder deleted after (its sizes and BM25
+    build go into ``out``)."""
     rng = np.random.default_rng(0)
     base, tokens, q, qtexts = _sources()
     m, dim = base.shape
@@ -415,8 +412,8 @@ def serve_batch(n_queries: int, clients: int = 8, depth: int = 20) -> None:
             scorer = {"cpus_per_replica": 0.25, "max_batch_size": max_batch, "scorer_cpus": 1.0,
                       "cross_encoder": ScorerSpec(model, "torch", 128, threads=2),
                       "batch_wait_timeout_s": 0.02, "pair_batch_size": 32}
-            deploy_s = _secs(run, settings, replicas=2, port=port,
-                             **(scorer if max_batch else {"cpus_per_replica": 0.5}))
+            run(settings, replicas=2, port=port,
+                **(scorer if max_batch else {"cpus_per_replica": 0.5}))
             with ThreadPoolExecutor(clients) as pool:
                 list(pool.map(post, texts[:clients]))  # warm-up: models loaded, threads up
                 if max_batch:
@@ -425,12 +422,11 @@ def serve_batch(n_queries: int, clients: int = 8, depth: int = 20) -> None:
                 lat = list(pool.map(post, texts))
                 wall = time.perf_counter() - t
             row = {"requests/s": len(texts) / wall, "p50_s": float(np.percentile(lat, 50)),
-                   "p95_s": float(np.percentile(lat, 95)), "deploy_s": deploy_s}
+                   "p95_s": float(np.percentile(lat, 95))}
             if max_batch:
                 st = scorer_stats()
-                row |= {"model_calls": st["batches"], "requests_scored": st["calls"],
-                        "mean_batch": st["calls"] / max(1, st["batches"]),
-                        "max_batch": st["max_batch"]}
+                row |= {"model_calls": st["batches"], "max_batch": st["max_batch"],
+                        "mean_batch": st["calls"] / max(1, st["batches"])}
             out[label] = row
             print(label, row, flush=True)
             serve.shutdown()
