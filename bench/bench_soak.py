@@ -16,140 +16,104 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("bench", "tests")]
+import fake_openai  # the scripted OpenAI-compatible LLM of the tests
+from report import DATA, ROOT, free_port, table, wait_healthy
+
+fake_openai.MAX_REQUESTS = sys.maxsize  # its cap guards tests; a soak is long
 REPLY = "The passages describe how the flow behaves [1]."
 MIX = (("search", 0.60), ("rerank", 0.25), ("answer", 0.15))
 MAX_OUTSTANDING = 64  # open-loop, but bounded: beyond this a send is counted as skipped
+RATE, WARMUP_S = 0.5, 120.0  # requests per second; RSS growth is counted after the warm-up
+SIGTERM_RATE, SIGTERM_LOAD_S = 4.0, 8.0  # the load around SIGTERM (so some are in flight)
+CRANFIELD = DATA / "cranfield"
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+           TOKENIZERS_PARALLELISM="false",
+           PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+CLI = [sys.executable, "-m", "intentrank.cli"]
 
 
-class _Scripted(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat endpoint that always gives :data:`REPLY`."""
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = json.dumps({"id": "s", "object": "chat.completion", "created": 0,
-                           "model": "scripted",
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": REPLY}}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1,
-                                     "total_tokens": 2}}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+def index(src: Path, out: Path, **kw: object) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "index", str(src), str(out), "--legs", "bm25,dense",
+                           "--overwrite"], env=ENV, timeout=1800, **kw)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def env() -> dict[str, str]:
-    out = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
-    out["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + out.get("PYTHONPATH", "")
-    return out
-
-
-def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "intentrank.cli", *args]
+def corpus() -> list[dict]:
+    return [json.loads(line) for line in (CRANFIELD / "corpus.jsonl").open()]
 
 
 def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+    return float(np.percentile(values, q * 100, method="nearest")) if values else float("nan")
 
 
-def load_corpus(limit: int | None = None) -> list[dict]:
-    rows = [json.loads(line) for line in (DATA / "cranfield" / "corpus.jsonl").open()]
-    return rows[:limit] if limit else rows
-
-
-def queries() -> list[str]:
-    return [json.loads(line)["text"] for line in
-            (DATA / "cranfield" / "queries.jsonl").open()][:60]
+def counts(values: object) -> dict[str, int]:
+    c = Counter(values)
+    return {str(k): c[k] for k in sorted(c)}
 
 
 class Load:
     """The open-loop client: one task per request at its scheduled time."""
 
-    def __init__(self, url: str, rate: float) -> None:
-        self.url, self.rate = url, rate
-        self.records: list[dict] = []
-        self.outstanding = 0
-        self.skipped = 0
-        self.qs = queries()
-        docs = load_corpus(400)
-        self.candidates = [[{"id": d["_id"], "text": d["text"][:1500]}
-                            for d in docs[i * 10:(i + 1) * 10]] for i in range(40)]
+    def __init__(self, url: str) -> None:
+        self.url, self.records, self.outstanding, self.skipped = url, [], 0, 0
+        self.qs = [json.loads(x)["text"] for x in (CRANFIELD / "queries.jsonl").open()][:60]
+        docs = corpus()[:400]
+        self.candidates = [[{"id": d["_id"], "text": d["text"][:1500]} for d in docs[i:i + 10]]
+                           for i in range(0, 400, 10)]
 
     def request(self, n: int) -> tuple[str, str, dict, str]:
         """The n-th request: (kind, path, body, key) -- deterministic in n."""
         r = (n * 0.6180339887) % 1.0  # a low-discrepancy walk through the mix
-        q = self.qs[n % len(self.qs)]
+        i = n % len(self.qs)
+        q = self.qs[i]
         if r < MIX[0][1]:
             pipe = "bm25" if n % 2 else "rrf"
             return "search", "/search", {"query": q, "pipeline": pipe, "top_k": 10}, \
-                f"{pipe}|{n % len(self.qs)}"
+                f"{pipe}|{i}"
         if r < MIX[0][1] + MIX[1][1]:
             c = n % len(self.candidates)
             return "rerank", "/rerank", {"query": q, "pipeline": "cross_encoder",
                                          "candidates": self.candidates[c]}, f"rr|{c}"
-        return "answer", "/answer", {"query": q, "pipeline": "answer", "top_k": 5}, \
-            f"ans|{n % len(self.qs)}"
+        return "answer", "/answer", {"query": q, "pipeline": "answer", "top_k": 5}, f"ans|{i}"
 
     async def one(self, client: httpx.AsyncClient, n: int, t0: float) -> None:
         kind, path, body, key = self.request(n)
-        rid = f"soak-{n}"
-        rec = {"n": n, "kind": kind, "key": key, "rid": rid, "sent": time.monotonic() - t0}
+        rec = {"n": n, "kind": kind, "key": key, "rid": f"soak-{n}", "sent": time.monotonic() - t0}
         self.outstanding += 1
         try:
             resp = await client.post(self.url + path, json=body,
-                                     headers={"X-Request-Id": rid}, timeout=120)
+                                     headers={"X-Request-Id": rec["rid"]}, timeout=120)
             rec["status"] = resp.status_code
             if resp.status_code == 200:
                 out = resp.json()
                 rec["generation"] = out.get("generation")
                 rec["docs"] = [r["doc_id"] for r in out.get("results", [])]
         except httpx.HTTPError as exc:
-            rec["status"] = 0
-            rec["error"] = type(exc).__name__
+            rec |= {"status": 0, "error": type(exc).__name__}
         finally:
             self.outstanding -= 1
             rec["latency"] = time.monotonic() - t0 - rec["sent"]
             self.records.append(rec)
 
-    async def run(self, seconds: float, t0: float, start_n: int = 0,
-                  stop: threading.Event | None = None, rate: float | None = None) -> int:
-        rate = rate or self.rate
+    async def run(self, seconds: float, t0: float, rate: float, start_n: int = 0) -> int:
         tasks, n = set(), start_n
         limits = httpx.Limits(max_connections=MAX_OUTSTANDING, max_keepalive_connections=16)
         async with httpx.AsyncClient(limits=limits) as client:
             begin = time.monotonic()
-            while time.monotonic() - begin < seconds and not (stop and stop.is_set()):
-                due = begin + (n - start_n) / rate
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
+            while time.monotonic() - begin < seconds:
+                await asyncio.sleep(max(0.0, begin + (n - start_n) / rate - time.monotonic()))
                 if self.outstanding >= MAX_OUTSTANDING:
                     self.skipped += 1
                 else:
@@ -162,40 +126,37 @@ class Load:
         return n
 
 
-def rss_sampler(pid: int, samples: list[tuple[float, int]], t0: float,
-                stop: threading.Event) -> None:
+def sample_rss(pid: int, rss: list[tuple[float, int]], t0: float, stop: threading.Event) -> None:
     proc = psutil.Process(pid)
     while not stop.wait(5.0):
         try:
-            samples.append((time.monotonic() - t0, proc.memory_info().rss))
+            rss.append((time.monotonic() - t0, proc.memory_info().rss))
         except psutil.Error:
             return
 
 
-def health_poller(url: str, seen: list[tuple[float, dict]], t0: float,
-                  stop: threading.Event) -> None:
-    last = None
+def poll_health(url: str, seen: list[tuple[float, dict]], t0: float,
+                stop: threading.Event) -> None:
+    """Each change of /health's (generations, reloads), with its time."""
     while not stop.wait(1.0):
         try:
             h = httpx.get(url + "/health", timeout=10).json()
         except (httpx.HTTPError, ValueError):
             continue
-        state = (h.get("generations"), h.get("reloads"))
-        if state != last:
+        if not seen or (h.get("generations"), h.get("reloads")) != (
+                seen[-1][1].get("generations"), seen[-1][1].get("reloads")):
             seen.append((time.monotonic() - t0, h))
-            last = state
 
 
 def per_minute(records: list[dict], rss: list[tuple[float, int]]) -> list[dict]:
     rows = []
-    minutes = int(max((r["sent"] for r in records), default=0) // 60) + 1
-    for m in range(minutes):
+    for m in range(int(max((r["sent"] for r in records), default=0) // 60) + 1):
         rs = [r for r in records if m * 60 <= r["sent"] < (m + 1) * 60]
         ok = [r["latency"] * 1000 for r in rs if r["status"] == 200]
         mem = [b for t, b in rss if m * 60 <= t < (m + 1) * 60]
         rows.append({"minute": m + 1, "requests": len(rs), "ok": len(ok),
-                     "5xx": sum(1 for r in rs if r["status"] >= 500),
-                     "failed": sum(1 for r in rs if r["status"] != 200),
+                     "5xx": sum(r["status"] >= 500 for r in rs),
+                     "failed": sum(r["status"] != 200 for r in rs),
                      "p50_ms": pct(ok, 0.5), "p95_ms": pct(ok, 0.95), "p99_ms": pct(ok, 0.99),
                      "rss_mb": (max(mem) / 2**20) if mem else float("nan")})
     return rows
@@ -207,179 +168,128 @@ def consistency(records: list[dict]) -> dict:
     for r in records:
         if r["status"] == 200 and r["kind"] == "search":
             groups[(r["key"], r.get("generation"))].add(tuple(r["docs"]))
-    mixed = {f"{k}@{g}": len(v) for (k, g), v in groups.items() if len(v) > 1}
-    gens = sorted({g for _, g in groups})
     by_key: dict[str, dict[str, tuple[str, ...]]] = defaultdict(dict)
     for (k, g), v in groups.items():
         by_key[k][g] = next(iter(v))
-    differ = sum(1 for k, gs in by_key.items() if len(set(gs.values())) > 1)
-    both = sum(1 for gs in by_key.values() if len(gs) > 1)
-    return {"generations": gens, "inconsistent_groups": mixed,
-            "keys_seen_in_both": both, "keys_differing_between_generations": differ}
+    return {"generations": sorted({g for _, g in groups}),
+            "inconsistent_groups": {f"{k}@{g}": len(v) for (k, g), v in groups.items()
+                                    if len(v) > 1},
+            "keys_seen_in_both": sum(len(gs) > 1 for gs in by_key.values()),
+            "keys_differing_between_generations": sum(len(set(gs.values())) > 1
+                                                      for gs in by_key.values())}
 
 
-def main() -> None:  # noqa: PLR0915
+def sigterm(server: subprocess.Popen, load: Load, url: str, t0: float, n: int) -> dict:
+    """SIGTERM once requests are in flight, at :data:`SIGTERM_RATE`; how each request ended."""
+    term: dict = {}
+
+    def terminate() -> None:  # once requests are in flight (bounded wait)
+        time.sleep(1.0)
+        for _ in range(200):
+            try:
+                if httpx.get(url + "/health", timeout=2).json()["in_flight"] >= 2:
+                    break
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        term["at_s"] = time.monotonic() - t0
+        server.send_signal(signal.SIGTERM)
+
+    before = len(load.records)
+    threading.Thread(target=terminate, daemon=True).start()
+    asyncio.run(load.run(SIGTERM_LOAD_S, t0, SIGTERM_RATE, start_n=n))
+    try:
+        term["exit"] = server.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        term["exit"] = None
+    term["exited_s"] = time.monotonic() - t0
+    tail = load.records[before:]
+    # sent over 0.2 s before the signal: admitted, so must finish 200; in the last
+    # 0.2 s either may happen (the request can reach the server after the signal)
+    sent_before = [r for r in tail if r["sent"] < term["at_s"] - 0.2]
+    sent_after = [r for r in tail if r["sent"] >= term["at_s"]]
+    return term | {
+        "in_flight_at_signal": sum(r["sent"] + r["latency"] > term["at_s"]
+                                   for r in sent_before),
+        "in_flight_or_before": counts(r["status"] for r in sent_before),
+        "after": counts(r["status"] for r in sent_after)}
+
+
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=22.0)
-    ap.add_argument("--warmup-minutes", type=float, default=2.0)
-    ap.add_argument("--rate", type=float, default=0.5, help="requests per second")
     ap.add_argument("--rebuild-at", type=float, default=660.0, help="seconds into the soak")
-    ap.add_argument("--sigterm-load-s", type=float, default=8.0)
-    ap.add_argument("--sigterm-rate", type=float, default=4.0,
-                    help="requests per second around SIGTERM (so some are in flight)")
     ap.add_argument("--work", type=Path, default=ROOT / ".cache" / "soak")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "soak_results.json")
     args = ap.parse_args()
     work = args.work
-    work.mkdir(parents=True, exist_ok=True)
-    index_dir, access = work / "index", work / "access.log"
-    access.unlink(missing_ok=True)
-    variant = work / "variant"
+    index_dir, access, variant = work / "index", work / "access.log", work / "variant"
     (variant / "qrels").mkdir(parents=True, exist_ok=True)
-    (variant / "corpus.jsonl").write_text(
-        "".join(json.dumps(d) + "\n" for d in load_corpus()[200:]))
-    for f in ("queries.jsonl",):
-        if not (variant / f).exists():
-            (variant / f).symlink_to(DATA / "cranfield" / f)
-    t_build = time.monotonic()
-    subprocess.run(cli("index", str(DATA / "cranfield"), str(index_dir), "--legs", "bm25,dense",
-                       "--overwrite"), env=env(), check=True, timeout=1800)
-    build_s = time.monotonic() - t_build
+    access.unlink(missing_ok=True)
+    (variant / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus()[200:]))
+    if not (variant / "queries.jsonl").exists():
+        (variant / "queries.jsonl").symlink_to(CRANFIELD / "queries.jsonl")
+    index(CRANFIELD, index_dir, check=True)
 
-    llm = ThreadingHTTPServer(("127.0.0.1", free_port()), _Scripted)
-    threading.Thread(target=llm.serve_forever, daemon=True).start()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    llm = fake_openai.FakeOpenAI()
+    llm_url, _ = llm(reply=REPLY)
+    url = f"http://127.0.0.1:{(port := free_port())}"
     log = (work / "server.err").open("w")
     server = subprocess.Popen(
-        cli("--llm", f"openai:scripted@http://127.0.0.1:{llm.server_address[1]}/v1", "serve",
-            "--index", f"cranfield={index_dir}", "-p", "bm25", "-p", "rrf", "-p", "answer",
-            "--no-keys", "--watch-index", "1", "--access-log", str(access),
-            "--port", str(port), "--workers", "2", "--queue-limit", "64", "--timeout", "120",
-            "--drain", "60"), env=env(), stdout=log, stderr=subprocess.STDOUT)
+        [*CLI, "--llm", f"openai:scripted@{llm_url}", "serve", "--index",
+         f"cranfield={index_dir}", "-p", "bm25", "-p", "rrf", "-p", "answer", "--no-keys",
+         "--watch-index", "1", "--access-log", str(access), "--port", str(port), "--workers",
+         "2", "--queue-limit", "64", "--timeout", "120", "--drain", "60"],
+        env=ENV, stdout=log, stderr=subprocess.STDOUT)
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "machine": f"{os.cpu_count()} cores, {psutil.virtual_memory().total >> 30} "
                                f"GiB (shared with other work)",
-                    "rate_per_s": args.rate, "mix": dict(MIX), "index_build_s": build_s}
+                    "rate_per_s": RATE, "mix": dict(MIX)}
     try:
-        for _ in range(600):  # bounded: 10 minutes to load
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None:
-                raise RuntimeError(f"the server exited {server.returncode}: "
-                                   f"{(work / 'server.err').read_text()[-2000:]}")
-            time.sleep(1)
-        else:
-            raise RuntimeError("the server did not come up in 10 minutes")
-        load = Load(url, args.rate)
-        stop = threading.Event()
+        wait_healthy(url, server, 600, work / "server.err")
+        load, stop, t0 = Load(url), threading.Event(), time.monotonic()
         rss: list[tuple[float, int]] = []
         seen: list[tuple[float, dict]] = []
-        t0 = time.monotonic()
-        threading.Thread(target=rss_sampler, args=(server.pid, rss, t0, stop),
-                         daemon=True).start()
-        threading.Thread(target=health_poller, args=(url, seen, t0, stop), daemon=True).start()
+        threading.Thread(target=sample_rss, args=(server.pid, rss, t0, stop), daemon=True).start()
+        threading.Thread(target=poll_health, args=(url, seen, t0, stop), daemon=True).start()
         rebuild: dict = {}
 
         def do_rebuild() -> None:
-            if stop.wait(args.rebuild_at):
-                return
-            start = time.monotonic()
-            out = subprocess.run(cli("index", str(variant), str(index_dir), "--legs",
-                                     "bm25,dense", "--overwrite"), env=env(),
-                                 capture_output=True, text=True, timeout=1800)
-            rebuild.update(started_s=start - t0, finished_s=time.monotonic() - t0,
+            start = time.monotonic() - t0
+            out = index(variant, index_dir, capture_output=True, text=True)
+            rebuild.update(started_s=start, finished_s=time.monotonic() - t0,
                            exit=out.returncode, tail=out.stderr[-500:])
 
-        rebuilder = threading.Thread(target=do_rebuild, daemon=True)
+        rebuilder = threading.Timer(args.rebuild_at, do_rebuild)
+        rebuilder.daemon = True
         rebuilder.start()
-        n = asyncio.run(load.run(args.minutes * 60, t0))
+        n = asyncio.run(load.run(args.minutes * 60, t0, RATE))
         rebuilder.join(timeout=1800)
-
-        # SIGTERM under load
-        stop_load = threading.Event()
-        term: dict = {}
-
-        def terminate() -> None:  # once requests are in flight (bounded wait)
-            time.sleep(1.0)
-            for _ in range(200):
-                try:
-                    if httpx.get(url + "/health", timeout=2).json()["in_flight"] >= 2:
-                        break
-                except (httpx.HTTPError, ValueError, KeyError):
-                    pass
-                time.sleep(0.05)
-            term["at_s"] = time.monotonic() - t0
-            server.send_signal(signal.SIGTERM)
-
-        before = len(load.records)
-        threading.Thread(target=terminate, daemon=True).start()
-        asyncio.run(load.run(args.sigterm_load_s, t0, start_n=n, stop=stop_load,
-                             rate=args.sigterm_rate))
-        try:
-            code = server.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            code = None
-        term["exit"] = code
-        term["exited_s"] = time.monotonic() - t0
+        soak = load.records[:]
+        term = sigterm(server, load, url, t0, n)
         stop.set()
-        tail = load.records[before:]
-        # sent over 0.2 s before the signal: admitted, so must finish 200; in the last
-        # 0.2 s either may happen (the request can reach the server after the signal)
-        sent_before = [r for r in tail if r["sent"] < term["at_s"] - 0.2]
-        sent_after = [r for r in tail if r["sent"] >= term["at_s"]]
-        term["in_flight_at_signal"] = sum(1 for r in sent_before
-                                          if r["sent"] + r["latency"] > term["at_s"])
-        term["in_flight_or_before"] = {str(s): sum(1 for r in sent_before if r["status"] == s)
-                                       for s in sorted({r["status"] for r in sent_before})}
-        term["after"] = {str(s): sum(1 for r in sent_after if r["status"] == s)
-                         for s in sorted({r["status"] for r in sent_after})}
-        term["after_errors"] = {e: sum(1 for r in sent_after if r.get("error") == e)
-                                for e in sorted({r["error"] for r in sent_after
-                                                 if "error" in r})}
-        drained = [r["ts"] for r in map(json.loads, access.read_text().splitlines())
-                   if r.get("status") == 503]
-        term["last_503_logged"] = drained[-1] if drained else None
-        logged = {}
-        for line in access.read_text().splitlines():
-            rec = json.loads(line)
-            if "request_id" in rec:
-                logged[rec["request_id"]] = rec.get("status")
+        logged = [json.loads(x) for x in access.read_text().splitlines()]
+        status_of = {r["request_id"]: r.get("status") for r in logged if "request_id" in r}
         answered = [r for r in load.records if r["status"] != 0]
-        term["responses_missing_from_log"] = sum(1 for r in answered if r["rid"] not in logged)
-        term["log_status_mismatch"] = sum(1 for r in answered
-                                          if r["rid"] in logged and logged[r["rid"]]
-                                          != r["status"])
-        soak = [r for r in load.records[:before]]
-        warm = args.warmup_minutes * 60
-        steady_rss = [b for t, b in rss if t >= warm]
-        after_warm = [b for t, b in rss if warm <= t < warm + 60] or steady_rss[:1]
-        reloads = [r for r in (json.loads(x) for x in access.read_text().splitlines())
-                   if r.get("event", "").startswith("index_reload")]
+        term |= {"responses_missing_from_log": sum(r["rid"] not in status_of for r in answered),
+                 "log_status_mismatch": sum(r["rid"] in status_of and status_of[r["rid"]]
+                                            != r["status"] for r in answered)}
+        steady_rss = [b for t, b in rss if t >= WARMUP_S]
+        after_warm = [b for t, b in rss if WARMUP_S <= t < WARMUP_S + 60] or steady_rss[:1]
         switch = next(((t, h) for t, h in seen if h.get("reloads")), None)
+        ok = [r["latency"] * 1000 for r in soak if r["status"] == 200]
         result.update(
             seconds=args.minutes * 60, requests=len(soak), skipped=load.skipped,
-            by_kind={k: sum(1 for r in soak if r["kind"] == k) for k, _ in MIX},
-            status={str(s): sum(1 for r in soak if r["status"] == s)
-                    for s in sorted({r["status"] for r in soak})},
-            minutes=per_minute(soak, rss),
-            overall={"p50_ms": pct([r["latency"] * 1000 for r in soak
-                                    if r["status"] == 200], 0.5),
-                     "p95_ms": pct([r["latency"] * 1000 for r in soak
-                                    if r["status"] == 200], 0.95),
-                     "p99_ms": pct([r["latency"] * 1000 for r in soak
-                                    if r["status"] == 200], 0.99)},
+            by_kind={k: sum(r["kind"] == k for r in soak) for k, _ in MIX},
+            status=counts(r["status"] for r in soak), minutes=per_minute(soak, rss),
+            overall={f"p{q}_ms": pct(ok, q / 100) for q in (50, 95, 99)},
             rss_after_warmup_mb=statistics.median(after_warm) / 2**20 if after_warm else None,
             rss_end_mb=statistics.median([b for t, b in rss][-12:]) / 2**20 if rss else None,
             rss_max_after_warmup_mb=max(steady_rss) / 2**20 if steady_rss else None,
-            rebuild=rebuild, reload_log=reloads,
+            rebuild=rebuild,
+            reload_log=[r for r in logged if r.get("event", "").startswith("index_reload")],
             health_switch={"at_s": switch[0], "generations": switch[1]["generations"],
                            "reloads": switch[1]["reloads"]} if switch else None,
-            health_states=[{"at_s": t, "generations": h.get("generations"),
-                            "reloads": h.get("reloads")} for t, h in seen],
             consistency=consistency(soak), sigterm=term)
         if result["rss_after_warmup_mb"]:
             result["rss_growth_pct"] = 100 * (result["rss_end_mb"]
@@ -388,11 +298,15 @@ def main() -> None:  # noqa: PLR0915
         if server.poll() is None:
             server.kill()
             server.wait(timeout=30)
-        llm.shutdown()
+        llm.close()
         log.close()
     result["problems"] = problems(result)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(to_markdown(result))
+    print(table(["minute", "requests", "200", "5xx", "other failures", "p50 ms", "p95 ms",
+                 "p99 ms", "server RSS MB"],
+                [[m["minute"], m["requests"], m["ok"], m["5xx"], m["failed"] - m["5xx"],
+                  *(f"{m[k]:.0f}" for k in ("p50_ms", "p95_ms", "p99_ms", "rss_mb"))]
+                 for m in result["minutes"]], "|---:" * 9 + "|"))
     print("problems: " + ("; ".join(result["problems"]) or "none"))
 
 
@@ -401,51 +315,33 @@ def problems(r: dict, max_rss_growth_pct: float = 5.0) -> list[str]:
     failure, RSS growth after warm-up within ``max_rss_growth_pct``, the rebuild committed
     and switched to (log and /health), one generation per response with identical results,
     and the SIGTERM drain (in-flight 200, new 503 or refused, exit 0, the log complete)."""
-    out = []
-    bad = {k: v for k, v in r["status"].items() if k != "200"}
-    if bad:
-        out.append(f"failed requests by status: {bad}")
-    if r.get("skipped"):
-        out.append(f"{r['skipped']} requests not sent ({MAX_OUTSTANDING} outstanding)")
-    if r.get("rss_growth_pct") is None or r["rss_growth_pct"] > max_rss_growth_pct:
-        out.append(f"RSS growth after warm-up {r.get('rss_growth_pct')} % "
-                   f"(limit {max_rss_growth_pct} %)")
-    rebuild = r.get("rebuild") or {}
-    if rebuild.get("exit") != 0:
-        out.append(f"the rebuild did not finish: {rebuild}")
-    if len(r.get("reload_log", [])) != 1 or r["reload_log"][0].get("event") != "index_reload":
-        out.append(f"the access log should have one index_reload line: {r.get('reload_log')}")
-    if not r.get("health_switch"):
-        out.append("/health never showed the new generation")
-    c = r["consistency"]
-    if c["inconsistent_groups"]:
-        out.append(f"responses of one generation differ: {c['inconsistent_groups']}")
-    if len(c["generations"]) != 2 or not c["keys_differing_between_generations"]:
-        out.append(f"both generations should answer, differently: {c}")
-    t = r["sigterm"]
-    if t.get("exit") != 0:
-        out.append(f"exit status after SIGTERM: {t.get('exit')}")
-    if not t.get("in_flight_at_signal"):
-        out.append("no request was in flight at SIGTERM: the drain was not exercised")
-    if set(t["in_flight_or_before"]) - {"200"}:
-        out.append(f"requests sent before SIGTERM: {t['in_flight_or_before']}")
-    if set(t["after"]) - {"503", "0"} or "503" not in t["after"]:
-        out.append(f"requests sent after SIGTERM: {t['after']} (want 503, or refused "
-                   f"once the process is gone)")
-    if t["responses_missing_from_log"] or t["log_status_mismatch"]:
-        out.append(f"access log: {t['responses_missing_from_log']} responses missing, "
-                   f"{t['log_status_mismatch']} with another status")
-    return out
-
-
-def to_markdown(r: dict) -> str:
-    lines = ["| minute | requests | 200 | 5xx | other failures | p50 ms | p95 ms | p99 ms | "
-             "server RSS MB |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for m in r["minutes"]:
-        lines.append(f"| {m['minute']} | {m['requests']} | {m['ok']} | {m['5xx']} | "
-                     f"{m['failed'] - m['5xx']} | {m['p50_ms']:.0f} | {m['p95_ms']:.0f} | "
-                     f"{m['p99_ms']:.0f} | {m['rss_mb']:.0f} |")
-    return "\n".join(lines)
+    c, t, rebuild = r["consistency"], r["sigterm"], r.get("rebuild") or {}
+    checks = [
+        ({k: v for k, v in r["status"].items() if k != "200"},
+         f"failed requests by status: {({k: v for k, v in r['status'].items() if k != '200'})}"),
+        (r.get("skipped"), f"{r.get('skipped')} requests not sent ({MAX_OUTSTANDING} outstanding)"),
+        (r.get("rss_growth_pct") is None or r["rss_growth_pct"] > max_rss_growth_pct,
+         f"RSS growth after warm-up {r.get('rss_growth_pct')} % (limit {max_rss_growth_pct} %)"),
+        (rebuild.get("exit") != 0, f"the rebuild did not finish: {rebuild}"),
+        (len(r.get("reload_log", [])) != 1 or r["reload_log"][0].get("event") != "index_reload",
+         f"the access log should have one index_reload line: {r.get('reload_log')}"),
+        (not r.get("health_switch"), "/health never showed the new generation"),
+        (c["inconsistent_groups"],
+         f"responses of one generation differ: {c['inconsistent_groups']}"),
+        (len(c["generations"]) != 2 or not c["keys_differing_between_generations"],
+         f"both generations should answer, differently: {c}"),
+        (t.get("exit") != 0, f"exit status after SIGTERM: {t.get('exit')}"),
+        (not t.get("in_flight_at_signal"),
+         "no request was in flight at SIGTERM: the drain was not exercised"),
+        (set(t["in_flight_or_before"]) - {"200"},
+         f"requests sent before SIGTERM: {t['in_flight_or_before']}"),
+        (set(t["after"]) - {"503", "0"} or "503" not in t["after"],
+         f"requests sent after SIGTERM: {t['after']} (want 503, or refused once the process "
+         f"is gone)"),
+        (t["responses_missing_from_log"] or t["log_status_mismatch"],
+         f"access log: {t['responses_missing_from_log']} responses missing, "
+         f"{t['log_status_mismatch']} with another status")]
+    return [message for failed, message in checks if failed]
 
 
 if __name__ == "__main__":

@@ -10,47 +10,37 @@ import json
 import sys
 from pathlib import Path
 
+from report import table
 
-def jobs(r: dict) -> list[str]:
-    lines = ["| job | single process | Ray, 3 hosts | Ray, a worker host SIGKILLed | "
-             "time lost to the kill | host killed (processes) | result |",
-             "|---|---:|---:|---:|---:|---|---|"]
-    for key, name, same in (("encode", "`index --ray` (MiniLM)", "embeddings equal "
-                             "(max abs diff {diff:.1e}), {docs} documents once each"),
-                            ("eval", "`eval --ray` (BM25 -> cross-encoder)",
-                             "run file and metrics equal ({lines} lines)")):
-        j = r.get(key)
-        if not j or "ray_whole" not in j or "ray_host_lost" not in j:
-            continue
-        whole, lost = j["ray_whole"], j["ray_host_lost"]
-        text = same.format(diff=lost.get("max_abs_diff", 0.0), docs=lost.get("docs"),
-                           lines=lost.get("lines"))
-        lines.append(f"| {name} | {j.get('single_process_s', float('nan')):.0f} s | "
-                     f"{whole['seconds']:.0f} s | {lost['seconds']:.0f} s (kill at "
-                     f"{lost['at_s']:.0f} s) | {lost['seconds'] - whole['seconds']:+.0f} s | "
-                     f"{lost['host']} ({lost['pids']}) | {text} |")
-    return lines
-
-
-def serve(r: dict) -> list[str]:
-    s = r.get("serve")
-    if not s:
-        return []
-    return ["| requests (rate) | host killed at | failed on the first try | failed after "
-            "retries | recovered after | p50 / max latency |",
-            "|---:|---|---:|---:|---:|---:|",
-            f"| {s['requests']} ({s['rate_per_s']:g}/s for {s['seconds']:g} s) | "
-            f"{s['killed']['host']} at {s['killed']['at_s']:.0f} s "
-            f"({s['killed']['pids']} processes) | {s['failed_first_try']} | "
-            f"{s['failed_after_retries']} | {s['recovered_s']:.1f} s | "
-            f"{s['p50_ms']:.0f} / {s['max_ms']:.0f} ms |"]
+JOBS = {"encode": ("`index --ray` (MiniLM)", "embeddings equal (max abs diff {max_abs_diff:.1e}), "
+                   "{docs} documents once each"),
+        "eval": ("`eval --ray` (BM25 -> cross-encoder)", "run file and metrics equal ({lines} "
+                 "lines)")}
 
 
 def main() -> None:
     r = json.loads(Path(sys.argv[1]).read_text())
-    print("\n".join(jobs(r)))
-    print()
-    print("\n".join(serve(r)))
+    rows = []
+    for key, (name, text) in JOBS.items():
+        if {"ray_whole", "ray_host_lost"} <= set(j := r.get(key, {})):
+            whole, lost = j["ray_whole"]["seconds"], j["ray_host_lost"]
+            rows.append([name, f"{j.get('single_process_s', float('nan')):.0f} s",
+                         f"{whole:.0f} s",
+                         f"{lost['seconds']:.0f} s (kill at {lost['at_s']:.0f} s)",
+                         f"{lost['seconds'] - whole:+.0f} s", f"{lost['host']} ({lost['pids']})",
+                         text.format(**lost)])
+    print(table(["job", "single process", "Ray, 3 hosts", "Ray, a worker host SIGKILLed",
+                 "time lost to the kill", "host killed (processes)", "result"], rows,
+                "|---|---:|---:|---:|---:|---|---|") + "\n")
+    if s := r.get("serve"):
+        k = s["killed"]
+        print(table(["requests (rate)", "host killed at", "failed on the first try",
+                     "failed after retries", "recovered after", "p50 / max latency"],
+                    [[f"{s['requests']} ({s['rate_per_s']:g}/s for {s['seconds']:g} s)",
+                      f"{k['host']} at {k['at_s']:.0f} s ({k['pids']} processes)",
+                      s["failed_first_try"], s["failed_after_retries"],
+                      f"{s['recovered_s']:.1f} s", f"{s['p50_ms']:.0f} / {s['max_ms']:.0f} ms"]],
+                    "|---:|---|---:|---:|---:|---:|"))
 
 
 if __name__ == "__main__":
