@@ -9,23 +9,33 @@ runnable (and its parser, if it has one, take the options). The options come fro
 app's click commands and from the scripts' parsers, caught as their ``main`` builds them; a
 script without ``main()`` (no parser to catch) passes when its docstring shows the same
 arguments. ``...`` where the subcommand goes stands for the rest of the command, elsewhere
-for an argument; ``[--opt value]`` is an optional part and is checked.
+for an argument; ``[--opt value]`` is an optional part and is checked. A script of an archived
+benchmark (``revision:`` in the benchmark spec; gone from bench/) is checked at that commit,
+by that commit's own checker.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib
 import importlib.util
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import typer
 from bench_helpers import BENCH, load_bench
 
 from intentrank.cli import app
+from intentrank.eval.bench_runs import Workspace
+from intentrank.eval.benchmarks import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 NEGATIVE_NUMBER = re.compile(r"^-\.?\d")
@@ -213,6 +223,38 @@ def _check_argparse(parser: argparse.ArgumentParser, tokens: list[str]) -> list[
     return errors
 
 
+# -- scripts of archived benchmarks (run at their commit) -------------------------------------
+
+_AT: dict[str, subprocess.Popen] = {}  # commit -> its own checker, reading commands on stdin
+_CHECKER = ("import json, sys\nsys.path[:0] = ['tests']\nfrom command_check import check\n"
+            "for line in sys.stdin:\n    print(json.dumps(check(json.loads(line))), flush=True)")
+
+
+@functools.cache
+def archived_scripts() -> dict[str, str]:
+    """``bench/<script>.py`` -> the commit an archived benchmark of the spec runs it at."""
+    return {s.argv[1]: s.revision for s in load_spec().steps()
+            if s.revision and s.argv[0] == "python"}
+
+
+def _check_at(revision: str, tokens: list[str]) -> list[str]:
+    """The command checked against the scripts and CLI of ``revision``'s tree, by that
+    commit's own checker (one process per commit)."""
+    if revision not in _AT:
+        if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+                          capture_output=True, text=True).stdout.strip() == "true":
+            pytest.skip(f"a shallow clone has no commit {revision} to check {tokens[1]} at")
+        tree = Workspace.at(ROOT).tree(revision)
+        _AT[revision] = subprocess.Popen(
+            [sys.executable, "-c", _CHECKER], cwd=tree, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(tree / "src")})
+    proc = _AT[revision]
+    proc.stdin.write(json.dumps(tokens) + "\n")
+    proc.stdin.flush()
+    answer = proc.stdout.readline()
+    return json.loads(answer) if answer else [f"the checker of commit {revision} stopped"]
+
+
 # -- the checks -------------------------------------------------------------------------------
 
 def check(tokens: list[str]) -> list[str]:
@@ -223,6 +265,8 @@ def check(tokens: list[str]) -> list[str]:
         parser = _module_parser(tokens[2])
         if parser is None:
             return _check_click(tokens[3:])
+    elif not (ROOT / tokens[1]).exists() and tokens[1] in archived_scripts():
+        return _check_at(archived_scripts()[tokens[1]], tokens)
     else:
         parser = _script_parser(tokens[1])
     if isinstance(parser, str):

@@ -134,6 +134,10 @@ def _step(command="python -c pass", inputs=(), outputs=("out.txt",)):
     ({"a": _bench(steps=[_step()]), "b": _bench(steps=[_step()])},
      r"out.txt is an output of both a#1 and b#1"),
     ({"All": _bench(steps=[_step()])}, r"benchmark name 'All'"),
+    ({"a": _bench(steps=[_step()], revision="HEAD~1")},
+     r"'a': revision: expected a git commit \(7 to 40 hex digits, in quotes\), got "
+     r"'HEAD~1'"),
+    ({"a": _bench(steps=[_step()], revision=1234567)}, r"revision: .*in quotes\), got 1234567"),
 ])
 def test_spec_mistakes_name_the_benchmark_and_field(benchmarks, message):
     with pytest.raises(BenchmarkSpecError, match=message):
@@ -384,3 +388,57 @@ def test_a_sections_time_is_its_header_date(tmp_path):
     assert ws.time("docs/benchmarks.md#a") == 1577934240.0
     assert ws.time("docs/benchmarks.md#b") == docs.stat().st_mtime
     assert ws.time("docs/benchmarks.md#c") is None
+
+
+def _git(root: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+OLD_SCRIPT = """import os, pathlib, sys
+pathlib.Path("bench/results").mkdir(parents=True, exist_ok=True)
+pathlib.Path("bench/results/old.json").write_text(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+pathlib.Path("runs").mkdir(exist_ok=True)
+pathlib.Path("runs/old.txt").write_text(pathlib.Path(sys.argv[1]).read_text())
+"""
+
+
+def test_an_archived_benchmark_runs_its_script_at_its_commit(tmp_path):
+    """A script removed from bench/ runs from the tree of the commit the spec names, with
+    that commit's package first; what it writes in the repository comes back to the root,
+    what it writes under runs/ lands there directly."""
+    root = tmp_path / "repo"
+    (root / "bench").mkdir(parents=True)
+    (root / "bench" / "old.py").write_text(OLD_SCRIPT)
+    (root / "src").mkdir()
+    (root / "src" / "marker.py").write_text("")
+    _git(root, "init", "-q")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "old")
+    commit = _git(root, "rev-parse", "--short", "HEAD")
+    _git(root, "rm", "-q", "bench/old.py")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "archive it")
+    (root / "runs").mkdir()
+    (root / "a.txt").write_text("kept")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"benchmarks": {"old": {
+        "description": "an archived script", "revision": commit,
+        "steps": [{"command": f"python bench/old.py {root / 'a.txt'}",
+                   "outputs": ["bench/results/old.json", "runs/old.txt"]}]}}}))
+    assert not (root / "bench" / "old.py").exists()
+    dry = _bench_cli(spec, root, "old", "--dry-run")
+    assert f"(at {commit})" in dry.stdout, dry.output
+    res = _bench_cli(spec, root, "old")
+    assert res.exit_code == 0, res.output
+    tree = root / ".cache" / "bench" / "trees" / commit
+    assert (root / "bench" / "results" / "old.json").read_text() == str(tree / "src")
+    assert (root / "runs" / "old.txt").read_text() == "kept"
+    assert (tree / "bench" / "old.py").is_file() and (tree / "runs").is_symlink()
+    again = _bench_cli(spec, root, "old")
+    assert "done: 0 step(s) ran, 1 up to date" in again.stdout, again.output
+    spec.write_text(spec.read_text().replace(commit, "abcdef0"))
+    missing = _bench_cli(spec, root, "old", "--force")
+    assert missing.exit_code == 2
+    assert "cannot extract commit abcdef0" in missing.output

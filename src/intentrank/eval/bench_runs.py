@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,9 +48,12 @@ from typing import Any
 from intentrank.errors import ConfigError, IntentrankError
 from intentrank.eval.benchmarks import Spec, Step, is_glob, split_section
 from intentrank.paths import DEFAULT_DATA_DIR, default_data_dir
+from intentrank.report.sections import docs_sections, write_docs_section
 
 DEFAULT_CACHE = ".cache/intentrank"  # the cache the bench scripts use (bench/report.py)
 STATE_FILE = ".cache/bench/state.json"
+TREES_DIR = ".cache/bench/trees"  # an archived benchmark's commit, extracted (git archive)
+LINKED = ("indexes", "runs")  # what a commit's tree shares with the root (not in git)
 
 
 class StepFailed(IntentrankError):
@@ -112,13 +117,61 @@ class Workspace:
         return [found, *words[1:]]
 
     def shown(self, step: Step) -> str:
-        """The command as the plan shows it (placeholders expanded)."""
-        return self.expand(step.command)
+        """The command as the plan shows it (placeholders expanded; an archived benchmark's
+        with the commit it runs at)."""
+        at = f"  (at {step.revision})" if step.revision else ""
+        return self.expand(step.command) + at
 
-    def env(self) -> dict[str, str]:
+    def env(self, tree: Path | None = None) -> dict[str, str]:
+        """The steps' environment: the bench cache; in a commit's ``tree``, its package first."""
         env = dict(os.environ)
         env["INTENTRANK_CACHE"] = str(self.root / self.cache)
+        if tree is not None:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(tree / "src"), *filter(None, [env.get("PYTHONPATH")])])
         return env
+
+    def tree(self, revision: str) -> Path:
+        """The repository as it was at ``revision`` (extracted once by ``git archive`` into
+        .cache/bench/trees/), sharing the root's indexes/ and runs/: where the steps of an
+        archived benchmark run, its scripts and package as they were when it was measured."""
+        tree = self.root / TREES_DIR / revision
+        if not (tree / ".extracted").exists():
+            shutil.rmtree(tree, ignore_errors=True)
+            tree.mkdir(parents=True)
+            archive = subprocess.run(["git", "-C", str(self.root), "archive", revision],
+                                     capture_output=True, check=False)
+            if archive.returncode != 0:
+                raise ConfigError(
+                    f"cannot extract commit {revision} of {self.root} (git archive: "
+                    f"{archive.stderr.decode(errors='replace').strip()}); an archived "
+                    f"benchmark needs the repository's history (not a shallow clone)")
+            with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+                tar.extractall(tree, filter="data")
+            (tree / ".extracted").touch()
+        for name in LINKED:
+            if (self.root / name).exists() and not (tree / name).exists():
+                (tree / name).symlink_to(self.root / name)
+        return tree
+
+    def bring_back(self, step: Step, tree: Path) -> None:
+        """Copy what an archived step wrote in its commit's tree to the root: its files and
+        folders (not those under the shared indexes/ and runs/) and its sections."""
+        for written in step.outputs:
+            file, section = split_section(self.expand(written))
+            if Path(file).is_absolute() or Path(file).parts[0] in LINKED:
+                continue
+            made, there = tree / file, self.root / file
+            if section is not None:
+                found = docs_sections(made.read_text(encoding="utf-8")) if made.exists() \
+                    else {}
+                if section in found:
+                    write_docs_section(there, section, found[section])
+            elif made.is_dir():
+                shutil.copytree(made, there, dirs_exist_ok=True)
+            elif made.exists():
+                there.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(made, there)
 
     # -- times ------------------------------------------------------------------------------
 
@@ -337,12 +390,15 @@ def run_plan(planned: list[PlannedStep], ws: Workspace,
     for n, p in enumerate(todo, 1):
         say(f"==> [{n}/{len(todo)}] {p.step.id} ({p.reason}): {ws.shown(p.step)}")
         start = time.perf_counter()
+        tree = ws.tree(p.step.revision) if p.step.revision else None
         try:
-            code = subprocess.run(ws.argv(p.step), cwd=ws.root, env=ws.env(),
+            code = subprocess.run(ws.argv(p.step), cwd=tree or ws.root, env=ws.env(tree),
                                   check=False).returncode
         except OSError as exc:
             raise StepFailed(f"step {p.step.id} could not start ({exc.strerror or exc}): "
                              f"{ws.shown(p.step)}", p.step, -1) from None
+        if tree is not None and code == 0:
+            ws.bring_back(p.step, tree)
         left = f"; the {len(todo) - n} step(s) after it did not run" if n < len(todo) else ""
         if code != 0:
             raise StepFailed(f"step {p.step.id} failed (exit status {code}): "

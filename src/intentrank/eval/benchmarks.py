@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ RENDER_KEYWORDS = ("stored", "step", "hand")  # section.render: from its stored 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_BENCHMARK_KEYS = ("description", "requires", "steps", "section", "notes")
+_BENCHMARK_KEYS = ("description", "requires", "steps", "section", "notes", "revision")
+REVISION = re.compile(r"^[0-9a-f]{7,40}$")  # a git commit, full or abbreviated
 _STEP_KEYS = ("command", "inputs", "outputs")
 _SECTION_KEYS = ("name", "render", "inputs")
 
@@ -50,6 +51,7 @@ class Step:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     stored_section: str = ""  # a render step of stored results: the section it renders
+    revision: str = ""  # an archived benchmark's step: the commit whose tree it runs in
 
     @property
     def argv(self) -> list[str]:
@@ -85,6 +87,7 @@ class Benchmark:
     requires: tuple[str, ...] = ()
     section: Section | None = None
     notes: str = ""
+    revision: str = ""  # archived: its steps run in the tree of this commit
 
 
 @dataclass(frozen=True)
@@ -280,7 +283,21 @@ def _benchmark(name: Any, entry: Any, source: str) -> Benchmark:
         raise BenchmarkSpecError(f"{_where(source, name)}: nothing to run (give 'steps' or a "
                                  f"section with a render command)")
     notes = _text(entry["notes"], _where(source, name, "notes")) if entry.get("notes") else ""
-    return Benchmark(name, description, tuple(steps), tuple(requires), section, notes)
+    revision = _revision(entry.get("revision"), _where(source, name, "revision"))
+    if revision:  # every step but the render of stored results, which is today's code's
+        steps = [s if s.stored_section else replace(s, revision=revision) for s in steps]
+    return Benchmark(name, description, tuple(steps), tuple(requires), section, notes,
+                     revision)
+
+
+def _revision(value: Any, where: str) -> str:
+    """An archived benchmark's commit (a script no longer in the tree runs in its own)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not REVISION.match(value):
+        raise BenchmarkSpecError(f"{where}: expected a git commit (7 to 40 hex digits, in "
+                                 f"quotes), got {value!r}")
+    return value
 
 
 def _step(name: str, i: int, entry: Any, source: str) -> Step:
