@@ -27,19 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import DATA, ROOT, header, log, p_value, publish_tables, save_json, table
 
+from intentrank.query.reformulate import METHODS as LLM
 from intentrank.query.reformulate import NO_LLM_METHODS
 
 OUT = ROOT / "runs" / "reformulation"
-LLM_METHODS = ["rewrite_full", "rewrite_summary", "rewrite_questions", "hyde", "hyde_masked",
-               "hyde_doc", "hyde_doc_masked"]
-METHODS = ["raw", *NO_LLM_METHODS, *LLM_METHODS, "gold"]
+METHODS = ["raw", *NO_LLM_METHODS, *LLM, "gold"]
 GENRE = {"cast2021": "web passage", "scifact": "scientific abstract",
          "cranfield": "aerodynamics research abstract"}
 DEPTH = 100
 METRICS = ["nDCG@3", "nDCG@10", "RR@10", "R@100"]
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure")
@@ -59,7 +58,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--cite-methods", nargs="+", default=None,
                    help="methods compared by the citation score (default: all measured)")
     sub.add_parser("render")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.cmd == "measure":
+        measure(args)
+        return
+    results = {p.stem: json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))}
+    if not results:
+        raise SystemExit(f"no results in {OUT}")
+    publish_tables("reformulation", *section(results))
 
 
 # -- measuring -----------------------------------------------------------------------------
@@ -199,7 +205,6 @@ def measure(args: argparse.Namespace) -> Path:
         length_bucket,
     )
     from intentrank.models.embedder import load_embedder
-    from intentrank.query.reformulate import METHODS as LLM
 
     queries, golds, index, qrels, genre = load_set(args.set)
     pool = [q for q in queries if q.history and q.id in golds and (not qrels or q.id in qrels)]
@@ -298,17 +303,6 @@ def section(results: dict[str, dict[str, Any]]) -> tuple[str, dict[str, str]]:
                               for m, score in c["acs"].items()]))
         values.update({f"{key}.{k}": str(x) for k, x in v.items()})
     return "\n\n".join(out), values
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.cmd == "measure":
-        measure(args)
-        return
-    results = {p.stem: json.loads(p.read_text()) for p in sorted(OUT.glob("*.json"))}
-    if not results:
-        raise SystemExit(f"no results in {OUT}")
-    publish_tables("reformulation", *section(results))
 
 
 if __name__ == "__main__":
