@@ -97,14 +97,16 @@ def run_set(name: str, explorer: str, sample: int, llm: Any) -> dict[str, Any]:
     tops = {r.name: {x.query.id: x.doc_ids[:10] for x in r.rankings} for r in result.pipelines}
     scorers = {q.id: NcomScorer([a.answer for a in q.aspects], index.doc_text)
                for q in questions}
+    pools = {q.id: [d for t in tops.values() for d in t.get(q.id, [])] + list(q.qrels())
+             for q in questions}  # NCOM's silver list: every system's top 10 and the gold
     per: dict[str, dict[str, dict[str, float]]] = {}
     for r in result.pipelines:
-        div = evaluate_diversity({q: rank_scores(ids) for q, ids in tops[r.name].items()},
-                                 questions)
-        per[r.name] = {q.id: {**div.per_query[q.id], "NCOM@10": scorers[q.id].ncom(
-            tops[r.name].get(q.id, []), [d for t in tops.values() for d in t.get(q.id, [])]
-            + list(q.qrels()), 10), "nDCG@10": r.scores.per_query.get(q.id, {}).get(
-            "nDCG@10", 0.0)} for q in questions}
+        top = tops[r.name]
+        div = evaluate_diversity({q: rank_scores(ids) for q, ids in top.items()}, questions)
+        per[r.name] = {q.id: {
+            **div.per_query[q.id],
+            "NCOM@10": scorers[q.id].ncom(top.get(q.id, []), pools[q.id], 10),
+            "nDCG@10": r.scores.per_query.get(q.id, {}).get("nDCG@10", 0.0)} for q in questions}
     explore = result.result("max-score pool")
     asp = [len(x.query.derived_of("aspect")) for x in explore.rankings]
     counters = explore.trace.stages.get("aspects")

@@ -273,8 +273,9 @@ def section(results: dict[str, dict[str, Any]]) -> tuple[str, dict[str, str]]:
             cands.update({m: a["nDCG@10"] for m, a in r.get("fused", {}).items()})
             best = max(cands, key=cands.get)
             raw, gold = lab["raw"]["nDCG@10"], lab["gold"]["nDCG@10"]
+            share = (cands[best] - raw) / (gold - raw) if gold != raw else float("nan")
             v.update(raw=f"{raw:.3f}", gold=f"{gold:.3f}", best=best,
-                     score=f"{cands[best]:.3f}", share=f"{(cands[best] - raw) / (gold - raw):.0%}",
+                     score=f"{cands[best]:.3f}", share=f"{share:.0%}",
                      p=p_value(r["per_query"]["raw"], r["per_query"][best]))
             methods = [m for m in lab if m != "gold"]
             ndcg = {m: lab[m]["nDCG@10"] for m in methods}
