@@ -7,10 +7,8 @@ nDCG on labelled conversational sets, with the embedded LLMs.
 
 Sets: ``cast2019`` / ``cast2020`` (gold rewrites, no corpus: cosine only), ``cast2021`` (its
 235 canonical passages as corpus), ``gen:<dir>@<index name>`` (a generated conversational
-set). One JSON per set and LLM in runs/reformulation/; ``render`` writes the
-``reformulation`` section from every JSON there into its template,
-bench/sections/reformulation.md (what each table means), whose values are keyed by the
-JSON's name.
+set). One JSON per run in runs/reformulation/; ``render`` puts every one into the section's
+template, bench/sections/reformulation.md (its values keyed by the JSON's name).
 """
 
 from __future__ import annotations
