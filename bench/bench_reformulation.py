@@ -123,33 +123,19 @@ def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any
                  "cache_hits": int(c.get("llm_cache_hits", 0))}
 
 
-def fused_run(combo: str, index: Any, llm: Any, genre: str, turns: list[Any]
-              ) -> tuple[list[Any], dict[str, Any]]:
-    """The ``fused_reformulations`` stage over ``combo``'s methods ('raw+rewrite_full'): its
-    rankings and cost (its LLM replies come from the cache the methods' own rows filled)."""
-    from intentrank.core.registry import BuildContext
-    from intentrank.pipelines import build_pipeline
-
-    methods = [{m: {"genre": genre}} if m.startswith("hyde_doc") else m
-               for m in combo.split("+")]
-    stage = build_pipeline({"fused_reformulations": {
-        "methods": methods, "retriever": {"bm25": {"depth": DEPTH}}}},
-        BuildContext(index=index, resources={"llm": llm}))
-    t0 = time.perf_counter()
-    result = stage.run(turns)
-    return result.rankings, {"s_per_turn": (time.perf_counter() - t0) / max(len(turns), 1)}
-
-
 def labelled(args: argparse.Namespace, result: dict[str, Any], reformulated: dict[str, list],
              turns: list[Any], golds: dict[str, str], index: Any, qrels: dict, llm: Any
              ) -> None:
     """BM25 nDCG of each method, alone and fused with the raw turn (RRF), its Reranker
-    Support Score and the fused_reformulations rows; with ``--cite-llm``, the citation score."""
+    Support Score and the fused_reformulations rows (``--fused``: that stage's RRF of the
+    methods' BM25 lists); with ``--cite-llm``, the citation score."""
+    from intentrank.core.registry import BuildContext
     from intentrank.fuse.rrf import rrf
     from intentrank.llm.client import load_llm
     from intentrank.measures.label_free import citation_scores, reranker_support
     from intentrank.measures.metrics import evaluate
     from intentrank.models.cross_encoder import load_cross_encoder
+    from intentrank.pipelines import build_pipeline
     from intentrank.rerank.cross_encoder import CrossEncoderReranker
     from intentrank.retrieve.retrievers import BM25Retriever
     from intentrank.types import Trace
@@ -175,10 +161,15 @@ def labelled(args: argparse.Namespace, result: dict[str, Any], reformulated: dic
             raw = {r.query.id: r.doc_ids for r in runs["raw"]}
             measured(method, {r.query.id: rrf([r.doc_ids, raw[r.query.id]]) for r in ranked},
                      robust, f"RRF(raw, {method})")
-    for combo in args.fused:
-        ranked, result["info"][f"fused:{combo}"] = fused_run(combo, index, llm, result["genre"],
-                                                             turns)
-        measured(f"fused({combo})", ranked, fused)
+    for combo in args.fused:  # its LLM replies come from the cache the methods' rows filled
+        stage = build_pipeline({"fused_reformulations": {"methods": [
+            {m: {"genre": result["genre"]}} if m.startswith("hyde_doc") else m
+            for m in combo.split("+")], "retriever": {"bm25": {"depth": DEPTH}}}},
+            BuildContext(index=index, resources={"llm": llm}))
+        t0 = time.perf_counter()
+        measured(f"fused({combo})", stage.run(turns).rankings, fused)
+        result["info"][f"fused:{combo}"] = {
+            "s_per_turn": (time.perf_counter() - t0) / max(len(turns), 1)}
     result.update(labelled=scores, rss=rss, robust=robust, per_query=per_query, fused=fused)
     if args.cite_llm:
         cite_ids = {q.id for q in turns[:args.cite_n]}
@@ -195,13 +186,7 @@ def labelled(args: argparse.Namespace, result: dict[str, Any], reformulated: dic
 
 def measure(args: argparse.Namespace) -> Path:
     from intentrank.llm.client import load_llm
-    from intentrank.measures.label_free import (
-        HYDE,
-        PARAPHRASE,
-        conversation_length,
-        cosine_rows,
-        length_bucket,
-    )
+    from intentrank.measures import label_free as lf
     from intentrank.models.embedder import load_embedder
 
     queries, golds, index, qrels, genre = load_set(args.set)
@@ -216,15 +201,15 @@ def measure(args: argparse.Namespace) -> Path:
         log(f"{args.set} {method} ...")
         reformulated[method], info[method] = reformulate(method, turns, golds, llm, genre)
     texts = {m: {q.id: q.text for q in out} for m, out in reformulated.items()}
-    rows = cosine_rows(load_embedder(backend="onnx"), texts,
-                       {m: HYDE if m in LLM and LLM[m].group == "hyde" else PARAPHRASE
-                        for m in args.methods}, {q.id: golds[q.id] for q in turns},
-                       {q.id: q.text for q in turns},
-                       {q.id: conversation_length(q) for q in turns})
+    rows = lf.cosine_rows(
+        load_embedder(backend="onnx"), texts,
+        {m: lf.HYDE if m in LLM and LLM[m].group == "hyde" else lf.PARAPHRASE
+         for m in args.methods}, {q.id: golds[q.id] for q in turns},
+        {q.id: q.text for q in turns}, {q.id: lf.conversation_length(q) for q in turns})
     result: dict[str, Any] = {
         "set": args.set, "llm": args.llm, "n_turns": len(turns), "n_all": len(queries),
         "seed": 0, "genre": genre, "info": info, "cosine": [r.flat() for r in rows],
-        "buckets": {b: sum(1 for q in turns if length_bucket(conversation_length(q)) == b)
+        "buckets": {b: sum(1 for q in turns if lf.length_bucket(lf.conversation_length(q)) == b)
                     for b in ("<5", "5-10", ">=10")}}
     if index is not None:
         labelled(args, result, reformulated, turns, golds, index, qrels, llm)
