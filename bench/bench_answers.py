@@ -19,8 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generated import open_index
-from report import DATA, ROOT, header, log, save_json, table
+from report import DATA, ROOT, header, log, open_index, save_json, table
 
 OUT = ROOT / "runs" / "answers"
 SUMMED = ("abstained", "cites_gold", "cited", "cited_gold", "unsupported")  # over questions

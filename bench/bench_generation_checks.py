@@ -20,8 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_generated import open_index
-from report import ROOT, header, publish, table
+from report import ROOT, header, open_index, publish, table
 
 SET = "runs/generated/cranfield"
 MADE_UP = "The value is 42 kilograms per second, measured on Mars in 1850."

@@ -119,15 +119,20 @@ def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | N
         f": {log.read_text()[-2000:]}" if log and log.exists() else ""))
 
 
+def open_index(name: str) -> Any:
+    """The hybrid index of the collection ``name`` of the data folder (indexes/NAME, built
+    when missing)."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import open_or_build
+
+    ds = load_dataset(DATA / name)
+    return open_or_build(ds.corpus, ROOT / "indexes" / name, progress=True, source=str(ds.root))
+
+
 def log(message: str) -> None:
     """A progress line on stderr."""
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
-
-def rank_scores(ids: list[str]) -> dict[str, float]:
-    """``{doc id: score}`` with the score falling with the rank (n, n-1, ...): a ranked list
-    as a run entry that ir-measures orders exactly as given, without score ties."""
-    return {d: float(len(ids) - i) for i, d in enumerate(ids)}
 
 
 def save_json(path: Path, data: Any, indent: int = 1, **options: Any) -> None:
@@ -143,20 +148,3 @@ def publish(name: str, markdown: str, write: bool = True) -> None:
     print(markdown)
     if write:
         write_section(name, markdown)
-
-
-def run_each_in_subprocess(script: str, keys: list[str], label: str = "") -> list[dict]:
-    """Run ``script --one KEY`` for each key in a fresh process (no state shared between
-    measurements) and collect the JSON each prints on its last line; exit on a failure."""
-    import json
-    import subprocess
-
-    results = []
-    for key in keys:
-        print(f"[bench] {key}{label} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, script, "--one", key], capture_output=True,
-                              text=True, check=False)
-        if proc.returncode != 0:
-            sys.exit(f"{key}{label} failed:\n{proc.stderr[-3000:]}")
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    return results

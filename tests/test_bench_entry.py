@@ -399,7 +399,8 @@ def _git(root: Path, *args: str) -> str:
 
 OLD_SCRIPT = """import os, pathlib, sys
 pathlib.Path("bench/results").mkdir(parents=True, exist_ok=True)
-pathlib.Path("bench/results/old.json").write_text(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+pathlib.Path("bench/results/old.json").write_text(
+    os.environ["PYTHONPATH"].split(os.pathsep)[0] + " " + os.environ["INTENTRANK_DATA"])
 pathlib.Path("runs").mkdir(exist_ok=True)
 pathlib.Path("runs/old.txt").write_text(pathlib.Path(sys.argv[1]).read_text())
 """
@@ -432,8 +433,10 @@ def test_an_archived_benchmark_runs_its_script_at_its_commit(tmp_path):
     assert f"(at {commit})" in dry.stdout, dry.output
     res = _bench_cli(spec, root, "old")
     assert res.exit_code == 0, res.output
+    data = Workspace.at(root).data
+    data = str((root / data).resolve())
     tree = root / ".cache" / "bench" / "trees" / commit
-    assert (root / "bench" / "results" / "old.json").read_text() == str(tree / "src")
+    assert (root / "bench" / "results" / "old.json").read_text() == f"{tree / 'src'} {data}"
     assert (root / "runs" / "old.txt").read_text() == "kept"
     assert (tree / "bench" / "old.py").is_file() and (tree / "runs").is_symlink()
     again = _bench_cli(spec, root, "old")

@@ -123,10 +123,12 @@ class Workspace:
         return self.expand(step.command) + at
 
     def env(self, tree: Path | None = None) -> dict[str, str]:
-        """The steps' environment: the bench cache; in a commit's ``tree``, its package first."""
+        """The steps' environment: the bench cache; in a commit's ``tree``, the root's data
+        folder and the tree's package first."""
         env = dict(os.environ)
         env["INTENTRANK_CACHE"] = str(self.root / self.cache)
-        if tree is not None:
+        if tree is not None:  # the data and the package where the root has them
+            env["INTENTRANK_DATA"] = str((self.root / self.data).resolve())
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(tree / "src"), *filter(None, [env.get("PYTHONPATH")])])
         return env
