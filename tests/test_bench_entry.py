@@ -431,6 +431,7 @@ def test_an_archived_benchmark_runs_its_script_at_its_commit(tmp_path):
     assert not (root / "bench" / "old.py").exists()
     dry = _bench_cli(spec, root, "old", "--dry-run")
     assert f"(at {commit})" in dry.stdout, dry.output
+    assert f"[archived: runs at {commit}]" in _bench_cli(spec, root, "--list").stdout
     res = _bench_cli(spec, root, "old")
     assert res.exit_code == 0, res.output
     data = Workspace.at(root).data

@@ -120,12 +120,14 @@ def _render(spec: Any, names: list[str], root: Path) -> None:
 
 
 def _list(spec: Any, names: list[str], ws: Any) -> None:
-    """One line per benchmark (name, state, section), its description below it."""
+    """One line per benchmark (name, state, section, the commit of an archived one), its
+    description below it."""
     from intentrank.eval.bench_runs import status
 
     width = max(len(n) for n in names)
     for name in names:
         b = spec.benchmarks[name]
         section = f"  [section {b.section.name}]" if b.section else ""
-        _print(f"{name:<{width}}  {status(spec, name, ws)}{section}")
+        archived = f"  [archived: runs at {b.revision}]" if b.revision else ""
+        _print(f"{name:<{width}}  {status(spec, name, ws)}{section}{archived}")
         _print(f"{'':<{width}}  {b.description}")
