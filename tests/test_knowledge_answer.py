@@ -5,6 +5,7 @@ with citations: parsing, fallbacks and bad input with scripted LLMs, then the sh
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -231,6 +232,27 @@ def test_per_element_interleaves_one_list_per_element():
     trace = Trace()
     assert PerElementRerank(WordOverlap(texts))([plain], trace)[0].doc_ids == ["e", "a"]
     assert trace.stage("per_element").counters["no_elements"] == 1
+
+
+class SlowOverlap(WordOverlap):
+    """WordOverlap that takes a measurable while (its trace seconds)."""
+
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        time.sleep(0.05)
+        return super().transform(rankings, trace)
+
+
+def test_per_element_seconds_leave_out_the_inner_reranker():
+    # the inner reranker's time is its own trace entry, not also the per_element stage's,
+    # so the stages of a trace sum to the pipeline's time (the experiment latency tables)
+    texts = {"a": "lift", "b": "heat", "c": "lift drag"}
+    query = Query("1", "wing").with_derived("knowledge", ["lift drag", "heat"], "k")
+    start = Ranking(query, [ScoredDoc(d, 3.0 - i) for i, d in enumerate("abc")])
+    trace = Trace()
+    PerElementRerank(SlowOverlap(texts))([start], trace)
+    assert trace.stage("per_element/overlap").seconds >= 0.05
+    assert trace.stage("per_element").seconds < 0.05
+    assert trace.stage("per_element").queries == 1
 
 
 def test_per_element_against_the_element_alone():
