@@ -5,7 +5,6 @@ with citations: parsing, fallbacks and bad input with scripted LLMs, then the sh
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -235,23 +234,29 @@ def test_per_element_interleaves_one_list_per_element():
 
 
 class SlowOverlap(WordOverlap):
-    """WordOverlap that takes a measurable while (its trace seconds)."""
+    """WordOverlap that takes 5 s of a fake clock (its trace seconds)."""
+
+    def __init__(self, texts: dict[str, str], clock: list[float]) -> None:
+        super().__init__(texts)
+        self.clock = clock
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        time.sleep(0.05)
+        self.clock[0] += 5.0
         return super().transform(rankings, trace)
 
 
-def test_per_element_seconds_leave_out_the_inner_reranker():
+def test_per_element_seconds_leave_out_the_inner_reranker(monkeypatch):
     # the inner reranker's time is its own trace entry, not also the per_element stage's,
     # so the stages of a trace sum to the pipeline's time (the experiment latency tables)
+    clock = [0.0]
+    monkeypatch.setattr("intentrank.types.time.perf_counter", lambda: clock[0])
     texts = {"a": "lift", "b": "heat", "c": "lift drag"}
     query = Query("1", "wing").with_derived("knowledge", ["lift drag", "heat"], "k")
     start = Ranking(query, [ScoredDoc(d, 3.0 - i) for i, d in enumerate("abc")])
     trace = Trace()
-    PerElementRerank(SlowOverlap(texts))([start], trace)
-    assert trace.stage("per_element/overlap").seconds >= 0.05
-    assert trace.stage("per_element").seconds < 0.05
+    PerElementRerank(SlowOverlap(texts, clock))([start], trace)
+    assert trace.stage("per_element/overlap").seconds == 5.0
+    assert trace.stage("per_element").seconds == 0.0
     assert trace.stage("per_element").queries == 1
 
 
