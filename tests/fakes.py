@@ -30,13 +30,28 @@ def write_collection(root: Path, docs: dict[str, str], queries: dict[str, str],
     return root
 
 
-class Fixed(Stage):
-    """A fake retriever returning fixed scores (unit tests only)."""
+class FakeClock:
+    """A stand-in for ``time.perf_counter`` that moves only when told to (a test patches it in
+    with ``monkeypatch.setattr("intentrank.types.time.perf_counter", clock)``)."""
 
-    def __init__(self, name: str, scores: dict[str, float]) -> None:
-        self.name, self.scores = name, scores
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Fixed(Stage):
+    """A fake retriever returning fixed scores (unit tests only); with a ``clock``, each call
+    takes 5 s of it."""
+
+    def __init__(self, name: str, scores: dict[str, float], clock: FakeClock | None = None
+                 ) -> None:
+        self.name, self.scores, self.clock = name, scores, clock
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        if self.clock is not None:
+            self.clock.now += 5.0
         return [Ranking.from_scores(r.query, self.scores, trace.path_of(self))
                 for r in rankings]
 

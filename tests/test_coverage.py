@@ -9,11 +9,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from fakes import FakeClock, Fixed
 from tolerances import F32_ABS, F32_REL
 
 from intentrank.core.params import ParameterError
 from intentrank.core.registry import BuildContext
-from intentrank.core.stage import Stage
 from intentrank.data.aspects import Aspect, AspectQuestion, load_aspect_set, write_aspect_set
 from intentrank.errors import DataError
 from intentrank.llm.base import ChatParams, LLMReply, Message
@@ -222,38 +222,15 @@ def test_coverage_config_runs_on_the_real_index(cranfield_index, tmp_path):
     assert fake.calls == 1
 
 
-class Clock:
-    """A stand-in for time.perf_counter that only moves when told to."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class SlowLists(Stage):
-    """A retriever that takes 5 s of ``clock`` and returns one fixed list per query."""
-
-    name = "slow"
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        self.clock.now += 5.0
-        return [Ranking(r.query, [ScoredDoc("d1", 2.0), ScoredDoc("d2", 1.0)])
-                for r in rankings]
-
-
 def test_multi_faceted_seconds_leave_out_the_retriever(monkeypatch):
     # the retriever's time is its own trace entry, not also multi_faceted's, so the stages of
     # a trace sum to the pipeline's time (the experiment latency tables)
-    clock = Clock()
+    clock = FakeClock()
     monkeypatch.setattr("intentrank.types.time.perf_counter", clock)
     q = Q.with_derived("aspect", ["similarity laws", "heating"], "aspects")
     trace = Trace()
-    pooled = MultiFacetedRetriever(SlowLists(clock))([Ranking(q)], trace)[0]
+    pooled = MultiFacetedRetriever(Fixed("slow", {"d1": 2.0, "d2": 1.0}, clock))([Ranking(q)],
+                                                                               trace)[0]
     assert pooled.doc_ids == ["d1", "d2"]
     assert trace.stage("multi_faceted/slow").seconds == 5.0
     assert trace.stage("multi_faceted").seconds == 0.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes import FakeClock, Fixed
 
 from intentrank.answer.citations import check_citations, is_abstention
 from intentrank.answer.generate import AnswerGenerator, make_answer
@@ -233,28 +234,15 @@ def test_per_element_interleaves_one_list_per_element():
     assert trace.stage("per_element").counters["no_elements"] == 1
 
 
-class SlowOverlap(WordOverlap):
-    """WordOverlap that takes 5 s of a fake clock (its trace seconds)."""
-
-    def __init__(self, texts: dict[str, str], clock: list[float]) -> None:
-        super().__init__(texts)
-        self.clock = clock
-
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        self.clock[0] += 5.0
-        return super().transform(rankings, trace)
-
-
 def test_per_element_seconds_leave_out_the_inner_reranker(monkeypatch):
     # the inner reranker's time is its own trace entry, not also the per_element stage's,
     # so the stages of a trace sum to the pipeline's time (the experiment latency tables)
-    clock = [0.0]
-    monkeypatch.setattr("intentrank.types.time.perf_counter", lambda: clock[0])
-    texts = {"a": "lift", "b": "heat", "c": "lift drag"}
+    clock = FakeClock()
+    monkeypatch.setattr("intentrank.types.time.perf_counter", clock)
     query = Query("1", "wing").with_derived("knowledge", ["lift drag", "heat"], "k")
     start = Ranking(query, [ScoredDoc(d, 3.0 - i) for i, d in enumerate("abc")])
     trace = Trace()
-    PerElementRerank(SlowOverlap(texts, clock))([start], trace)
+    PerElementRerank(Fixed("overlap", {"c": 2.0, "a": 1.0}, clock))([start], trace)
     assert trace.stage("per_element/overlap").seconds == 5.0
     assert trace.stage("per_element").seconds == 0.0
     assert trace.stage("per_element").queries == 1

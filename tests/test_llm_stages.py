@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fakes import Fixed, RecordingLLM
+from fakes import FakeClock, Fixed, RecordingLLM
 
 from intentrank.core.params import ParameterError
 from intentrank.fuse.dynamic import (
@@ -134,26 +134,15 @@ def test_followups_and_multi_query_fall_back_by_kind():
     assert trace.stage("multi_query").counters["fallback.empty_reply"] == 1
 
 
-class SlowFixed(Fixed):
-    """A Fixed retriever that takes 5 s of a fake clock."""
-
-    def __init__(self, clock: list[float]) -> None:
-        super().__init__("dense", {"a": 1.0})
-        self.clock = clock
-
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        self.clock[0] += 5.0
-        return super().transform(rankings, trace)
-
-
 def test_multi_query_seconds_leave_out_the_retriever(monkeypatch):
     # the retriever's time is its own trace entry, not also multi_query's (whose time is its
     # LLM step and its fusion), so the stages of a trace sum to the pipeline's time
-    clock = [0.0]
-    monkeypatch.setattr("intentrank.types.time.perf_counter", lambda: clock[0])
+    clock = FakeClock()
+    monkeypatch.setattr("intentrank.types.time.perf_counter", clock)
     llm = LLMClient(ByQuery(lambda text, params: "1. moon gravity"), cache=False)
     trace = Trace()
-    out = MultiQueryRetriever(llm, SlowFixed(clock), n=1)(queries("tides"), trace)
+    out = MultiQueryRetriever(llm, Fixed("dense", {"a": 1.0}, clock), n=1)(queries("tides"),
+                                                                           trace)
     assert out[0].doc_ids == ["a"]
     assert trace.stage("multi_query/dense").seconds == 5.0
     assert trace.stage("multi_query").seconds == 0.0
