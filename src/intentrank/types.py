@@ -318,6 +318,8 @@ class Trace:
     ids: PathIds = field(default_factory=PathIds, repr=False, compare=False)
     _running: list[tuple[object, str]] = field(default_factory=list, init=False, repr=False,
                                                 compare=False)
+    # per open timed block, the seconds of the blocks timed inside it (stages below it)
+    _inner: list[float] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def current(self) -> str:
@@ -355,12 +357,19 @@ class Trace:
 
     @contextmanager
     def timed(self, name: str, n_queries: int = 0) -> Iterator[StageTrace]:
+        """Time a block as ``name``'s. A block timed inside it (a stage below, e.g. the
+        retriever of multi_query) keeps its seconds: they are not also this one's, so the
+        stages of a trace sum to the time of the run."""
         st = self.stage(name)
+        self._inner.append(0.0)
         start = time.perf_counter()
         try:
             yield st
         finally:
-            st.seconds += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            st.seconds += elapsed - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
             st.calls += 1
             st.queries += n_queries
 

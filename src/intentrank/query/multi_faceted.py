@@ -49,23 +49,18 @@ class MultiFacetedRetriever(Stage):
         self.merge = check_choice("merge", merge, MERGES)
         self.rrf_k, self.name = check_rrf_k(rrf_k), name
 
-    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
-        trace = trace if trace is not None else Trace()
-        with trace.enter(self) as path_id:  # the retriever runs below this stage's path id
-            queries = [r.query for r in rankings]
-            expanded = [Ranking(Query(f"{q.id}{SEP}{i}", aspect_text(q.text, a)))
-                        for q in queries for i, a in enumerate(aspects_of(q))]
-            retrieved = self.retriever(expanded, trace)
-            # timed apart from the retriever (as per_element and rrf_with_input): the trace's
-            # stages then sum to the pipeline's time, without counting the retriever twice
-            with trace.timed(path_id, n_queries=len(rankings)):
-                lists: dict[str, list[Ranking]] = {}
-                for r in retrieved:
-                    lists.setdefault(r.query.id.rsplit(SEP, 1)[0], []).append(
-                        r.top(self.depth) if self.depth else r)
-                out = [self._pool(q, lists.get(q.id, []), path_id) for q in queries]
-            trace.count(path_id, "aspect_queries", len(expanded))
-            trace.count(path_id, "pooled", sum(len(r.docs) for r in out))
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        path_id = trace.path_of(self)
+        queries = [r.query for r in rankings]
+        expanded = [Ranking(Query(f"{q.id}{SEP}{i}", aspect_text(q.text, a)))
+                    for q in queries for i, a in enumerate(aspects_of(q))]
+        lists: dict[str, list[Ranking]] = {}
+        for r in self.retriever(expanded, trace):
+            lists.setdefault(r.query.id.rsplit(SEP, 1)[0], []).append(r.top(self.depth)
+                                                                      if self.depth else r)
+        out = [self._pool(q, lists.get(q.id, []), path_id) for q in queries]
+        trace.count(path_id, "aspect_queries", len(expanded))
+        trace.count(path_id, "pooled", sum(len(r.docs) for r in out))
         return out
 
     def _pool(self, query: Query, lists: list[Ranking], path_id: str) -> Ranking:

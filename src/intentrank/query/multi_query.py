@@ -4,7 +4,6 @@ fused by RRF (rrf_k=60)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_int
@@ -43,26 +42,17 @@ class MultiQueryRetriever(Stage):
             query_ids=[q.id for q in queries], max_tokens=self.max_tokens)
         return [r.value for r in results]
 
-    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
-        trace = trace if trace is not None else Trace()
-        with trace.enter(self) as path_id:  # the retriever runs below this stage's path id
-            # the LLM step and the fusion are this stage's time; the retriever's is its own
-            # entry (as per_element and rrf_with_input), so the stages sum to the pipeline's
-            with trace.timed(path_id, n_queries=len(rankings)):
-                found = self.variants([r.query for r in rankings], trace)
-                queries = [r.query.with_derived("variant", v, path_id)
-                           for r, v in zip(rankings, found, strict=True)]
-                expanded = [Ranking(Query(f"{q.id}\x1f{i}", t)) for q in queries
-                            for i, t in enumerate([q.text, *q.derived_of("variant")])]
-            retrieved = self.retriever(expanded, trace)
-            start = time.perf_counter()
-            lists: dict[str, list[list[str]]] = {}
-            for r in retrieved:
-                lists.setdefault(r.query.id.rsplit("\x1f", 1)[0], []).append(r.doc_ids)
-            out = [Ranking.from_scores(q, rrf(lists[q.id], rrf_k=self.rrf_k), path_id)
-                   for q in queries]
-            trace.stage(path_id).seconds += time.perf_counter() - start
-        return out
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        found, path_id = self.variants([r.query for r in rankings], trace), trace.path_of(self)
+        queries = [r.query.with_derived("variant", v, path_id)
+                   for r, v in zip(rankings, found, strict=True)]
+        expanded = [Ranking(Query(f"{q.id}\x1f{i}", t)) for q in queries
+                    for i, t in enumerate([q.text, *q.derived_of("variant")])]
+        lists: dict[str, list[list[str]]] = {}
+        for r in self.retriever(expanded, trace):
+            lists.setdefault(r.query.id.rsplit("\x1f", 1)[0], []).append(r.doc_ids)
+        return [Ranking.from_scores(q, rrf(lists[q.id], rrf_k=self.rrf_k), path_id)
+                for q in queries]
 
     def describe(self) -> str:
         return self.described(self.llm.name, self.retriever.describe(), n=self.n,

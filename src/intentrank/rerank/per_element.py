@@ -50,28 +50,19 @@ class PerElementRerank(Stage):
         self.against = against
         self.with_question = check_bool("with_question", with_question)
 
-    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]:
-        trace = trace if trace is not None else Trace()
-        with trace.enter(self) as path_id:  # the reranker runs below this stage's path id
-            expanded = []
-            for r in rankings:
-                head = r.docs[:self.top_k]
-                for i, element in enumerate(knowledge_of(r)):
-                    query = Query(f"{r.query.id}{SEP}{i}",
-                                  element_query(r.query.text, element, self.against))
-                    expanded.append(Ranking(query, list(head)))
-            reranked = self.reranker(expanded, trace) if expanded else []
-            # timed apart from the reranker (as fusions and rrf_with_input): the trace's
-            # stages then sum to the pipeline's time, without counting the reranker twice
-            with trace.timed(path_id, n_queries=len(rankings)):
-                return self._interleave(rankings, reranked, path_id, len(expanded), trace)
-
-    def _interleave(self, rankings: list[Ranking], reranked: list[Ranking], path_id: str,
-                    n_expanded: int, trace: Trace) -> list[Ranking]:
+    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
+        path_id = trace.path_of(self)
+        expanded = []
+        for r in rankings:
+            head = r.docs[:self.top_k]
+            for i, element in enumerate(knowledge_of(r)):
+                query = Query(f"{r.query.id}{SEP}{i}",
+                              element_query(r.query.text, element, self.against))
+                expanded.append(Ranking(query, list(head)))
         lists: dict[str, list[Ranking]] = {}
-        for out in reranked:
+        for out in (self.reranker(expanded, trace) if expanded else []):
             lists.setdefault(out.query.id.rsplit(SEP, 1)[0], []).append(out)
-        trace.count(path_id, "element_queries", n_expanded)
+        trace.count(path_id, "element_queries", len(expanded))
         result = []
         for r in rankings:
             mine = lists.get(r.query.id, [])
