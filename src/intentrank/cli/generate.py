@@ -27,9 +27,12 @@ from intentrank.cli.common import (
     settings_of,
     write_text,
 )
-from intentrank.cli.options import CorpusArg, MinutesOption
+from intentrank.cli.options import CorpusArg
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError
+
+MinutesOption = Annotated[float, typer.Option(
+    help="Stop after this many minutes, keeping what was generated (0 = no limit).")]
 
 
 @app.command("generate")

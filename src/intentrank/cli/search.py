@@ -25,7 +25,6 @@ from intentrank.cli.common import (
 )
 from intentrank.cli.options import (
     CorpusArg,
-    IndexDirArg,
     RayAddressOption,
     RayPanel,
     SearchBm25Option,
@@ -35,6 +34,7 @@ from intentrank.core.params import check_int
 from intentrank.errors import ConfigError
 
 Bm25Panel, DensePanel, AnnPanel = panel("BM25"), panel("Dense"), panel("Dense search (faiss)")
+IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
 
 
 @app.command()

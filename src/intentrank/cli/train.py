@@ -23,23 +23,28 @@ from intentrank.cli.common import (
     settings_of,
     split_and_index,
 )
-from intentrank.cli.options import (
-    BudgetMinutesOption,
-    EpochsOption,
-    IndexOption,
-    MaxQueriesOption,
-    MiningIndexOption,
-    SampleOption,
-    SampleSeedOption,
-    SkipTopOption,
-    TrainingDatasetArg,
-    TrainSplitOption,
-    TuneSplitOption,
-    TuningDatasetArg,
-    TuningMetricOption,
-)
+from intentrank.cli.options import IndexOption, SampleOption
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError
+
+# What train-reranker and train-embedder share.
+TrainingDatasetArg = Annotated[Path, typer.Argument(
+    help="BEIR-layout dataset directory with qrels/<split>.tsv for the training split.")]
+MiningIndexOption = Annotated[Path, typer.Option(
+    "--index", help="Index to mine hard negatives from (default indexes/<dataset>, built if "
+    "missing).")]
+TrainSplitOption = Annotated[str, typer.Option(
+    help="Qrels split to train on ('test' is refused).")]
+SkipTopOption = Annotated[int, typer.Option(
+    help="Mine hard negatives below this rank (e.g. 10: ranks 11-30), keeping out unjudged "
+    "relevant documents; for generated questions with one gold document.")]
+BudgetMinutesOption = Annotated[float, typer.Option(
+    help="Wall-clock budget; training stops after the step that crosses it and saves what it "
+    "has (0 = no limit).")]
+EpochsOption = Annotated[int, typer.Option(
+    help="Passes over the training queries (negatives are resampled each pass).")]
+MaxQueriesOption = Annotated[int, typer.Option(
+    help="Train on at most this many queries (0 = all).")]
 
 
 @app.command("train-reranker")
@@ -182,6 +187,14 @@ def _save_tuned(name: str, res: Any, ds: Any, split: str, metric: str, sample: i
     weights = " ".join(f"{key}={value}" for key, value in res.best.items())
     console.print(f"[green]saved[/] {escape(str(path))}: {weights} ({metric} {res.score:.4f} "
                   f"on {res.n_queries} {split} queries)")
+
+# What tune-fuq and tune-modality share.
+TuningDatasetArg = Annotated[Path, typer.Argument(
+    help="BEIR-layout dataset with a training split.")]
+TuneSplitOption = Annotated[str, typer.Option(
+    help="Qrels split to tune on ('test' is refused).")]
+TuningMetricOption = Annotated[str, typer.Option(help="Objective, e.g. nDCG@3, nDCG@10, Recall@3.")]
+SampleSeedOption = Annotated[int, typer.Option(help="Seed of the query sample.")]
 
 
 @app.command("tune-fuq")
