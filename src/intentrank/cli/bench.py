@@ -23,9 +23,9 @@ def _print(text: str) -> None:
              "docs/benchmarks.md from the benchmark spec (--list, NAME, all).")
 @cli_errors
 def bench_cmd(
-    names: Annotated[list[str], typer.Argument(
+    names: Annotated[list[str] | None, typer.Argument(
         help="Benchmarks to run, each after the benchmarks it requires; `all` for every "
-             "one.", show_default=False)] = None,  # type: ignore[assignment]
+             "one.", show_default=False)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the benchmarks (or the ones "
                                         "named): name, up to date or how many steps would "
                                         "run (prerequisites included), the docs/benchmarks.md "
@@ -41,13 +41,13 @@ def bench_cmd(
                                          "stored results (bench/results/SECTION.json with the "
                                          "text of bench/sections/SECTION.md); runs no step.")]
         = False,
-    spec_file: Annotated[Path, typer.Option("--spec", help="Benchmark spec file (default: "
-                                            "the shipped src/intentrank/benchmarks.yaml).")]
-        = None,  # type: ignore[assignment]
-    root: Annotated[Path, typer.Option("--root", help="Repository root the steps run from "
-                                       "(default: the checkout holding the working "
-                                       "directory: a folder with bench/ and "
-                                       "pyproject.toml).")] = None,  # type: ignore[assignment]
+    spec_file: Annotated[Path | None, typer.Option("--spec", help="Benchmark spec file (default: "
+                                                   "the shipped src/intentrank/benchmarks.yaml).")]
+        = None,
+    root: Annotated[Path | None, typer.Option("--root", help="Repository root the steps run from "
+                                              "(default: the checkout holding the working "
+                                              "directory: a folder with bench/ and "
+                                              "pyproject.toml).")] = None,
 ) -> None:
     """Rebuild benchmarks from the benchmark spec (src/intentrank/benchmarks.yaml): each
     benchmark's steps (`intentrank ...` or `python bench/<script>.py ...`) with the files they

@@ -49,20 +49,20 @@ def evaluate_cmd(
     ctx: typer.Context,
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory (corpus, "
                                             "queries.jsonl, qrels/<split>.tsv).")],
-    pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Pipeline config "
-                                                "file or shipped name; repeat to compare "
-                                                "several.")] = None,  # type: ignore[assignment]
-    index_dir: IndexOption = None,  # type: ignore[assignment]
+    pipeline: Annotated[list[str] | None, typer.Option("--pipeline", "-p", help="Pipeline config "
+                                                       "file or shipped name; repeat to compare "
+                                                       "several.")] = None,
+    index_dir: IndexOption = None,
     split: Annotated[str, typer.Option(help="Qrels split to evaluate.")] = "test",
     metrics: Annotated[str, typer.Option(help="Comma-separated metrics.")] =
         "nDCG@10,MRR@10,MAP@100,Recall@100,P@10,HitRate@10",
     baseline: Annotated[str, typer.Option(help="Pipeline to test the others against "
                                           "(default: the first).")] = "",
-    runs_dir: Annotated[Path, typer.Option(help="Write a TREC run file per pipeline here.")] =
-        None,  # type: ignore[assignment]
-    per_query: Annotated[Path, typer.Option(help="Write per-query scores (JSON) here.")] =
-        None,  # type: ignore[assignment]
-    report: Annotated[Path, typer.Option(help="Write the Markdown table here.")] = None,  # type: ignore[assignment]
+    runs_dir: Annotated[Path | None, typer.Option(
+        help="Write a TREC run file per pipeline here.")] = None,
+    per_query: Annotated[Path | None, typer.Option(help="Write per-query scores (JSON) here.")] =
+        None,
+    report: Annotated[Path | None, typer.Option(help="Write the Markdown table here.")] = None,
     round_grades: Annotated[bool, typer.Option("--round-grades", help="Round fractional "
                                                "relevance grades in the qrels to integers "
                                                "(by default they are an error).")] = False,
@@ -216,13 +216,13 @@ def compare_pipelines(settings: Settings, nodes: dict[str, Any], idx: Any, ds: A
 def ablate(
     ctx: typer.Context,
     dataset: Annotated[Path, typer.Argument(help="BEIR-layout dataset directory.")],
-    index_dir: IndexOption = None,  # type: ignore[assignment]
+    index_dir: IndexOption = None,
     split: Annotated[str, typer.Option(help="Qrels split to evaluate on.")] = "test",
     sample: SampleOption = 0,
     seed: Annotated[int, typer.Option(help="Seed of the sample and of the tests.")] = 0,
-    out_path: Annotated[Path, typer.Option("--out", help="Report path without suffix; writes "
-                                           ".md, .html and .json (default "
-                                           "runs/ablation/<dataset>).")] = None,  # type: ignore[assignment]
+    out_path: Annotated[Path | None, typer.Option("--out", help="Report path without suffix; "
+                                                  "writes .md, .html and .json (default "
+                                                  "runs/ablation/<dataset>).")] = None,
     cross_encoder: Annotated[str, ConfigPanel(help="Cross-encoder model directory or hub name "
                                               "(default: the reranker train-reranker saved "
                                               "for SciFact).")] = "",
@@ -292,23 +292,23 @@ def experiment_cmd(
     ctx: typer.Context,
     file: Annotated[str, typer.Argument(help="Experiment file (YAML) or shipped name "
                                         "(cascade-ablation, fuq).")],
-    sample: Annotated[int, typer.Option(help="Sample this many queries instead of the file's "
-                                        "sample (0 = the whole split).")] = None,  # type: ignore[assignment]
-    seed: Annotated[int, typer.Option(help="Seed of the sample (default: the file's).")] =
-        None,  # type: ignore[assignment]
-    out_path: Annotated[Path, typer.Option("--out", help="Report path without suffix; writes "
-                                           ".md, .html and .json (default "
-                                           "runs/experiments/<file name>).")] = None,  # type: ignore[assignment]
-    dataset: Annotated[Path, typer.Option(help="Dataset directory (default: the file's "
-                                          "dataset under $INTENTRANK_DATA).")] = None,  # type: ignore[assignment]
-    index_dir: Annotated[Path, typer.Option("--index", help="Index directory (default: the "
-                                            "file's, else indexes/<dataset>).")] = None,  # type: ignore[assignment]
-    without: Annotated[list[str], typer.Option(help="Skip the pipelines that use this stage "
-                                               "or fusion method ('llm': every LLM stage); "
-                                               "repeatable.")] = None,  # type: ignore[assignment]
-    set_params: Annotated[list[str], typer.Option("--set", help="STAGE.PARAM=VALUE: set a "
-                                                  "parameter of every such stage (VALUE is "
-                                                  "YAML); repeatable.")] = None,  # type: ignore[assignment]
+    sample: Annotated[int | None, typer.Option(help="Sample this many queries instead of the "
+                                               "file's sample (0 = the whole split).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the sample (default: the file's).")] =
+        None,
+    out_path: Annotated[Path | None, typer.Option("--out", help="Report path without suffix; "
+                                                  "writes .md, .html and .json (default "
+                                                  "runs/experiments/<file name>).")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="Dataset directory (default: the file's "
+                                                 "dataset under $INTENTRANK_DATA).")] = None,
+    index_dir: Annotated[Path | None, typer.Option("--index", help="Index directory (default: the "
+                                                   "file's, else indexes/<dataset>).")] = None,
+    without: Annotated[list[str] | None, typer.Option(help="Skip the pipelines that use this stage "
+                                                      "or fusion method ('llm': every LLM stage); "
+                                                      "repeatable.")] = None,
+    set_params: Annotated[list[str] | None, typer.Option("--set", help="STAGE.PARAM=VALUE: set a "
+                                                         "parameter of every such stage (VALUE is "
+                                                         "YAML); repeatable.")] = None,
 ) -> None:
     """Run an experiment file: every pipeline on the same queries, shared prefixes computed
     once; metrics, significance, swaps, degradations and cold latency in Markdown, HTML and

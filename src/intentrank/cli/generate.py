@@ -42,10 +42,10 @@ def generate_cmd(
     corpus: CorpusArg,
     out_dir: Annotated[Path, typer.Argument(help="Directory for the question set (BEIR "
                                             "layout); an earlier run there is resumed.")],
-    config: Annotated[Path, typer.Option("--config", help="Categorisation file (YAML), or "
-                                         "a shipped one by name: 'default' (DataMorgana's "
-                                         "taxonomy) or 'search-queries' (training data).")]
-        = None,  # type: ignore[assignment]
+    config: Annotated[Path | None, typer.Option("--config", help="Categorisation file (YAML), or "
+                                                "a shipped one by name: 'default' (DataMorgana's "
+                                                "taxonomy) or 'search-queries' (training data).")]
+        = None,
     n: Annotated[int, typer.Option("--n", help="Questions to keep.")] = 100,
     multi_doc: Annotated[float, typer.Option(help="Share of attempts that are two-document "
                                              "questions.")] = 0.5,
@@ -55,9 +55,9 @@ def generate_cmd(
     split: Annotated[str, typer.Option(help="Write qrels/<split>.tsv ('train' for training "
                                        "data).")] = "test",
     seed: Annotated[int, typer.Option(help="Random seed of the sampling.")] = 0,
-    index_dir: Annotated[Path, typer.Option("--index", help="Index of the corpus (default "
-                                            "indexes/<corpus name>, built if missing).")]
-        = None,  # type: ignore[assignment]
+    index_dir: Annotated[Path | None, typer.Option("--index", help="Index of the corpus (default "
+                                                   "indexes/<corpus name>, built if missing).")]
+        = None,
     llm_checks: Annotated[bool, typer.Option("--llm-checks/--no-llm-checks",
                                              help="Also ask an LLM whether each answer is "
                                              "supported and whether one document answers a "
@@ -146,8 +146,8 @@ def reformulate_cmd(
                                               "1.5B (the best measured on CAsT 2021, "
                                               "docs/benchmarks.md Defaults).")]
         = ["rewrite_full"],  # noqa: B006
-    out_file: Annotated[Path, typer.Option("--out", help="JSONL output (default: stdout).")]
-        = None,  # type: ignore[assignment]
+    out_file: Annotated[Path | None, typer.Option("--out", help="JSONL output (default: stdout).")]
+        = None,
     genre: Annotated[str, typer.Option(help="What the corpus's documents are, for "
                                        "hyde_doc / hyde_doc_masked.")] = "passage",
     max_history_words: Annotated[int, typer.Option(help="History budget in words (longer "
@@ -211,8 +211,8 @@ def reformulate_cmd(
 def cast_passages_cmd(
     out_dir: Annotated[Path, typer.Argument(help="Directory for the dataset (corpus.jsonl, "
                                             "conversations.jsonl, qrels/test.tsv).")],
-    cast_root: Annotated[Path, typer.Option(help="The trec-cast data directory.")]
-        = None,  # type: ignore[assignment]
+    cast_root: Annotated[Path | None, typer.Option(help="The trec-cast data directory.")]
+        = None,
 ) -> None:
     """Write TREC CAsT 2021's canonical response passages as a labelled conversational
     dataset: each turn's own passage is its relevant document."""

@@ -18,7 +18,7 @@ def panel(title: str) -> Callable[..., Any]:
 
 RayPanel = panel("Ray")
 
-IndexOption = Annotated[Path, typer.Option(
+IndexOption = Annotated[Path | None, typer.Option(
     "--index", help="Index directory (default indexes/<dataset>, built if missing).")]
 SampleOption = Annotated[int, typer.Option(
     help="Fixed-seed sample of this many queries (0 = the whole split).")]

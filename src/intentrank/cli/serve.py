@@ -33,30 +33,29 @@ AccessPanel, LimitsPanel = panel("Access"), panel("Workers and limits")
 @cli_errors
 def serve(
     ctx: typer.Context,
-    index: Annotated[list[str], typer.Option("--index", help="Index to serve: DIR or NAME=DIR; "
-                                             "repeat (default: the quickstart's SciFact "
-                                             "index, built if missing).")] = None,  # type: ignore[assignment]
-    pipeline: Annotated[list[str], typer.Option("--pipeline", "-p", help="Shipped name or "
-                                                "[NAME=]config.yaml; repeat (default: bm25 "
-                                                "dense tfidf sparse graph rrf weighted cascade "
-                                                "answer conversation).")] = None,  # type: ignore[assignment]
+    index: Annotated[list[str] | None, typer.Option("--index", help="Index to serve: DIR or "
+                                                    "NAME=DIR; repeat (default: the quickstart's "
+                                                    "SciFact index, built if missing).")] = None,
+    pipeline: Annotated[list[str] | None, typer.Option(
+        "--pipeline", "-p", help="Shipped name or [NAME=]config.yaml; repeat (default: bm25 dense "
+        "tfidf sparse graph rrf weighted cascade answer conversation).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
-    keys_file: Annotated[Path, AccessPanel(help="API keys file (sha256 digests); else "
-                                           "$INTENTRANK_API_KEYS; else one is generated and "
-                                           "printed.")] = None,  # type: ignore[assignment]
+    keys_file: Annotated[Path | None, AccessPanel(help="API keys file (sha256 digests); else "
+                                                  "$INTENTRANK_API_KEYS; else one is generated and "
+                                                  "printed.")] = None,
     no_keys: Annotated[bool, AccessPanel("--no-keys", help="Serve without API keys.")] = False,
     workers: Annotated[int, LimitsPanel(help="Pipeline worker threads.")] = 2,
     queue_limit: Annotated[int, LimitsPanel(help="Requests that may wait beyond the workers "
                                             "(more get 503).")] = 32,
     timeout: Annotated[float, LimitsPanel(help="Seconds per request, queue wait included "
                                           "(504).")] = 60.0,
-    cors_origin: Annotated[list[str], AccessPanel(help="Allowed CORS origin; repeat "
-                                                  "(default: CORS off).")] = None,  # type: ignore[assignment]
-    report_dir: Annotated[list[Path], typer.Option(help="Directory of HTML reports to list "
-                                                   "(default docs/ablation).")] = None,  # type: ignore[assignment]
-    access_log: Annotated[Path, typer.Option(help="JSON-lines access log file (default "
-                                             "stderr).")] = None,  # type: ignore[assignment]
+    cors_origin: Annotated[list[str] | None, AccessPanel(help="Allowed CORS origin; repeat "
+                                                         "(default: CORS off).")] = None,
+    report_dir: Annotated[list[Path] | None, typer.Option(help="Directory of HTML reports to list "
+                                                          "(default docs/ablation).")] = None,
+    access_log: Annotated[Path | None, typer.Option(help="JSON-lines access log file (default "
+                                                    "stderr).")] = None,
     dataset: Annotated[Path, typer.Option(help="Dataset of the default index.")] =
         DEFAULT_DATA / "scifact",
     watch_index: Annotated[float, typer.Option(help="Every this many seconds, switch to an "

@@ -30,7 +30,7 @@ from intentrank.errors import ConfigError
 # What train-reranker and train-embedder share.
 TrainingDatasetArg = Annotated[Path, typer.Argument(
     help="BEIR-layout dataset directory with qrels/<split>.tsv for the training split.")]
-MiningIndexOption = Annotated[Path, typer.Option(
+MiningIndexOption = Annotated[Path | None, typer.Option(
     "--index", help="Index to mine hard negatives from (default indexes/<dataset>, built if "
     "missing).")]
 TrainSplitOption = Annotated[str, typer.Option(
@@ -51,10 +51,11 @@ MaxQueriesOption = Annotated[int, typer.Option(
 @cli_errors
 def train_reranker_cmd(
     dataset: TrainingDatasetArg,
-    out_dir: Annotated[Path, typer.Option("--out", help="Model directory to write (default: "
-                                          "<cache>/models/cross-encoder-<dataset>, where the "
-                                          "cross_encoder stage looks).")] = None,  # type: ignore[assignment]
-    index_dir: MiningIndexOption = None,  # type: ignore[assignment]
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Model directory to write "
+                                                 "(default: <cache>/models/cross-encoder-"
+                                                 "<dataset>, where the cross_encoder stage "
+                                                 "looks).")] = None,
+    index_dir: MiningIndexOption = None,
     split: TrainSplitOption = "train",
     budget_minutes: BudgetMinutesOption = 15.0,
     epochs: EpochsOption = 1,
@@ -101,11 +102,11 @@ def train_embedder_cmd(
     dataset: TrainingDatasetArg,
     out_dir: Annotated[Path, typer.Argument(help="Model directory to write (use it with "
                                             "`intentrank index --model DIR`).")],
-    index_dir: MiningIndexOption = None,  # type: ignore[assignment]
+    index_dir: MiningIndexOption = None,
     split: TrainSplitOption = "train",
-    extra: Annotated[list[str], typer.Option(help="More training questions over the same "
-                                             "corpus: DIR:SPLIT (e.g. a generated set: "
-                                             "runs/gen:generated); repeat.")] = None,  # type: ignore[assignment]
+    extra: Annotated[list[str] | None, typer.Option(help="More training questions over the same "
+                                                    "corpus: DIR:SPLIT (e.g. a generated set: "
+                                                    "runs/gen:generated); repeat.")] = None,
     budget_minutes: BudgetMinutesOption = 15.0,
     epochs: EpochsOption = 1,
     batch_size: Annotated[int, typer.Option(help="Questions per step (in-batch negatives).")]
@@ -205,7 +206,7 @@ def tune_fuq_cmd(
     name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
                                       "(use it as `fuq: {params: NAME}`); default "
                                       "fuq-<dataset>.")] = "",
-    index_dir: IndexOption = None,  # type: ignore[assignment]
+    index_dir: IndexOption = None,
     split: TuneSplitOption = "train",
     metric: TuningMetricOption = "nDCG@3",
     sample: SampleOption = 0,
@@ -236,7 +237,7 @@ def tune_modality_cmd(
     name: Annotated[str, typer.Option(help="Save the weights under this parameter-set name "
                                       "(use it as `fuse: {method: weighted, params: NAME}`); "
                                       "default modality-<dataset>.")] = "",
-    index_dir: IndexOption = None,  # type: ignore[assignment]
+    index_dir: IndexOption = None,
     split: TuneSplitOption = "train",
     metric: TuningMetricOption = "nDCG@10",
     step: Annotated[float, typer.Option(help="Grid step on the weight simplex.")] = 0.1,
