@@ -28,6 +28,7 @@ other stale steps in order, their output streamed, and stops at the first that f
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import io
@@ -46,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.errors import ConfigError, IntentrankError
-from intentrank.eval.benchmarks import Spec, Step, is_glob, split_section
+from intentrank.eval.benchmarks import Spec, Step, split_section
 from intentrank.paths import DEFAULT_DATA_DIR, default_data_dir
-from intentrank.report.sections import docs_sections, write_docs_section
+from intentrank.report.sections import docs_sections, markers, write_docs_section
 
 DEFAULT_CACHE = ".cache/intentrank"  # the cache the bench scripts use (bench/report.py)
 STATE_FILE = ".cache/bench/state.json"
@@ -189,14 +190,11 @@ class Workspace:
 
     def _time(self, written: str) -> float | None:
         file, section = split_section(self.expand(written))
-        if is_glob(file):
-            times = [_mtime(Path(p)) for p in glob.glob(str(self.root / file))]
-            found = [t for t in times if t is not None]
-            return max(found) if found else None
+        if glob.has_magic(file):
+            found = [_mtime(Path(p)) for p in glob.glob(str(self.root / file))]
+            return max((t for t in found if t is not None), default=None)
         path = self.root / file
-        if section is None:
-            return _mtime(path)
-        return _section_time(path, section)
+        return _mtime(path) if section is None else _section_time(path, section)
 
     # -- what ran here ----------------------------------------------------------------------
 
@@ -218,7 +216,7 @@ class Workspace:
         os.replace(tmp, path)
 
 
-_DATE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}):(\d{2}) UTC")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
 
 
 def _section_time(path: Path, section: str) -> float | None:
@@ -228,16 +226,14 @@ def _section_time(path: Path, section: str) -> float | None:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return None
-    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+    start, end = markers(section)
     if start not in text or end not in text:
         return None
     body = text[text.index(start):text.index(end)]
     found = _DATE.search(body)
     if found is None:
         return path.stat().st_mtime
-    day, hour, minute = found.groups()
-    return datetime.strptime(f"{day} {hour}:{minute}", "%Y-%m-%d %H:%M").replace(
-        tzinfo=UTC).timestamp()
+    return datetime.strptime(found.group(), "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC).timestamp()
 
 
 def _mtime(path: Path) -> float | None:
@@ -249,18 +245,14 @@ def _mtime(path: Path) -> float | None:
         return None
     if not path.is_dir():
         return own
-    newest: float | None = None
+    times = []
     for folder, dirs, files in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
-            if name.startswith("."):
-                continue
-            try:
-                t = os.stat(os.path.join(folder, name)).st_mtime
-            except OSError:
-                continue
-            newest = t if newest is None or t > newest else newest
-    return own if newest is None else newest
+            if not name.startswith("."):
+                with contextlib.suppress(OSError):
+                    times.append(os.stat(os.path.join(folder, name)).st_mtime)
+    return max(times, default=own)
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -282,7 +274,7 @@ def _norm(ws: Workspace, written: str) -> str:
 def _overlaps(written: str, made: str) -> bool:
     """Does the input ``written`` read what ``made`` (an output) writes? The same path, one
     inside the other, or a glob matching it."""
-    if is_glob(written):
+    if glob.has_magic(written):
         return fnmatch.fnmatch(made, written) or fnmatch.fnmatch(made, written + "/*")
     if "#" in written or "#" in made:
         return written == made

@@ -20,10 +20,9 @@ from typing import Any
 import yaml
 
 from intentrank.errors import ConfigError
-from intentrank.report.sections import RESULTS_DIR, TEMPLATES_DIR
+from intentrank.report.sections import DOCS_FILE, RESULTS_DIR, TEMPLATES_DIR
 
 SPEC_FILE = Path(__file__).resolve().parents[1] / "benchmarks.yaml"
-DOCS_FILE = "docs/benchmarks.md"
 PROGRAMS = ("intentrank", "python")
 PLACEHOLDERS = ("data", "cache")
 RENDER_KEYWORDS = ("stored", "step", "hand")  # section.render: from its stored results /
@@ -138,19 +137,15 @@ class Spec:
         return made
 
 
-def section_output(name: str, docs: str = DOCS_FILE) -> str:
+def section_output(name: str) -> str:
     """How a step lists a section as an output: ``docs/benchmarks.md#NAME``."""
-    return f"{docs}#{name}"
+    return f"{DOCS_FILE}#{name}"
 
 
 def split_section(path: str) -> tuple[str, str | None]:
     """``FILE#NAME`` -> (FILE, NAME); a plain path -> (path, None)."""
     file, _, name = path.partition("#")
     return file, name or None
-
-
-def is_glob(path: str) -> bool:
-    return glob.has_magic(path)
 
 
 # -- loading and checking ----------------------------------------------------------------------
@@ -313,7 +308,7 @@ def _step(name: str, i: int, entry: Any, source: str) -> Step:
     if not outputs:
         raise BenchmarkSpecError(f"{where}.outputs: a step lists what it writes (at least "
                                  f"one file, folder or {DOCS_FILE}#SECTION)")
-    globbed = [o for o in outputs if is_glob(o)]
+    globbed = [o for o in outputs if glob.has_magic(o)]
     if globbed:
         raise BenchmarkSpecError(f"{where}.outputs: {globbed[0]!r}: an output is a path, "
                                  f"not a pattern")

@@ -29,7 +29,7 @@ from intentrank.core.stage import Stage
 from intentrank.data.trec import Qrels, ranked_scores
 from intentrank.errors import ConfigError, DataError
 from intentrank.eval.prefixes import share_prefixes
-from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
+from intentrank.eval.spec import WITHOUT_LLM, ExperimentSpec, PipelineSpec, load_experiment
 from intentrank.measures.error_analysis import Degradation, degraded_queries
 from intentrank.measures.metrics import EvalResult, evaluate
 from intentrank.measures.significance import PairedTest, paired_test
@@ -37,7 +37,6 @@ from intentrank.measures.swaps import SwapStats, swap_stats
 from intentrank.paths import default_data_dir
 from intentrank.types import EventKind, Query, Ranking, Trace, stage_name
 
-LLM = "llm"  # ``without`` entry: every pipeline that calls an LLM
 LEGS = ("dense", "bm25", "tfidf", "graph")
 
 
@@ -106,10 +105,9 @@ class ExperimentResult:
         return self.spec.seed if self.spec.test_seed is None else self.spec.test_seed
 
     def result(self, name: str) -> PipelineResult:
-        for r in self.pipelines:
-            if r.name == name:
-                return r
-        raise KeyError(f"no pipeline {name!r}; ran {self.names}")
+        if (found := self.get(name)) is None:
+            raise KeyError(f"no pipeline {name!r}; ran {self.names}")
+        return found
 
     def get(self, name: str | None) -> PipelineResult | None:
         return next((r for r in self.pipelines if r.name == name), None)
@@ -186,12 +184,9 @@ def node_names(node: Any) -> set[str]:
     if isinstance(node, str):
         return {node}
     if isinstance(node, list):
-        return set().union(*(node_names(n) for n in node)) if node else set()
+        return set().union(*map(node_names, node))
     if isinstance(node, dict):
-        out: set[str] = set()
-        for key, value in node.items():
-            out |= {str(key)} | node_names(value)
-        return out
+        return set().union(*({str(k)} | node_names(v) for k, v in node.items()))
     return set()
 
 
@@ -202,7 +197,7 @@ def _contexts(spec: ExperimentSpec, indexes: dict[str | None, Any], llm: Any,
 
     base = build_context(None, **({"llm": llm} if llm is not None else {}), **resources)
     make_llm = base.make_llm
-    if LLM in without:
+    if WITHOUT_LLM in without:
         def make_llm(role: str | None = None, spec: str | None = None) -> Any:
             raise _NeedsLLM
         base.resources.pop("llm", None)
