@@ -228,29 +228,20 @@ def reranker_support(
     """RSS(r, g) = (1/k) sum_{i<=k} R(g, d_i) for each ranking (the ranking retrieved for
     the reformulation r; ``golds`` by query id; ``doc_text(doc_id)`` the text the scorer
     reads). ``scorer``: a cross-encoder with ``predict(pairs, batch_size)``, e.g.
-    ``load_cross_encoder()``. RSS is on the scorer's scale: the bundled int8 ONNX MiniLM
-    (and any ONNX scorer here) returns sigmoid probabilities, so RSS is in [0, 1); the torch
-    backend returns probabilities too unless the model's config names another activation
-    (some hub cross-encoders save Identity: logits). A ranking with fewer than ``k``
-    documents is still divided by ``k`` (the missing ones add 0, "irrelevant" on the
-    probability scale). The mean over no rankings is NaN."""
+    ``load_cross_encoder()``; RSS is on its scale (docs/evaluation.md). A ranking with fewer
+    than ``k`` documents is still divided by ``k`` (the missing ones add 0). The mean over
+    no rankings is NaN."""
     k = check_int("RSS k", k, minimum=1)
-    pairs: dict[tuple[str, str], int] = {}
-    per_ranking: list[tuple[str, list[tuple[str, str]]]] = []
-    short = 0
+    per_ranking = []
     for r in rankings:
         gold = _need(golds, r.query.id, "gold rewrite")
-        heads = [(gold, doc_text(d)) for d in r.doc_ids[:k]]
-        short += len(heads) < k
-        for pair in heads:
-            pairs.setdefault(pair, len(pairs))
-        per_ranking.append((r.query.id, heads))
-    scores = np.asarray(scorer.predict(list(pairs), batch_size), dtype=np.float64) \
-        if pairs else np.zeros(0)
-    per_query = {qid: float(sum(scores[pairs[p]] for p in heads) / k)
-                 for qid, heads in per_ranking}
+        per_ranking.append((r.query.id, [(gold, doc_text(d)) for d in r.doc_ids[:k]]))
+    pairs = list(dict.fromkeys(p for _, heads in per_ranking for p in heads))
+    scores = dict(zip(pairs, np.asarray(scorer.predict(pairs, batch_size), dtype=np.float64),
+                      strict=True)) if pairs else {}
+    per_query = {qid: float(sum(scores[p] for p in heads) / k) for qid, heads in per_ranking}
     mean = float(np.mean(list(per_query.values()))) if per_query else math.nan
-    return SupportScores(per_query, mean, k, short)
+    return SupportScores(per_query, mean, k, sum(len(heads) < k for _, heads in per_ranking))
 
 
 # ---------------------------------------------------------------------- LLM citation score

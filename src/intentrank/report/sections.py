@@ -38,7 +38,6 @@ RESULTS_DIR = "bench/results"
 TEMPLATES_DIR = "bench/sections"
 DOCS_FILE = "docs/benchmarks.md"
 READING = "<!-- reading -->"  # in a template: the hand-written prose after it survives a rerun
-META_KEYS = ("command", "machine", "date")
 
 _META = re.compile(r"^- (command|machine|date): (.+)$")
 _PLACEHOLDER = re.compile(r"\{\{(meta|table) (\d+)\}\}|\{\{value ([\w.@-]+)\}\}")
