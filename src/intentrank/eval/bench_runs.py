@@ -120,14 +120,12 @@ class Workspace:
     def shown(self, step: Step) -> str:
         """The command as the plan shows it (placeholders expanded; an archived benchmark's
         with the commit it runs at)."""
-        at = f"  (at {step.revision})" if step.revision else ""
-        return self.expand(step.command) + at
+        return self.expand(step.command) + (f"  (at {step.revision})" if step.revision else "")
 
     def env(self, tree: Path | None = None) -> dict[str, str]:
         """The steps' environment: the bench cache; in a commit's ``tree``, the root's data
         folder and the tree's package first."""
-        env = dict(os.environ)
-        env["INTENTRANK_CACHE"] = str(self.root / self.cache)
+        env = {**os.environ, "INTENTRANK_CACHE": str(self.root / self.cache)}
         if tree is not None:  # the data and the package where the root has them
             env["INTENTRANK_DATA"] = str((self.root / self.data).resolve())
             env["PYTHONPATH"] = os.pathsep.join(

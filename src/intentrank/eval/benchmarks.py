@@ -94,9 +94,6 @@ class Spec:
     benchmarks: dict[str, Benchmark]  # in file order
     source: str
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.benchmarks
-
     def order(self, names: list[str] | tuple[str, ...]) -> list[Benchmark]:
         """``names`` and everything they require, each once, every benchmark after the ones
         it requires (requirements in the order written, then the benchmark)."""
@@ -194,10 +191,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> Spec:
     entries = data["benchmarks"]
     if not isinstance(entries, dict) or not entries:
         raise BenchmarkSpecError(f"{source}: 'benchmarks' must be a non-empty mapping")
-    benchmarks = {}
-    for name, entry in entries.items():
-        benchmarks[name] = _benchmark(name, entry, source)
-    spec = Spec(benchmarks, source)
+    spec = Spec({name: _benchmark(name, entry, source) for name, entry in entries.items()},
+                source)
     _check_links(spec)
     return spec
 
@@ -368,11 +363,10 @@ def _check_links(spec: Spec) -> None:
                 raise BenchmarkSpecError(f"{_where(spec.source, b.name, 'requires')}: a "
                                          f"benchmark cannot require itself")
     spec.order(list(spec.benchmarks))  # refuses a cycle
-    writer: dict[str, Step] = {}
+    writer = spec.producers()
     for step in spec.steps():
         for out in step.outputs:
-            first = writer.setdefault(out, step)
-            if first.benchmark != step.benchmark:
+            if (first := writer[out]).benchmark != step.benchmark:
                 raise BenchmarkSpecError(
                     f"{spec.source}: {out} is an output of both {first.id} and {step.id}; "
                     f"one benchmark makes each output (another one requires it)")

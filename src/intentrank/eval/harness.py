@@ -280,8 +280,7 @@ def load_experiment_dataset(spec: ExperimentSpec, data_root: str | Path | None =
     if not spec.dataset:
         raise ConfigError(f"{spec.source}: no dataset given")
     where = Path(spec.dataset)
-    root = Path(data_root or default_data_dir())
-    return load_dataset(where if where.is_dir() else root / spec.dataset)
+    return load_dataset(where if where.is_dir() else Path(data_root or default_data_dir()) / where)
 
 
 def run_experiment(
@@ -336,22 +335,18 @@ def run_experiment(
                             f"not in the latencies).")
     store: dict = {}
     results = []
-    for p in spec.pipelines:
-        if p.name not in built:
-            continue
-        say(f"running {p.name} on {len(queries)} queries")
-        stage = built[p.name]
+    lat = spec.latency
+    for name, stage in built.items():  # in the order of spec.pipelines
+        say(f"running {name} on {len(queries)} queries")
         run = share_prefixes(stage, store).run(queries)
-        lat = spec.latency
         results.append(PipelineResult(
-            p, stage.describe(), run.rankings, run.trace,
+            spec.pipeline(name), stage.describe(), run.rankings, run.trace,
             evaluate(run.to_run(), qrels, spec.metrics),
             latency_ms(run.trace, len(queries), lat.columns, lat.llm_columns, lat.cold),
             trace_counters(run.trace)))
-    result = ExperimentResult(spec, results, len(queries), [*result_notes, *spec.notes],
-                              warnings, skipped)
-    result.notes += _empty_notes(results, len(queries))
-    result.computed = {key: len(outputs) for key, outputs in store.items()}
+    notes = [*result_notes, *spec.notes, *_empty_notes(results, len(queries))]
+    result = ExperimentResult(spec, results, len(queries), notes, warnings, skipped,
+                              computed={key: len(outputs) for key, outputs in store.items()})
     compare(result, queries)
     return result
 

@@ -287,8 +287,7 @@ def _strings(value: Any, where: str) -> list[str]:
 def _config_node(name: str, base: Path | None, where: str) -> Any:
     from intentrank.core.config import load_config, resolve_pipeline
 
-    local = base / name if base is not None else None
-    path = local if local is not None and local.is_file() else None
+    path = base / name if base is not None and (base / name).is_file() else None
     try:
         return load_config(path or resolve_pipeline(name))["pipeline"]
     except ConfigError as exc:

@@ -326,43 +326,35 @@ def cite_answers(
     ``structured`` sends the contract's JSON schema (constrained decoding). An unusable reply
     is a counted fallback with 0 citations."""
     k = check_int("citation k", k, minimum=1)
-    slots: dict[tuple[str, tuple[str, ...]], int] = {}
-    items: list[dict[str, Any]] = []
-    ids: list[str] = []
-    where: dict[str, dict[str, int | None]] = {}
+    prompts: dict[tuple[str, tuple[str, ...]], str] = {}  # (gold, top k) -> first query id
+    where: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}
     for method, ranked in rankings.items():
-        where[method] = {}
-        for r in ranked:
-            qid = r.query.id
-            gold, doc_ids = _need(golds, qid, "gold rewrite"), tuple(r.doc_ids[:k])
-            if not doc_ids:
-                where[method][qid] = None
-                continue
-            key = (gold, doc_ids)
-            if key not in slots:
-                slots[key] = len(items)
-                items.append({"query": gold, "n": len(doc_ids), "passages": format_passages(
-                    [doc_text(d) for d in doc_ids], max_words)})
-                ids.append(qid)
-            where[method][qid] = slots[key]
+        where[method] = {r.query.id: (_need(golds, r.query.id, "gold rewrite"),
+                                      tuple(r.doc_ids[:k])) for r in ranked}
+        for qid, key in where[method].items():
+            if key[1]:
+                prompts.setdefault(key, qid)
+    slots = {key: i for i, key in enumerate(prompts)}
+    items = [{"query": gold, "n": len(doc_ids), "passages": format_passages(
+        [doc_text(d) for d in doc_ids], max_words)} for gold, doc_ids in prompts]
 
     def parse(reply: Any, item: Mapping[str, Any]) -> Any:
         return read_citations(read_json_object(reply.text), item["n"])
 
     results = run_step(llm, CITE_CONTRACT, items, parse=parse,
                        fallback=lambda item: CitedAnswer("", (), ok=False), trace=trace,
-                       stage=stage, query_ids=ids, structured=structured,
+                       stage=stage, query_ids=list(prompts.values()), structured=structured,
                        max_tokens=max_tokens)
     run = CitationRun(str(getattr(llm, "name", llm)), {}, calls=len(items))
     reasons: Counter[str] = Counter()
     for method, by_q in where.items():
         run.answers[method] = {}
-        for qid, slot in by_q.items():
-            if slot is None:
+        for qid, key in by_q.items():
+            if not key[1]:
                 run.empty += 1
                 run.answers[method][qid] = CitedAnswer("", ())
                 continue
-            result = results[slot]
+            result = results[slots[key]]
             run.answers[method][qid] = result.value
             if not result.ok:
                 run.fallbacks += 1
