@@ -1,4 +1,4 @@
-"""Which steps of the benchmarks a run needs are stale, and running them (issue 38).
+"""Which steps of the benchmarks a run needs are stale, and running them.
 
 A :class:`Workspace` is where steps run: the repository root (steps are run from it, with
 ``python`` as this interpreter and ``intentrank`` as the command line the caller gives, by
@@ -60,10 +60,6 @@ LINKED = ("indexes", "runs")  # what a commit's tree shares with the root (not i
 class StepFailed(IntentrankError):
     """A step exited with an error, or did not write what it lists; the steps after it did
     not run."""
-
-    def __init__(self, message: str, step: Step, returncode: int) -> None:
-        super().__init__(message)
-        self.step, self.returncode = step, returncode
 
 
 def find_root(start: str | Path = ".") -> Path:
@@ -388,18 +384,18 @@ def run_plan(planned: list[PlannedStep], ws: Workspace,
                                   check=False).returncode
         except OSError as exc:
             raise StepFailed(f"step {p.step.id} could not start ({exc.strerror or exc}): "
-                             f"{ws.shown(p.step)}", p.step, -1) from None
+                             f"{ws.shown(p.step)}") from None
         if tree is not None and code == 0:
             ws.bring_back(p.step, tree)
         left = f"; the {len(todo) - n} step(s) after it did not run" if n < len(todo) else ""
         if code != 0:
             raise StepFailed(f"step {p.step.id} failed (exit status {code}): "
-                             f"{ws.shown(p.step)}{left}", p.step, code)
+                             f"{ws.shown(p.step)}{left}")
         ws.forget()
         unwritten = [o for o in p.step.outputs if ws.time(o) is None]
         if unwritten:
             raise StepFailed(f"step {p.step.id} exited 0 but did not write {unwritten[0]}, "
-                             f"which the spec lists as its output{left}", p.step, 0)
+                             f"which the spec lists as its output{left}")
         ws.record(p.step)
         say(f"    {p.step.id} done in {time.perf_counter() - start:.1f} s")
     return len(todo)

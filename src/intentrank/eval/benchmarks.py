@@ -1,4 +1,4 @@
-"""Benchmarks as data (issue 38): the spec file that names every benchmark, its steps, what
+"""Benchmarks as data: the spec file that names every benchmark, its steps, what
 each step reads and writes, what it needs first and the docs/benchmarks.md section it fills.
 
 The shipped spec is ``src/intentrank/benchmarks.yaml`` (its header documents the format).

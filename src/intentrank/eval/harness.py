@@ -2,13 +2,10 @@
 
 :func:`run_experiment` takes an experiment (:mod:`intentrank.eval.spec`), builds every
 pipeline with one shared build context (one LLM client, one loaded cross-encoder), runs them
-in order on the same queries and scores them. Outputs are shared across pipelines by
-*prefix*: every step (and every fusion branch) is memoised under the canonical description of
-the pipeline prefix that ends with it (:mod:`intentrank.eval.prefixes`), so a prefix two
-pipelines share is computed once, whatever Python objects built it. A replayed step still
-charges its recorded time and counters to each pipeline's trace, and LLM replies replayed from
-the on-disk reply cache are charged the seconds they took when generated (``latency.cold``):
-latencies read "as if this pipeline ran alone, cold".
+in order on the same queries and scores them. A pipeline prefix two pipelines share is
+computed once (:mod:`intentrank.eval.prefixes`); replayed steps, and LLM replies replayed
+from the on-disk cache (``latency.cold``), are charged their recorded time, so latencies read
+"as if this pipeline ran alone, cold".
 
 From the declared links it derives: paired significance of every pipeline against the
 baseline and of every child against its ``parent``; swaps and degradations (error analysis)
@@ -116,12 +113,8 @@ class ExperimentResult:
 # -- latency and counters -----------------------------------------------------------------
 def latency_ms(trace: Trace, n_queries: int, columns: dict[str, list[str]] | None = None,
                llm_columns: dict[str, str] | None = None, cold: bool = True) -> dict[str, float]:
-    """Milliseconds per query in each column (``columns``: column -> stages, each given by
-    its path id or its name, e.g. ``cross_encoder`` for ``ce_rrf/cross_encoder``; stages in
-    none go to ``other``; none given: one column per path id). ``cold``: LLM replies replayed
-    from the on-disk cache are charged the seconds they took when generated
-    (``llm_cached_seconds``). ``llm_columns``: stage (path id or name) -> column its LLM
-    seconds go to."""
+    """Milliseconds per query in each column; ``columns``, ``llm_columns`` and ``cold`` (the
+    counter ``llm_cached_seconds``) as in :class:`~intentrank.eval.spec.LatencySpec`."""
     columns, llm_columns = columns or {}, llm_columns or {}
     out = dict.fromkeys([*columns, *llm_columns.values()], 0.0)
     n = max(n_queries, 1)

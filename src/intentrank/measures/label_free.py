@@ -1,25 +1,9 @@
 """Label-free evaluation of conversational query reformulation (METHODS.md, method 2): scores
-that need a gold standalone rewrite of each turn but no relevance judgments.
-
-- **Cosine to gold**: ``cos(r, g)`` between a method's reformulation ``r`` and the gold
-  rewrite ``g``, and ``delta = cos(r, g) - cos(u, g)`` against the user's raw contextual
-  turn ``u``; all three embedded by one embedder (``encode_queries``, so one prefix for all).
-  Means by conversation-length bucket and overall.
-- **Reranker Support Score**: ``RSS(r, g) = (1/k) sum_{i<=k} R(g, d_i)``, ``d_1..d_k`` the top
-  k documents ranked for ``r`` and ``R`` a cross-encoder scoring them against ``g``.
-- **LLM Citation Score**: an LLM answers ``g`` from the top-k passages of a method only,
-  citing them (prompt ``cite_answer``); the score is the number of distinct passages cited,
-  made comparable across methods by the Average Citation Score.
-- **Agreement**: Kendall's tau between a label-free score and a labelled one (e.g. nDCG@10)
-  over the same methods.
-
-**Conversation length of a turn** is the number of turns up to and including it
-(``len(query.history) + 1``): what the rewriter sees. Buckets: ``<5`` (1-4 turns), ``5-10``
-(5-9) and ``>=10`` (10 or more); the paper's ``5-10`` and ``>= 10`` overlap at 10, and a
-10-turn conversation goes to ``>=10``.
-
-Runtimes (embedder, cross-encoder, LLM clients) are passed in as objects; passages are
-numbered as the answer stage numbers them (``llm/prompts.py`` ``format_passages``).
+that need a gold standalone rewrite ``g`` of each turn but no relevance judgments, described
+in docs/evaluation.md: cosine of a reformulation ``r`` to ``g`` (and its delta against the raw
+turn) by conversation-length bucket, the Reranker Support Score, the LLM Citation Score
+(prompt ``cite_answer``) and Kendall's tau agreement with a labelled score. Runtimes
+(embedder, cross-encoder, LLM clients) are passed in as objects.
 """
 
 from __future__ import annotations
