@@ -427,11 +427,6 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     ).check()
 
 
-def shipped_experiments() -> list[str]:
-    """Names of the experiment files shipped with intentrank."""
-    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
-
-
 def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     """Read and check an experiment file (a path or a shipped name)."""
     path = resolve_shipped(name_or_path, EXPERIMENTS_DIR, "experiment file")
@@ -444,4 +439,4 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
 
 __all__ = ["EXPERIMENTS_DIR", "ExperimentSpec", "LatencySpec", "PipelineSpec", "TABLES",
            "TableSpec", "WITHOUT_LLM", "check_without", "load_experiment", "parse_assignment",
-           "parse_experiment", "shipped_experiments"]
+           "parse_experiment"]

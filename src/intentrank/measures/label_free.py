@@ -98,8 +98,7 @@ def _embed(embedder: Any, texts: Sequence[str]) -> dict[str, np.ndarray]:
     vecs = np.asarray(embedder.encode_queries(unique), dtype=np.float64)
     if vecs.shape[0] != len(unique):
         raise ValueError(f"the embedder returned {vecs.shape[0]} vectors for {len(unique)} texts")
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    vecs = vecs / np.clip(norms, 1e-12, None)
+    vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
     return dict(zip(unique, vecs, strict=True))
 
 
@@ -136,12 +135,9 @@ def _cosines(embedder: Any, methods: Mapping[str, Mapping[str, str]],
                       _need(raws, qid, "raw turn")]
             length_bucket(_need(lengths, qid, "conversation length"))
     vec = _embed(embedder, texts)
-    out: dict[str, list[TurnCosine]] = {}
-    for method, refs in methods.items():
-        out[method] = [TurnCosine(qid, float(vec[text] @ vec[golds[qid]]),
-                                  float(vec[raws[qid]] @ vec[golds[qid]]), int(lengths[qid]))
-                       for qid, text in refs.items()]
-    return out
+    return {method: [TurnCosine(qid, float(vec[text] @ vec[golds[qid]]),
+                                float(vec[raws[qid]] @ vec[golds[qid]]), int(lengths[qid]))
+                     for qid, text in refs.items()] for method, refs in methods.items()}
 
 
 def cosine_to_gold_queries(embedder: Any, queries: Sequence[Query], golds: Mapping[str, str],

@@ -69,9 +69,7 @@ def weighted_run(cache: Mapping[str, tuple[list[str], np.ndarray]], weights: Seq
 
 def grid_points(grid: Grid) -> list[dict[str, float]]:
     """Every combination of the grid's values, all-zero combinations left out."""
-    names = list(grid)
-    points = [dict(zip(names, vals, strict=True)) for vals in itertools.product(
-        *(grid[n] for n in names))]
+    points = [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
     return [p for p in points if any(v != 0 for v in p.values())]
 
 
