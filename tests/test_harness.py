@@ -17,7 +17,7 @@ from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError
 from intentrank.eval.harness import latency_ms, run_experiment
 from intentrank.eval.prefixes import canonical
-from intentrank.eval.spec import load_experiment, parse_experiment, shipped_experiments
+from intentrank.eval.spec import EXPERIMENTS_DIR, load_experiment, parse_experiment
 from intentrank.llm.base import LLMReply
 from intentrank.llm.client import LLMClient
 from intentrank.measures.error_analysis import degraded_queries
@@ -358,7 +358,7 @@ def test_latency_charges_cached_llm_replies_their_generation_time() -> None:
 
 # -- experiment files ------------------------------------------------------------------------
 def test_shipped_experiments_parse() -> None:
-    assert {"cascade-ablation", "fuq"} <= set(shipped_experiments())
+    assert {"cascade-ablation", "fuq"} <= {p.stem for p in EXPERIMENTS_DIR.glob("*.yaml")}
     ablation = load_experiment("cascade-ablation")
     full = ablation.pipeline("Full pipeline")
     assert full.parent == "Tri-modal + CE" and full.node[-1] == {

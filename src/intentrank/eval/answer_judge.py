@@ -16,6 +16,7 @@ answer) and :func:`judge_agreement` says how often the judge orders them as expe
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -108,12 +109,9 @@ class JudgeSummary:
 def summarize(judgements: Sequence[Judgement]) -> JudgeSummary:
     rel = [j.relevance for j in judgements if j.relevance is not None]
     faith = [j.faithfulness for j in judgements if j.faithfulness is not None]
-    fallbacks: dict[str, int] = {}
-    for j in judgements:
-        if j.fallback:
-            fallbacks[j.fallback] = fallbacks.get(j.fallback, 0) + 1
+    fallbacks = Counter(j.fallback for j in judgements if j.fallback)
     return JudgeSummary(len(judgements), mean(rel) if rel else None,
-                        mean(faith) if faith else None, len(rel), len(faith), fallbacks)
+                        mean(faith) if faith else None, len(rel), len(faith), dict(fallbacks))
 
 
 # --- answers of known quality -----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Which steps of the benchmarks a run needs are stale, and running them (issue 38).
+"""Which steps of the benchmarks a run needs are stale, and running them.
 
 A :class:`Workspace` is where steps run: the repository root (steps are run from it, with
 ``python`` as this interpreter and ``intentrank`` as the command line the caller gives, by
@@ -28,6 +28,7 @@ other stale steps in order, their output streamed, and stops at the first that f
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import io
@@ -46,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.errors import ConfigError, IntentrankError
-from intentrank.eval.benchmarks import Spec, Step, is_glob, split_section
+from intentrank.eval.benchmarks import Spec, Step, split_section
 from intentrank.paths import DEFAULT_DATA_DIR, default_data_dir
-from intentrank.report.sections import docs_sections, write_docs_section
+from intentrank.report.sections import docs_sections, markers, write_docs_section
 
 DEFAULT_CACHE = ".cache/intentrank"  # the cache the bench scripts use (bench/report.py)
 STATE_FILE = ".cache/bench/state.json"
@@ -59,10 +60,6 @@ LINKED = ("indexes", "runs")  # what a commit's tree shares with the root (not i
 class StepFailed(IntentrankError):
     """A step exited with an error, or did not write what it lists; the steps after it did
     not run."""
-
-    def __init__(self, message: str, step: Step, returncode: int) -> None:
-        super().__init__(message)
-        self.step, self.returncode = step, returncode
 
 
 def find_root(start: str | Path = ".") -> Path:
@@ -119,14 +116,12 @@ class Workspace:
     def shown(self, step: Step) -> str:
         """The command as the plan shows it (placeholders expanded; an archived benchmark's
         with the commit it runs at)."""
-        at = f"  (at {step.revision})" if step.revision else ""
-        return self.expand(step.command) + at
+        return self.expand(step.command) + (f"  (at {step.revision})" if step.revision else "")
 
     def env(self, tree: Path | None = None) -> dict[str, str]:
         """The steps' environment: the bench cache; in a commit's ``tree``, the root's data
         folder and the tree's package first."""
-        env = dict(os.environ)
-        env["INTENTRANK_CACHE"] = str(self.root / self.cache)
+        env = {**os.environ, "INTENTRANK_CACHE": str(self.root / self.cache)}
         if tree is not None:  # the data and the package where the root has them
             env["INTENTRANK_DATA"] = str((self.root / self.data).resolve())
             env["PYTHONPATH"] = os.pathsep.join(
@@ -189,14 +184,11 @@ class Workspace:
 
     def _time(self, written: str) -> float | None:
         file, section = split_section(self.expand(written))
-        if is_glob(file):
-            times = [_mtime(Path(p)) for p in glob.glob(str(self.root / file))]
-            found = [t for t in times if t is not None]
-            return max(found) if found else None
+        if glob.has_magic(file):
+            found = [_mtime(Path(p)) for p in glob.glob(str(self.root / file))]
+            return max((t for t in found if t is not None), default=None)
         path = self.root / file
-        if section is None:
-            return _mtime(path)
-        return _section_time(path, section)
+        return _mtime(path) if section is None else _section_time(path, section)
 
     # -- what ran here ----------------------------------------------------------------------
 
@@ -218,7 +210,7 @@ class Workspace:
         os.replace(tmp, path)
 
 
-_DATE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}):(\d{2}) UTC")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
 
 
 def _section_time(path: Path, section: str) -> float | None:
@@ -228,16 +220,14 @@ def _section_time(path: Path, section: str) -> float | None:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return None
-    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
+    start, end = markers(section)
     if start not in text or end not in text:
         return None
     body = text[text.index(start):text.index(end)]
     found = _DATE.search(body)
     if found is None:
         return path.stat().st_mtime
-    day, hour, minute = found.groups()
-    return datetime.strptime(f"{day} {hour}:{minute}", "%Y-%m-%d %H:%M").replace(
-        tzinfo=UTC).timestamp()
+    return datetime.strptime(found.group(), "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC).timestamp()
 
 
 def _mtime(path: Path) -> float | None:
@@ -249,18 +239,14 @@ def _mtime(path: Path) -> float | None:
         return None
     if not path.is_dir():
         return own
-    newest: float | None = None
+    times = []
     for folder, dirs, files in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
-            if name.startswith("."):
-                continue
-            try:
-                t = os.stat(os.path.join(folder, name)).st_mtime
-            except OSError:
-                continue
-            newest = t if newest is None or t > newest else newest
-    return own if newest is None else newest
+            if not name.startswith("."):
+                with contextlib.suppress(OSError):
+                    times.append(os.stat(os.path.join(folder, name)).st_mtime)
+    return max(times, default=own)
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -282,7 +268,7 @@ def _norm(ws: Workspace, written: str) -> str:
 def _overlaps(written: str, made: str) -> bool:
     """Does the input ``written`` read what ``made`` (an output) writes? The same path, one
     inside the other, or a glob matching it."""
-    if is_glob(written):
+    if glob.has_magic(written):
         return fnmatch.fnmatch(made, written) or fnmatch.fnmatch(made, written + "/*")
     if "#" in written or "#" in made:
         return written == made
@@ -398,18 +384,18 @@ def run_plan(planned: list[PlannedStep], ws: Workspace,
                                   check=False).returncode
         except OSError as exc:
             raise StepFailed(f"step {p.step.id} could not start ({exc.strerror or exc}): "
-                             f"{ws.shown(p.step)}", p.step, -1) from None
+                             f"{ws.shown(p.step)}") from None
         if tree is not None and code == 0:
             ws.bring_back(p.step, tree)
         left = f"; the {len(todo) - n} step(s) after it did not run" if n < len(todo) else ""
         if code != 0:
             raise StepFailed(f"step {p.step.id} failed (exit status {code}): "
-                             f"{ws.shown(p.step)}{left}", p.step, code)
+                             f"{ws.shown(p.step)}{left}")
         ws.forget()
         unwritten = [o for o in p.step.outputs if ws.time(o) is None]
         if unwritten:
             raise StepFailed(f"step {p.step.id} exited 0 but did not write {unwritten[0]}, "
-                             f"which the spec lists as its output{left}", p.step, 0)
+                             f"which the spec lists as its output{left}")
         ws.record(p.step)
         say(f"    {p.step.id} done in {time.perf_counter() - start:.1f} s")
     return len(todo)

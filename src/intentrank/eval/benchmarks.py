@@ -1,4 +1,4 @@
-"""Benchmarks as data (issue 38): the spec file that names every benchmark, its steps, what
+"""Benchmarks as data: the spec file that names every benchmark, its steps, what
 each step reads and writes, what it needs first and the docs/benchmarks.md section it fills.
 
 The shipped spec is ``src/intentrank/benchmarks.yaml`` (its header documents the format).
@@ -20,10 +20,9 @@ from typing import Any
 import yaml
 
 from intentrank.errors import ConfigError
-from intentrank.report.sections import RESULTS_DIR, TEMPLATES_DIR
+from intentrank.report.sections import DOCS_FILE, RESULTS_DIR, TEMPLATES_DIR
 
 SPEC_FILE = Path(__file__).resolve().parents[1] / "benchmarks.yaml"
-DOCS_FILE = "docs/benchmarks.md"
 PROGRAMS = ("intentrank", "python")
 PLACEHOLDERS = ("data", "cache")
 RENDER_KEYWORDS = ("stored", "step", "hand")  # section.render: from its stored results /
@@ -95,9 +94,6 @@ class Spec:
     benchmarks: dict[str, Benchmark]  # in file order
     source: str
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.benchmarks
-
     def order(self, names: list[str] | tuple[str, ...]) -> list[Benchmark]:
         """``names`` and everything they require, each once, every benchmark after the ones
         it requires (requirements in the order written, then the benchmark)."""
@@ -138,19 +134,15 @@ class Spec:
         return made
 
 
-def section_output(name: str, docs: str = DOCS_FILE) -> str:
+def section_output(name: str) -> str:
     """How a step lists a section as an output: ``docs/benchmarks.md#NAME``."""
-    return f"{docs}#{name}"
+    return f"{DOCS_FILE}#{name}"
 
 
 def split_section(path: str) -> tuple[str, str | None]:
     """``FILE#NAME`` -> (FILE, NAME); a plain path -> (path, None)."""
     file, _, name = path.partition("#")
     return file, name or None
-
-
-def is_glob(path: str) -> bool:
-    return glob.has_magic(path)
 
 
 # -- loading and checking ----------------------------------------------------------------------
@@ -199,10 +191,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> Spec:
     entries = data["benchmarks"]
     if not isinstance(entries, dict) or not entries:
         raise BenchmarkSpecError(f"{source}: 'benchmarks' must be a non-empty mapping")
-    benchmarks = {}
-    for name, entry in entries.items():
-        benchmarks[name] = _benchmark(name, entry, source)
-    spec = Spec(benchmarks, source)
+    spec = Spec({name: _benchmark(name, entry, source) for name, entry in entries.items()},
+                source)
     _check_links(spec)
     return spec
 
@@ -313,7 +303,7 @@ def _step(name: str, i: int, entry: Any, source: str) -> Step:
     if not outputs:
         raise BenchmarkSpecError(f"{where}.outputs: a step lists what it writes (at least "
                                  f"one file, folder or {DOCS_FILE}#SECTION)")
-    globbed = [o for o in outputs if is_glob(o)]
+    globbed = [o for o in outputs if glob.has_magic(o)]
     if globbed:
         raise BenchmarkSpecError(f"{where}.outputs: {globbed[0]!r}: an output is a path, "
                                  f"not a pattern")
@@ -373,11 +363,10 @@ def _check_links(spec: Spec) -> None:
                 raise BenchmarkSpecError(f"{_where(spec.source, b.name, 'requires')}: a "
                                          f"benchmark cannot require itself")
     spec.order(list(spec.benchmarks))  # refuses a cycle
-    writer: dict[str, Step] = {}
+    writer = spec.producers()
     for step in spec.steps():
         for out in step.outputs:
-            first = writer.setdefault(out, step)
-            if first.benchmark != step.benchmark:
+            if (first := writer[out]).benchmark != step.benchmark:
                 raise BenchmarkSpecError(
                     f"{spec.source}: {out} is an output of both {first.id} and {step.id}; "
                     f"one benchmark makes each output (another one requires it)")

@@ -2,13 +2,10 @@
 
 :func:`run_experiment` takes an experiment (:mod:`intentrank.eval.spec`), builds every
 pipeline with one shared build context (one LLM client, one loaded cross-encoder), runs them
-in order on the same queries and scores them. Outputs are shared across pipelines by
-*prefix*: every step (and every fusion branch) is memoised under the canonical description of
-the pipeline prefix that ends with it (:mod:`intentrank.eval.prefixes`), so a prefix two
-pipelines share is computed once, whatever Python objects built it. A replayed step still
-charges its recorded time and counters to each pipeline's trace, and LLM replies replayed from
-the on-disk reply cache are charged the seconds they took when generated (``latency.cold``):
-latencies read "as if this pipeline ran alone, cold".
+in order on the same queries and scores them. A pipeline prefix two pipelines share is
+computed once (:mod:`intentrank.eval.prefixes`); replayed steps, and LLM replies replayed
+from the on-disk cache (``latency.cold``), are charged their recorded time, so latencies read
+"as if this pipeline ran alone, cold".
 
 From the declared links it derives: paired significance of every pipeline against the
 baseline and of every child against its ``parent``; swaps and degradations (error analysis)
@@ -29,7 +26,7 @@ from intentrank.core.stage import Stage
 from intentrank.data.trec import Qrels, ranked_scores
 from intentrank.errors import ConfigError, DataError
 from intentrank.eval.prefixes import share_prefixes
-from intentrank.eval.spec import ExperimentSpec, PipelineSpec, load_experiment
+from intentrank.eval.spec import WITHOUT_LLM, ExperimentSpec, PipelineSpec, load_experiment
 from intentrank.measures.error_analysis import Degradation, degraded_queries
 from intentrank.measures.metrics import EvalResult, evaluate
 from intentrank.measures.significance import PairedTest, paired_test
@@ -37,7 +34,6 @@ from intentrank.measures.swaps import SwapStats, swap_stats
 from intentrank.paths import default_data_dir
 from intentrank.types import EventKind, Query, Ranking, Trace, stage_name
 
-LLM = "llm"  # ``without`` entry: every pipeline that calls an LLM
 LEGS = ("dense", "bm25", "tfidf", "graph")
 
 
@@ -106,10 +102,9 @@ class ExperimentResult:
         return self.spec.seed if self.spec.test_seed is None else self.spec.test_seed
 
     def result(self, name: str) -> PipelineResult:
-        for r in self.pipelines:
-            if r.name == name:
-                return r
-        raise KeyError(f"no pipeline {name!r}; ran {self.names}")
+        if (found := self.get(name)) is None:
+            raise KeyError(f"no pipeline {name!r}; ran {self.names}")
+        return found
 
     def get(self, name: str | None) -> PipelineResult | None:
         return next((r for r in self.pipelines if r.name == name), None)
@@ -118,12 +113,8 @@ class ExperimentResult:
 # -- latency and counters -----------------------------------------------------------------
 def latency_ms(trace: Trace, n_queries: int, columns: dict[str, list[str]] | None = None,
                llm_columns: dict[str, str] | None = None, cold: bool = True) -> dict[str, float]:
-    """Milliseconds per query in each column (``columns``: column -> stages, each given by
-    its path id or its name, e.g. ``cross_encoder`` for ``ce_rrf/cross_encoder``; stages in
-    none go to ``other``; none given: one column per path id). ``cold``: LLM replies replayed
-    from the on-disk cache are charged the seconds they took when generated
-    (``llm_cached_seconds``). ``llm_columns``: stage (path id or name) -> column its LLM
-    seconds go to."""
+    """Milliseconds per query in each column; ``columns``, ``llm_columns`` and ``cold`` (the
+    counter ``llm_cached_seconds``) as in :class:`~intentrank.eval.spec.LatencySpec`."""
     columns, llm_columns = columns or {}, llm_columns or {}
     out = dict.fromkeys([*columns, *llm_columns.values()], 0.0)
     n = max(n_queries, 1)
@@ -186,12 +177,9 @@ def node_names(node: Any) -> set[str]:
     if isinstance(node, str):
         return {node}
     if isinstance(node, list):
-        return set().union(*(node_names(n) for n in node)) if node else set()
+        return set().union(*map(node_names, node))
     if isinstance(node, dict):
-        out: set[str] = set()
-        for key, value in node.items():
-            out |= {str(key)} | node_names(value)
-        return out
+        return set().union(*({str(k)} | node_names(v) for k, v in node.items()))
     return set()
 
 
@@ -202,7 +190,7 @@ def _contexts(spec: ExperimentSpec, indexes: dict[str | None, Any], llm: Any,
 
     base = build_context(None, **({"llm": llm} if llm is not None else {}), **resources)
     make_llm = base.make_llm
-    if LLM in without:
+    if WITHOUT_LLM in without:
         def make_llm(role: str | None = None, spec: str | None = None) -> Any:
             raise _NeedsLLM
         base.resources.pop("llm", None)
@@ -285,8 +273,7 @@ def load_experiment_dataset(spec: ExperimentSpec, data_root: str | Path | None =
     if not spec.dataset:
         raise ConfigError(f"{spec.source}: no dataset given")
     where = Path(spec.dataset)
-    root = Path(data_root or default_data_dir())
-    return load_dataset(where if where.is_dir() else root / spec.dataset)
+    return load_dataset(where if where.is_dir() else Path(data_root or default_data_dir()) / where)
 
 
 def run_experiment(
@@ -341,22 +328,18 @@ def run_experiment(
                             f"not in the latencies).")
     store: dict = {}
     results = []
-    for p in spec.pipelines:
-        if p.name not in built:
-            continue
-        say(f"running {p.name} on {len(queries)} queries")
-        stage = built[p.name]
+    lat = spec.latency
+    for name, stage in built.items():  # in the order of spec.pipelines
+        say(f"running {name} on {len(queries)} queries")
         run = share_prefixes(stage, store).run(queries)
-        lat = spec.latency
         results.append(PipelineResult(
-            p, stage.describe(), run.rankings, run.trace,
+            spec.pipeline(name), stage.describe(), run.rankings, run.trace,
             evaluate(run.to_run(), qrels, spec.metrics),
             latency_ms(run.trace, len(queries), lat.columns, lat.llm_columns, lat.cold),
             trace_counters(run.trace)))
-    result = ExperimentResult(spec, results, len(queries), [*result_notes, *spec.notes],
-                              warnings, skipped)
-    result.notes += _empty_notes(results, len(queries))
-    result.computed = {key: len(outputs) for key, outputs in store.items()}
+    notes = [*result_notes, *spec.notes, *_empty_notes(results, len(queries))]
+    result = ExperimentResult(spec, results, len(queries), notes, warnings, skipped,
+                              computed={key: len(outputs) for key, outputs in store.items()})
     compare(result, queries)
     return result
 

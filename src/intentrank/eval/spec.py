@@ -287,8 +287,7 @@ def _strings(value: Any, where: str) -> list[str]:
 def _config_node(name: str, base: Path | None, where: str) -> Any:
     from intentrank.core.config import load_config, resolve_pipeline
 
-    local = base / name if base is not None else None
-    path = local if local is not None and local.is_file() else None
+    path = base / name if base is not None and (base / name).is_file() else None
     try:
         return load_config(path or resolve_pipeline(name))["pipeline"]
     except ConfigError as exc:
@@ -313,11 +312,9 @@ def _entry(name: str, raw: Any, base: Path | None, where: str) -> tuple[Pipeline
         then = [then]
     node = (_config_node(_str(entry["config"], f"{where}.config"), base, f"{where}.config")
             if "config" in entry else entry.get("pipeline"))
-    text = {k: _str(entry[k], f"{where}.{k}") if entry.get(k) is not None else None
-            for k in ("parent", "variant_of", "label", "adds", "description", "index")}
-    spec = PipelineSpec(name, node, text["parent"], text["variant_of"], text["label"] or "",
-                        text["adds"] or "", text["description"] or "", text["index"])
-    return spec, then
+    text = {k: _str(entry[k], f"{where}.{k}") for k in ("parent", "variant_of", "label",
+            "adds", "description", "index") if entry.get(k) is not None}
+    return PipelineSpec(name, node, **text), then
 
 
 def _resolve_then(specs: list[PipelineSpec], thens: dict[str, Any], where: str) -> None:
@@ -430,19 +427,9 @@ def parse_experiment(data: Any, where: str = "experiment", base: Path | None = N
     ).check()
 
 
-def shipped_experiments() -> list[str]:
-    """Names of the experiment files shipped with intentrank."""
-    return sorted(p.stem for p in EXPERIMENTS_DIR.glob("*.yaml"))
-
-
-def resolve_experiment(name_or_path: str | Path) -> Path:
-    """An experiment file path, or the shipped experiment of that name."""
-    return resolve_shipped(name_or_path, EXPERIMENTS_DIR, "experiment file")
-
-
 def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
     """Read and check an experiment file (a path or a shipped name)."""
-    path = resolve_experiment(name_or_path)
+    path = resolve_shipped(name_or_path, EXPERIMENTS_DIR, "experiment file")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
@@ -452,4 +439,4 @@ def load_experiment(name_or_path: str | Path) -> ExperimentSpec:
 
 __all__ = ["EXPERIMENTS_DIR", "ExperimentSpec", "LatencySpec", "PipelineSpec", "TABLES",
            "TableSpec", "WITHOUT_LLM", "check_without", "load_experiment", "parse_assignment",
-           "parse_experiment", "resolve_experiment", "shipped_experiments"]
+           "parse_experiment"]

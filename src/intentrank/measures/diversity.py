@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import ir_measures
 
 from intentrank.data.aspects import AspectQuestion
-from intentrank.measures.metrics import EvalResult, MetricError
+from intentrank.measures.metrics import EvalResult, MetricError, score_queries
 
 DIVERSITY_METRICS = ("alpha_nDCG@10", "ERR_IA@10", "StRecall@10")
 
@@ -32,18 +32,5 @@ def evaluate_diversity(run: Mapping[str, Mapping[str, float]],
         measures = {name: ir_measures.parse_measure(name) for name in metrics}
     except (ValueError, NameError, SyntaxError, TypeError, AttributeError) as exc:
         raise MetricError(f"unknown diversity metric in {list(metrics)}: {exc}") from exc
-    by_str = {str(m): name for name, m in measures.items()}
-    per_query = {q.id: {name: 0.0 for name in metrics} for q in questions}
-    clean = {q: dict(docs) for q, docs in run.items() if q in per_query and docs}
-    if clean:
-        try:
-            for m in ir_measures.iter_calc(list(measures.values()), subtopic_qrels(questions),
-                                           clean):
-                per_query[m.query_id][by_str[str(m.measure)]] = float(m.value)
-        except Exception as exc:  # noqa: BLE001 (a missing provider raises ValueError etc.)
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise MetricError(f"cannot compute {', '.join(metrics)} (they need ir-measures' "
-                              f"pyndeval provider): {first}") from exc
-    n = max(len(per_query), 1)
-    return EvalResult(list(metrics), {name: sum(s[name] for s in per_query.values()) / n
-                                      for name in metrics}, per_query)
+    return score_queries(measures, subtopic_qrels(questions), run, [q.id for q in questions],
+                         " (they need ir-measures' pyndeval provider)")

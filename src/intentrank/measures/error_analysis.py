@@ -32,14 +32,11 @@ def degraded_queries(
     qids = [q for q in before if q in after]
     drops = {q: before[q] - after[q] for q in qids if after[q] < before[q] - 1e-12}
 
-    def words(q: str) -> int:
-        return len(texts.get(q, "").split())
-
     def numeric(qs: list[str]) -> float:
         return sum(1 for q in qs if _NUMBER.search(texts.get(q, ""))) / len(qs) if qs else 0.0
 
     def mean_len(qs: list[str]) -> float:
-        return sum(words(q) for q in qs) / len(qs) if qs else 0.0
+        return sum(len(texts.get(q, "").split()) for q in qs) / len(qs) if qs else 0.0
 
     bad = sorted(drops, key=lambda q: (-drops[q], q))
     return Degradation(

@@ -1,25 +1,9 @@
 """Label-free evaluation of conversational query reformulation (METHODS.md, method 2): scores
-that need a gold standalone rewrite of each turn but no relevance judgments.
-
-- **Cosine to gold**: ``cos(r, g)`` between a method's reformulation ``r`` and the gold
-  rewrite ``g``, and ``delta = cos(r, g) - cos(u, g)`` against the user's raw contextual
-  turn ``u``; all three embedded by one embedder (``encode_queries``, so one prefix for all).
-  Means by conversation-length bucket and overall.
-- **Reranker Support Score**: ``RSS(r, g) = (1/k) sum_{i<=k} R(g, d_i)``, ``d_1..d_k`` the top
-  k documents ranked for ``r`` and ``R`` a cross-encoder scoring them against ``g``.
-- **LLM Citation Score**: an LLM answers ``g`` from the top-k passages of a method only,
-  citing them (prompt ``cite_answer``); the score is the number of distinct passages cited,
-  made comparable across methods by the Average Citation Score.
-- **Agreement**: Kendall's tau between a label-free score and a labelled one (e.g. nDCG@10)
-  over the same methods.
-
-**Conversation length of a turn** is the number of turns up to and including it
-(``len(query.history) + 1``): what the rewriter sees. Buckets: ``<5`` (1-4 turns), ``5-10``
-(5-9) and ``>=10`` (10 or more); the paper's ``5-10`` and ``>= 10`` overlap at 10, and a
-10-turn conversation goes to ``>=10``.
-
-Runtimes (embedder, cross-encoder, LLM clients) are passed in as objects; passages are
-numbered as the answer stage numbers them (``llm/prompts.py`` ``format_passages``).
+that need a gold standalone rewrite ``g`` of each turn but no relevance judgments, described
+in docs/evaluation.md: cosine of a reformulation ``r`` to ``g`` (and its delta against the raw
+turn) by conversation-length bucket, the Reranker Support Score, the LLM Citation Score
+(prompt ``cite_answer``) and Kendall's tau agreement with a labelled score. Runtimes
+(embedder, cross-encoder, LLM clients) are passed in as objects.
 """
 
 from __future__ import annotations
@@ -114,8 +98,7 @@ def _embed(embedder: Any, texts: Sequence[str]) -> dict[str, np.ndarray]:
     vecs = np.asarray(embedder.encode_queries(unique), dtype=np.float64)
     if vecs.shape[0] != len(unique):
         raise ValueError(f"the embedder returned {vecs.shape[0]} vectors for {len(unique)} texts")
-    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    vecs = vecs / np.clip(norms, 1e-12, None)
+    vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
     return dict(zip(unique, vecs, strict=True))
 
 
@@ -152,12 +135,9 @@ def _cosines(embedder: Any, methods: Mapping[str, Mapping[str, str]],
                       _need(raws, qid, "raw turn")]
             length_bucket(_need(lengths, qid, "conversation length"))
     vec = _embed(embedder, texts)
-    out: dict[str, list[TurnCosine]] = {}
-    for method, refs in methods.items():
-        out[method] = [TurnCosine(qid, float(vec[text] @ vec[golds[qid]]),
-                                  float(vec[raws[qid]] @ vec[golds[qid]]), int(lengths[qid]))
-                       for qid, text in refs.items()]
-    return out
+    return {method: [TurnCosine(qid, float(vec[text] @ vec[golds[qid]]),
+                                float(vec[raws[qid]] @ vec[golds[qid]]), int(lengths[qid]))
+                     for qid, text in refs.items()] for method, refs in methods.items()}
 
 
 def cosine_to_gold_queries(embedder: Any, queries: Sequence[Query], golds: Mapping[str, str],
@@ -228,29 +208,20 @@ def reranker_support(
     """RSS(r, g) = (1/k) sum_{i<=k} R(g, d_i) for each ranking (the ranking retrieved for
     the reformulation r; ``golds`` by query id; ``doc_text(doc_id)`` the text the scorer
     reads). ``scorer``: a cross-encoder with ``predict(pairs, batch_size)``, e.g.
-    ``load_cross_encoder()``. RSS is on the scorer's scale: the bundled int8 ONNX MiniLM
-    (and any ONNX scorer here) returns sigmoid probabilities, so RSS is in [0, 1); the torch
-    backend returns probabilities too unless the model's config names another activation
-    (some hub cross-encoders save Identity: logits). A ranking with fewer than ``k``
-    documents is still divided by ``k`` (the missing ones add 0, "irrelevant" on the
-    probability scale). The mean over no rankings is NaN."""
+    ``load_cross_encoder()``; RSS is on its scale (docs/evaluation.md). A ranking with fewer
+    than ``k`` documents is still divided by ``k`` (the missing ones add 0). The mean over
+    no rankings is NaN."""
     k = check_int("RSS k", k, minimum=1)
-    pairs: dict[tuple[str, str], int] = {}
-    per_ranking: list[tuple[str, list[tuple[str, str]]]] = []
-    short = 0
+    per_ranking = []
     for r in rankings:
         gold = _need(golds, r.query.id, "gold rewrite")
-        heads = [(gold, doc_text(d)) for d in r.doc_ids[:k]]
-        short += len(heads) < k
-        for pair in heads:
-            pairs.setdefault(pair, len(pairs))
-        per_ranking.append((r.query.id, heads))
-    scores = np.asarray(scorer.predict(list(pairs), batch_size), dtype=np.float64) \
-        if pairs else np.zeros(0)
-    per_query = {qid: float(sum(scores[pairs[p]] for p in heads) / k)
-                 for qid, heads in per_ranking}
+        per_ranking.append((r.query.id, [(gold, doc_text(d)) for d in r.doc_ids[:k]]))
+    pairs = list(dict.fromkeys(p for _, heads in per_ranking for p in heads))
+    scores = dict(zip(pairs, np.asarray(scorer.predict(pairs, batch_size), dtype=np.float64),
+                      strict=True)) if pairs else {}
+    per_query = {qid: float(sum(scores[p] for p in heads) / k) for qid, heads in per_ranking}
     mean = float(np.mean(list(per_query.values()))) if per_query else math.nan
-    return SupportScores(per_query, mean, k, short)
+    return SupportScores(per_query, mean, k, sum(len(heads) < k for _, heads in per_ranking))
 
 
 # ---------------------------------------------------------------------- LLM citation score
@@ -335,43 +306,35 @@ def cite_answers(
     ``structured`` sends the contract's JSON schema (constrained decoding). An unusable reply
     is a counted fallback with 0 citations."""
     k = check_int("citation k", k, minimum=1)
-    slots: dict[tuple[str, tuple[str, ...]], int] = {}
-    items: list[dict[str, Any]] = []
-    ids: list[str] = []
-    where: dict[str, dict[str, int | None]] = {}
+    prompts: dict[tuple[str, tuple[str, ...]], str] = {}  # (gold, top k) -> first query id
+    where: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {}
     for method, ranked in rankings.items():
-        where[method] = {}
-        for r in ranked:
-            qid = r.query.id
-            gold, doc_ids = _need(golds, qid, "gold rewrite"), tuple(r.doc_ids[:k])
-            if not doc_ids:
-                where[method][qid] = None
-                continue
-            key = (gold, doc_ids)
-            if key not in slots:
-                slots[key] = len(items)
-                items.append({"query": gold, "n": len(doc_ids), "passages": format_passages(
-                    [doc_text(d) for d in doc_ids], max_words)})
-                ids.append(qid)
-            where[method][qid] = slots[key]
+        where[method] = {r.query.id: (_need(golds, r.query.id, "gold rewrite"),
+                                      tuple(r.doc_ids[:k])) for r in ranked}
+        for qid, key in where[method].items():
+            if key[1]:
+                prompts.setdefault(key, qid)
+    slots = {key: i for i, key in enumerate(prompts)}
+    items = [{"query": gold, "n": len(doc_ids), "passages": format_passages(
+        [doc_text(d) for d in doc_ids], max_words)} for gold, doc_ids in prompts]
 
     def parse(reply: Any, item: Mapping[str, Any]) -> Any:
         return read_citations(read_json_object(reply.text), item["n"])
 
     results = run_step(llm, CITE_CONTRACT, items, parse=parse,
                        fallback=lambda item: CitedAnswer("", (), ok=False), trace=trace,
-                       stage=stage, query_ids=ids, structured=structured,
+                       stage=stage, query_ids=list(prompts.values()), structured=structured,
                        max_tokens=max_tokens)
     run = CitationRun(str(getattr(llm, "name", llm)), {}, calls=len(items))
     reasons: Counter[str] = Counter()
     for method, by_q in where.items():
         run.answers[method] = {}
-        for qid, slot in by_q.items():
-            if slot is None:
+        for qid, key in by_q.items():
+            if not key[1]:
                 run.empty += 1
                 run.answers[method][qid] = CitedAnswer("", ())
                 continue
-            result = results[slot]
+            result = results[slots[key]]
             run.answers[method][qid] = result.value
             if not result.ok:
                 run.fallbacks += 1

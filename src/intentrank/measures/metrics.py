@@ -9,8 +9,9 @@ count 0, so systems are always averaged over the same queries.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import ir_measures
 
@@ -85,8 +86,7 @@ def validate_metrics(names: str | Sequence[str]) -> list[str]:
                 list(ir_measures.iter_calc([measure], _PROBE_QRELS, _PROBE_RUN))
                 _COMPUTABLE[key] = ""
             except Exception as exc:  # noqa: BLE001 (providers raise anything)
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                _COMPUTABLE[key] = f"{type(exc).__name__}: {first}"[:300]
+                _COMPUTABLE[key] = _error_line(exc)
         if _COMPUTABLE[key]:
             problems.append(f"metric {name!r} cannot be computed here ({_COMPUTABLE[key]})")
     if problems:
@@ -123,24 +123,38 @@ def evaluate(
     metrics = list(dict.fromkeys(metrics))
     if not metrics:
         raise MetricError("no metrics given")
-    measures = {name: to_measure(name) for name in metrics}
-    by_measure: dict[str, list[str]] = {}  # aliases (R@3, Recall@3) share one measure
-    for name, m in measures.items():
-        by_measure.setdefault(str(m), []).append(name)
     judged = {q: j for q, j in qrels.items() if any(g > 0 for g in j.values())}
-    skipped = [q for q in qrels if q not in judged]
-    per_query = {qid: {name: 0.0 for name in metrics} for qid in judged}
-    clean_run: Run = {q: dict(docs) for q, docs in run.items() if q in judged and docs}
+    result = score_queries({name: to_measure(name) for name in metrics}, judged, run, judged)
+    result.skipped = [q for q in qrels if q not in judged]
+    return result
+
+
+def score_queries(measures: Mapping[str, ir_measures.Measure], qrels: Any,
+                  run: Mapping[str, Mapping[str, float]], query_ids: Iterable[str],
+                  needs: str = "") -> EvalResult:
+    """``measures`` (name -> measure; aliases such as R@3 and Recall@3 share one) of every
+    query of ``query_ids`` and their means; a query with no retrieved document scores 0.
+    ``needs`` is added to the error raised when ir-measures cannot compute them."""
+    per_query = {q: dict.fromkeys(measures, 0.0) for q in query_ids}
+    names: dict[str, list[str]] = {}
+    for name, m in measures.items():
+        names.setdefault(str(m), []).append(name)
+    clean_run: Run = {q: dict(docs) for q, docs in run.items() if q in per_query and docs}
     if clean_run:
         unique = list({str(m): m for m in measures.values()}.values())
         try:
-            for metric in ir_measures.iter_calc(unique, judged, clean_run):
-                for name in by_measure[str(metric.measure)]:
+            for metric in ir_measures.iter_calc(unique, qrels, clean_run):
+                for name in names[str(metric.measure)]:
                     per_query[metric.query_id][name] = float(metric.value)
         except Exception as exc:  # noqa: BLE001 (providers raise anything, e.g. a Perl exit)
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise MetricError(f"cannot compute {', '.join(metrics)}: {type(exc).__name__}: "
-                              f"{first}") from exc
+            raise MetricError(f"cannot compute {', '.join(measures)}{needs}: "
+                              f"{_error_line(exc)}") from exc
     n = max(len(per_query), 1)
-    aggregate = {name: sum(s[name] for s in per_query.values()) / n for name in metrics}
-    return EvalResult(list(metrics), aggregate, per_query, skipped)
+    return EvalResult(list(measures), {name: sum(s[name] for s in per_query.values()) / n
+                                       for name in measures}, per_query)
+
+
+def _error_line(exc: Exception) -> str:
+    """``Type: first line of the message``, at most 300 characters."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__}: {first}"[:300]

@@ -11,11 +11,8 @@ sub-answer ``a`` in the passage ``d`` (:func:`rouge_phi`). ``NCOM = COM(L) / COM
 the greedy silver list of ``K`` documents over the same pool (each step takes the document
 with the largest ``sum_i w_i^t phi``; ties to the earlier pool position). The greedy list is
 not optimal, so NCOM can exceed 1; a pool in which no passage contains any word pair or
-word of a sub-answer gives COM(L*) = 0 and NCOM 0.
-
-ROUGE here is rouge-score's (Lin, 2004) without stemming: text lower-cased, every run of
-characters other than ``a-z0-9`` a separator; ROUGE-2 recall = clipped bigram overlap / the
-reference's bigrams; ROUGE-L recall = LCS length / the reference's tokens.
+word of a sub-answer gives COM(L*) = 0 and NCOM 0. ROUGE is rouge-score's (Lin, 2004)
+without stemming (:func:`tokens`).
 
 The TREC diversity measures over the same aspect sets are in :mod:`intentrank.measures.diversity`;
 the aspect-set files are read and written by :mod:`intentrank.data.aspects`.

@@ -43,18 +43,14 @@ def paired_test(
     qids = sorted(a)
     xa = np.array([a[q] for q in qids], dtype=np.float64)
     xb = np.array([b[q] for q in qids], dtype=np.float64)
-    diff = xb - xa
-    if len(qids) < 2 or not diff.any():
-        p_t = 1.0
-    else:
+    p_t = p_r = 1.0
+    if len(qids) >= 2 and (xb - xa).any():
         p_t = float(stats.ttest_rel(xb, xa).pvalue)
         p_t = 1.0 if np.isnan(p_t) else p_t
-    if len(qids) < 2 or not diff.any():
-        p_r = 1.0
-    else:  # sign flips of the per-query differences (scipy's paired "samples" permutation)
+        # sign flips of the per-query differences (scipy's paired "samples" permutation)
         res = stats.permutation_test(
             (xb, xa), lambda x, y, axis: np.mean(x - y, axis=axis), vectorized=True,
             permutation_type="samples", n_resamples=n_permutations, random_state=seed)
-        p_r = float(res.pvalue)
+        p_r = min(float(res.pvalue), 1.0)
     return PairedTest(metric, len(qids), float(xa.mean()) if len(xa) else 0.0,
-                      float(xb.mean()) if len(xb) else 0.0, p_t, min(p_r, 1.0))
+                      float(xb.mean()) if len(xb) else 0.0, p_t, p_r)

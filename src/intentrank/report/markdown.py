@@ -71,12 +71,10 @@ def quality(res: ExperimentResult, t: TableSpec) -> Table:
             cell = f"{v:.4f}" + ("†" if test is not None and test.significant(spec.alpha) else "")
             cells.append(f"**{cell}**" if abs(v - best[m]) < 1e-12 else cell)
         rows.append([*cells, f"{r.total_ms:.1f}"])
-    note = f"Best per column in bold; n = {res.n_queries} queries."
-    if spec.baseline:
-        note = (f"Best per column in bold; † p < {spec.alpha} against {spec.baseline} "
-                f"(paired randomization test, seed {res.seed}); n = {res.n_queries} queries.")
+    tested = (f" † p < {spec.alpha} against {spec.baseline} (paired randomization test, "
+              f"seed {res.seed});" if spec.baseline else "")
     return Table(t.title or "Retrieval quality", ["system", *metrics, "ms/query"], rows,
-                 note)
+                 f"Best per column in bold;{tested} n = {res.n_queries} queries.")
 
 
 def variants(res: ExperimentResult, t: TableSpec) -> Table | None:
@@ -150,8 +148,8 @@ def worst(res: ExperimentResult, t: TableSpec) -> Table | None:
 
 
 def latency(res: ExperimentResult, t: TableSpec) -> Table:
-    columns = list(dict.fromkeys(c for r in res.pipelines for c in r.latency))
-    columns = [c for c in columns if any(r.latency.get(c, 0) > 0 for r in res.pipelines)]
+    columns = [c for c in dict.fromkeys(c for r in res.pipelines for c in r.latency)
+               if any(r.latency.get(c, 0) > 0 for r in res.pipelines)]
     rows = [[r.name, *(f"{r.latency.get(c, 0.0):.1f}" for c in columns), f"{r.total_ms:.1f}",
              f"{r.counters.get('llm_calls', 0):.0f}", f"{r.counters.get('llm_cache_hits', 0):.0f}"]
             for r in res.pipelines]

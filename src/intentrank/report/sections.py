@@ -1,8 +1,7 @@
-"""The sections of docs/benchmarks.md as stored results (issue 38): every published number
-of a section lives in ``bench/results/<section>.json``, its prose in
-``bench/sections/<section>.md``, and :func:`render` joins them into the section's text, byte for
-byte what docs/benchmarks.md holds between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
-(``tests/test_bench_sections.py`` checks every one).
+"""The sections of docs/benchmarks.md as stored results: every published number of a section
+lives in ``bench/results/<section>.json``, its prose in ``bench/sections/<section>.md``, and
+:func:`render` joins them into the section's text, byte for byte what docs/benchmarks.md holds
+between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` (tests/test_bench_sections.py).
 
 A stored result is JSON::
 
@@ -20,11 +19,10 @@ line after it when the result has none).
 The prose that reads the numbers is written by hand after a ``<!-- reading -->`` line of the
 template: a script's rerun replaces the text before it and keeps it.
 
-:func:`split` is the other direction: a section as a benchmark script writes it -> (stored
-result, template). ``bench/report.py``'s ``write_section`` stores what a script measures this
-way, so ``intentrank bench NAME`` rewrites the JSON, the template and the section; a script
-whose prose lives in the template hands only its tables and values to :func:`store_tables`;
-``intentrank bench NAME --render`` re-renders the section from what is stored.
+:func:`split` is the other direction: a section as a script writes it -> (stored result,
+template); :func:`store` (``bench/report.py``'s ``write_section``) stores both and renders the
+section, :func:`store_tables` only the tables and values of a script whose prose lives in the
+template.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ RESULTS_DIR = "bench/results"
 TEMPLATES_DIR = "bench/sections"
 DOCS_FILE = "docs/benchmarks.md"
 READING = "<!-- reading -->"  # in a template: the hand-written prose after it survives a rerun
-META_KEYS = ("command", "machine", "date")
 
 _META = re.compile(r"^- (command|machine|date): (.+)$")
 _PLACEHOLDER = re.compile(r"\{\{(meta|table) (\d+)\}\}|\{\{value ([\w.@-]+)\}\}")
@@ -144,10 +141,9 @@ def render(result: dict[str, Any], template: str) -> str:
         (used_meta if kind == "meta" else used_tables).add(n)
         return values[n - 1][1] if kind == "meta" else table_markdown(values[n - 1])
 
-    lines = template.split("\n")
     out: list[str] = []
     skip_blank = False
-    for line in lines:
+    for line in template.split("\n"):
         if skip_blank:
             skip_blank = False
             if not line:

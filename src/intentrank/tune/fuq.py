@@ -1,9 +1,7 @@
 """Tuning FUQ's alpha / beta / gamma on training queries (never on test).
 
 The reranker keeps its three raw components in each document's stage scores, so one pass
-of dense retrieval + follow-up prediction + scoring serves the whole grid. With a train
-split the weights are picked there; without one (Cranfield, Vaswani) each fold of queries is
-ranked with weights tuned on the other folds.
+of dense retrieval + follow-up prediction + scoring serves the whole grid.
 """
 
 from __future__ import annotations
@@ -13,10 +11,10 @@ from typing import Any
 
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.data.dataset import refuse_test_split
-from intentrank.data.trec import Qrels, Run
+from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError
 from intentrank.rerank.fuq import COMPONENTS, FollowUpReranker, FUQWeights
-from intentrank.tune.grid import Grid, TuneResult, cross_validated_run, grid_search
+from intentrank.tune.grid import Grid, TuneResult, grid_search
 from intentrank.types import Ranking, Trace
 
 FEATURES = tuple(f"fuq.{c}" for c in COMPONENTS)
@@ -49,16 +47,6 @@ def tune_fuq(rankings: Sequence[Ranking], train_qrels: Qrels, metric: str = "nDC
     _check_scored(rankings)
     return grid_search(rankings, train_qrels, FEATURES, grid or DEFAULT_GRID, to_weights,
                        metric)
-
-
-def cross_validated_fuq(rankings: Sequence[Ranking], qrels: Qrels, metric: str = "nDCG@3",
-                        grid: Grid | None = None, folds: int = 5, seed: int = 0
-                        ) -> tuple[Run, list[TuneResult]]:
-    """FUQ (F) for a collection without a train split: every fold ranked with weights tuned
-    on the other folds."""
-    _check_scored(rankings)
-    return cross_validated_run(rankings, qrels, FEATURES, grid or DEFAULT_GRID, to_weights,
-                               metric, folds=folds, seed=seed)
 
 
 def _check_scored(rankings: Sequence[Ranking]) -> None:

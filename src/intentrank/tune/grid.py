@@ -69,9 +69,7 @@ def weighted_run(cache: Mapping[str, tuple[list[str], np.ndarray]], weights: Seq
 
 def grid_points(grid: Grid) -> list[dict[str, float]]:
     """Every combination of the grid's values, all-zero combinations left out."""
-    names = list(grid)
-    points = [dict(zip(names, vals, strict=True)) for vals in itertools.product(
-        *(grid[n] for n in names))]
+    points = [dict(zip(grid, vals, strict=True)) for vals in itertools.product(*grid.values())]
     return [p for p in points if any(v != 0 for v in p.values())]
 
 
@@ -79,13 +77,14 @@ def grid_search(
     rankings: Sequence[Ranking],
     qrels: Qrels,
     features: Sequence[str],
-    grid: Grid,
+    grid: Grid | Sequence[Mapping[str, float]],
     to_weights: Any = None,
     metric: str = "nDCG@10",
     normalise: bool = False,
 ) -> TuneResult:
     """Pick the grid point maximising ``metric`` over the judged queries of ``rankings``.
 
+    ``grid``: a product grid (:func:`grid_points`) or the list of points itself.
     ``to_weights(point) -> sequence`` maps a grid point to one weight per feature (default:
     the point's values in grid order). Ties keep the first point in grid order.
     """
@@ -97,11 +96,10 @@ def grid_search(
              if r.query.id in judged}
     sub = {q: qrels[q] for q in judged}
     table = []
-    for point in grid_points(grid):
+    for point in grid_points(grid) if isinstance(grid, Mapping) else grid:
         score = evaluate(weighted_run(cache, to_weights(point)), sub, [metric]).aggregate[metric]
-        table.append((point, score))
-    ranked = sorted(enumerate(table), key=lambda it: (-it[1][1], it[0]))
-    table = [t for _, t in ranked]
+        table.append((dict(point), score))
+    table.sort(key=lambda row: -row[1])  # stable: ties keep grid order
     return TuneResult(metric, dict(table[0][0]), table[0][1], len(judged), table)
 
 

@@ -13,7 +13,7 @@ refuses ``test``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from intentrank.core.protocols import IndexLike
@@ -39,25 +39,6 @@ def simplex_grid(step: float = 0.1) -> list[ModalityWeights]:
             for i in range(n + 1) for j in range(n + 1 - i)]
 
 
-class _Simplex:
-    """Adapts the simplex to :func:`grid_search`'s product grids: one grid value per point,
-    numbered from 1 (grid search drops all-zero points)."""
-
-    def __init__(self, step: float) -> None:
-        self.points = simplex_grid(step)
-        self.grid = {"point": tuple(float(i) for i in range(1, len(self.points) + 1))}
-
-    def to_weights(self, point: Mapping[str, float]) -> list[float]:
-        return list(self.points[int(point["point"]) - 1])
-
-    def named(self, point: Mapping[str, float]) -> dict[str, float]:
-        return dict(zip(FEATURES, self.to_weights(point), strict=True))
-
-    def translate(self, result: TuneResult) -> TuneResult:
-        return TuneResult(result.metric, self.named(result.best), result.score,
-                          result.n_queries, [(self.named(p), s) for p, s in result.table])
-
-
 def modality_rankings(index: IndexLike, queries: Sequence[Query],
                       depth: int = 100) -> list[Ranking]:
     """Each leg's top ``depth`` fused without a cut-off, so every grid point ranks the same
@@ -80,10 +61,8 @@ def tune_modality_weights(rankings: Sequence[Ranking], qrels: Qrels, metric: str
                           step: float = 0.1) -> TuneResult:
     """The simplex point maximising ``metric`` on ``rankings`` (best as dense/sparse/graph)."""
     _check_scored(rankings)
-    simplex = _Simplex(step)
-    res = grid_search(rankings, qrels, SCORES, simplex.grid, simplex.to_weights, metric,
-                      normalise=True)
-    return simplex.translate(res)
+    points = [dict(zip(FEATURES, w, strict=True)) for w in simplex_grid(step)]
+    return grid_search(rankings, qrels, SCORES, points, metric=metric, normalise=True)
 
 
 def tune_modality_on_split(dataset: Any, index: IndexLike, split: str = "train",
