@@ -57,7 +57,6 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,9 +94,6 @@ PAPER_LENGTHS = (3, 6, 11)
 MAX_TURN_WORDS = 40
 # the 0.5B model slips Chinese words into English text ("high-speed飞行")
 _FOREIGN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
-ConversationReport = runlog.RunReport
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -359,8 +355,8 @@ def generate_conversations(
     settings: ConversationSettings | None = None,
     trace: Trace | None = None,
     progress: bool = True,
-    log: Log | None = None,
-) -> ConversationReport:
+    log: runlog.Log | None = None,
+) -> runlog.RunReport:
     """Generate ``n`` conversations of ``turns`` turns ending in ``split``'s judged queries
     of the BEIR collection ``dataset_dir`` into ``out_dir`` (resuming what is there).
 
@@ -373,7 +369,6 @@ def generate_conversations(
     settings = settings or ConversationSettings(
         n=n, turns=turns, seed=seed, split=split, max_minutes=minutes,
         max_attempts=max_attempts, follow_up=follow_up, history_from=history_from)
-    say = log or (lambda msg: None)
     ds = load_dataset(dataset_dir)
     if settings.split not in ds.qrels:
         raise DataError(f"no judgments for split {settings.split!r} (splits: "
@@ -398,11 +393,8 @@ def generate_conversations(
                 "prompts": {c: _contract_sha256(c)
                             for c in CONTRACTS[:2 if len(settings.rounds) == 1 else 3]}}
     out = Path(out_dir)
-    runlog.open_run(out, identity, "generated conversation set")
-    attempts = runlog.read_attempts(out / runlog.ATTEMPTS, ConversationAttempt)
-    if attempts:
-        say(f"resuming {out}: {len(attempts)} attempts recorded, "
-            f"{sum(a.status == 'kept' for a in attempts)} conversations kept")
+    attempts = runlog.open_run(out, identity, "generated conversation set",
+                               ConversationAttempt, log, "conversations")
     if settings.history_from == "neighbour":
         texts = {d.id: d.full_text() for d in ds.corpus()}
         _check_documents(ds, texts, {_best_document(qrels[q.id]) for q in usable})
@@ -420,7 +412,7 @@ def generate_conversations(
     info = _record(out, settings, identity, attempts, writer.trace, linked, ds,
                    len(usable), stopped_by, budget.seconds)
     kept = write_set(out, attempts, qrels, settings.split)
-    return ConversationReport(out, kept, len(attempts), info)
+    return runlog.RunReport(out, kept, len(attempts), info)
 
 
 def _documents(ds: Any, ids: set[str | None]) -> dict[str, str]:

@@ -138,8 +138,7 @@ def support_share(answer: str, documents: Iterable[str]) -> float:
 
 def unsupported(answer: str, documents: list[str], limit: float = MIN_SUPPORT) -> str | None:
     """A reason when too little of the answer's wording comes from the source(s): the
-    lexical faithfulness check (bench/bench_generation_checks.py: wrong answers on Cranfield
-    score 0.00-0.25)."""
+    lexical faithfulness check."""
     share = support_share(answer, documents)
     if share < limit:
         return f"only {share:.0%} of the answer's words occur in the source document(s)"

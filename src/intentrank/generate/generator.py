@@ -19,13 +19,11 @@ run in order, the first failure rejecting the attempt:
 ``one_doc_suffices``     two-document question that draws on one document only: the question
                          and answer use fewer than 2 content words found only in one of them
                          (or, with ``llm_checks``, the LLM says one document answers it alone)
-
-The LLM checks are off by default: the embedded 0.5B model answers "supported" and
-"answerable" to nearly everything (bench/bench_generation_checks.py: "supported" for 32 of 34
-wrong answers, "answerable alone" for 27 of 27 cases, nonsense questions included). Turn them
-on with a strong model (``--llm openai:...``).
 ``no_partner``           (before any call) a two-document draw whose document has no related,
                          non-duplicate neighbour
+
+The LLM checks are off by default (the embedded 0.5B calls nearly everything supported and
+answerable; docs/generation.md): turn them on with a strong model (``--llm openai:...``).
 
 Every attempt is appended to ``OUT/attempts.jsonl`` as it ends, so a killed run resumes where
 it stopped (replies come back from the LLM reply cache); ``OUT`` is a BEIR directory
@@ -41,7 +39,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,15 +59,14 @@ from intentrank.generate.filters import (
     wrong_length,
 )
 from intentrank.generate.runlog import (
-    ATTEMPTS,
     Budget,
+    Log,
     RunReport,
     RunSettings,
     atomic_write,
     clip,
     link_corpus,
     open_run,
-    read_attempts,
     run_attempts,
     runs_so_far,
     write_info,
@@ -81,9 +78,6 @@ from intentrank.types import Trace
 STAGE = "generate"
 REASONS = ("no_partner", "malformed", "length", "copied_wording", "near_duplicate",
            "unsupported", "support_check_failed", "one_doc_suffices")
-GenerationReport = RunReport
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -253,15 +247,15 @@ class Generator:
                 return "support_check_failed", "no readable verdict from the support check"
             if not verdict["supported"]:
                 return "unsupported", "the check found the answer not supported"
-        if a.kind == "pair" and self.settings.llm_checks:
-            for doc_id, text in zip(a.documents, texts, strict=True):
+            pairs = zip(a.documents, texts, strict=True) if a.kind == "pair" else ()
+            for doc_id, text in pairs:
                 verdict = self._step("check_answerable", {"document": text,
                                                           "question": a.question},
                                      self.checker)
-                if isinstance(verdict, dict) and verdict.get("answerable") is True:
+                answerable = verdict.get("answerable") if isinstance(verdict, dict) else None
+                if answerable is True:
                     return "one_doc_suffices", f"{doc_id} alone answers it"
-                if not isinstance(verdict, dict) or \
-                        not isinstance(verdict.get("answerable"), bool):
+                if not isinstance(answerable, bool):
                     self.trace.count(STAGE, "answerable_check_failed")
         return "kept", ""
 
@@ -332,12 +326,11 @@ def generate_questions(
     progress: bool = True,
     log: Log | None = None,
     checker: LLMLike | None = None,
-) -> GenerationReport:
+) -> RunReport:
     """Generate ``settings.n`` questions about the documents of ``index`` into ``out_dir``
     (resuming what is there); see the module docstring for what is written. ``checker``
     answers the ``llm_checks`` (default: ``llm``)."""
     settings = settings or GenerationSettings()
-    say = log or (lambda msg: None)
     if not isinstance(taxonomy, Taxonomy):
         taxonomy = load_taxonomy(taxonomy)
     if len(index) == 0:
@@ -359,22 +352,18 @@ def generate_questions(
     if settings.llm_checks and checker is not None:
         identity["checker_model"] = getattr(checker, "model", getattr(checker, "name", "?"))
     out = Path(out_dir)
-    open_run(out, identity, "generated question set")
-    attempts = read_attempts(out / ATTEMPTS, Attempt)
+    attempts = open_run(out, identity, "generated question set", Attempt, log, "questions")
     gen = Generator(index, llm, taxonomy, settings, trace, checker)
     for a in attempts:
         if a.status == "kept":
             gen.duplicates.add(a.query_id or "", a.question)
-    if attempts:
-        say(f"resuming {out}: {len(attempts)} attempts recorded, "
-            f"{sum(a.status == 'kept' for a in attempts)} questions kept")
     linked = link_corpus(corpus_path, out)
     budget = Budget(settings.n, settings.attempt_limit, settings.max_minutes)
     stopped_by = _loop(gen, sampler, settings, attempts, out, budget, progress)
     info = _record(out, settings, taxonomy, identity, attempts, gen.trace, linked,
                    corpus_path, stopped_by, budget.seconds)
     kept = write_dataset(out, attempts, settings.split)
-    return GenerationReport(out, kept, len(attempts), info)
+    return RunReport(out, kept, len(attempts), info)
 
 
 def _any_pair(sampler: Sampler, tries: int = 50) -> bool:
