@@ -139,9 +139,6 @@ class Sampler:
         self.eligible = eligible
         self._eligible_set = set(eligible)
 
-    def rng(self, attempt: int) -> random.Random:
-        return random.Random(f"{self.settings.seed}:{attempt}")
-
     def partners(self, row: int) -> list[int]:
         """Rows of related, not near-duplicate, eligible documents (best first)."""
         emb = self.index.embeddings
@@ -158,7 +155,7 @@ class Sampler:
 
     def sample(self, attempt: int) -> Attempt | None:
         """Attempt ``attempt``'s draw; None for a two-document draw with no partner."""
-        rng = self.rng(attempt)
+        rng = random.Random(f"{self.settings.seed}:{attempt}")
         pair = rng.random() < self.settings.multi_doc
         user = self.taxonomy.users.sample(rng)
         cats = self.taxonomy.for_pairs() if pair else self.taxonomy.question
@@ -309,11 +306,6 @@ def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
 # --- the run -------------------------------------------------------------------------------
 
 
-def _eligible(index: Index, min_words: int) -> list[int]:
-    return [row for row, doc_id in enumerate(index.ids)
-            if len(words(index.doc_text(doc_id))) >= min_words]
-
-
 def generate_questions(
     index: Index,
     corpus_path: Path,
@@ -336,7 +328,8 @@ def generate_questions(
     if len(index) == 0:
         raise DataError("the corpus is empty: no documents to generate questions from",
                         corpus_path)
-    eligible = _eligible(index, settings.min_doc_words)
+    eligible = [row for row, doc_id in enumerate(index.ids)
+                if len(words(index.doc_text(doc_id))) >= settings.min_doc_words]
     if not eligible:
         raise DataError(f"no document has {settings.min_doc_words} words or more",
                         corpus_path)
