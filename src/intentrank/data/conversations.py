@@ -98,8 +98,7 @@ def _unknown_key(key: str, known: tuple[str, ...], where: str) -> str:
 
 
 def _ident(value: Any, label: str, path: Path, line: int, name: str) -> str:
-    """An id: a non-empty string or integer without whitespace (qrels and runs are
-    whitespace-separated)."""
+    """A required id (see :func:`~intentrank.data.corpus.check_id`)."""
     if value is None:
         raise DataError(f"missing {label}", path, line, name)
     return check_id(value, label, path, line, name)

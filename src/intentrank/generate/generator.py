@@ -107,10 +107,6 @@ class GenerationSettings(RunSettings):
         if not 0 <= self.min_pair_cosine < self.max_pair_cosine <= 1:
             raise ConfigError("need 0 <= min_pair_cosine < max_pair_cosine <= 1")
 
-    @property
-    def attempt_limit(self) -> int:
-        return self.max_attempts if self.max_attempts is not None else 5 * self.n
-
 
 @dataclass
 class Attempt:
@@ -184,9 +180,6 @@ class Generator:
         self.trace = trace if trace is not None else Trace()
         self.duplicates = DuplicateFilter()
 
-    def _text(self, doc_id: str) -> str:
-        return clip(self.index.doc_text(doc_id), self.settings.doc_chars)
-
     def _properties(self, a: Attempt) -> str:
         lines = [self.taxonomy[k][v].description for k, v in a.categories.items()]
         return "\n".join(f"- {line}" for line in lines)
@@ -200,7 +193,7 @@ class Generator:
         """Generate and filter attempt ``a`` (its status and detail are set)."""
         start = time.perf_counter()
         self.trace.stage(STAGE).queries += 1  # an attempt is the health line's query
-        texts = [self._text(d) for d in a.documents]
+        texts = [clip(self.index.doc_text(d), self.settings.doc_chars) for d in a.documents]
         user = self.taxonomy.users[a.user].description
         if a.kind == "single":
             value = self._step("generate_single", {"document": texts[0], "user": user,
@@ -264,23 +257,16 @@ def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, An
     """``{categorisation: {category: {"attempts": n, "kept": k, "rejected": {reason: r}}}}``
     (users, two-document types and kinds included; ``rejected`` lists the reasons met)."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def add(group: str, name: str, status: str) -> None:
-        row = table.setdefault(group, {}).setdefault(
-            name, {"attempts": 0, "kept": 0, "rejected": {}})
-        row["attempts"] += 1
-        if status == "kept":
-            row["kept"] += 1
-        else:
-            row["rejected"][status] = row["rejected"].get(status, 0) + 1
-
     for a in attempts:
-        add("kind", a.kind, a.status)
-        add("user", a.user, a.status)
-        if a.pair_type:
-            add("two_document", a.pair_type, a.status)
-        for k, v in a.categories.items():
-            add(k, v, a.status)
+        pair = [("two_document", a.pair_type)] if a.pair_type else []
+        for group, name in [("kind", a.kind), ("user", a.user), *pair, *a.categories.items()]:
+            row = table.setdefault(group, {}).setdefault(
+                name, {"attempts": 0, "kept": 0, "rejected": {}})
+            row["attempts"] += 1
+            if a.status == "kept":
+                row["kept"] += 1
+            else:
+                row["rejected"][a.status] = row["rejected"].get(a.status, 0) + 1
     return table
 
 
@@ -351,7 +337,7 @@ def generate_questions(
         if a.status == "kept":
             gen.duplicates.add(a.query_id or "", a.question)
     linked = link_corpus(corpus_path, out)
-    budget = Budget(settings.n, settings.attempt_limit, settings.max_minutes)
+    budget = Budget(settings.n, settings.max_attempts or 5 * settings.n, settings.max_minutes)
     stopped_by = _loop(gen, sampler, settings, attempts, out, budget, progress)
     info = _record(out, settings, taxonomy, identity, attempts, gen.trace, linked,
                    corpus_path, stopped_by, budget.seconds)
