@@ -79,19 +79,13 @@ def turn_record(turn: ConversationTurn) -> dict[str, Any]:
     return rec
 
 
-def conversation_line(conversation: Conversation) -> str:
-    """One ``conversations.jsonl`` line (no newline)."""
-    return json.dumps({"id": conversation.id,
-                       "turns": [turn_record(t) for t in conversation.turns]},
-                      ensure_ascii=False)
-
-
 def write_conversations(conversations: Iterable[Conversation], path: str | Path) -> Path:
     """Write ``conversations.jsonl`` atomically (a temporary file renamed over ``path``); a
     file that already holds exactly these lines is left untouched (its mtime too)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_lines(path, (conversation_line(c) for c in conversations))
+    _write_lines(path, (json.dumps({"id": c.id, "turns": [turn_record(t) for t in c.turns]},
+                                   ensure_ascii=False) for c in conversations))
     return path
 
 
@@ -104,8 +98,7 @@ def _unknown_key(key: str, known: tuple[str, ...], where: str) -> str:
 
 
 def _ident(value: Any, label: str, path: Path, line: int, name: str) -> str:
-    """An id: a non-empty string or integer without whitespace (qrels and runs are
-    whitespace-separated)."""
+    """A required id (see :func:`~intentrank.data.corpus.check_id`)."""
     if value is None:
         raise DataError(f"missing {label}", path, line, name)
     return check_id(value, label, path, line, name)

@@ -38,8 +38,7 @@ def _pick(record: dict[str, Any], fields: tuple[str, ...], path: Path, line: int
 
 def _id(record: dict[str, Any], fields: tuple[str, ...], path: Path, line: int,
         what: str, label: str) -> str:
-    """An id: a string or an integer, non-empty, without whitespace (TREC runs and qrels are
-    whitespace-separated, so such an id could never be judged or written)."""
+    """The id in the first of ``fields`` the record has (see :func:`check_id`)."""
     name, value = _pick(record, fields, path, line, what)
     return check_id(value, label, path, line, name)
 

@@ -151,12 +151,12 @@ class Dataset:
         messages = []
         for split in self.splits:
             qrels = self.qrels[split]
-            unknown = {d for judged in qrels.values() for d in judged} - doc_ids
+            judged_ids = {d for judged in qrels.values() for d in judged}
+            unknown = judged_ids - doc_ids
             if not unknown:
                 continue
             relevant = sum(1 for judged in qrels.values() for d, g in judged.items()
                            if d in unknown and g > 0)
-            judged_ids = {d for judged in qrels.values() for d in judged}
             text = (f"{len(unknown)} of {len(judged_ids)} judged document ids are not in the "
                     f"index (e.g. {_few(list(unknown))})")
             if strict:

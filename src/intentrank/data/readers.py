@@ -56,10 +56,6 @@ def _exc_name(exc: BaseException) -> str:
     return type(exc).__name__ if module == "builtins" else f"{module}.{type(exc).__name__}"
 
 
-def _archive_kind(path: Path) -> str:
-    return {".gz": "gzip", ".zip": "zip"}.get(path.suffix, "")
-
-
 def check_file(path: str | Path) -> Path:
     """The path, if it names something readable as a file; a DataError otherwise."""
     path = Path(path)
@@ -149,7 +145,7 @@ def _read_blocks(fh: IO[bytes], path: Path, line: list[int]) -> Iterator[bytes]:
             if isinstance(exc, gzip.BadGzipFile) and "Not a gzipped file" in str(exc):
                 raise DataError(f"not gzip data ({exc}); if the file is plain text, remove "
                                 f"the .gz suffix", path, line[0]) from None
-            kind = _archive_kind(path)
+            kind = {".gz": "gzip", ".zip": "zip"}.get(path.suffix)
             what = f"the {kind} data is corrupt or truncated" if kind else "read error"
             raise DataError(f"{what} ({_exc_name(exc)}: {exc}); reading stopped in this "
                             f"line", path, line[0]) from None

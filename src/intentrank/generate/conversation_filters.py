@@ -117,17 +117,11 @@ def contextual_problem(question: str, query: str, min_faithful: float = 0.5
     return None
 
 
-def history_terms(turns: Iterable[Mapping[str, str]]) -> set[str]:
-    """Key terms of the earlier turns' questions and answers."""
-    out: set[str] = set()
-    for t in turns:
-        out |= key_terms(t.get("question", "")) | key_terms(t.get("answer", ""))
-    return out
-
-
 def lost_terms(question: str, query: str, turns: Iterable[Mapping[str, str]]) -> set[str]:
-    """Key terms of ``query`` found neither in ``question`` nor in the earlier ``turns``."""
-    return missing_terms(question, query) - history_terms(turns)
+    """Key terms of ``query`` found neither in ``question`` nor in the earlier ``turns``
+    (their questions and answers)."""
+    said = [key_terms(t.get("question", "")) | key_terms(t.get("answer", "")) for t in turns]
+    return missing_terms(question, query).difference(*said)
 
 
 def history_problem(question: str, query: str, turns: Sequence[Mapping[str, str]],

@@ -7,45 +7,28 @@ gold rewrite of the last turn and its judgments label it:
 
 1. ``contextualize_query``: the query's topic and the query as a follow-up question (the
    topic replaced by a pronoun or left out). ``follow_up`` says who writes the follow-up:
-   ``llm`` (the LLM's), ``rule`` (the query with the topic span replaced by a pronoun,
-   :mod:`.follow_up_rule`: no other key term is lost) or ``llm_or_rule`` (the default: the
-   LLM's, unless it would be rejected as ``self_contained``, ``drifted`` or
-   ``unrecoverable``, then the rule's, counted in ``rule_follow_ups`` and marked on the
-   attempt). "Would be unrecoverable" is judged before the history is written: the LLM's
-   follow-up leaves out more than ``max_lost`` key terms that are not the topic's (the
-   history is written about the topic; the 0.5B's histories did not bring such terms back).
-   A topic the rule cannot use (not a span of the query, all of it, an abbreviation in
-   parentheses) rejects the attempt as ``unusable_topic`` where the rule is needed;
+   ``llm``, ``rule`` (:mod:`.follow_up_rule`: the topic span replaced by a pronoun) or
+   ``llm_or_rule`` (the default: the LLM's, unless it would be rejected as
+   ``self_contained``, ``drifted`` or ``unrecoverable`` (judged before the history: it
+   leaves out more than ``max_lost`` key terms that are not the topic's), then the rule's).
+   A topic the rule cannot use rejects the attempt as ``unusable_topic`` where it is needed;
 2. ``generate_history``: the earlier turns (at most 2), short questions with one-sentence
    answers taken from a document, asked to use the words the follow-up left out (the
-   topic, for a rule follow-up); the prompt's JSON schema restricts the texts to Latin,
-   Greek, digits and punctuation (constrained decoding; no quotation marks or backslashes).
-   ``history_from`` says which document: ``neighbour`` (the default) the document BM25
-   scores highest for the gold document's text among those that hold the key terms of
-   the phrases the history must say and that the query's judgments do not grade relevant,
-   so the history is about a related document and cannot hand a reformulation the gold
-   document's own words (none: ``no_neighbour``; the 0.5B, given a neighbour without the
-   phrases, either left them out or answered from its own knowledge); ``gold`` the most
-   relevant document itself (the sets before issue 34, whose histories leak the answer:
-   methods that carry history words beat the gold query there);
+   topic, for a rule follow-up). ``history_from`` says which document: ``neighbour`` (the
+   default; :mod:`.neighbours`: the one BM25 scores highest for the gold document's text
+   among those that hold the key terms of those words and that the query's judgments do not
+   grade relevant; none: ``no_neighbour``) or ``gold`` (the most relevant document itself);
 3. ``extend_conversation`` (conversations of more than 3 turns): the turns that came before,
-   in rounds that grow the conversation through the paper's lengths 3, 6, 11 (so a 6-turn
-   set extends the 3-turn set of the same seed, and an 11-turn set the 6-turn one, their
-   shared calls coming back from the LLM reply cache), at most ``round_turns`` per call.
+   in rounds that grow the conversation through the paper's lengths 3, 6, 11 (so a longer
+   set extends the shorter one of the same seed, whose calls come back from the LLM reply
+   cache), at most ``round_turns`` per call.
 
-Calls stop at the first rejection; the filters (:mod:`.conversation_filters`) are counted
-per reason in ``generation.json``: ``malformed`` (no usable JSON reply, the wrong number of
-turns, an empty or over-long field), ``identical``, ``self_contained``, ``drifted``,
-``repeats_query``, ``unrecoverable``, ``unsupported``, ``unusable_topic``, ``no_neighbour``.
-The filters judge the final follow-up, whoever wrote it.
-
-``OUT`` holds ``conversations.jsonl`` (one conversation per kept attempt: earlier turns
-``c<qid>_<j>`` with the answer's ``passage_id`` (the history's document), and a last turn
-whose id is the query id, ``rewrite`` the query and ``relevant`` its judgments),
-``qrels/<split>.tsv`` (the collection's judgments of the kept queries, so only last turns are
-labelled), a link to the corpus, ``attempts.jsonl`` (every attempt, resumable as in
-:mod:`.generator`) and ``generation.json``
-(identity, settings, counts, kept share, seconds).
+Calls stop at the first rejection; the filters (:mod:`.conversation_filters`) judge the final
+follow-up, whoever wrote it, and are counted per reason (:data:`REASONS`) in
+``generation.json``. ``OUT`` holds ``conversations.jsonl`` and ``qrels/<split>.tsv`` (the kept
+attempts, :mod:`.conversation_set`), a link to the corpus, ``attempts.jsonl`` (every attempt,
+resumable as in :mod:`.generator`) and ``generation.json`` (identity, settings, counts).
+See docs/generation.md.
 """
 
 from __future__ import annotations
@@ -57,7 +40,6 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,9 +77,6 @@ PAPER_LENGTHS = (3, 6, 11)
 MAX_TURN_WORDS = 40
 # the 0.5B model slips Chinese words into English text ("high-speed飞行")
 _FOREIGN = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
-ConversationReport = runlog.RunReport
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -320,11 +299,8 @@ class ConversationWriter:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _contract_sha256(name: str) -> str:
@@ -359,8 +335,8 @@ def generate_conversations(
     settings: ConversationSettings | None = None,
     trace: Trace | None = None,
     progress: bool = True,
-    log: Log | None = None,
-) -> ConversationReport:
+    log: runlog.Log | None = None,
+) -> runlog.RunReport:
     """Generate ``n`` conversations of ``turns`` turns ending in ``split``'s judged queries
     of the BEIR collection ``dataset_dir`` into ``out_dir`` (resuming what is there).
 
@@ -373,7 +349,6 @@ def generate_conversations(
     settings = settings or ConversationSettings(
         n=n, turns=turns, seed=seed, split=split, max_minutes=minutes,
         max_attempts=max_attempts, follow_up=follow_up, history_from=history_from)
-    say = log or (lambda msg: None)
     ds = load_dataset(dataset_dir)
     if settings.split not in ds.qrels:
         raise DataError(f"no judgments for split {settings.split!r} (splits: "
@@ -398,18 +373,15 @@ def generate_conversations(
                 "prompts": {c: _contract_sha256(c)
                             for c in CONTRACTS[:2 if len(settings.rounds) == 1 else 3]}}
     out = Path(out_dir)
-    runlog.open_run(out, identity, "generated conversation set")
-    attempts = runlog.read_attempts(out / runlog.ATTEMPTS, ConversationAttempt)
-    if attempts:
-        say(f"resuming {out}: {len(attempts)} attempts recorded, "
-            f"{sum(a.status == 'kept' for a in attempts)} conversations kept")
-    if settings.history_from == "neighbour":
-        texts = {d.id: d.full_text() for d in ds.corpus()}
-        _check_documents(ds, texts, {_best_document(qrels[q.id]) for q in usable})
-        neighbours: Neighbours | None = Neighbours(texts, settings.doc_chars)
-    else:
-        texts = _documents(ds, {_best_document(qrels[q.id]) for q in usable})
-        neighbours = None
+    attempts = runlog.open_run(out, identity, "generated conversation set",
+                               ConversationAttempt, log, "conversations")
+    gold = {_best_document(qrels[q.id]) for q in usable}
+    every = settings.history_from == "neighbour"  # neighbours are sought in the whole corpus
+    texts = {d.id: d.full_text() for d in ds.corpus() if every or d.id in gold}
+    if missing := sorted(i for i in gold if i is not None and i not in texts):
+        raise DataError(f"{len(missing)} relevant document(s) are not in the corpus "
+                        f"(e.g. {missing[:5]})", ds.corpus_path)
+    neighbours = Neighbours(texts, settings.doc_chars) if every else None
     linked = runlog.link_corpus(ds.corpus_path, out)
     writer = ConversationWriter(llm, settings, trace, neighbours, qrels)
     limit = min(settings.max_attempts or len(usable), len(usable))
@@ -420,20 +392,7 @@ def generate_conversations(
     info = _record(out, settings, identity, attempts, writer.trace, linked, ds,
                    len(usable), stopped_by, budget.seconds)
     kept = write_set(out, attempts, qrels, settings.split)
-    return ConversationReport(out, kept, len(attempts), info)
-
-
-def _documents(ds: Any, ids: set[str | None]) -> dict[str, str]:
-    texts = {d.id: d.full_text() for d in ds.corpus() if d.id in ids}
-    _check_documents(ds, texts, ids)
-    return texts
-
-
-def _check_documents(ds: Any, texts: dict[str, str], ids: set[str | None]) -> None:
-    missing = sorted(i for i in ids if i is not None and i not in texts)
-    if missing:
-        raise DataError(f"{len(missing)} relevant document(s) are not in the corpus "
-                        f"(e.g. {missing[:5]})", ds.corpus_path)
+    return runlog.RunReport(out, kept, len(attempts), info)
 
 
 def _loop(writer: ConversationWriter, usable: list, qrels: dict[str, dict[str, int]],

@@ -78,41 +78,29 @@ def _bigrams(tokens: list[str]) -> set[tuple[str, str]]:
     return set(zip(tokens, tokens[1:], strict=False))
 
 
-def copied_share(question: str, document: str) -> float:
-    """The share of the question's content-word bigrams that also occur in the document
-    (0 for a question with fewer than two content words)."""
-    q = _bigrams(content_words(question))
-    if not q:
-        return 0.0
-    return len(q & _bigrams(content_words(document))) / len(q)
-
-
-def copies_wording(question: str, documents: Iterable[str],
-                   limit: float = DISTANT_MAX_COPIED) -> str | None:
-    """A reason when the question copies a source's wording (asked to be "distant")."""
-    share = max((copied_share(question, d) for d in documents), default=0.0)
-    if share > limit:
+def copies_wording(question: str, documents: Iterable[str]) -> str | None:
+    """A reason when more than :data:`DISTANT_MAX_COPIED` of the question's content-word
+    bigrams occur in one source (the question was asked to be "distant" from its wording)."""
+    mine = _bigrams(content_words(question))
+    copied = [len(mine & _bigrams(content_words(d))) / len(mine) for d in documents if mine]
+    share = max(copied, default=0.0)
+    if share > DISTANT_MAX_COPIED:
         return f"{share:.0%} of the question's word pairs are copied from the document"
     return None
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 1.0
-
-
 class DuplicateFilter:
     """Remembers the kept questions; :meth:`check` says whether a new one nearly repeats one
-    (word-set Jaccard at or above ``threshold``)."""
+    (word-set Jaccard at or above :data:`DUPLICATE_JACCARD`)."""
 
-    def __init__(self, threshold: float = DUPLICATE_JACCARD) -> None:
-        self.threshold = threshold
+    def __init__(self) -> None:
         self._kept: list[tuple[str, set[str]]] = []
 
     def check(self, question: str) -> str | None:
         mine = set(content_words(question))
         for qid, other in self._kept:
-            score = jaccard(mine, other)
-            if score >= self.threshold:
+            score = len(mine & other) / len(mine | other) if mine or other else 1.0
+            if score >= DUPLICATE_JACCARD:
                 return f"near-duplicate of {qid} (word overlap {score:.2f})"
         return None
 
@@ -138,22 +126,21 @@ def support_share(answer: str, documents: Iterable[str]) -> float:
 
 def unsupported(answer: str, documents: list[str], limit: float = MIN_SUPPORT) -> str | None:
     """A reason when too little of the answer's wording comes from the source(s): the
-    lexical faithfulness check (bench/bench_generation_checks.py: wrong answers on Cranfield
-    score 0.00-0.25)."""
+    lexical faithfulness check."""
     share = support_share(answer, documents)
     if share < limit:
         return f"only {share:.0%} of the answer's words occur in the source document(s)"
     return None
 
 
-def one_document_only(question: str, answer: str, doc_a: str, doc_b: str,
-                      minimum: int = MIN_DISTINCT) -> str | None:
+def one_document_only(question: str, answer: str, doc_a: str, doc_b: str) -> str | None:
     """A reason when the question and answer draw on only one document of a pair: each
-    document must contribute ``minimum`` content words that the other does not contain."""
+    document must contribute :data:`MIN_DISTINCT` content words that the other does not
+    contain."""
     used = set(content_words(f"{question} {answer}"))
     a, b = set(content_words(doc_a)), set(content_words(doc_b))
     only_a, only_b = len(used & (a - b)), len(used & (b - a))
-    if min(only_a, only_b) < minimum:
+    if min(only_a, only_b) < MIN_DISTINCT:
         return (f"the question and answer use {only_a} word(s) found only in the first "
-                f"document and {only_b} found only in the second (need {minimum} each)")
+                f"document and {only_b} found only in the second (need {MIN_DISTINCT} each)")
     return None

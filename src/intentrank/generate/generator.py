@@ -19,13 +19,11 @@ run in order, the first failure rejecting the attempt:
 ``one_doc_suffices``     two-document question that draws on one document only: the question
                          and answer use fewer than 2 content words found only in one of them
                          (or, with ``llm_checks``, the LLM says one document answers it alone)
-
-The LLM checks are off by default: the embedded 0.5B model answers "supported" and
-"answerable" to nearly everything (bench/bench_generation_checks.py: "supported" for 32 of 34
-wrong answers, "answerable alone" for 27 of 27 cases, nonsense questions included). Turn them
-on with a strong model (``--llm openai:...``).
 ``no_partner``           (before any call) a two-document draw whose document has no related,
                          non-duplicate neighbour
+
+The LLM checks are off by default (the embedded 0.5B calls nearly everything supported and
+answerable; docs/generation.md): turn them on with a strong model (``--llm openai:...``).
 
 Every attempt is appended to ``OUT/attempts.jsonl`` as it ends, so a killed run resumes where
 it stopped (replies come back from the LLM reply cache); ``OUT`` is a BEIR directory
@@ -41,7 +39,7 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,15 +59,14 @@ from intentrank.generate.filters import (
     wrong_length,
 )
 from intentrank.generate.runlog import (
-    ATTEMPTS,
     Budget,
+    Log,
     RunReport,
     RunSettings,
     atomic_write,
     clip,
     link_corpus,
     open_run,
-    read_attempts,
     run_attempts,
     runs_so_far,
     write_info,
@@ -81,9 +78,6 @@ from intentrank.types import Trace
 STAGE = "generate"
 REASONS = ("no_partner", "malformed", "length", "copied_wording", "near_duplicate",
            "unsupported", "support_check_failed", "one_doc_suffices")
-GenerationReport = RunReport
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -113,10 +107,6 @@ class GenerationSettings(RunSettings):
         if not 0 <= self.min_pair_cosine < self.max_pair_cosine <= 1:
             raise ConfigError("need 0 <= min_pair_cosine < max_pair_cosine <= 1")
 
-    @property
-    def attempt_limit(self) -> int:
-        return self.max_attempts if self.max_attempts is not None else 5 * self.n
-
 
 @dataclass
 class Attempt:
@@ -145,9 +135,6 @@ class Sampler:
         self.eligible = eligible
         self._eligible_set = set(eligible)
 
-    def rng(self, attempt: int) -> random.Random:
-        return random.Random(f"{self.settings.seed}:{attempt}")
-
     def partners(self, row: int) -> list[int]:
         """Rows of related, not near-duplicate, eligible documents (best first)."""
         emb = self.index.embeddings
@@ -164,7 +151,7 @@ class Sampler:
 
     def sample(self, attempt: int) -> Attempt | None:
         """Attempt ``attempt``'s draw; None for a two-document draw with no partner."""
-        rng = self.rng(attempt)
+        rng = random.Random(f"{self.settings.seed}:{attempt}")
         pair = rng.random() < self.settings.multi_doc
         user = self.taxonomy.users.sample(rng)
         cats = self.taxonomy.for_pairs() if pair else self.taxonomy.question
@@ -193,9 +180,6 @@ class Generator:
         self.trace = trace if trace is not None else Trace()
         self.duplicates = DuplicateFilter()
 
-    def _text(self, doc_id: str) -> str:
-        return clip(self.index.doc_text(doc_id), self.settings.doc_chars)
-
     def _properties(self, a: Attempt) -> str:
         lines = [self.taxonomy[k][v].description for k, v in a.categories.items()]
         return "\n".join(f"- {line}" for line in lines)
@@ -209,7 +193,7 @@ class Generator:
         """Generate and filter attempt ``a`` (its status and detail are set)."""
         start = time.perf_counter()
         self.trace.stage(STAGE).queries += 1  # an attempt is the health line's query
-        texts = [self._text(d) for d in a.documents]
+        texts = [clip(self.index.doc_text(d), self.settings.doc_chars) for d in a.documents]
         user = self.taxonomy.users[a.user].description
         if a.kind == "single":
             value = self._step("generate_single", {"document": texts[0], "user": user,
@@ -253,15 +237,15 @@ class Generator:
                 return "support_check_failed", "no readable verdict from the support check"
             if not verdict["supported"]:
                 return "unsupported", "the check found the answer not supported"
-        if a.kind == "pair" and self.settings.llm_checks:
-            for doc_id, text in zip(a.documents, texts, strict=True):
+            pairs = zip(a.documents, texts, strict=True) if a.kind == "pair" else ()
+            for doc_id, text in pairs:
                 verdict = self._step("check_answerable", {"document": text,
                                                           "question": a.question},
                                      self.checker)
-                if isinstance(verdict, dict) and verdict.get("answerable") is True:
+                answerable = verdict.get("answerable") if isinstance(verdict, dict) else None
+                if answerable is True:
                     return "one_doc_suffices", f"{doc_id} alone answers it"
-                if not isinstance(verdict, dict) or \
-                        not isinstance(verdict.get("answerable"), bool):
+                if not isinstance(answerable, bool):
                     self.trace.count(STAGE, "answerable_check_failed")
         return "kept", ""
 
@@ -273,23 +257,16 @@ def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, An
     """``{categorisation: {category: {"attempts": n, "kept": k, "rejected": {reason: r}}}}``
     (users, two-document types and kinds included; ``rejected`` lists the reasons met)."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
-
-    def add(group: str, name: str, status: str) -> None:
-        row = table.setdefault(group, {}).setdefault(
-            name, {"attempts": 0, "kept": 0, "rejected": {}})
-        row["attempts"] += 1
-        if status == "kept":
-            row["kept"] += 1
-        else:
-            row["rejected"][status] = row["rejected"].get(status, 0) + 1
-
     for a in attempts:
-        add("kind", a.kind, a.status)
-        add("user", a.user, a.status)
-        if a.pair_type:
-            add("two_document", a.pair_type, a.status)
-        for k, v in a.categories.items():
-            add(k, v, a.status)
+        pair = [("two_document", a.pair_type)] if a.pair_type else []
+        for group, name in [("kind", a.kind), ("user", a.user), *pair, *a.categories.items()]:
+            row = table.setdefault(group, {}).setdefault(
+                name, {"attempts": 0, "kept": 0, "rejected": {}})
+            row["attempts"] += 1
+            if a.status == "kept":
+                row["kept"] += 1
+            else:
+                row["rejected"][a.status] = row["rejected"].get(a.status, 0) + 1
     return table
 
 
@@ -315,11 +292,6 @@ def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
 # --- the run -------------------------------------------------------------------------------
 
 
-def _eligible(index: Index, min_words: int) -> list[int]:
-    return [row for row, doc_id in enumerate(index.ids)
-            if len(words(index.doc_text(doc_id))) >= min_words]
-
-
 def generate_questions(
     index: Index,
     corpus_path: Path,
@@ -332,18 +304,18 @@ def generate_questions(
     progress: bool = True,
     log: Log | None = None,
     checker: LLMLike | None = None,
-) -> GenerationReport:
+) -> RunReport:
     """Generate ``settings.n`` questions about the documents of ``index`` into ``out_dir``
     (resuming what is there); see the module docstring for what is written. ``checker``
     answers the ``llm_checks`` (default: ``llm``)."""
     settings = settings or GenerationSettings()
-    say = log or (lambda msg: None)
     if not isinstance(taxonomy, Taxonomy):
         taxonomy = load_taxonomy(taxonomy)
     if len(index) == 0:
         raise DataError("the corpus is empty: no documents to generate questions from",
                         corpus_path)
-    eligible = _eligible(index, settings.min_doc_words)
+    eligible = [row for row, doc_id in enumerate(index.ids)
+                if len(words(index.doc_text(doc_id))) >= settings.min_doc_words]
     if not eligible:
         raise DataError(f"no document has {settings.min_doc_words} words or more",
                         corpus_path)
@@ -359,22 +331,18 @@ def generate_questions(
     if settings.llm_checks and checker is not None:
         identity["checker_model"] = getattr(checker, "model", getattr(checker, "name", "?"))
     out = Path(out_dir)
-    open_run(out, identity, "generated question set")
-    attempts = read_attempts(out / ATTEMPTS, Attempt)
+    attempts = open_run(out, identity, "generated question set", Attempt, log, "questions")
     gen = Generator(index, llm, taxonomy, settings, trace, checker)
     for a in attempts:
         if a.status == "kept":
             gen.duplicates.add(a.query_id or "", a.question)
-    if attempts:
-        say(f"resuming {out}: {len(attempts)} attempts recorded, "
-            f"{sum(a.status == 'kept' for a in attempts)} questions kept")
     linked = link_corpus(corpus_path, out)
-    budget = Budget(settings.n, settings.attempt_limit, settings.max_minutes)
+    budget = Budget(settings.n, settings.max_attempts or 5 * settings.n, settings.max_minutes)
     stopped_by = _loop(gen, sampler, settings, attempts, out, budget, progress)
     info = _record(out, settings, taxonomy, identity, attempts, gen.trace, linked,
                    corpus_path, stopped_by, budget.seconds)
     kept = write_dataset(out, attempts, settings.split)
-    return GenerationReport(out, kept, len(attempts), info)
+    return RunReport(out, kept, len(attempts), info)
 
 
 def _any_pair(sampler: Sampler, tries: int = 50) -> bool:

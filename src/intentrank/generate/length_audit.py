@@ -14,11 +14,11 @@ near-duplicate check among them) could then have decided other attempts differen
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from intentrank.data.readers import iter_jsonl
 from intentrank.errors import DataError
 from intentrank.generate.categories import Taxonomy, load_taxonomy
 from intentrank.generate.filters import written_words
@@ -49,13 +49,7 @@ def _records(set_dir: Path) -> list[dict]:
     path = set_dir / ATTEMPTS
     if not path.exists():
         raise DataError(f"no {ATTEMPTS}: not a generated question set", set_dir)
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            raise DataError("unreadable attempt record", path, n) from None
-    return out
+    return [record for _, record in iter_jsonl(path)]
 
 
 def length_audit(set_dirs: list[Path], taxonomy: Taxonomy | None = None, slack: int = 0

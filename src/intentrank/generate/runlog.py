@@ -12,10 +12,10 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 from intentrank.errors import ConfigError, DataError
 from intentrank.extras import package_versions
@@ -27,6 +27,7 @@ GENERATION_JSON = "generation.json"
 BUDGET_FIELDS = {"n", "max_minutes", "max_attempts"}
 
 T = TypeVar("T")
+Log = Callable[[str], None]
 
 
 class RunSettings:
@@ -107,14 +108,6 @@ def read_attempts(path: Path, make: Callable[..., T]) -> list[T]:
     return out
 
 
-def append_attempt(fh: IO[str], attempt: Any) -> None:
-    """Append one attempt (a dataclass or a mapping) as a JSON line and fsync it."""
-    record = asdict(attempt) if is_dataclass(attempt) else dict(attempt)
-    fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-    fh.flush()
-    os.fsync(fh.fileno())
-
-
 def link_corpus(source: Path, out: Path) -> str:
     """Make ``out/<corpus file name>`` point at the source corpus (a copy if links fail)."""
     target = out / source.name
@@ -130,31 +123,34 @@ def link_corpus(source: Path, out: Path) -> str:
         return "copy"
 
 
-def check_resumable(out: Path, identity: Mapping[str, Any], what: str) -> None:
-    """Refuse to write into ``out`` unless it is empty or an earlier run (``what``, e.g.
-    "generated question set") with the same identity."""
+def open_run(out: Path, identity: Mapping[str, Any], what: str, make: Callable[..., T],
+             log: Log | None, kept: str) -> list[T]:
+    """The attempts recorded in ``out`` (see :func:`read_attempts`), after refusing an ``out``
+    that is neither empty nor an earlier run (``what``, e.g. "generated question set") with
+    the same identity; ``out`` is created and the identity written first, so that a run
+    killed at once is still resumable. ``log`` hears of a resumed run (``kept``: what its
+    kept attempts are, e.g. "questions")."""
     path = out / GENERATION_JSON
-    if not path.exists():
-        if any(out.iterdir()):
-            raise ConfigError(f"{out} exists, is not empty and is not a {what} "
-                              f"(no {GENERATION_JSON}); choose a new directory")
-        return
-    recorded = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
-    diff = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
-    if diff:
-        show = "; ".join(f"{k}: {recorded.get(k)!r} then, {identity.get(k)!r} now" for k in diff)
-        raise ConfigError(f"{out} was generated with other settings ({show}); resume with the "
-                          f"same ones, or write to a new directory")
-
-
-def open_run(out: Path, identity: Mapping[str, Any], what: str) -> None:
-    """Check ``out`` (see :func:`check_resumable`), create it and write the identity first,
-    so that a run killed at once is still resumable."""
-    if out.exists():
-        check_resumable(out, identity, what)
+    if path.exists():
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("identity", {})
+        diff = sorted(k for k in set(recorded) | set(identity)
+                      if recorded.get(k) != identity.get(k))
+        if diff:
+            show = "; ".join(f"{k}: {recorded.get(k)!r} then, {identity.get(k)!r} now"
+                             for k in diff)
+            raise ConfigError(f"{out} was generated with other settings ({show}); resume with "
+                              f"the same ones, or write to a new directory")
+    elif out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists, is not empty and is not a {what} "
+                          f"(no {GENERATION_JSON}); choose a new directory")
     out.mkdir(parents=True, exist_ok=True)
-    if not (out / GENERATION_JSON).exists():
-        atomic_write(out / GENERATION_JSON, json.dumps({"identity": identity}, indent=2) + "\n")
+    if not path.exists():
+        atomic_write(path, json.dumps({"identity": identity}, indent=2) + "\n")
+    attempts = read_attempts(out / ATTEMPTS, make)
+    if attempts and log is not None:
+        log(f"resuming {out}: {len(attempts)} attempts recorded, "
+            f"{sum(a.status == 'kept' for a in attempts)} {kept} kept")
+    return attempts
 
 
 class Budget:
@@ -179,24 +175,14 @@ class Budget:
         return time.perf_counter() - self.started
 
 
-def previous_runs(out: Path) -> list[dict[str, Any]]:
-    """The ``runs`` recorded in ``out/generation.json`` so far."""
-    path = out / GENERATION_JSON
-    return json.loads(path.read_text()).get("runs", []) if path.exists() else []
-
-
-def run_entry(seconds: float, stopped_by: str, counters: Mapping[str, Any]) -> dict[str, Any]:
-    """One run's line in ``generation.json``'s ``runs``."""
-    return {"seconds": round(seconds, 1), "stopped_by": stopped_by,
-            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-            "llm": dict(counters)}
-
-
 def runs_so_far(out: Path, trace: Trace, stage: str, stopped_by: str, seconds: float
                 ) -> list[dict[str, Any]]:
     """The runs ``out/generation.json`` records, plus this one with ``stage``'s counters."""
+    runs = json.loads((out / GENERATION_JSON).read_text()).get("runs", [])
     counters = trace.stages[stage].counters if stage in trace.stages else {}
-    return previous_runs(out) + [run_entry(seconds, stopped_by, counters)]
+    return runs + [{"seconds": round(seconds, 1), "stopped_by": stopped_by,
+                    "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "llm": dict(counters)}]
 
 
 def write_info(out: Path, info: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +196,8 @@ def run_attempts(out: Path, attempts: list[Any], budget: Budget, attempt: Callab
                  on_kept: Callable[[], None], desc: str, unit: str, progress: bool) -> str:
     """Make attempts (``attempt(i)``) until the budget is spent, appending each to the
     attempts log and to ``attempts``, calling ``on_kept()`` after each kept one; returns
-    the budget that stopped the run. A bar counts the kept ones."""
+    the budget that stopped the run. Each record is fsynced as it ends. A bar counts the kept
+    ones."""
     from tqdm.auto import tqdm
 
     kept = sum(a.status == "kept" for a in attempts)
@@ -221,7 +208,9 @@ def run_attempts(out: Path, attempts: list[Any], budget: Budget, attempt: Callab
             while not (stopped_by := budget.stop(kept, len(attempts))):
                 a = attempt(len(attempts))
                 attempts.append(a)
-                append_attempt(log_fh, a)
+                log_fh.write(json.dumps(asdict(a), ensure_ascii=False) + "\n")
+                log_fh.flush()
+                os.fsync(log_fh.fileno())
                 bar.set_postfix(attempts=len(attempts), refresh=False)
                 if a.status == "kept":
                     kept += 1
