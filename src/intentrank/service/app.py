@@ -124,7 +124,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def reloaded(record: dict[str, Any]) -> None:  # a generation switch: logged, and shown
         access.write({"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record})  # in /health
 
-    engine = Engine(settings, log=lambda m: None, on_reload=reloaded)
+    engine = Engine(settings, on_reload=reloaded)
     pool = WorkerPool(settings.workers, settings.queue_limit)
     drain = Drain()
     limits = settings.limits
