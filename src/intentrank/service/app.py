@@ -51,7 +51,6 @@ from intentrank.service.models import (
     SearchResponse,
 )
 from intentrank.service.pool import Overloaded, WorkerPool
-from intentrank.service.reports import list_reports
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document
 
@@ -92,6 +91,18 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return 422, "; ".join(parts) + more
+
+
+def list_reports(dirs: list[Path]) -> dict[str, Path]:
+    """File name -> path of every ``*.html`` directly inside ``dirs`` (the first directory
+    wins a name twice): the reports served, by name, never by a path from the request."""
+    found: dict[str, Path] = {}
+    for directory in map(Path, dirs):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.html")):
+                if path.is_file() and not path.is_symlink():
+                    found.setdefault(path.name, path)
+    return found
 
 
 def api_key(request: Request) -> ApiKey | None:
@@ -328,9 +339,12 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             texts.append(text)
         return texts
 
-    @app.post("/v1/rerank", response_model=CohereRerankResponse,
-              responses=_compatible_errors(CohereErrorOut, (400, 401, 403, 404, 413, 503, 504)),
-              tags=["compatible APIs"])
+    cohere: dict[str, Any] = {
+        "response_model": CohereRerankResponse, "tags": ["compatible APIs"],
+        "responses": _compatible_errors(CohereErrorOut, (400, 401, 403, 404, 413, 503, 504))}
+
+    @app.post("/v2/rerank", summary="Cohere Rerank (v2 path)", **cohere)
+    @app.post("/v1/rerank", **cohere)
     async def cohere_rerank(body: CohereRerankRequest, request: Request,
                             key: Key) -> Response:
         """Cohere's rerank (the `cohere` clients' `Client.rerank` and `ClientV2.rerank` with
@@ -361,12 +375,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         result["meta"] = {"api_version": {"version": version},
                           "billed_units": {"search_units": -(-len(texts) // 100)}}
         return JSONResponse(result)
-
-    app.add_api_route("/v2/rerank", cohere_rerank, methods=["POST"],
-                      response_model=CohereRerankResponse,
-                      responses=_compatible_errors(CohereErrorOut,
-                                                   (400, 401, 403, 404, 413, 503, 504)),
-                      tags=["compatible APIs"], summary="Cohere Rerank (v2 path)")
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse,
               responses=_compatible_errors(OpenAIErrorOut, (400, 401, 404, 413, 503, 504)),
