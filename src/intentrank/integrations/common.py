@@ -46,23 +46,21 @@ def open_pipeline(pipeline: PipelineSpec, index: Any = None, **resources: Any
         if index is None:
             raise ConfigError("a built Stage needs index=, the index its documents come from")
         return pipeline, _open_index(index)
-    if isinstance(pipeline, (dict, list)):
-        if index is None:
-            raise ConfigError("a pipeline config node needs index=")
-        idx = _open_index(index)
-        return build_pipeline(pipeline, build_context(idx, **resources)), idx
     if isinstance(pipeline, (str, Path)):
         path = resolve_pipeline(pipeline)
         data = load_config(path)
-        where = index if index is not None else data.get("index")
-        if where is None:
-            raise ConfigError(f"{path}: no index: pass index= or set 'index:' in the config")
-        if index is None and not Path(where).is_absolute():
-            where = path.parent / where
-        idx = _open_index(where)
-        return build_pipeline(data["pipeline"], build_context(idx, **resources)), idx
-    raise ConfigError(f"pipeline: expected a Stage, a config name or file, or a config node, "
-                      f"got {type(pipeline).__name__}")
+        if index is None:
+            if data.get("index") is None:
+                raise ConfigError(f"{path}: no index: pass index= or set 'index:' in the config")
+            index = path.parent / data["index"]  # relative to the config (an absolute stays)
+        pipeline = data["pipeline"]
+    elif not isinstance(pipeline, (dict, list)):
+        raise ConfigError(f"pipeline: expected a Stage, a config name or file, or a config "
+                          f"node, got {type(pipeline).__name__}")
+    elif index is None:
+        raise ConfigError("a pipeline config node needs index=")
+    idx = _open_index(index)
+    return build_pipeline(pipeline, build_context(idx, **resources)), idx
 
 
 @dataclass(frozen=True)
@@ -118,12 +116,10 @@ class PassageReranker:
             self.stage = pipeline
         elif isinstance(pipeline, (dict, list)):
             self.node = pipeline
+        elif isinstance(pipeline, str) and stage_factory(pipeline) is not None:
+            self.node = pipeline  # a stage name: one step with its defaults
         elif isinstance(pipeline, (str, Path)):
-            name = str(pipeline)
-            if isinstance(pipeline, str) and stage_factory(name) is not None:
-                self.node = name
-            else:
-                self.node = load_config(resolve_pipeline(pipeline))["pipeline"]
+            self.node = load_config(resolve_pipeline(pipeline))["pipeline"]
         elif callable(pipeline):
             self.factory = pipeline
         else:
