@@ -16,8 +16,8 @@ from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError
 from intentrank.index.store import Index
 from intentrank.pipelines import build_context
-from intentrank.service.engine import INPUT_SCORE, CandidateIndex
-from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
+from intentrank.service.engine import CandidateIndex, given_order
+from intentrank.types import Document, Query, ScoredDoc, Trace
 
 PipelineSpec = Stage | str | Path | dict | list
 """A search pipeline: a built :class:`Stage`, a shipped config name (``bm25``, ``rrf``,
@@ -153,11 +153,7 @@ class PassageReranker:
             run_docs = [replace(d, id=str(i)) for i, d in enumerate(docs)]
             stage = self._build(CandidateIndex(run_docs, self.base))
         position = {d.id: i for i, d in enumerate(run_docs)}
-        n = len(run_docs)
-        ranking = Ranking(Query("q", query), [
-            ScoredDoc(d.id, float(n - i), {INPUT_SCORE: float(n - i)})
-            for i, d in enumerate(run_docs)])
-        out = stage([ranking], Trace())[0]
+        out = stage([given_order(query, run_docs)], Trace())[0]
         ranked = [(position[d.doc_id], d) for d in out.docs]
         return ranked if top_n is None else ranked[:top_n]
 

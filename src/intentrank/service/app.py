@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from intentrank import __version__
 from intentrank.service.auth import ApiKey
-from intentrank.service.engine import Engine, RequestError, Served, make_query, redact
+from intentrank.service.engine import Engine, RequestError, Served, redact
 from intentrank.service.gate import COHERE_PATHS, OPENAI_PATHS, AccessLog, Gate, error_body
 from intentrank.service.lifecycle import Drain
 from intentrank.service.models import (
@@ -52,7 +52,7 @@ from intentrank.service.models import (
 )
 from intentrank.service.pool import Overloaded, WorkerPool
 from intentrank.service.settings import ServiceSettings
-from intentrank.types import Document
+from intentrank.types import Document, Query, Turn
 
 STATIC = Path(__file__).resolve().parent / "static"
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -82,8 +82,8 @@ def _error(status: int, message: str, request: Request,
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        ctx = next(e.get("ctx", {}) for e in errors if e.get("type") == "json_invalid")
+    ctx = next((e.get("ctx", {}) for e in errors if e.get("type") == "json_invalid"), None)
+    if ctx is not None:
         return 400, f"malformed JSON: {ctx.get('error', 'cannot be parsed')}"
     parts = []
     for e in errors[:5]:
@@ -211,14 +211,14 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if not blank_ok and not text.strip():
             raise RequestError(422, f"{field} is empty")
 
-    def check_search(body: SearchRequest) -> tuple[str | None, list[tuple[str, str]] | None]:
+    def check_search(body: SearchRequest) -> tuple[str, tuple[Turn, ...]]:
         if (body.query is None) == (body.conversation is None):
             raise RequestError(422, "give exactly one of 'query' and 'conversation'")
         if body.top_k > limits.max_top_k:
             raise RequestError(422, f"top_k is {body.top_k}; the limit is {limits.max_top_k}")
         if body.query is not None:
             check_text("query", body.query, limits.max_query_chars)
-            return body.query, None
+            return body.query, ()
         conv = body.conversation
         assert conv is not None
         if len(conv.turns) > limits.max_turns:
@@ -230,16 +230,16 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                        limits.max_query_chars)
             check_text(f"conversation.turns[{i}].answer", t.answer,
                        limits.max_candidate_chars, blank_ok=True)
-        return conv.question, [(t.question, t.answer) for t in conv.turns]
+        return conv.question, tuple(Turn(t.question, t.answer) for t in conv.turns)
 
     def prepared(request: Request, body: SearchRequest, key: ApiKey | None
                  ) -> tuple[Served, str, Any]:
-        text, turns = check_search(body)
+        text, history = check_search(body)
         index = engine.index_name(body.index)
-        served = engine.pipeline(body.pipeline or settings.default_for(bool(turns)), "search")
+        served = engine.pipeline(body.pipeline or settings.default_for(bool(history)), "search")
         request.scope["intentrank"]["index"] = index
         allow(request, key, served)
-        return served, index, make_query(text, turns)
+        return served, index, Query("q", text, history=history)
 
     # -- endpoints ---------------------------------------------------------------------
     @app.get("/health", response_model=HealthResponse, tags=["service"])

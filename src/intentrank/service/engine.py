@@ -15,7 +15,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
 from intentrank.service.settings import ServiceSettings
-from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace, Turn
+from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
 
 INPUT_SCORE = "input"  # the stage-score name of a /rerank candidate's given position
 _SECRET_ENV = re.compile(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
@@ -221,12 +221,8 @@ class Engine:
         with self.generations.use() as snap:  # the first index encodes queries (dense rerankers)
             candidates = CandidateIndex(docs, next(iter(snap.indexes.values())))
             stage = build_pipeline(served.node, self._ctx(candidates))
-            n = len(docs)
-            ranking = Ranking(Query("q", query), [ScoredDoc(d.id, float(n - i),
-                                                            {INPUT_SCORE: float(n - i)})
-                                                  for i, d in enumerate(docs)])
             trace, start = Trace(), time.perf_counter()
-            ranking = stage([ranking], trace)[0]
+            ranking = stage([given_order(query, docs)], trace)[0]
             return ranking, trace, time.perf_counter() - start, candidates
 
     def rerank(self, served: Served, query: str, docs: list[Document],
@@ -346,8 +342,9 @@ def _token_count(embedder: Any, texts: list[str]) -> int:
     return sum(len(t.split()) for t in prefixed)
 
 
-def make_query(text: str | None, turns: list[tuple[str, str]] | None) -> Query:
-    """A one-off query, or the last question of a conversation with its earlier turns."""
-    if turns is None:
-        return Query("q", text or "")
-    return Query("q", text or "", history=tuple(Turn(q, a) for q, a in turns))
+def given_order(query: str, docs: Sequence[Document]) -> Ranking:
+    """``docs`` ranked in the order given: score ``n - i``, also the stage score ``input``
+    (what a reranker over a caller's own passages starts from)."""
+    n = len(docs)
+    return Ranking(Query("q", query), [ScoredDoc(d.id, float(n - i), {INPUT_SCORE: float(n - i)})
+                                       for i, d in enumerate(docs)])
