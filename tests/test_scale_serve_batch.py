@@ -120,7 +120,7 @@ def test_batched_cross_encoder_on_ray_serve_answers_like_the_plain_service(
     passages = [Document(str(i), t) for i, t in enumerate(
         ["lift of a wing at supersonic speed", "heat transfer in a boundary layer",
          "buckling of thin cylindrical shells"])]
-    plain = Engine(settings, log=lambda m: None)  # the service's own engine, in process
+    plain = Engine(settings)  # the service's own engine, in process
     served = plain.pipeline("bm25_ce", "search")
     expected = [plain.search(served, "cranfield", Query("q", t), 10, False) for t in texts]
     expected_rerank = plain.rerank(plain.pipeline("ce", "rerank"), "wing lift", passages, None)

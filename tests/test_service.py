@@ -162,7 +162,7 @@ def test_the_engine_reads_documents_in_many_threads_at_once(index, llm):
     settings = ServiceSettings(indexes={"cranfield": MeetingIndex(index)},
                                pipelines={"bm25": "bm25"}, rerankers={}, require_keys=False,
                                llm=LLMClient(llm, cache=False, retries=0))
-    engine = Engine(settings, log=lambda m: None)
+    engine = Engine(settings)
     try:
         served = engine.indexes["cranfield"]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:

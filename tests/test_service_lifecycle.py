@@ -233,13 +233,13 @@ def test_a_reload_reuses_the_loaded_query_embedder(cranfield, tmp_path):
     build_index(docs[:30], tmp_path / "idx", settings, embedding_cache=False).close()
     engine = Engine(ServiceSettings(indexes={"c": tmp_path / "idx"},
                                     pipelines={"dense": "dense"}, rerankers={},
-                                    require_keys=False), log=lambda m: None)
+                                    require_keys=False))
     try:
         before = engine.indexes["c"]
         model = before.embedder
         build_index(docs[10:], tmp_path / "idx", settings, embedding_cache=False,
                     overwrite=True).close()
-        changed = engine.reload()
+        changed = engine.generations.reload()
         after = engine.indexes["c"]
         assert changed == {"c": (before.generation, after.generation)}
         assert after is not before and after.embedder is model and len(after) == 30

@@ -16,8 +16,8 @@ from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError
 from intentrank.index.store import Index
 from intentrank.pipelines import build_context
-from intentrank.service.engine import INPUT_SCORE, CandidateIndex
-from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
+from intentrank.service.engine import CandidateIndex, given_order
+from intentrank.types import Document, Query, ScoredDoc, Trace
 
 PipelineSpec = Stage | str | Path | dict | list
 """A search pipeline: a built :class:`Stage`, a shipped config name (``bm25``, ``rrf``,
@@ -46,23 +46,21 @@ def open_pipeline(pipeline: PipelineSpec, index: Any = None, **resources: Any
         if index is None:
             raise ConfigError("a built Stage needs index=, the index its documents come from")
         return pipeline, _open_index(index)
-    if isinstance(pipeline, (dict, list)):
-        if index is None:
-            raise ConfigError("a pipeline config node needs index=")
-        idx = _open_index(index)
-        return build_pipeline(pipeline, build_context(idx, **resources)), idx
     if isinstance(pipeline, (str, Path)):
         path = resolve_pipeline(pipeline)
         data = load_config(path)
-        where = index if index is not None else data.get("index")
-        if where is None:
-            raise ConfigError(f"{path}: no index: pass index= or set 'index:' in the config")
-        if index is None and not Path(where).is_absolute():
-            where = path.parent / where
-        idx = _open_index(where)
-        return build_pipeline(data["pipeline"], build_context(idx, **resources)), idx
-    raise ConfigError(f"pipeline: expected a Stage, a config name or file, or a config node, "
-                      f"got {type(pipeline).__name__}")
+        if index is None:
+            if data.get("index") is None:
+                raise ConfigError(f"{path}: no index: pass index= or set 'index:' in the config")
+            index = path.parent / data["index"]  # relative to the config (an absolute stays)
+        pipeline = data["pipeline"]
+    elif not isinstance(pipeline, (dict, list)):
+        raise ConfigError(f"pipeline: expected a Stage, a config name or file, or a config "
+                          f"node, got {type(pipeline).__name__}")
+    elif index is None:
+        raise ConfigError("a pipeline config node needs index=")
+    idx = _open_index(index)
+    return build_pipeline(pipeline, build_context(idx, **resources)), idx
 
 
 @dataclass(frozen=True)
@@ -118,12 +116,10 @@ class PassageReranker:
             self.stage = pipeline
         elif isinstance(pipeline, (dict, list)):
             self.node = pipeline
+        elif isinstance(pipeline, str) and stage_factory(pipeline) is not None:
+            self.node = pipeline  # a stage name: one step with its defaults
         elif isinstance(pipeline, (str, Path)):
-            name = str(pipeline)
-            if isinstance(pipeline, str) and stage_factory(name) is not None:
-                self.node = name
-            else:
-                self.node = load_config(resolve_pipeline(pipeline))["pipeline"]
+            self.node = load_config(resolve_pipeline(pipeline))["pipeline"]
         elif callable(pipeline):
             self.factory = pipeline
         else:
@@ -157,11 +153,7 @@ class PassageReranker:
             run_docs = [replace(d, id=str(i)) for i, d in enumerate(docs)]
             stage = self._build(CandidateIndex(run_docs, self.base))
         position = {d.id: i for i, d in enumerate(run_docs)}
-        n = len(run_docs)
-        ranking = Ranking(Query("q", query), [
-            ScoredDoc(d.id, float(n - i), {INPUT_SCORE: float(n - i)})
-            for i, d in enumerate(run_docs)])
-        out = stage([ranking], Trace())[0]
+        out = stage([given_order(query, run_docs)], Trace())[0]
         ranked = [(position[d.doc_id], d) for d in out.docs]
         return ranked if top_n is None else ranked[:top_n]
 

@@ -13,7 +13,15 @@ from intentrank.types import Document
 
 
 class RerankerFields(BaseModel):
-    """The fields the adapters' docstrings describe, and the PassageReranker they build."""
+    """The adapters' reranker fields, and the :class:`PassageReranker` they build.
+
+    ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
+    a YAML file or shipped config whose pipeline reranks, a function from a candidate index
+    to a Stage, or a built Stage (which reads its own index: each document or node must
+    carry its ``doc_id`` in its metadata). ``top_n``: how many to keep (all that the
+    pipeline returns when None). ``title_key``: the metadata field read as the title (the
+    reranker sees title and text, as for an indexed document). ``index``: encodes queries
+    for rerankers that need embeddings."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

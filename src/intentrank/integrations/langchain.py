@@ -70,15 +70,8 @@ class IntentrankRetriever(BaseRetriever):
 
 
 class IntentrankReranker(RerankerFields, BaseDocumentCompressor):
-    """An intentrank reranking pipeline as a LangChain document compressor.
-
-    ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
-    a YAML file or shipped config whose pipeline reranks, a function from a candidate index
-    to a Stage, or a built Stage (which reads its own index: the documents must carry its
-    ``doc_id`` in their metadata). ``top_n``: documents kept (all that the pipeline returns
-    when None). ``title_key``: the metadata field read as the document's title (what the
-    reranker sees is title and text, as for an indexed document). ``index``: encodes queries
-    for rerankers that need embeddings."""
+    """An intentrank reranking pipeline as a LangChain document compressor (its fields:
+    :class:`~intentrank.integrations.fields.RerankerFields`)."""
 
     def compress_documents(self, documents: Sequence[LCDocument], query: str,
                            callbacks: Callbacks | None = None) -> Sequence[LCDocument]:

@@ -79,16 +79,9 @@ class IntentrankRetriever(BaseRetriever):
 
 
 class IntentrankReranker(RerankerFields, BaseNodePostprocessor):
-    """An intentrank reranking pipeline as a LlamaIndex node postprocessor.
-
-    ``pipeline``: a config node (default ``cross_encoder``, the bundled int8 cross-encoder),
-    a YAML file or shipped config whose pipeline reranks, a function from a candidate index
-    to a Stage, or a built Stage (which reads its own index: the nodes must carry its
-    ``doc_id`` in their metadata). ``top_n``: nodes kept (all that the pipeline returns when
-    None). ``title_key``: the metadata field read as the title (the reranker sees title and
-    text, as for an indexed document). ``index``: encodes queries for rerankers that need
-    embeddings. Returned nodes are copies with ``score``, ``rank`` and ``stage_scores`` in
-    their metadata."""
+    """An intentrank reranking pipeline as a LlamaIndex node postprocessor (its fields:
+    :class:`~intentrank.integrations.fields.RerankerFields`); returned nodes are copies with
+    ``score``, ``rank`` and ``stage_scores`` in their metadata."""
 
     @classmethod
     def class_name(cls) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from intentrank.errors import IntentrankError
@@ -25,18 +26,16 @@ def runtime_env() -> dict[str, Any]:
     return {"env_vars": {k: os.environ[k] for k in _ENV_KEYS if k in os.environ}}
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> Any:
+def connect(address: str | None = None) -> Any:
     """Initialise Ray once in this process: join ``address`` (``auto``, ``HOST:PORT``,
-    ``ray://HOST:PORT``) or, with None, start a local Ray with ``num_cpus``. Returns the ray
-    module. An unreachable address raises :class:`IntentrankError` naming it."""
+    ``ray://HOST:PORT``) or, with None, start a local Ray. Returns the ray module. An
+    unreachable address raises :class:`IntentrankError` naming it."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
-    kwargs: dict[str, Any] = {"log_to_driver": False, "runtime_env": runtime_env()}
-    if address is None:
-        kwargs.update(num_cpus=num_cpus, include_dashboard=False)
+    local = {"include_dashboard": False} if address is None else {}
     try:
-        ray.init(address=address, **kwargs)
+        ray.init(address=address, log_to_driver=False, runtime_env=runtime_env(), **local)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise IntentrankError(f"cannot connect to the Ray cluster at {address!r}: {exc}") \
             from exc
@@ -49,8 +48,6 @@ def loopback() -> None:
     process and the nodes it starts."""
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # ray: "use the loopback IP"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    import sys
-
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None:  # ray already imported: its constant was read at import
         constants.ENABLE_RAY_CLUSTER = False
@@ -61,31 +58,27 @@ class LocalCluster:
     its own raylet on 127.0.0.1 with ``cpus_per_node`` CPUs (``ray.cluster_utils``).
     ``shutdown()`` stops exactly the processes it started."""
 
-    def __init__(self, workers: int = 1, cpus_per_node: int = 1, head_cpus: int | None = None,
-                 object_store_mb: int = 256) -> None:
+    def __init__(self, workers: int = 1, cpus_per_node: int = 1) -> None:
         loopback()
-        ray = import_ray()
+        self.ray = import_ray()
         from ray.cluster_utils import Cluster
 
-        node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb << 20,
+        node = {"num_cpus": cpus_per_node, "object_store_memory": 256 << 20,
                 "node_ip_address": "127.0.0.1"}
-        head = dict(node, num_cpus=cpus_per_node if head_cpus is None else head_cpus,
-                    include_dashboard=False)
+        head = dict(node, include_dashboard=False)
         self.cluster = Cluster(initialize_head=True, head_node_args=head)
         for _ in range(workers):
             self.cluster.add_node(**node)
         self.address = self.cluster.address
-        ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env(),
-                 _node_ip_address="127.0.0.1")
+        self.ray.init(address=self.address, log_to_driver=False, runtime_env=runtime_env(),
+                      _node_ip_address="127.0.0.1")
         self.cluster.wait_for_nodes()
 
     def nodes(self) -> list[dict[str, Any]]:
-        ray = import_ray()
-        return [n for n in ray.nodes() if n.get("Alive")]
+        return [n for n in self.ray.nodes() if n.get("Alive")]
 
     def shutdown(self) -> None:
-        ray = import_ray()
-        ray.shutdown()
+        self.ray.shutdown()
         self.cluster.shutdown()
 
     def __enter__(self) -> LocalCluster:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -46,14 +47,10 @@ def ray_encode(texts: Sequence[str], settings: DenseSettings | None = None, *,
                          batch_size=batch_size, batch_format="numpy",
                          compute=ray.data.ActorPoolStrategy(size=workers),
                          num_cpus=threads_per_worker)
-    rows: list[np.ndarray] = []
-    vecs: list[np.ndarray] = []
-    for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
-        rows.append(batch["row"])
-        vecs.append(np.asarray(batch["vector"], dtype=np.float32))
-    got = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    batches = list(out.iter_batches(batch_size=None, batch_format="numpy"))
+    got = np.concatenate([b["row"] for b in batches]) if batches else np.zeros(0, np.int64)
     order = np.argsort(got, kind="stable")
-    result = np.concatenate(vecs)[order]
+    result = np.concatenate([np.asarray(b["vector"], dtype=np.float32) for b in batches])[order]
     # exactly one vector per passage, even after Ray retried tasks or restarted actors
     if len(result) != len(texts) or not np.array_equal(got[order], np.arange(len(texts))):
         seen = np.bincount(got, minlength=len(texts)) if len(got) else np.zeros(len(texts))
@@ -66,9 +63,5 @@ def ray_encode(texts: Sequence[str], settings: DenseSettings | None = None, *,
 def ray_encoder(settings: DenseSettings, *, workers: int = 2, batch_size: int = 256,
                 threads_per_worker: int = 1, address: str | None = None) -> Any:
     """An ``encoder`` for :func:`intentrank.index.build_index` that encodes on Ray."""
-
-    def encode(texts: list[str]) -> np.ndarray:
-        return ray_encode(texts, settings, workers=workers, batch_size=batch_size,
-                          threads_per_worker=threads_per_worker, address=address)
-
-    return encode
+    return partial(ray_encode, settings=settings, workers=workers, batch_size=batch_size,
+                   threads_per_worker=threads_per_worker, address=address)

@@ -8,6 +8,7 @@ traces are merged, and metrics are computed here exactly as for a single-process
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,11 @@ from intentrank.types import Query, Trace
 def build_pipeline_for(config: str | Path | dict[str, Any] | list[Any], index: Any,
                        **resources: Any) -> Any:
     """A pipeline from a config file (path or shipped name) or a config node."""
-    from intentrank.core.config import build_pipeline, resolve_pipeline
+    from intentrank.core.config import build_pipeline
     from intentrank.pipelines import build_context, pipeline_from_config
 
     if isinstance(config, str | Path):
-        return pipeline_from_config(resolve_pipeline(str(config)), index=index, **resources)
+        return pipeline_from_config(config, index=index, **resources)
     node = config["pipeline"] if isinstance(config, dict) and "pipeline" in config else config
     return build_pipeline(node, build_context(index, **resources))
 
@@ -47,12 +48,8 @@ def chunks(items: Sequence[Any], n: int) -> list[list[Any]]:
     """``items`` in ``n`` contiguous, near-equal parts (none empty)."""
     n = max(1, min(n, len(items)))
     size, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + size + (1 if i < extra else 0)
-        out.append(list(items[start:end]))
-        start = end
-    return out
+    bounds = [i * size + min(i, extra) for i in range(n + 1)]
+    return [list(items[start:end]) for start, end in pairwise(bounds)]
 
 
 def ray_run(config: Any, index_path: str | Path, queries: Sequence[Query], *,
@@ -66,12 +63,10 @@ def ray_run(config: Any, index_path: str | Path, queries: Sequence[Query], *,
     path = str(Path(index_path).absolute())
     refs = [remote.remote(config, path, part, dict(resources or {}), threads_per_task)
             for part in chunks(list(queries), tasks)]
-    trace = Trace()
-    rankings = []
-    for res in ray.get(refs):
-        rankings.extend(res.rankings)
+    results, trace = ray.get(refs), Trace()
+    for res in results:
         trace.merge(res.trace)
-    return RunResult(rankings, trace)
+    return RunResult([r for res in results for r in res.rankings], trace)
 
 
 def ray_evaluate(config: Any, index_path: str | Path, queries: Sequence[Query], qrels: Qrels,

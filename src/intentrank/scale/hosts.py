@@ -15,6 +15,7 @@ the context kills every process in the namespaces and deletes them, also after a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -149,19 +150,15 @@ class Hosts:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.2)
         return killed
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", HF_HUB_OFFLINE="1",
-                   TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        env.update(extra)
-        return env
+        return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
 
     def run(self, name: str, cmd: Sequence[str], timeout: float = 300,
             **env: str) -> subprocess.CompletedProcess[str]:
@@ -185,8 +182,6 @@ class Hosts:
                   object_store_mb: int = 200, timeout: float = 180) -> str:
         """``ray start`` the first host as head and the others as workers, each with its
         own address; wait (bounded) until every node is alive. Returns HEAD_IP:PORT."""
-        import json
-
         cpus, resources = cpus or {}, resources or {}
         head = self.names[0]
         self.ray_address = f"{self.address[head]}:{RAY_PORT}"
@@ -217,8 +212,6 @@ class Hosts:
                        RAY_ADDRESS=self.ray_address or "")
         if out.returncode != 0:
             return []
-        import json
-
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def wait_nodes(self, count: int, timeout: float = 180) -> list[str]:

@@ -8,16 +8,15 @@ per query: its (query, passage) pairs) that arrive within ``batch_wait_timeout_s
 scored together, up to ``max_batch_size`` calls per model call. Each service replica's
 pipelines then route their ``cross_encoder`` steps that name that model (same ``model``,
 ``backend``, ``max_length``) to the deployment through a handle (:class:`BatchedScorer`);
-other steps score in the replica as before. This pays for fp32 / torch cross-encoders
-(a sentence-transformers directory, e.g. one from ``intentrank train-reranker``); the
-bundled int8 ONNX cross-encoder scores one pair at a time (its dynamic quantisation makes a
-score depend on the batch), so batching it brings no speed.
+other steps score in the replica. Worth it for fp32 / torch cross-encoders only
+(docs/scale.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
@@ -69,30 +68,23 @@ def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec,
     parameters are appended to ``seen`` when given."""
     seen = [] if seen is None else seen
     if isinstance(node, list):
-        out, n = [], 0
-        for item in node:
-            new, k = route_cross_encoder(item, scorer, spec, seen)
-            out.append(new)
-            n += k
-        return out, n
+        routed = [route_cross_encoder(item, scorer, spec, seen) for item in node]
+        return [new for new, _ in routed], sum(k for _, k in routed)
     if node == "cross_encoder":  # a step with default parameters
         seen.append({})
-    if isinstance(node, dict):
-        step = node.get("cross_encoder") if set(node) == {"cross_encoder"} else None
-        if step is None and set(node) == {"cross_encoder"}:
-            seen.append({})  # `cross_encoder:` with nothing after it (null): the defaults
-        if isinstance(step, dict):
-            seen.append(step)
-            if spec.matches(step):
-                params = {k: v for k, v in step.items()
-                          if k not in ("backend", "max_length", "threads")}
-                return {"cross_encoder": params | {"model": scorer}}, 1
-        out_d, n = {}, 0
-        for key, value in node.items():
-            out_d[key], k = route_cross_encoder(value, scorer, spec, seen)
-            n += k
-        return out_d, n
-    return node, 0
+    if not isinstance(node, dict):
+        return node, 0
+    step = node["cross_encoder"] if set(node) == {"cross_encoder"} else False
+    if step is None:  # `cross_encoder:` with nothing after it (null): the defaults
+        seen.append({})
+    elif isinstance(step, dict):
+        seen.append(step)
+        if spec.matches(step):
+            params = {k: v for k, v in step.items()
+                      if k not in ("backend", "max_length", "threads")}
+            return {"cross_encoder": params | {"model": scorer}}, 1
+    by_key = {key: route_cross_encoder(value, scorer, spec, seen) for key, value in node.items()}
+    return {key: new for key, (new, _) in by_key.items()}, sum(k for _, k in by_key.values())
 
 
 def _describe(params: dict[str, Any]) -> str:
@@ -151,11 +143,8 @@ class _Scorer:
         flat = [p for call in calls for p in call]
         scores = await asyncio.to_thread(self.scorer.predict, flat, self.pair_batch_size)
         self.batches.append(len(calls))
-        out, start = [], 0
-        for call in calls:
-            out.append(np.asarray(scores[start:start + len(call)], dtype=float).tolist())
-            start += len(call)
-        return out
+        bounds = [0, *accumulate(len(call) for call in calls)]
+        return [np.asarray(scores[a:b], dtype=float).tolist() for a, b in pairwise(bounds)]
 
     def stats(self) -> dict[str, Any]:
         """Model calls made and calls (requests' queries) scored, for the mean batch size."""
@@ -168,10 +157,10 @@ class _Scorer:
 
 def scorer_deployment(spec: ScorerSpec, *, max_batch_size: int = 8,
                       batch_wait_timeout_s: float = 0.01, pair_batch_size: int = 32,
-                      replicas: int = 1, cpus: float = 1.0) -> Any:
-    """A bound deployment of ``replicas`` copies of the cross-encoder ``spec``, each
-    scoring up to ``max_batch_size`` calls together (``max_batch_size=1``: no batching),
-    ``pair_batch_size`` pairs per forward pass."""
+                      cpus: float = 1.0) -> Any:
+    """A bound deployment of the cross-encoder ``spec``, scoring up to ``max_batch_size``
+    calls together (``max_batch_size=1``: no batching), ``pair_batch_size`` pairs per
+    forward pass."""
     from ray import serve
 
     if max_batch_size < 1 or batch_wait_timeout_s < 0 or pair_batch_size < 1:
@@ -181,7 +170,7 @@ def scorer_deployment(spec: ScorerSpec, *, max_batch_size: int = 8,
     cls = type("CrossEncoderScorer", (_Scorer,), {
         "score": serve.batch(max_batch_size=max_batch_size,
                              batch_wait_timeout_s=batch_wait_timeout_s)(_Scorer.score)})
-    dep = serve.deployment(name=SCORER, num_replicas=replicas,
+    dep = serve.deployment(name=SCORER, num_replicas=1,
                            max_ongoing_requests=max(8, 4 * max_batch_size),
                            ray_actor_options={"num_cpus": cpus})(cls)
     return dep.bind(spec, pair_batch_size)
@@ -207,7 +196,6 @@ class _Service:
 
 def deployment(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
                scorer: Any = None, spec: ScorerSpec | None = None,
-               max_ongoing_requests: int = 16,
                replica_resources: dict[str, float] | None = None) -> Any:
     """A bound Ray Serve application of ``replicas`` copies of the service for
     ``settings`` (a :class:`~intentrank.service.settings.ServiceSettings` whose indexes are
@@ -221,7 +209,7 @@ def deployment(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.
     if replica_resources:
         options["resources"] = dict(replica_resources)
     cls = serve.deployment(name="intentrank", num_replicas=replicas,
-                           max_ongoing_requests=max_ongoing_requests,
+                           max_ongoing_requests=16,
                            ray_actor_options=options)(
         serve.ingress()(type("IntentrankService", (_Service,), {})))
     return cls.bind(settings, scorer, spec)
@@ -231,7 +219,7 @@ def run(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
         host: str = "127.0.0.1", port: int = 8000, address: str | None = None,
         blocking: bool = False, cross_encoder: ScorerSpec | None = None,
         max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01,
-        pair_batch_size: int = 32, scorer_replicas: int = 1, scorer_cpus: float = 1.0,
+        pair_batch_size: int = 32, scorer_cpus: float = 1.0,
         replica_resources: dict[str, float] | None = None) -> Any:
     """Deploy the service on Ray Serve at http://host:port/ (``intentrank serve --ray``);
     with ``cross_encoder`` its matching cross-encoder steps are scored by a
@@ -249,8 +237,7 @@ def run(settings: Any, *, replicas: int = 2, cpus_per_replica: float = 1.0,
     if cross_encoder is not None:
         scorer = scorer_deployment(cross_encoder, max_batch_size=max_batch_size,
                                    batch_wait_timeout_s=batch_wait_timeout_s,
-                                   pair_batch_size=pair_batch_size, replicas=scorer_replicas,
-                                   cpus=scorer_cpus)
+                                   pair_batch_size=pair_batch_size, cpus=scorer_cpus)
     return serve.run(deployment(settings, replicas=replicas, cpus_per_replica=cpus_per_replica,
                                 scorer=scorer, spec=cross_encoder,
                                 replica_resources=replica_resources),

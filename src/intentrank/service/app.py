@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from intentrank import __version__
 from intentrank.service.auth import ApiKey
-from intentrank.service.engine import Engine, RequestError, Served, make_query, redact
+from intentrank.service.engine import Engine, RequestError, Served, redact
 from intentrank.service.gate import COHERE_PATHS, OPENAI_PATHS, AccessLog, Gate, error_body
 from intentrank.service.lifecycle import Drain
 from intentrank.service.models import (
@@ -51,9 +51,8 @@ from intentrank.service.models import (
     SearchResponse,
 )
 from intentrank.service.pool import Overloaded, WorkerPool
-from intentrank.service.reports import list_reports
 from intentrank.service.settings import ServiceSettings
-from intentrank.types import Document
+from intentrank.types import Document, Query, Turn
 
 STATIC = Path(__file__).resolve().parent / "static"
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -83,8 +82,8 @@ def _error(status: int, message: str, request: Request,
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        ctx = next(e.get("ctx", {}) for e in errors if e.get("type") == "json_invalid")
+    ctx = next((e.get("ctx", {}) for e in errors if e.get("type") == "json_invalid"), None)
+    if ctx is not None:
         return 400, f"malformed JSON: {ctx.get('error', 'cannot be parsed')}"
     parts = []
     for e in errors[:5]:
@@ -92,6 +91,18 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
     return 422, "; ".join(parts) + more
+
+
+def list_reports(dirs: list[Path]) -> dict[str, Path]:
+    """File name -> path of every ``*.html`` directly inside ``dirs`` (the first directory
+    wins a name twice): the reports served, by name, never by a path from the request."""
+    found: dict[str, Path] = {}
+    for directory in map(Path, dirs):
+        if directory.is_dir():
+            for path in sorted(directory.glob("*.html")):
+                if path.is_file() and not path.is_symlink():
+                    found.setdefault(path.name, path)
+    return found
 
 
 def api_key(request: Request) -> ApiKey | None:
@@ -124,7 +135,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     def reloaded(record: dict[str, Any]) -> None:  # a generation switch: logged, and shown
         access.write({"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record})  # in /health
 
-    engine = Engine(settings, log=lambda m: None, on_reload=reloaded)
+    engine = Engine(settings, on_reload=reloaded)
     pool = WorkerPool(settings.workers, settings.queue_limit)
     drain = Drain()
     limits = settings.limits
@@ -200,14 +211,14 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         if not blank_ok and not text.strip():
             raise RequestError(422, f"{field} is empty")
 
-    def check_search(body: SearchRequest) -> tuple[str | None, list[tuple[str, str]] | None]:
+    def check_search(body: SearchRequest) -> tuple[str, tuple[Turn, ...]]:
         if (body.query is None) == (body.conversation is None):
             raise RequestError(422, "give exactly one of 'query' and 'conversation'")
         if body.top_k > limits.max_top_k:
             raise RequestError(422, f"top_k is {body.top_k}; the limit is {limits.max_top_k}")
         if body.query is not None:
             check_text("query", body.query, limits.max_query_chars)
-            return body.query, None
+            return body.query, ()
         conv = body.conversation
         assert conv is not None
         if len(conv.turns) > limits.max_turns:
@@ -219,16 +230,16 @@ def create_app(settings: ServiceSettings) -> FastAPI:
                        limits.max_query_chars)
             check_text(f"conversation.turns[{i}].answer", t.answer,
                        limits.max_candidate_chars, blank_ok=True)
-        return conv.question, [(t.question, t.answer) for t in conv.turns]
+        return conv.question, tuple(Turn(t.question, t.answer) for t in conv.turns)
 
     def prepared(request: Request, body: SearchRequest, key: ApiKey | None
                  ) -> tuple[Served, str, Any]:
-        text, turns = check_search(body)
+        text, history = check_search(body)
         index = engine.index_name(body.index)
-        served = engine.pipeline(body.pipeline or settings.default_for(bool(turns)), "search")
+        served = engine.pipeline(body.pipeline or settings.default_for(bool(history)), "search")
         request.scope["intentrank"]["index"] = index
         allow(request, key, served)
-        return served, index, make_query(text, turns)
+        return served, index, Query("q", text, history=history)
 
     # -- endpoints ---------------------------------------------------------------------
     @app.get("/health", response_model=HealthResponse, tags=["service"])
@@ -328,9 +339,12 @@ def create_app(settings: ServiceSettings) -> FastAPI:
             texts.append(text)
         return texts
 
-    @app.post("/v1/rerank", response_model=CohereRerankResponse,
-              responses=_compatible_errors(CohereErrorOut, (400, 401, 403, 404, 413, 503, 504)),
-              tags=["compatible APIs"])
+    cohere: dict[str, Any] = {
+        "response_model": CohereRerankResponse, "tags": ["compatible APIs"],
+        "responses": _compatible_errors(CohereErrorOut, (400, 401, 403, 404, 413, 503, 504))}
+
+    @app.post("/v2/rerank", summary="Cohere Rerank (v2 path)", **cohere)
+    @app.post("/v1/rerank", **cohere)
     async def cohere_rerank(body: CohereRerankRequest, request: Request,
                             key: Key) -> Response:
         """Cohere's rerank (the `cohere` clients' `Client.rerank` and `ClientV2.rerank` with
@@ -361,12 +375,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         result["meta"] = {"api_version": {"version": version},
                           "billed_units": {"search_units": -(-len(texts) // 100)}}
         return JSONResponse(result)
-
-    app.add_api_route("/v2/rerank", cohere_rerank, methods=["POST"],
-                      response_model=CohereRerankResponse,
-                      responses=_compatible_errors(CohereErrorOut,
-                                                   (400, 401, 403, 404, 413, 503, 504)),
-                      tags=["compatible APIs"], summary="Cohere Rerank (v2 path)")
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse,
               responses=_compatible_errors(OpenAIErrorOut, (400, 401, 404, 413, 503, 504)),

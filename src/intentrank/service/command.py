@@ -14,7 +14,7 @@ from intentrank.core.config import builtin_pipelines
 from intentrank.errors import ConfigError
 from intentrank.paths import default_data_dir
 from intentrank.service.auth import ENV_VAR, ApiKey, KeyStore, generate_key, hash_key
-from intentrank.service.settings import REPO_REPORTS, Limits, ServiceSettings
+from intentrank.service.settings import REPO_REPORTS, ServiceSettings
 
 
 def _named(items: list[str], what: str) -> dict[str, str]:
@@ -55,7 +55,6 @@ def build_settings(
     dataset: Path | None = None,
     llm: str = "embedded",
     llm_options: dict[str, Any] | None = None,
-    limits: Limits | None = None,
     log: Any = print,
     watch_s: float | None = None,
     drain_s: float = 30.0,
@@ -83,15 +82,13 @@ def build_settings(
     else:
         generated = generate_key()
         keys = KeyStore([ApiKey("generated", hash_key(generated))])
-    extra: dict[str, Any] = {}
-    if pipelines:
-        extra["pipelines"] = _named(pipelines, "pipeline")
+    extra = {"pipelines": _named(pipelines, "pipeline")} if pipelines else {}
     settings = ServiceSettings(
         indexes=indexes, keys=keys, require_keys=not no_keys, workers=workers,
         queue_limit=queue_limit, timeout_s=timeout, cors_origins=list(cors_origins or []),
         report_dirs=list(report_dirs) if report_dirs else [REPO_REPORTS],
         access_log=access_log, llm=llm, llm_options=dict(llm_options or {}),
-        limits=limits or Limits(), watch_s=watch_s, drain_s=drain_s, **extra)
+        watch_s=watch_s, drain_s=drain_s, **extra)
     return settings.check(), generated
 
 

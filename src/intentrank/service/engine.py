@@ -15,7 +15,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
 from intentrank.service.settings import ServiceSettings
-from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace, Turn
+from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
 
 INPUT_SCORE = "input"  # the stage-score name of a /rerank candidate's given position
 _SECRET_ENV = re.compile(r"(API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
@@ -82,21 +82,26 @@ class CandidateIndex:
         return self._base.encode_queries(texts)
 
 
-def _description(source: Any, data: dict[str, Any] | None, stage_text: str) -> str:
-    if data and isinstance(data.get("description"), str):
-        return data["description"]
-    if isinstance(source, Path) and source.is_file():
-        for line in source.read_text(encoding="utf-8").splitlines():
-            if line.startswith("#"):
-                return line.lstrip("# ").strip()
-            if line.strip():
-                break
-    return stage_text
+def _load(source: Any) -> tuple[Any, str | None]:
+    """A served pipeline's config node (``source``: a shipped name, a YAML path or a node)
+    and its description: the file's ``description``, else its opening comment, else None."""
+    if not isinstance(source, (str, Path)):
+        return source, None
+    path = resolve_pipeline(source)
+    data = load_config(path)
+    if isinstance(data.get("description"), str):
+        return data["pipeline"], data["description"]
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return data["pipeline"], line.lstrip("# ").strip()
+        if line.strip():
+            break
+    return data["pipeline"], None
 
 
 @dataclass
 class Served:
-    """One named pipeline: its config node and the stage built for each index."""
+    """One named pipeline or reranker: its config node, description and whether it answers."""
 
     name: str
     kind: str  # "search" or "rerank"
@@ -108,12 +113,12 @@ class Served:
 class Engine:
     """Indexes and pipelines, loaded once; every method is safe to call from many threads."""
 
-    def __init__(self, settings: ServiceSettings, log: Callable[[str], None] = print,
+    def __init__(self, settings: ServiceSettings,
                  on_reload: Callable[[dict[str, Any]], None] | None = None) -> None:
-        """Open the indexes and build the pipelines of ``settings``; ``log`` gets progress
-        and reload lines, ``on_reload`` a record per index switched (or reload failed)."""
+        """Open the indexes and build the pipelines of ``settings``; ``on_reload`` gets a
+        record per index switched (or reload failed)."""
         self.settings = settings
-        indexes, opened = open_indexes(settings.indexes, log)
+        indexes, opened = open_indexes(settings.indexes)
         template = build_context(None, llm=settings.llm, llm_options=settings.llm_options)
         self.resources = template.resources  # one LLM client and one loaded model per kind
         llm_lock = threading.Lock()
@@ -127,11 +132,11 @@ class Engine:
         self.pipelines: dict[str, Served] = {}
         stages: Stages = {}
         for name, source in settings.pipelines.items():
-            node, data, path = self._node(name, source)
-            stages[name] = self._build(name, node, indexes, log)
-            first = next(iter(stages[name].values()))
-            self.pipelines[name] = Served(name, "search", node,
-                                          _description(path, data, first.describe()),
+            node, description = _load(source)
+            stages[name] = self._build(name, node, indexes)
+            if description is None:
+                description = next(iter(stages[name].values())).describe()
+            self.pipelines[name] = Served(name, "search", node, description,
                                           ends_with_answer(node))
         first_index = next(iter(indexes.values()))
         for name, node in settings.rerankers.items():
@@ -145,14 +150,12 @@ class Engine:
         self.generations = Generations(
             Snapshot(indexes, stages, opened),
             {n: Path(w) for n, w in settings.indexes.items() if isinstance(w, (str, Path))},
-            self._search_stages, settings.watch_s, log, on_reload or (lambda record: None))
+            self._search_stages, settings.watch_s, on_reload or (lambda record: None))
 
-    def _build(self, name: str, node: Any, indexes: dict[str, Any],
-               log: Callable[[str], None]) -> dict[str, Stage]:
+    def _build(self, name: str, node: Any, indexes: dict[str, Any]) -> dict[str, Stage]:
         """Pipeline ``name`` built for each of ``indexes``."""
         out = {}
         for index_name, idx in indexes.items():
-            log(f"building pipeline {name} for index {index_name}")
             try:
                 out[index_name] = build_pipeline(node, self._ctx(idx))
             except IntentrankError as exc:
@@ -162,7 +165,7 @@ class Engine:
 
     def _search_stages(self, indexes: dict[str, Any]) -> Stages:
         """Every search pipeline built on ``indexes`` (another generation of them)."""
-        return {name: self._build(name, served.node, indexes, lambda m: None)
+        return {name: self._build(name, served.node, indexes)
                 for name, served in self.pipelines.items() if served.kind == "search"}
 
     @property
@@ -170,20 +173,8 @@ class Engine:
         """The indexes of the current snapshot."""
         return self.generations.current.indexes
 
-    def reload(self) -> dict[str, tuple[str | None, str | None]]:
-        """Switch to the indexes' live generations now (:meth:`Generations.reload`)."""
-        return self.generations.reload()
-
     def _ctx(self, index: Any) -> BuildContext:
         return BuildContext(index, self.resources, self.make_llm)
-
-    @staticmethod
-    def _node(name: str, source: Any) -> tuple[Any, dict[str, Any] | None, Path | None]:
-        if isinstance(source, (str, Path)):
-            path = resolve_pipeline(source)
-            data = load_config(path)
-            return data["pipeline"], data, path
-        return source, None, None
 
     def close(self) -> None:
         self.generations.close()
@@ -230,12 +221,8 @@ class Engine:
         with self.generations.use() as snap:  # the first index encodes queries (dense rerankers)
             candidates = CandidateIndex(docs, next(iter(snap.indexes.values())))
             stage = build_pipeline(served.node, self._ctx(candidates))
-            n = len(docs)
-            ranking = Ranking(Query("q", query), [ScoredDoc(d.id, float(n - i),
-                                                            {INPUT_SCORE: float(n - i)})
-                                                  for i, d in enumerate(docs)])
             trace, start = Trace(), time.perf_counter()
-            ranking = stage([ranking], trace)[0]
+            ranking = stage([given_order(query, docs)], trace)[0]
             return ranking, trace, time.perf_counter() - start, candidates
 
     def rerank(self, served: Served, query: str, docs: list[Document],
@@ -268,11 +255,9 @@ class Engine:
         with self.generations.use() as snap:
             idx = snap.indexes[index_name]
             vecs = np.asarray(idx.encode_queries(list(texts)), dtype=np.float32)
-        data = []
-        for i, vec in enumerate(vecs):
-            out: Any = base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii") \
-                if base64_out else vec.tolist()
-            data.append({"object": "embedding", "index": i, "embedding": out})
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii")
+                 if base64_out else vec.tolist()} for i, vec in enumerate(vecs)]
         tokens = _token_count(getattr(idx, "embedder", None), texts)
         return {"object": "list", "data": data, "model": index_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
@@ -299,15 +284,12 @@ class Engine:
 
 
 def _trace_rows(trace: Trace) -> list[dict[str, Any]]:
-    rows = []
-    for st in trace.stages.values():
-        c = st.counters
-        rows.append({"stage": st.name, "seconds": st.seconds, "calls": st.calls,
-                     "queries": st.queries, "llm_calls": int(c.get("llm_calls", 0)),
-                     "cache_hits": int(c.get("llm_cache_hits", 0)),
-                     "fallbacks": int(c.get("fallbacks", 0)),
-                     "counters": {k: float(v) for k, v in c.items()}})
-    return rows
+    return [{"stage": st.name, "seconds": st.seconds, "calls": st.calls, "queries": st.queries,
+             "llm_calls": int(st.counters.get("llm_calls", 0)),
+             "cache_hits": int(st.counters.get("llm_cache_hits", 0)),
+             "fallbacks": int(st.counters.get("fallbacks", 0)),
+             "counters": {k: float(v) for k, v in st.counters.items()}}
+            for st in trace.stages.values()]
 
 
 def _plain(value: Any) -> Any:
@@ -360,8 +342,9 @@ def _token_count(embedder: Any, texts: list[str]) -> int:
     return sum(len(t.split()) for t in prefixed)
 
 
-def make_query(text: str | None, turns: list[tuple[str, str]] | None) -> Query:
-    """A one-off query, or the last question of a conversation with its earlier turns."""
-    if turns is None:
-        return Query("q", text or "")
-    return Query("q", text or "", history=tuple(Turn(q, a) for q, a in turns))
+def given_order(query: str, docs: Sequence[Document]) -> Ranking:
+    """``docs`` ranked in the order given: score ``n - i``, also the stage score ``input``
+    (what a reranker over a caller's own passages starts from)."""
+    n = len(docs)
+    return Ranking(Query("q", query), [ScoredDoc(d.id, float(n - i), {INPUT_SCORE: float(n - i)})
+                                       for i, d in enumerate(docs)])

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.service.engine import redact
+from intentrank.service.lifecycle import Drain
 
 _ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 # The providers' APIs (POST /v1/rerank and /v2/rerank as Cohere's, POST /v1/embeddings as
@@ -22,8 +23,7 @@ _ID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 # and their clients expect; errors carry the message where each client looks for it.
 COHERE_PATHS = frozenset({"/v1/rerank", "/v2/rerank"})
 OPENAI_PATHS = frozenset({"/v1/embeddings"})
-_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error",
-                 404: "invalid_request_error", 503: "server_error", 504: "server_error"}
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error"}
 _OPENAI_CODES = {401: "invalid_api_key", 404: "model_not_found"}
 
 
@@ -52,14 +52,9 @@ class AccessLog:
     def __init__(self, target: Any) -> None:
         self._lock = threading.Lock()
         self._own = None
-        if target is False:
-            self._stream = None
-        elif target is None:
-            self._stream = sys.stderr
-        elif isinstance(target, (str, Path)):
-            self._own = self._stream = open(target, "a", encoding="utf-8")  # noqa: SIM115
-        else:
-            self._stream = target
+        if isinstance(target, (str, Path)):
+            target = self._own = open(target, "a", encoding="utf-8")  # noqa: SIM115
+        self._stream = sys.stderr if target is None else None if target is False else target
 
     def write(self, record: dict[str, Any]) -> None:
         if self._stream is None:
@@ -75,9 +70,9 @@ class AccessLog:
 
 
 class Gate:
-    """Pure ASGI middleware: request id, body-size limit, access log."""
+    """Pure ASGI middleware: request id, body-size limit, access log, refusal while draining."""
 
-    def __init__(self, app: Any, max_body: int, log: AccessLog, drain: Any = None) -> None:
+    def __init__(self, app: Any, max_body: int, log: AccessLog, drain: Drain) -> None:
         self.app, self.max_body, self.log, self.drain = app, max_body, log, drain
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -118,7 +113,7 @@ class Gate:
                 "bytes_in": bytes_in,
                 **{k: v for k, v in info.items() if k != "request_id"}})
 
-        if self.drain is not None and not self.drain.admit():
+        if not self.drain.admit():
             # shutting down: refuse before reading anything
             info["error"] = "the service is shutting down; retry on another replica"
             await send_error(503, info["error"], (b"retry-after", b"1"),
@@ -159,5 +154,4 @@ class Gate:
                 await send_error(500, f"internal error (request id {rid})")
         finally:
             write_log(max(received[0], length))
-            if self.drain is not None:  # after its log line: a drain ends with a full log
-                self.drain.release()
+            self.drain.release()  # after its log line: a drain ends with a full log

@@ -48,35 +48,32 @@ class Snapshot:
         self.opened = []
 
 
-def open_indexes(sources: dict[str, Any], log: Callable[[str], None]
-                 ) -> tuple[dict[str, Any], list[Index]]:
+def open_indexes(sources: dict[str, Any]) -> tuple[dict[str, Any], list[Index]]:
     """Each index of ``sources`` (a directory is opened, an index object served as is),
     warmed up; the indexes by name and those opened here."""
     indexes, opened = {}, []
     for name, where in sources.items():
         if isinstance(where, (str, Path)):
-            log(f"opening index {name}: {where}")
             opened.append(Index.open(where))
             indexes[name] = opened[-1]
         else:  # served as is: Index.doc reads positionally (os.pread), no lock needed
             indexes[name] = where
-    for name, idx in indexes.items():
-        _warm(name, idx, log)
+    for idx in indexes.values():
+        _warm(idx)
     return indexes, opened
 
 
 class Generations:
     """The current :class:`Snapshot` and the switches to new generations of the ``watched``
     index directories, on whose indexes ``build`` builds every search pipeline (every
-    ``watch_s`` seconds if given; ``log`` gets a line and ``on_reload`` a record per index
-    switched or reload failed). Every method is safe to call from many threads."""
+    ``watch_s`` seconds if given; ``on_reload`` gets a record per index switched or reload
+    failed). Every method is safe to call from many threads."""
 
     def __init__(self, snapshot: Snapshot, watched: dict[str, Path],
                  build: Callable[[dict[str, Any]], Stages], watch_s: float | None,
-                 log: Callable[[str], None],
                  on_reload: Callable[[dict[str, Any]], None]) -> None:
         self.current, self.watched, self.build = snapshot, watched, build
-        self.log, self.on_reload = log, on_reload
+        self.on_reload = on_reload
         self._swap = threading.Lock()  # guards the snapshot reference and its user counts
         self._reloading = threading.Lock()
         self.reloads = 0
@@ -111,9 +108,7 @@ class Generations:
         while not self._stop.wait(every):
             try:
                 now = {n: layout.read_current(p) for n, p in self.watched.items()}
-            except (OSError, IntentrankError) as exc:  # mid-replace or damaged: next time
-                self.log(f"index watch: cannot read CURRENT ({exc}); keeping the served "
-                         f"generations")
+            except (OSError, IntentrankError):  # mid-replace or damaged: keep serving, next time
                 continue
             served = self.current.generations
             if now != failed and any(gen is not None and gen != served.get(n)
@@ -124,54 +119,47 @@ class Generations:
         """Open the live generation of every watched index directory, build every search
         pipeline on them and switch to the new snapshot at once; index name -> (old, new
         generation) for those that changed. On any error the served snapshot stays and the
-        error is logged and counted (``reload_errors``)."""
+        error is recorded and counted (``reload_errors``)."""
         with self._reloading:  # one reload at a time (the watcher, or a caller)
-            return self._reload()
-
-    def _reload(self) -> dict[str, tuple[str | None, str | None]]:
-        old = self.current
-        indexes, opened = dict(old.indexes), []
-        try:
-            for name, path in self.watched.items():
-                idx = Index.open(path)
-                if idx.generation == old.generations.get(name):
+            old = self.current
+            indexes, opened = dict(old.indexes), []
+            try:
+                for name, path in self.watched.items():
+                    idx = Index.open(path)
+                    if idx.generation == old.generations.get(name):
+                        idx.close()
+                        continue
+                    opened.append(idx)
+                    _share_models(old.indexes.get(name), idx)
+                    _warm(idx)
+                    indexes[name] = idx
+                if not opened:
+                    return {}
+                stages = self.build(indexes)
+            except (OSError, IntentrankError) as exc:
+                for idx in opened:
                     idx.close()
-                    continue
-                opened.append(idx)
-                _share_models(old.indexes.get(name), idx)
-                _warm(name, idx, lambda m: None)
-                indexes[name] = idx
-            if not opened:
+                self.reload_errors += 1
+                self.on_reload({"event": "index_reload_failed", "serving": old.generations,
+                                "error": str(exc)[:500]})
                 return {}
-            stages = self.build(indexes)
-        except (OSError, IntentrankError) as exc:
-            for idx in opened:
-                idx.close()
-            self.reload_errors += 1
-            self.log(f"index reload failed, still serving {old.generations}: {exc}")
-            self.on_reload({"event": "index_reload_failed", "serving": old.generations,
-                            "error": str(exc)[:500]})
-            return {}
-        keep = [i for i in old.opened if any(i is v for v in indexes.values())]
-        new = Snapshot(indexes, stages, opened + keep)
-        generations = new.generations
-        changed_names = {n for n in indexes if generations[n] != old.generations.get(n)}
-        with self._swap:
-            self.current = new
-            self.reloads += 1
-            old.opened = [i for i in old.opened if not any(i is k for k in keep)]
-            old.retired = True
-            done = old.users == 0
-        if done:
-            old.close()
-            _trim_heap()
-        changed = {n: (old.generations.get(n), generations[n]) for n in changed_names}
-        for n, (a, b) in changed.items():
-            self.log(f"index {n}: now serving generation {b} (was {a}; reload "
-                     f"{self.reloads})")
-            self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
-                            "reload": self.reloads})
-        return changed
+            keep = [i for i in old.opened if any(i is v for v in indexes.values())]
+            new = Snapshot(indexes, stages, opened + keep)
+            before, after = old.generations, new.generations
+            changed = {n: (before.get(n), after[n]) for n in indexes if after[n] != before.get(n)}
+            with self._swap:
+                self.current = new
+                self.reloads += 1
+                old.opened = [i for i in old.opened if not any(i is k for k in keep)]
+                old.retired = True
+                done = old.users == 0
+            if done:
+                old.close()
+                _trim_heap()
+            for n, (a, b) in changed.items():
+                self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
+                                "reload": self.reloads})
+            return changed
 
     def close(self) -> None:
         """Stop watching and close the current snapshot's indexes."""
@@ -206,12 +194,10 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _warm(name: str, idx: Any, log: Callable[[str], None]) -> None:
+def _warm(idx: Any) -> None:
     """Load the query embedder and compile numba now, not on the first request."""
     has = getattr(idx, "has", lambda leg: False)
     if has("dense"):
-        log(f"loading the query embedder of index {name}")
         idx.encode_queries(["warm-up"])
     if has("bm25") and idx.bm25_backend == "numba":
-        log(f"compiling the numba BM25 search of index {name} (a few seconds)")
         idx.search_bm25(["warm-up"], 1)

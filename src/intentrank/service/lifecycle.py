@@ -13,10 +13,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
 
 import uvicorn
 
@@ -63,7 +62,7 @@ class DrainingServer(uvicorn.Server):
     done (a second signal exits at once), returning normally: exit status 0."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain, drain_s: float,
-                 log: Any = None) -> None:
+                 log: Callable[[str], None]) -> None:
         super().__init__(config)
         self.drain, self.drain_s, self.log = drain, drain_s, log
 
@@ -85,13 +84,11 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
             return
         self.drain.begin()
-        if self.log is not None:
-            self.log(f"{signal.Signals(sig).name}: draining ({self.drain.active} in flight; "
-                     f"new requests get 503; at most {self.drain_s:g} s)")
+        self.log(f"{signal.Signals(sig).name}: draining ({self.drain.active} in flight; "
+                 f"new requests get 503; at most {self.drain_s:g} s)")
 
     async def on_tick(self, counter: int) -> bool:
         if self.drain.done(self.drain_s):
-            if self.log is not None:
-                self.log(f"drained ({self.drain.active} still in flight); shutting down")
+            self.log(f"drained ({self.drain.active} still in flight); shutting down")
             return True
         return await super().on_tick(counter)

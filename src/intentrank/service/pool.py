@@ -26,7 +26,6 @@ class WorkerPool:
                                             thread_name_prefix="intentrank-worker")
         self._lock = threading.Lock()
         self._admitted = 0  # running + waiting; released when the work ends, not on timeout
-        self.rejected = 0
 
     @property
     def in_flight(self) -> int:
@@ -36,7 +35,6 @@ class WorkerPool:
         """Run ``fn(*args)`` on a worker, or raise :class:`Overloaded`."""
         with self._lock:
             if self._admitted >= self.workers + self.queue_limit:
-                self.rejected += 1
                 raise Overloaded(f"{self._admitted} requests running or queued "
                                  f"({self.workers} workers, queue limit {self.queue_limit})")
             self._admitted += 1
