@@ -29,9 +29,6 @@ ROLE_MODELS: dict[str, tuple[str, str]] = {
                          "with the 0.5B"),
 }
 
-ROLES = ("rewrite", "answer", "support", "listwise", "judge", "relevance_judge", "followups",
-         "multi_query", "aspects", "knowledge", "compression", "modality_weights", "questions")
-
 
 def role_spec(spec: str, role: str | None) -> str:
     """The LLM spec a step of ``role`` uses when the user's spec is ``spec``: the role's

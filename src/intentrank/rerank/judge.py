@@ -13,7 +13,7 @@ from intentrank.core.params import check_int
 from intentrank.core.protocols import IndexLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.base import LLM, LLMReply, Message
+from intentrank.llm.base import LLM, LLMReply
 from intentrank.llm.client import LLMClient, load_llm
 from intentrank.llm.parsing import read_yes_no
 from intentrank.llm.prompts import load_contract
@@ -33,11 +33,6 @@ def p_yes(top_logprobs: dict[str, float]) -> float | None:
             mass[word] += math.exp(lp)
     total = mass["yes"] + mass["no"]
     return mass["yes"] / total if total > 0 else None
-
-
-def judge_messages(query: str, passage: str) -> list[Message]:
-    """The ``judge`` contract's messages for one (query, passage) pair."""
-    return load_contract("judge").messages(query=query, passage=passage)
 
 
 class LLMJudge(Stage):
