@@ -59,14 +59,6 @@ class StageHealth:
         sent = self.requests - self.cache_hits
         return sent > 0 and self.failed >= sent
 
-    def as_dict(self) -> dict[str, object]:
-        return {"stage": self.stage, "queries": self.queries, "requests": self.requests,
-                "calls": self.calls, "retries": self.retries, "errors": self.errors,
-                "cache_hits": self.cache_hits, "failed": self.failed,
-                "fallbacks": self.fallbacks, "fallback_share": self.fallback_share,
-                "all_failed": self.all_failed, "last_failure": self.last_failure,
-                "labels": list(self.labels)}
-
 
 def _fresh(trace: Trace, stage: str, fresh: bool = True) -> tuple[float, dict[str, float]]:
     """Queries and counters of ``stage`` minus what was replayed from another run (all of
