@@ -13,20 +13,15 @@ the first pick when there is one aspect, go to the larger unweighted ``sum_i phi
 (relevance), then to the earlier pool position. So one aspect ranks by ``phi`` alone.
 
 ``phi`` is pluggable (:class:`AspectScorer`): ``cross_encoder`` scores ``d`` against
-``query + aspect`` (``against: query+aspect``, the paper's; ``against: aspect`` scores the
-aspect alone, which leaves a 128-token cross-encoder more room for the document when the
-query is long) with a cross-encoder (the bundled one by default; its ONNX runtime returns
-``sigmoid(logit)``, and scores outside [0, 1] from another scorer are passed through a
-sigmoid), ``cosine`` is the cosine of the index's embeddings of ``query + aspect`` and ``d``,
-clipped below at 0 (Norm needs non-negative coverage). ``calibrate: minmax`` rescales each
-aspect's column to [0, 1] over the pool (min-max of the cross-encoder's logits, or of the
-cosines): the bundled cross-encoder's sigmoid scores sit near 1 for most pool documents
-(measured: 0.997-0.999 on a SciFact pool), so every aspect looks covered after one pick and
-the weights stop steering the list.
+``query + aspect`` (``against: query+aspect``, the paper's) or the aspect alone (``against:
+aspect``) with a cross-encoder (the bundled one by default; scores outside [0, 1] are passed
+through a sigmoid); ``cosine`` is the cosine of the index's embeddings of ``query + aspect``
+and ``d``, clipped below at 0 (Norm needs non-negative coverage). ``calibrate: minmax``
+rescales each aspect's column to [0, 1] over the pool (min-max of the cross-encoder's
+logits, or of the cosines), for scorers whose scores all sit near 1.
 
-The greedy list builder is one :class:`ListRanker`; it is the seam for a learned list
-ranker (RichRAG's generative ranker, trained by SFT then DPO, needs a GPU and is not
-implemented here): anything with ``name`` and ``choose(query, aspects, doc_ids, k)`` can
+The greedy list builder is one :class:`ListRanker`, the seam for a learned list ranker
+(docs/coverage.md): anything with ``name`` and ``choose(query, aspects, doc_ids, k)`` can
 replace it (``CoverageReranker(index, ranker=...)``).
 
 The pool is the first ``pool`` incoming candidates (default 100; none: all). The chosen
@@ -53,6 +48,7 @@ from intentrank.models.cross_encoder import PairScorer, load_cross_encoder
 from intentrank.query.aspects import aspects_of
 from intentrank.query.multi_faceted import aspect_text
 from intentrank.rerank.base import rerank_head
+from intentrank.rerank.cross_encoder import shared_scorer
 from intentrank.types import Ranking, Trace
 
 SCORERS = ("cross_encoder", "cosine")
@@ -257,11 +253,7 @@ def _coverage(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     the greedy coverage list (the cross-encoder is shared with the config's other stages)."""
     index = ctx.require_index("coverage")
     if params.get("scorer", "cross_encoder") == "cross_encoder":
-        model = params.pop("model", None)
-        key = f"cross_encoder:{model}:None:None"  # the key the cross_encoder stage uses
-        if key not in ctx.resources:
-            ctx.resources[key] = load_cross_encoder(model)
-        params["model"] = ctx.resources[key]
+        params["model"] = shared_scorer(ctx, params.pop("model", None))
     return CoverageReranker(index, **params)
 
 
