@@ -60,8 +60,8 @@ class ChatParams:
             object.__setattr__(self, name, value)
 
     def as_dict(self) -> dict[str, Any]:
-        """The parameters as keywords (of :func:`~intentrank.llm.cache.cache_key`);
-        ``json_schema`` only when set, so keys without structured output never changed."""
+        """The parameters as keywords of :func:`~intentrank.llm.cache.cache_key`
+        (``json_schema`` only when set)."""
         out: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature,
                                "stop": self.stop, "logprobs": self.logprobs}
         if self.json_schema is not None:

@@ -7,10 +7,6 @@ Counters (under the caller's ``stage``): ``llm_calls`` backend calls made (retri
 time queued for a concurrency slot or for a serial backend), ``llm_errors`` failed backend
 calls, ``llm_retries`` calls after the first of a request and ``llm_failed`` requests that
 failed for good.
-
-A retryable error may carry ``retry_after`` (seconds, from an HTTP ``Retry-After`` header):
-the next attempt waits at least that long, and a server that asks for more than
-``max_retry_after`` seconds is not retried (the request fails at once, with that reason).
 """
 
 from __future__ import annotations
@@ -50,8 +46,9 @@ class LLMClient:
     ``cache``: a :class:`ReplyCache`, a path to its SQLite file, True for the default one in
     ``cache_dir()/llm_cache.sqlite``, or None/False for none. ``timeout`` (seconds per call) is
     handed to backends that have a ``timeout`` attribute (the HTTP backend); the in-process
-    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds (or what the
-    server asked for with ``Retry-After``, up to ``max_retry_after``).
+    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds, or at least the
+    ``retry_after`` a retryable error carries (an HTTP ``Retry-After``); a server that asks
+    for more than ``max_retry_after`` seconds is not retried (the request fails at once).
     """
 
     def __init__(

@@ -21,8 +21,7 @@ class CrossEncoderReranker(Stage):
     """Rescore the top ``top_k`` candidates of each ranking with a cross-encoder.
 
     Candidates below ``top_k`` keep their order beneath the rescored ones (with scores below the
-    lowest cross-encoder score); every candidate keeps its earlier stage scores. Batches of 8
-    were fastest on 2 CPU cores (longer batches pad more and spill caches).
+    lowest cross-encoder score); every candidate keeps its earlier stage scores.
     """
 
     def __init__(
