@@ -2,20 +2,16 @@
 
 - :func:`attribute` (``cite: posthoc``): the LLM's answer is split into sentences and each is
   cited by the given passage a cross-encoder scores highest against it; a sentence no passage
-  supports at ``threshold`` or above gets no citation and counts as unsupported. Small LLMs
-  cite the wrong passage more often than a cross-encoder picks the right one.
+  supports at ``threshold`` or above gets no citation and counts as unsupported.
 - ``cite: context``: the same per-sentence attribution, but each sentence is scored in the
-  question's context ("question + sentence") by :class:`SentenceSimilarity` (the embedder's
-  cosine to the passage's closest sentence, so evidence late in an abstract counts), citing
-  the passages within ``margin`` of the best one; and the answer as a whole also cites the
-  passage the cross-encoder finds most relevant to the question (``anchor``, on the first
-  sentence, the direct answer). Answers that restate the question ("Yes, X.") or say only
-  "Yes." are attributed by what they answer, not by their few words.
+  question's context ("question + sentence") by :class:`SentenceSimilarity`, citing the
+  passages within ``margin`` of the best one; the first sentence also cites the passage the
+  cross-encoder finds most relevant to the question (``anchor``). So answers that restate the
+  question ("Yes, X.") or say only "Yes." are attributed by what they answer.
 - :func:`relevant_enough` (``abstain: relevance`` with the cross-encoder, ``abstain:
   similarity`` with :class:`SentenceSimilarity`): answer only when at least one given
   passage scores ``threshold`` or above against the question; otherwise abstain without
-  calling the LLM (an abstention sentence in the prompt attracts small models even when the
-  passages answer).
+  calling the LLM.
 """
 
 from __future__ import annotations
