@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.llm.parsing import CITATION_MARKER
+from intentrank.answer.citations import check_citations
 from intentrank.models.cross_encoder import PairScorer
 from intentrank.types import Answer, Evidence
 
@@ -56,9 +56,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def strip_markers(text: str) -> str:
-    """``text`` without ``[n]``, ``[1, 2]`` or ``[2-4]`` markers."""
-    stripped = CITATION_MARKER.sub("", text)
-    return re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", stripped)).strip()
+    """``text`` without ``[n]``, ``[1, 2]`` or ``[2-4]`` markers (none cites a source of 0)."""
+    return check_citations(text, 0).text
 
 
 def best_snippet(sentence: str, passage: str) -> str:

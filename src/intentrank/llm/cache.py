@@ -88,9 +88,6 @@ class ReplyCache:
                  reply.seconds, json.dumps(reply.top_logprobs), time.time()),
             )
 
-    def __bool__(self) -> bool:  # an empty cache is still a cache
-        return True
-
     def __len__(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0])

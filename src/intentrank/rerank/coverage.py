@@ -1,5 +1,5 @@
 """Coverage-aware list ranking (RichRAG, method 4): choose the top ``top_k`` one document at
-a time by marginal aspect coverage.
+a time by marginal aspect coverage (docs/coverage.md).
 
 With aspects ``a_1..a_m`` (the ``aspects`` stage's; the query alone when it has none) and a
 coverage score ``phi(d, a_i)`` in [0, 1], step ``t`` picks, among the pool documents not yet
@@ -12,17 +12,10 @@ chosen, the one maximising::
 the first pick when there is one aspect, go to the larger unweighted ``sum_i phi(d, a_i)``
 (relevance), then to the earlier pool position. So one aspect ranks by ``phi`` alone.
 
-``phi`` is pluggable (:class:`AspectScorer`): ``cross_encoder`` scores ``d`` against
-``query + aspect`` (``against: query+aspect``, the paper's) or the aspect alone (``against:
-aspect``) with a cross-encoder (the bundled one by default; scores outside [0, 1] are passed
-through a sigmoid); ``cosine`` is the cosine of the index's embeddings of ``query + aspect``
-and ``d``, clipped below at 0 (Norm needs non-negative coverage). ``calibrate: minmax``
-rescales each aspect's column to [0, 1] over the pool (min-max of the cross-encoder's
-logits, or of the cosines), for scorers whose scores all sit near 1.
-
-The greedy list builder is one :class:`ListRanker`, the seam for a learned list ranker
-(docs/coverage.md): anything with ``name`` and ``choose(query, aspects, doc_ids, k)`` can
-replace it (``CoverageReranker(index, ranker=...)``).
+``phi`` is an :class:`AspectScorer` (a cross-encoder, or the index's cosine; optionally
+min-max calibrated per aspect, :func:`minmax_columns`). The greedy builder is one
+:class:`ListRanker`, the seam for a learned list ranker: anything with ``name`` and
+``choose(query, aspects, doc_ids, k)`` can replace it (``CoverageReranker(index, ranker=...)``).
 
 The pool is the first ``pool`` incoming candidates (default 100; none: all). The chosen
 list gets scores ``top_k, top_k - 1, ...``; the rest of the incoming ranking stays below in

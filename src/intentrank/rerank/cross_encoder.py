@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from intentrank.core.protocols import IndexLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -46,21 +44,13 @@ class CrossEncoderReranker(Stage):
         self.name = name
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        pairs: list[Pair] = []
-        spans: list[tuple[int, int]] = []
-        for r in rankings:
-            start = len(pairs)
-            pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.top_k])
-            spans.append((start, len(pairs)))
-        scores, path_id = self.scorer.predict(pairs, self.batch_size), trace.path_of(self)
+        pairs: list[Pair] = [(r.query.text, self.index.doc_text(d.doc_id))
+                             for r in rankings for d in r.docs[:self.top_k]]
+        scores = iter(self.scorer.predict(pairs, self.batch_size))
+        path_id = trace.path_of(self)
         trace.count(path_id, "pairs", len(pairs))
-        return [self._rerank(r, scores[a:b], path_id)
-                for r, (a, b) in zip(rankings, spans, strict=True)]
-
-    def _rerank(self, ranking: Ranking, scores: np.ndarray, path_id: str) -> Ranking:
-        head = ranking.docs[:self.top_k]
-        return rerank_head(ranking, {d.doc_id: float(s) for d, s in zip(head, scores, strict=True)},
-                           path_id)
+        return [rerank_head(r, {d.doc_id: float(next(scores)) for d in r.docs[:self.top_k]},
+                            path_id) for r in rankings]
 
     def describe(self) -> str:
         scorer = self.scorer  # the model, its runtime (torch or int8 ONNX) and its clipping

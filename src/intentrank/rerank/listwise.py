@@ -10,7 +10,7 @@ follow in their previous order; each repair and each unusable reply is counted (
 queries at the same position go to the LLM as one batch.
 
 ``structured`` asks for JSON-schema constrained output, ``{"ranking": [3, 1, 2]}`` (off by
-default: not measured against the free-text answer yet).
+default).
 
 ``mode="first"`` is single-token listwise reranking (FIRST, Reddy et al. 2024): the LLM is
 asked for the best passage's number only (``listwise_first`` contract, one output token), and
