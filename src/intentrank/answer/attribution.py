@@ -41,12 +41,12 @@ def split_sentences(text: str) -> list[str]:
     out: list[str] = []
     carry = ""
     for piece in pieces:
-        piece = f"{carry} {piece}".strip() if carry else piece
+        piece = f"{carry} {piece}".strip()
         if len(piece.split()) < MIN_WORDS:
             carry = piece
-            continue
-        out.append(piece)
-        carry = ""
+        else:
+            out.append(piece)
+            carry = ""
     if carry:
         if out:
             out[-1] = f"{out[-1]} {carry}"
@@ -118,8 +118,6 @@ class SentenceSimilarity:
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 8) -> np.ndarray:
         """One cosine per ``(text, passage)`` pair (0.0 for an empty passage)."""
-        if not pairs:
-            return np.zeros(0, dtype=np.float32)
         firsts = list(dict.fromkeys(a for a, _ in pairs))
         pieces = {p: split_sentences(p) or [p] for p in dict.fromkeys(b for _, b in pairs)}
         flat = list(dict.fromkeys(s for sents in pieces.values() for s in sents if s.strip()))

@@ -68,6 +68,17 @@ class ChatParams:
             out["json_schema"] = self.json_schema
         return out
 
+    def request(self, messages: list[Message]) -> dict[str, Any]:
+        """The chat-completions fields both backends send (``stop`` and ``logprobs`` only when
+        set; each backend adds its own form of ``json_schema``)."""
+        out: dict[str, Any] = {"messages": messages, "max_tokens": self.max_tokens,
+                               "temperature": self.temperature}
+        if self.stop:
+            out["stop"] = list(self.stop)
+        if self.logprobs > 0:
+            out.update(logprobs=True, top_logprobs=self.logprobs)
+        return out
+
 
 @runtime_checkable
 class LLM(Protocol):

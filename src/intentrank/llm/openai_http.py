@@ -89,14 +89,7 @@ class OpenAICompatibleLLM:
         return ModelError(f"{where}: {type(exc).__name__}: {exc}")
 
     def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
-                                  "max_tokens": params.max_tokens,
-                                  "temperature": params.temperature,
-                                  "timeout": self.timeout}
-        if params.stop:
-            kwargs["stop"] = list(params.stop)
-        if params.logprobs > 0:
-            kwargs.update(logprobs=True, top_logprobs=params.logprobs)
+        kwargs = {**params.request(messages), "model": self.model, "timeout": self.timeout}
         if params.json_schema is not None:
             kwargs["response_format"] = response_format(params.json_schema)
         start = time.perf_counter()

@@ -31,17 +31,13 @@ class CrossEncoderReranker(Stage):
         max_length: int | None = None,
         backend: str | None = None,
         name: str = "cross_encoder",
-        threads: int | None = None,
     ) -> None:
         if top_k < 1 or batch_size < 1:
             raise ModelError(f"cross-encoder top_k and batch_size must be >= 1 (got "
                              f"top_k={top_k}, batch_size={batch_size})")
-        self.index = index
+        self.index, self.top_k, self.batch_size, self.name = index, top_k, batch_size, name
         self.scorer = model if hasattr(model, "predict") else \
-            load_cross_encoder(model, backend, max_length, threads)  # type: ignore[arg-type]
-        self.top_k = top_k
-        self.batch_size = batch_size
-        self.name = name
+            load_cross_encoder(model, backend, max_length)  # type: ignore[arg-type]
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         pairs: list[Pair] = [(r.query.text, self.index.doc_text(d.doc_id))
