@@ -88,8 +88,7 @@ class LlamaCppLLM:
             self.model, self._path = model, None
             self.name = f"llamacpp:{model}"
         else:
-            path = gguf_path(model)
-            self._path = path
+            self._path = path = gguf_path(model)
             self.model = f"{path.resolve()}#{path.stat().st_size}"
             self.name = f"llamacpp:{path.name}"
         self._lock = threading.Lock()
