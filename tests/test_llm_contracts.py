@@ -158,7 +158,6 @@ def test_missing_slot_is_named_and_extra_values_are_ignored():
     with pytest.raises(KeyError, match=r"\{n\}"):
         c.messages(query="q")
     assert c.messages(n=2, query="q", query_id="x") == c.messages(n=2, query="q")
-    assert c.slots == ["n", "query"]
     assert fill('{"a": 1} {x}', {"x": "{x}"}) == '{"a": 1} {x}'
 
 

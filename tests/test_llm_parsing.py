@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from intentrank.llm.parsing import (
+    ParseError,
     parse_json_array,
-    parse_json_object,
     parse_numbered_list,
     parse_yes_no,
+    read_json_object,
 )
 
 
@@ -41,16 +44,11 @@ def test_json_array_fenced_inline_and_malformed():
     assert not parse_json_array('{"a": 1}').ok
 
 
-def test_json_object_with_validation():
-    def check(d: dict) -> int:
-        return int(d["score"])
-
-    assert parse_json_object('Result: {"score": "3"}', 0, check).value == 3
-    missing = parse_json_object('{"other": 1}', -1, check)
-    assert not missing.ok and missing.value == -1 and missing.reason.startswith("invalid")
-    broken = parse_json_object("{score: 3", -1)
-    assert not broken.ok and broken.reason == "no JSON dict found"
-    assert parse_json_object('{"a": [1, {"b": 2}]}', {}).value == {"a": [1, {"b": 2}]}
+def test_json_object_inline_nested_and_malformed():
+    assert read_json_object('Result: {"score": "3"}') == {"score": "3"}
+    with pytest.raises(ParseError, match="no JSON dict found"):
+        read_json_object("{score: 3")
+    assert read_json_object('{"a": [1, {"b": 2}]}') == {"a": [1, {"b": 2}]}
 
 
 def test_yes_no():

@@ -13,7 +13,7 @@ from intentrank.pipelines import build_pipeline
 def test_the_embedded_default_picks_each_roles_measured_model():
     from intentrank.llm.roles import ROLE_MODELS, role_spec
 
-    assert role_spec("embedded", "rewrite") == f"llamacpp:{ROLE_MODELS['rewrite'][0]}"
+    assert role_spec("embedded", "rewrite") == f"llamacpp:{ROLE_MODELS['rewrite']}"
     assert role_spec("embedded", "support") == "llamacpp:qwen2.5-coder-1.5b"  # generate checks
     assert role_spec("embedded", "listwise") == "embedded"
     assert role_spec("embedded", None) == "embedded"

@@ -2,20 +2,16 @@
 
 - :func:`attribute` (``cite: posthoc``): the LLM's answer is split into sentences and each is
   cited by the given passage a cross-encoder scores highest against it; a sentence no passage
-  supports at ``threshold`` or above gets no citation and counts as unsupported. Small LLMs
-  cite the wrong passage more often than a cross-encoder picks the right one.
+  supports at ``threshold`` or above gets no citation and counts as unsupported.
 - ``cite: context``: the same per-sentence attribution, but each sentence is scored in the
-  question's context ("question + sentence") by :class:`SentenceSimilarity` (the embedder's
-  cosine to the passage's closest sentence, so evidence late in an abstract counts), citing
-  the passages within ``margin`` of the best one; and the answer as a whole also cites the
-  passage the cross-encoder finds most relevant to the question (``anchor``, on the first
-  sentence, the direct answer). Answers that restate the question ("Yes, X.") or say only
-  "Yes." are attributed by what they answer, not by their few words.
+  question's context ("question + sentence") by :class:`SentenceSimilarity`, citing the
+  passages within ``margin`` of the best one; the first sentence also cites the passage the
+  cross-encoder finds most relevant to the question (``anchor``). So answers that restate the
+  question ("Yes, X.") or say only "Yes." are attributed by what they answer.
 - :func:`relevant_enough` (``abstain: relevance`` with the cross-encoder, ``abstain:
   similarity`` with :class:`SentenceSimilarity`): answer only when at least one given
   passage scores ``threshold`` or above against the question; otherwise abstain without
-  calling the LLM (an abstention sentence in the prompt attracts small models even when the
-  passages answer).
+  calling the LLM.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.llm.parsing import CITATION_MARKER
+from intentrank.answer.citations import check_citations
 from intentrank.models.cross_encoder import PairScorer
 from intentrank.types import Answer, Evidence
 
@@ -45,12 +41,12 @@ def split_sentences(text: str) -> list[str]:
     out: list[str] = []
     carry = ""
     for piece in pieces:
-        piece = f"{carry} {piece}".strip() if carry else piece
+        piece = f"{carry} {piece}".strip()
         if len(piece.split()) < MIN_WORDS:
             carry = piece
-            continue
-        out.append(piece)
-        carry = ""
+        else:
+            out.append(piece)
+            carry = ""
     if carry:
         if out:
             out[-1] = f"{out[-1]} {carry}"
@@ -60,9 +56,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def strip_markers(text: str) -> str:
-    """``text`` without ``[n]``, ``[1, 2]`` or ``[2-4]`` markers."""
-    stripped = CITATION_MARKER.sub("", text)
-    return re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", stripped)).strip()
+    """``text`` without ``[n]``, ``[1, 2]`` or ``[2-4]`` markers (none cites a source of 0)."""
+    return check_citations(text, 0).text
 
 
 def best_snippet(sentence: str, passage: str) -> str:
@@ -123,8 +118,6 @@ class SentenceSimilarity:
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 8) -> np.ndarray:
         """One cosine per ``(text, passage)`` pair (0.0 for an empty passage)."""
-        if not pairs:
-            return np.zeros(0, dtype=np.float32)
         firsts = list(dict.fromkeys(a for a, _ in pairs))
         pieces = {p: split_sentences(p) or [p] for p in dict.fromkeys(b for _, b in pairs)}
         flat = list(dict.fromkeys(s for sents in pieces.values() for s in sents if s.strip()))

@@ -1,21 +1,10 @@
 """Answer generation (method 5's last step): a concise answer from each ranking's top
 ``top_k`` (N_ans) documents, citing them as ``[1]``..``[n]``; sets ``Query.answer``.
 
-How it abstains and how it cites are options (docs/benchmarks.md "Defaults" measures them):
-
-- ``abstain: similarity`` (default): answer only when the embedder finds a sentence of some
-  given passage at cosine ``abstain_threshold`` (0.45) or above to the question, else abstain
-  with no LLM call (counted ``gated``); ``abstain: relevance``: the same gate by the
-  cross-encoder's relevance of whole passages (``abstain_threshold`` 0.2); ``abstain: llm``
-  (the paper's): the prompt offers the abstention sentence and the LLM decides.
-- ``cite: context`` (default): the LLM answers without a citation format and each sentence
-  is cited by the passages whose closest sentence the embedder finds nearest to "question +
-  sentence" (``support_threshold`` 0.45 and within ``cite_margin`` of the best), and the
-  first sentence also cites the passage the cross-encoder finds most relevant to the
-  question; ``cite: posthoc``: each sentence alone, by the passages the cross-encoder finds
-  support it (``support_threshold`` 0.1); in both, a sentence with no citation is counted
-  ``unsupported`` (``answer/attribution.py``); ``cite: llm`` (the paper's): the LLM writes
-  the ``[n]`` markers and they are checked.
+``abstain`` (``similarity``, the default; ``relevance``; ``llm``, the paper's) decides whether
+the LLM is asked at all (a gated query abstains with no call, counted ``gated``), ``cite``
+(``context``, the default; ``posthoc``; ``llm``, the paper's) how the citations are made
+(``answer/attribution.py``); docs/knowledge.md describes each option and its thresholds.
 
 Documents are clipped to ``doc_words`` words each and, together, to ``context_words`` (so
 N_ans = 20 fits the embedded model's 4096-token context). Fallbacks, counted as
@@ -139,9 +128,6 @@ class AnswerGenerator(Stage):
             return None
         return self.scorer if self.abstain == "relevance" else self.similarity
 
-    def words_per_document(self, n_docs: int) -> int:
-        return max(1, min(self.doc_words, self.context_words // max(n_docs, 1)))
-
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         path_id = trace.path_of(self)
         sources = [tuple(r.doc_ids[:self.top_k]) for r in rankings]
@@ -153,7 +139,7 @@ class AnswerGenerator(Stage):
         todo = [i for i in texts if i not in gated]
         items = []
         for i in todo:
-            words = self.words_per_document(len(texts[i]))
+            words = max(1, min(self.doc_words, self.context_words // len(texts[i])))
             trace.count(path_id, "clipped_documents",
                         sum(len(t.split()) > words for t in texts[i]))
             items.append({"query": rankings[i].query.text.strip(), "max_words": self.max_words,

@@ -60,12 +60,23 @@ class ChatParams:
             object.__setattr__(self, name, value)
 
     def as_dict(self) -> dict[str, Any]:
-        """The parameters as keywords (of :func:`~intentrank.llm.cache.cache_key`);
-        ``json_schema`` only when set, so keys without structured output never changed."""
+        """The parameters as keywords of :func:`~intentrank.llm.cache.cache_key`
+        (``json_schema`` only when set)."""
         out: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature,
                                "stop": self.stop, "logprobs": self.logprobs}
         if self.json_schema is not None:
             out["json_schema"] = self.json_schema
+        return out
+
+    def request(self, messages: list[Message]) -> dict[str, Any]:
+        """The chat-completions fields both backends send (``stop`` and ``logprobs`` only when
+        set; each backend adds its own form of ``json_schema``)."""
+        out: dict[str, Any] = {"messages": messages, "max_tokens": self.max_tokens,
+                               "temperature": self.temperature}
+        if self.stop:
+            out["stop"] = list(self.stop)
+        if self.logprobs > 0:
+            out.update(logprobs=True, top_logprobs=self.logprobs)
         return out
 
 

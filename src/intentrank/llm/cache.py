@@ -39,10 +39,8 @@ def cache_key(
     logprobs: int,
     json_schema: dict[str, Any] | None = None,
 ) -> str:
-    """sha256 of the canonical JSON of everything that determines a reply.
-
-    ``json_schema`` enters the key only when set: keys (and cached replies) of calls without
-    structured output are the same as before it existed."""
+    """sha256 of the canonical JSON of everything that determines a reply (``json_schema``
+    only when set)."""
     payload: dict[str, Any] = {
         "backend": backend, "model": model, "messages": messages, "max_tokens": max_tokens,
         "temperature": float(temperature), "stop": list(stop) if stop else None,
@@ -90,17 +88,6 @@ class ReplyCache:
                  reply.seconds, json.dumps(reply.top_logprobs), time.time()),
             )
 
-    def __bool__(self) -> bool:  # an empty cache is still a cache
-        return True
-
     def __len__(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM replies").fetchone()[0])
-
-    def clear(self) -> None:
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM replies")
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()

@@ -7,10 +7,6 @@ Counters (under the caller's ``stage``): ``llm_calls`` backend calls made (retri
 time queued for a concurrency slot or for a serial backend), ``llm_errors`` failed backend
 calls, ``llm_retries`` calls after the first of a request and ``llm_failed`` requests that
 failed for good.
-
-A retryable error may carry ``retry_after`` (seconds, from an HTTP ``Retry-After`` header):
-the next attempt waits at least that long, and a server that asks for more than
-``max_retry_after`` seconds is not retried (the request fails at once, with that reason).
 """
 
 from __future__ import annotations
@@ -50,8 +46,9 @@ class LLMClient:
     ``cache``: a :class:`ReplyCache`, a path to its SQLite file, True for the default one in
     ``cache_dir()/llm_cache.sqlite``, or None/False for none. ``timeout`` (seconds per call) is
     handed to backends that have a ``timeout`` attribute (the HTTP backend); the in-process
-    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds (or what the
-    server asked for with ``Retry-After``, up to ``max_retry_after``).
+    backend cannot be interrupted. Retries wait ``backoff * 2**i`` seconds, or at least the
+    ``retry_after`` a retryable error carries (an HTTP ``Retry-After``); a server that asks
+    for more than ``max_retry_after`` seconds is not retried (the request fails at once).
     """
 
     def __init__(
@@ -151,26 +148,22 @@ class LLMClient:
                 with self._slots:
                     start = time.perf_counter()  # waiting for a slot is not backend time
                     reply = self.llm.chat(messages, params)
-            except _RETRYABLE as exc:
-                last = exc
+            except Exception as exc:
                 self._count(trace, stage, llm_calls=1, llm_errors=1,
                             llm_seconds=time.perf_counter() - start)
+                if isinstance(exc, ModelError) and not isinstance(exc, _RETRYABLE):
+                    raise
+                if not isinstance(exc, _RETRYABLE):  # an unexpected backend bug: do not retry
+                    raise ModelError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+                last = exc
                 self._log(trace, stage, "llm_retryable_error", attempt=attempt, reason=str(exc))
-                wait_at_least = _retry_after(exc)
+                wait_at_least = getattr(exc, "retry_after", None) or 0.0  # Retry-After
                 if wait_at_least > self.max_retry_after and attempt < self.retries:
                     raise ModelError(
                         f"{self.name}: the server asked to retry after {wait_at_least:g} s, "
                         f"more than max_retry_after={self.max_retry_after:g} s; giving up: "
                         f"{str(exc).removeprefix(f'{self.name}: ')}") from exc
                 continue
-            except ModelError:
-                self._count(trace, stage, llm_calls=1, llm_errors=1,
-                            llm_seconds=time.perf_counter() - start)
-                raise
-            except Exception as exc:  # an unexpected backend bug: name it, do not retry
-                self._count(trace, stage, llm_calls=1, llm_errors=1,
-                            llm_seconds=time.perf_counter() - start)
-                raise ModelError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
             # the backend's own measure when it has one: a serial backend (the embedded one)
             # leaves out the time a call of a concurrent batch queued for it
             seconds = reply.seconds = reply.seconds or time.perf_counter() - start
@@ -226,16 +219,6 @@ class LLMClient:
             return [f.result() for f in futures]
 
 
-def _retry_after(exc: Exception) -> float:
-    """Seconds a retryable error asks to wait (0 when it does not say)."""
-    value = getattr(exc, "retry_after", None)
-    try:
-        seconds = float(value) if value is not None else 0.0
-    except (TypeError, ValueError):
-        return 0.0
-    return seconds if seconds == seconds and seconds > 0 else 0.0  # NaN and <= 0: no hint
-
-
 _OPENAI = re.compile(r"^openai:(?P<model>[^@]+?)(?:@(?P<url>https?://\S+))?$")
 
 
@@ -264,12 +247,11 @@ def make_backend(spec: str = DEFAULT_SPEC, **backend_kwargs: Any) -> LLM:
         return OpenAICompatibleLLM(m["url"] or DEFAULT_BASE_URL, m["model"], **backend_kwargs)
     from intentrank.llm.embedded import LlamaCppLLM
     from intentrank.llm.model_files import DEFAULT_MODEL
+    from intentrank.llm.roles import EMBEDDED
 
-    if spec in ("", "embedded", "llamacpp"):
-        return LlamaCppLLM(DEFAULT_MODEL, **backend_kwargs)
-    if spec.startswith("llamacpp:"):
-        return LlamaCppLLM(spec.removeprefix("llamacpp:"), **backend_kwargs)
-    return LlamaCppLLM(spec, **backend_kwargs)  # a registry name or a .gguf path
+    # the default model, else a registry name or a .gguf path (with or without the prefix)
+    model = DEFAULT_MODEL if spec in EMBEDDED else spec.removeprefix("llamacpp:")
+    return LlamaCppLLM(model, **backend_kwargs)
 
 
 def load_llm(spec: str = DEFAULT_SPEC, **client_kwargs: Any) -> LLMClient:

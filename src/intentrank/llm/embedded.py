@@ -88,8 +88,7 @@ class LlamaCppLLM:
             self.model, self._path = model, None
             self.name = f"llamacpp:{model}"
         else:
-            path = gguf_path(model)
-            self._path = path
+            self._path = path = gguf_path(model)
             self.model = f"{path.resolve()}#{path.stat().st_size}"
             self.name = f"llamacpp:{path.name}"
         self._lock = threading.Lock()
@@ -114,15 +113,7 @@ class LlamaCppLLM:
 
     def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
         server = _server(self.path, self.n_ctx, self.n_threads, self.seed, self.poll)
-        request: dict[str, Any] = {
-            "messages": messages, "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "seed": self.seed, "cache_prompt": True,
-        }
-        if params.stop:
-            request["stop"] = list(params.stop)
-        if params.logprobs > 0:
-            request.update(logprobs=True, top_logprobs=params.logprobs)
+        request = {**params.request(messages), "seed": self.seed, "cache_prompt": True}
         if params.json_schema is not None:  # llama.cpp: a grammar, constrained decoding
             request["json_schema"] = dict(params.json_schema)
         try:

@@ -1,13 +1,10 @@
 """How the LLM steps of a run went: calls, cache hits, failures and fallbacks per stage.
 
-Every LLM stage counts into the run's :class:`~intentrank.types.Trace` (see
-:mod:`intentrank.llm.client` and each stage's ``trace.count`` calls): ``llm_calls`` backend
-calls (retries included), ``llm_retries``, ``llm_errors`` failed calls, ``llm_failed``
-requests that failed for good, ``llm_cache_hits`` and the stage's own ``fallbacks`` (an
-unusable or missing reply replaced by the stage's fallback: query alone, previous order,
-rule weights, keep the candidate). :func:`health_report` turns those counters into one
-:class:`StageHealth` per LLM stage, :func:`format_health` into one line each, and
-:func:`warnings_for` / :func:`check_strict` say when a run's LLM output is degraded.
+:func:`health_report` turns the ``llm_*`` counters of a run's :class:`~intentrank.types.Trace`
+(see :mod:`intentrank.llm.client`) and each stage's own ``fallbacks`` (an unusable or missing
+reply replaced by the stage's fallback) into one :class:`StageHealth` per LLM stage,
+:func:`format_health` into one line each, and :func:`warnings_for` / :func:`check_strict`
+say when a run's LLM output is degraded.
 
 Several traces (the pipelines of ``intentrank eval``, the configurations of an ablation)
 are summed over the work each actually did: what a run replayed from another run's stage
@@ -59,14 +56,6 @@ class StageHealth:
         sent = self.requests - self.cache_hits
         return sent > 0 and self.failed >= sent
 
-    def as_dict(self) -> dict[str, object]:
-        return {"stage": self.stage, "queries": self.queries, "requests": self.requests,
-                "calls": self.calls, "retries": self.retries, "errors": self.errors,
-                "cache_hits": self.cache_hits, "failed": self.failed,
-                "fallbacks": self.fallbacks, "fallback_share": self.fallback_share,
-                "all_failed": self.all_failed, "last_failure": self.last_failure,
-                "labels": list(self.labels)}
-
 
 def _fresh(trace: Trace, stage: str, fresh: bool = True) -> tuple[float, dict[str, float]]:
     """Queries and counters of ``stage`` minus what was replayed from another run (all of
@@ -75,11 +64,6 @@ def _fresh(trace: Trace, stage: str, fresh: bool = True) -> tuple[float, dict[st
     replayed = trace.replayed.get(stage, {}) if fresh else {}
     counters = {c: v - replayed.get(c, 0.0) for c, v in st.counters.items()}
     return st.queries - replayed.get("queries", 0.0), counters
-
-
-def _is_llm_stage(trace: Trace, stage: str) -> bool:
-    counters = trace.stages[stage].counters
-    return any(counters.get(c, 0) > 0 for c in LLM_COUNTERS)
 
 
 def health_report(traces: Trace | Iterable[Trace] | Mapping[str, Trace],
@@ -103,8 +87,8 @@ def health_report(traces: Trace | Iterable[Trace] | Mapping[str, Trace],
     labels: dict[tuple[str, str], list[str]] = {}
     last_failure: dict[tuple[str, str], str] = {}
     for label, trace in labelled:
-        for stage in trace.stages:
-            if not _is_llm_stage(trace, stage):
+        for stage, st in trace.stages.items():
+            if not any(st.counters.get(c, 0) > 0 for c in LLM_COUNTERS):
                 continue
             key = (label if separate else "", stage)
             queries, counters = _fresh(trace, stage, fresh)

@@ -89,14 +89,7 @@ class OpenAICompatibleLLM:
         return ModelError(f"{where}: {type(exc).__name__}: {exc}")
 
     def chat(self, messages: list[Message], params: ChatParams) -> LLMReply:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages,
-                                  "max_tokens": params.max_tokens,
-                                  "temperature": params.temperature,
-                                  "timeout": self.timeout}
-        if params.stop:
-            kwargs["stop"] = list(params.stop)
-        if params.logprobs > 0:
-            kwargs.update(logprobs=True, top_logprobs=params.logprobs)
+        kwargs = {**params.request(messages), "model": self.model, "timeout": self.timeout}
         if params.json_schema is not None:
             kwargs["response_format"] = response_format(params.json_schema)
         start = time.perf_counter()
@@ -179,8 +172,6 @@ def _retry_after_seconds(response: Any) -> float | None:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
             return None
-        if when is None:
-            return None
         if when.tzinfo is None:
             when = when.replace(tzinfo=UTC)
         seconds = (when - datetime.now(UTC)).total_seconds()
@@ -190,11 +181,6 @@ def _retry_after_seconds(response: Any) -> float | None:
 
 
 def _as_dict(resp: Any) -> Any:
-    """The response as plain data (pydantic model, dict, or a string for non-JSON bodies)."""
-    dump = getattr(resp, "model_dump", None)
-    if not callable(dump):
-        return resp
-    try:  # a malformed field is reported by chat(), not as a pydantic warning
-        return dump(warnings=False)
-    except TypeError:
-        return dump()
+    """The response as plain data (a string for non-JSON bodies); a malformed field is
+    reported by chat(), not as a pydantic warning."""
+    return resp.model_dump(warnings=False) if hasattr(resp, "model_dump") else resp

@@ -102,27 +102,6 @@ def parse_json_array(text: str, fallback: list[Any] | None = None) -> Parsed[lis
     return Parsed(value, True)
 
 
-def parse_json_object(
-    text: str,
-    fallback: T,
-    validate: Callable[[dict[str, Any]], T] | None = None,
-) -> Parsed[T | dict[str, Any]]:
-    """The first JSON object in the reply, passed through ``validate`` when given.
-
-    ``validate`` returns the cleaned value or raises ``ValueError`` / ``KeyError`` /
-    ``TypeError`` with the reason; any failure returns ``fallback``.
-    """
-    value, reason = _first_json(text, dict)
-    if value is None:
-        return Parsed(fallback, False, reason)
-    if validate is None:
-        return Parsed(value, True)
-    try:
-        return Parsed(validate(value), True)
-    except (ValueError, KeyError, TypeError) as exc:
-        return Parsed(fallback, False, f"invalid: {exc}")
-
-
 def parse_yes_no(text: str) -> Parsed[bool | None]:
     """A yes/no answer from the first word that is one of them."""
     m = re.search(r"\b(yes|no)\b", text.lower())

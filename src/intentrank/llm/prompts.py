@@ -84,11 +84,6 @@ class PromptContract:
     source: str = ""
 
     @property
-    def slots(self) -> list[str]:
-        """The values :meth:`messages` needs (``{examples}`` is filled by the contract)."""
-        return [s for s in slots(self.template) if not (s == _EXAMPLES and self.inline)]
-
-    @property
     def inline(self) -> bool:
         return self.examples_as == "inline"
 

@@ -151,8 +151,7 @@ def run_step(
     request = contract.params(structured=structured, **params)
     replies = llm.chat_many(batch, on_error="none", trace=trace, stage=stage, **request) \
         if batch else []
-    if parse is None:
-        parse = _contract_parser(contract)
+    parse = parse or (lambda reply, item: contract.parse(reply.text))
     results = []
     for i, (item, reply) in enumerate(zip(items, replies, strict=True)):
         result = judge_reply(reply, item, parse=parse, validate=validate, fallback=fallback)
@@ -173,10 +172,3 @@ def run_step(
             trace.log(stage, "repair", **where, detail=result.detail,
                       reply=reply.text[:REPLY_CHARS] if reply is not None else "")
     return results
-
-
-def _contract_parser(contract: PromptContract) -> ParseFn:
-    def parse(reply: LLMReply, item: Vars) -> Any:
-        return contract.parse(reply.text)
-
-    return parse

@@ -1,5 +1,5 @@
 """Coverage-aware list ranking (RichRAG, method 4): choose the top ``top_k`` one document at
-a time by marginal aspect coverage.
+a time by marginal aspect coverage (docs/coverage.md).
 
 With aspects ``a_1..a_m`` (the ``aspects`` stage's; the query alone when it has none) and a
 coverage score ``phi(d, a_i)`` in [0, 1], step ``t`` picks, among the pool documents not yet
@@ -12,22 +12,10 @@ chosen, the one maximising::
 the first pick when there is one aspect, go to the larger unweighted ``sum_i phi(d, a_i)``
 (relevance), then to the earlier pool position. So one aspect ranks by ``phi`` alone.
 
-``phi`` is pluggable (:class:`AspectScorer`): ``cross_encoder`` scores ``d`` against
-``query + aspect`` (``against: query+aspect``, the paper's; ``against: aspect`` scores the
-aspect alone, which leaves a 128-token cross-encoder more room for the document when the
-query is long) with a cross-encoder (the bundled one by default; its ONNX runtime returns
-``sigmoid(logit)``, and scores outside [0, 1] from another scorer are passed through a
-sigmoid), ``cosine`` is the cosine of the index's embeddings of ``query + aspect`` and ``d``,
-clipped below at 0 (Norm needs non-negative coverage). ``calibrate: minmax`` rescales each
-aspect's column to [0, 1] over the pool (min-max of the cross-encoder's logits, or of the
-cosines): the bundled cross-encoder's sigmoid scores sit near 1 for most pool documents
-(measured: 0.997-0.999 on a SciFact pool), so every aspect looks covered after one pick and
-the weights stop steering the list.
-
-The greedy list builder is one :class:`ListRanker`; it is the seam for a learned list
-ranker (RichRAG's generative ranker, trained by SFT then DPO, needs a GPU and is not
-implemented here): anything with ``name`` and ``choose(query, aspects, doc_ids, k)`` can
-replace it (``CoverageReranker(index, ranker=...)``).
+``phi`` is an :class:`AspectScorer` (a cross-encoder, or the index's cosine; optionally
+min-max calibrated per aspect, :func:`minmax_columns`). The greedy builder is one
+:class:`ListRanker`, the seam for a learned list ranker: anything with ``name`` and
+``choose(query, aspects, doc_ids, k)`` can replace it (``CoverageReranker(index, ranker=...)``).
 
 The pool is the first ``pool`` incoming candidates (default 100; none: all). The chosen
 list gets scores ``top_k, top_k - 1, ...``; the rest of the incoming ranking stays below in
@@ -53,6 +41,7 @@ from intentrank.models.cross_encoder import PairScorer, load_cross_encoder
 from intentrank.query.aspects import aspects_of
 from intentrank.query.multi_faceted import aspect_text
 from intentrank.rerank.base import rerank_head
+from intentrank.rerank.cross_encoder import shared_scorer
 from intentrank.types import Ranking, Trace
 
 SCORERS = ("cross_encoder", "cosine")
@@ -257,11 +246,7 @@ def _coverage(ctx: BuildContext, params: dict[str, Any]) -> Stage:
     the greedy coverage list (the cross-encoder is shared with the config's other stages)."""
     index = ctx.require_index("coverage")
     if params.get("scorer", "cross_encoder") == "cross_encoder":
-        model = params.pop("model", None)
-        key = f"cross_encoder:{model}:None:None"  # the key the cross_encoder stage uses
-        if key not in ctx.resources:
-            ctx.resources[key] = load_cross_encoder(model)
-        params["model"] = ctx.resources[key]
+        params["model"] = shared_scorer(ctx, params.pop("model", None))
     return CoverageReranker(index, **params)
 
 

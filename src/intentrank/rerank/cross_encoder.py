@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from intentrank.core.protocols import IndexLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -21,8 +19,7 @@ class CrossEncoderReranker(Stage):
     """Rescore the top ``top_k`` candidates of each ranking with a cross-encoder.
 
     Candidates below ``top_k`` keep their order beneath the rescored ones (with scores below the
-    lowest cross-encoder score); every candidate keeps its earlier stage scores. Batches of 8
-    were fastest on 2 CPU cores (longer batches pad more and spill caches).
+    lowest cross-encoder score); every candidate keeps its earlier stage scores.
     """
 
     def __init__(
@@ -34,34 +31,22 @@ class CrossEncoderReranker(Stage):
         max_length: int | None = None,
         backend: str | None = None,
         name: str = "cross_encoder",
-        threads: int | None = None,
     ) -> None:
         if top_k < 1 or batch_size < 1:
             raise ModelError(f"cross-encoder top_k and batch_size must be >= 1 (got "
                              f"top_k={top_k}, batch_size={batch_size})")
-        self.index = index
+        self.index, self.top_k, self.batch_size, self.name = index, top_k, batch_size, name
         self.scorer = model if hasattr(model, "predict") else \
-            load_cross_encoder(model, backend, max_length, threads)  # type: ignore[arg-type]
-        self.top_k = top_k
-        self.batch_size = batch_size
-        self.name = name
+            load_cross_encoder(model, backend, max_length)  # type: ignore[arg-type]
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        pairs: list[Pair] = []
-        spans: list[tuple[int, int]] = []
-        for r in rankings:
-            start = len(pairs)
-            pairs.extend((r.query.text, self.index.doc_text(d.doc_id)) for d in r.docs[:self.top_k])
-            spans.append((start, len(pairs)))
-        scores, path_id = self.scorer.predict(pairs, self.batch_size), trace.path_of(self)
+        pairs: list[Pair] = [(r.query.text, self.index.doc_text(d.doc_id))
+                             for r in rankings for d in r.docs[:self.top_k]]
+        scores = iter(self.scorer.predict(pairs, self.batch_size))
+        path_id = trace.path_of(self)
         trace.count(path_id, "pairs", len(pairs))
-        return [self._rerank(r, scores[a:b], path_id)
-                for r, (a, b) in zip(rankings, spans, strict=True)]
-
-    def _rerank(self, ranking: Ranking, scores: np.ndarray, path_id: str) -> Ranking:
-        head = ranking.docs[:self.top_k]
-        return rerank_head(ranking, {d.doc_id: float(s) for d, s in zip(head, scores, strict=True)},
-                           path_id)
+        return [rerank_head(r, {d.doc_id: float(next(scores)) for d in r.docs[:self.top_k]},
+                            path_id) for r in rankings]
 
     def describe(self) -> str:
         scorer = self.scorer  # the model, its runtime (torch or int8 ONNX) and its clipping

@@ -10,11 +10,10 @@ import math
 from typing import Any
 
 from intentrank.core.params import check_int
-from intentrank.core.protocols import IndexLike
+from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.base import LLM, LLMReply, Message
-from intentrank.llm.client import LLMClient, load_llm
+from intentrank.llm.base import LLMReply
 from intentrank.llm.parsing import read_yes_no
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
@@ -35,37 +34,25 @@ def p_yes(top_logprobs: dict[str, float]) -> float | None:
     return mass["yes"] / total if total > 0 else None
 
 
-def judge_messages(query: str, passage: str) -> list[Message]:
-    """The ``judge`` contract's messages for one (query, passage) pair."""
-    return load_contract("judge").messages(query=query, passage=passage)
-
-
 class LLMJudge(Stage):
     """Rescore the top ``top_k`` candidates by P(yes); the rest keep their order below them.
 
     P(yes) comes from the first generated token's top logprobs when the backend gives them,
     else 1.0/0.0 from the parsed yes/no (counted as ``parsed_yes_no``), else 0.5 (a counted
-    fallback, by kind). Ties keep the incoming order. Candidates below ``top_k`` get scores -1,
-    -2, ... in their incoming order.
+    fallback, by kind). Ties keep the incoming order.
     """
 
     def __init__(
         self,
         index: IndexLike,
-        llm: LLMClient | LLM | str = "embedded",
+        llm: LLMLike,
         top_k: int = 20,
         max_passage_chars: int = 1000,
         name: str = "llm_judge",
     ) -> None:
-        top_k = check_int("top_k", top_k)
-        max_passage_chars = check_int("max_passage_chars", max_passage_chars)
-        self.index = index
-        if isinstance(llm, str):
-            llm = load_llm(llm)
-        self.llm = llm if isinstance(llm, LLMClient) else LLMClient(llm)
-        self.top_k = top_k
-        self.max_passage_chars = max_passage_chars
-        self.name = name
+        self.index, self.llm, self.name = index, llm, name
+        self.top_k = check_int("top_k", top_k)
+        self.max_passage_chars = check_int("max_passage_chars", max_passage_chars)
         self.contract = load_contract("judge")
 
     def describe(self) -> str:

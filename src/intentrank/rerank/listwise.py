@@ -10,7 +10,7 @@ follow in their previous order; each repair and each unusable reply is counted (
 queries at the same position go to the LLM as one batch.
 
 ``structured`` asks for JSON-schema constrained output, ``{"ranking": [3, 1, 2]}`` (off by
-default: not measured against the free-text answer yet).
+default).
 
 ``mode="first"`` is single-token listwise reranking (FIRST, Reddy et al. 2024): the LLM is
 asked for the best passage's number only (``listwise_first`` contract, one output token), and
@@ -32,7 +32,7 @@ from intentrank.core.params import (
 from intentrank.core.protocols import IndexLike, LLMLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.llm.base import LLMReply, Message
+from intentrank.llm.base import LLMReply
 from intentrank.llm.parsing import Repaired, repair_order
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
@@ -93,9 +93,6 @@ class ListwiseReranker(Stage):
         numbered = "\n".join(f"[{i}] {p[: self.max_passage_chars].strip()}"
                              for i, p in enumerate(passages, 1))
         return {"n": len(passages), "query": query.strip(), "passages": numbered}
-
-    def messages(self, query: str, passages: list[str]) -> list[Message]:
-        return self.contract.messages(**self._vars(query, passages))
 
     def _rank_windows(self, windows: list[tuple[str, str, list[str]]],
                       trace: Trace) -> list[list[str]]:
