@@ -10,8 +10,7 @@ with the query (:func:`intentrank.llm.step.run_step`).
 Options: ``structured`` asks for JSON-schema constrained output (the contract's schema: three
 numbers in [0, 1], all required, no other keys); ``repair_range`` (e.g. ``[0.8, 1.2]``)
 renormalises weights whose sum lies in that range instead of falling back, counted as
-``repairs`` (the 0.5B model's usual answer sums to 0.9). See docs/benchmarks.md,
-``structured-output``, for what each does to the fallback rate.
+``repairs``.
 """
 
 from __future__ import annotations
@@ -126,10 +125,6 @@ class DynamicWeightedFusion(WeightedFusion):
                       source="llm" if r.ok else "rule", repaired=r.repaired)
         return [tuple(r.value) for r in results]
 
-    def weights_for(self, query: str, query_id: str, trace: Trace) -> tuple[float, ...]:
-        """Weights for one query (see :meth:`weights_batch`)."""
-        return self.weights_batch([Query(query_id, query)], trace)[0]
-
     def prepare(self, queries: Sequence[Query], trace: Trace) -> None:
         """Ask for the weights of every query of the batch at once, before fusing."""
         for q, ws in zip(queries, self.weights_batch(queries, trace), strict=True):
@@ -139,7 +134,7 @@ class DynamicWeightedFusion(WeightedFusion):
         q = rankings[0].query
         weights = self._ready.pop((q.id, q.text), None)
         if weights is None:  # not prepared (fuse called on its own)
-            weights = self.weights_for(q.text, q.id, trace)
+            weights = self.weights_batch([q], trace)[0]
         return weighted_minmax([{d.doc_id: d.score for d in r.docs} for r in rankings], weights)
 
     def describe(self) -> str:

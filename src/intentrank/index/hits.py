@@ -44,10 +44,9 @@ SMALL_BATCH = 4
 
 def dense_scores(embeddings: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """float32 ``(n_docs, n_queries)`` inner products. A few queries are scored by numpy's
-    own loops (``einsum``), not by BLAS: OpenBLAS splits a product over every core, and
-    from a worker thread with the cores busy (the service) its threads wait on each other
-    (SciFact's 5,183 x 384 in an ad-hoc check under load: 10 ms against 0.6); a query's
-    scores then also never depend on the queries scored with it."""
+    own loops (``einsum``), not by BLAS, whose threads wait on each other from a worker
+    thread with the cores busy (the service); a query's scores then also never depend on the
+    queries scored with it."""
     if queries.shape[0] <= SMALL_BATCH:
         return np.einsum("dj,qj->dq", embeddings, queries, dtype=np.float32)
     return np.asarray(embeddings @ queries.T, dtype=np.float32)

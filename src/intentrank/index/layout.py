@@ -49,7 +49,6 @@ CURRENT_TMP_PREFIX = "CURRENT.tmp-"
 LEGACY_NAMES = frozenset({MANIFEST, "docs.jsonl", "doc_offsets.npy", "ids.json", "bm25",
                           "dense", "tfidf", "graph"})
 _GEN_NAME = re.compile(r"gen-[0-9A-Za-z_-]{1,64}")
-_CHUNK = 1 << 20
 
 
 def new_generation_name() -> str:
@@ -131,10 +130,8 @@ def record_files(root: Path) -> dict[str, dict[str, Any]]:
     each file is fsynced on the way so the generation is durable before CURRENT names it."""
     out: dict[str, dict[str, Any]] = {}
     for p in _files(root):
-        digest = hashlib.sha256()
         with open(p, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
+            digest = hashlib.file_digest(fh, "sha256")
             with contextlib.suppress(OSError):
                 os.fsync(fh.fileno())
         out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size,
@@ -169,20 +166,15 @@ def verify_files(root: Path, files: dict[str, dict[str, Any]]) -> tuple[int, int
     hint = rebuild_hint(root.parent)
     check_sizes(root, files)
     problems: list[str] = []
-    total = 0
     for rel, rec in files.items():
-        digest = hashlib.sha256()
         with open(root / rel, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
-                total += len(chunk)
-        if digest.hexdigest() != rec["sha256"]:
+            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        if sha != rec["sha256"]:
             problems.append(f"{root / rel} does not match its sha256 (the manifest records "
-                            f"{rec['sha256'][:12]}..., the file has "
-                            f"{digest.hexdigest()[:12]}...)")
+                            f"{rec['sha256'][:12]}..., the file has {sha[:12]}...)")
     if problems:
         raise IndexCorruptError("; ".join(problems) + f"; {hint}")
-    return len(files), total
+    return len(files), sum(rec["size"] for rec in files.values())
 
 
 # -- locks ---------------------------------------------------------------------------------

@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.errors import DataError
 from intentrank.index.embedding_cache import EmbeddingCache, model_key
 from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
 from intentrank.index.settings import IndexSettings
-from intentrank.index.shards import build_bm25_shards, shard_bounds
+from intentrank.index.shards import build_bm25_shards, no_terms_error, shard_bounds, token_ids
 from intentrank.index.store import bm25_tokenize
 
 # Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
@@ -52,19 +51,11 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
                                                                     settings.shards), progress)
     tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
     if not any(tokens):
-        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
-                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
-                        f"only stopwords")
+        raise no_terms_error(s)
     retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-    retriever.index(bm25s.tokenization.Tokenized(*_to_ids(tokens)), show_progress=progress)
+    retriever.index(bm25s.tokenization.Tokenized(*token_ids(tokens)), show_progress=progress)
     retriever.save(str(out))
     return None
-
-
-def _to_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
-    vocab: dict[str, int] = {}
-    ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
-    return ids, vocab
 
 
 def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress: bool,

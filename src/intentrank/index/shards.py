@@ -41,15 +41,26 @@ def bm25_shard_dir(root: Path, shard: int) -> Path:
     return root / "bm25" / f"shard-{shard:03d}"
 
 
+def token_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
+    """Each document's tokens as ids of a vocabulary numbered in order of appearance."""
+    vocab: dict[str, int] = {}
+    return [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens], vocab
+
+
+def no_terms_error(s: BM25Settings) -> DataError:
+    """The error of a corpus in which no document keeps a BM25 term."""
+    return DataError(f"no document has a BM25 term after tokenising (stopwords "
+                     f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
+                     f"only stopwords")
+
+
 class _ShardTokens:
     """One shard's corpus as token ids (shard-local vocabulary) and its document
     frequencies."""
 
     def __init__(self, tokens: list[list[str]]) -> None:
-        vocab: dict[str, int] = {}
-        self.ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
-        self.vocab = vocab
-        df = np.zeros(len(vocab), dtype=np.int64)
+        self.ids, self.vocab = token_ids(tokens)
+        df = np.zeros(len(self.vocab), dtype=np.int64)
         for doc in self.ids:
             if doc:
                 df[np.unique(np.asarray(doc, dtype=np.int64))] += 1
@@ -102,9 +113,7 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
     shards = [_ShardTokens(bm25_tokenize(list(texts[a:e]), s.stopwords, s.stemmer,
                                          progress=progress)) for a, e in bounds]
     if not any(sh.total_len for sh in shards):
-        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
-                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
-                        f"only stopwords")
+        raise no_terms_error(s)
     global_df: Counter[str] = Counter()
     for sh in shards:
         for token, i in sh.vocab.items():

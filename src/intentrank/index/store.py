@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import time
+from collections import Counter
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from intentrank.core.params import check_int
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
 from intentrank.index.ann import EXACT_BLOCK
@@ -311,11 +313,7 @@ class Index:
         if unknown:
             raise ValueError(f"unknown ANN search parameter(s) {unknown}; use ef_search, "
                              f"nprobe or refine")
-        for name, value in params.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self._ann_params = {k: v for k, v in params.items() if v is not None}
+        self._ann_params = {k: check_int(k, v) for k, v in params.items() if v is not None}
 
     @cached_property
     def embeddings(self) -> np.ndarray:
@@ -428,10 +426,7 @@ class Index:
         inverted, pr = self.graph
         out: list[Hits] = []
         for text in texts:
-            overlap: dict[int, int] = {}
-            for e in extract_entities(text):
-                for row in inverted.get(e, ()):
-                    overlap[row] = overlap.get(row, 0) + 1
+            overlap = Counter(row for e in extract_entities(text) for row in inverted.get(e, ()))
             scores = np.zeros(len(self), dtype=np.float64)
             if overlap:
                 rows = np.fromiter(overlap, dtype=np.int64)
