@@ -105,7 +105,7 @@ def build_index(
     *,
     overwrite: bool = False,
     progress: bool = False,
-    embedding_cache: EmbeddingCache | None | bool = True,
+    embedding_cache: bool = True,
     log: Progress | None = None,
     encoder: Encoder | None = None,
 ) -> Index:
@@ -113,7 +113,8 @@ def build_index(
 
     An existing index built from the same corpus with the same settings is reused as is;
     one built differently raises :class:`IndexMismatchError` unless ``overwrite``, which
-    always rebuilds (also over a damaged or older-format index). Only one build may run per
+    always rebuilds (also over a damaged or older-format index). ``embedding_cache=False``
+    encodes every passage instead of reusing cached vectors. Only one build may run per
     directory: another one fails at once with :class:`IndexBusyError`. Any error (or SIGTERM)
     while reading the corpus or building leaves the previous index as it was, removes the
     temporary generation and any directory this call created. ``encoder`` replaces the
@@ -136,8 +137,8 @@ def build_index(
 
 def _build_locked(
     docs: Iterable[Document], path: Path, settings: IndexSettings, guard: _Guard, *,
-    overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
-    say: Progress, encoder: Encoder | None = None,
+    overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
+    encoder: Encoder | None = None,
 ) -> Index:
     created = _make_dirs(path)
     try:
@@ -157,7 +158,7 @@ def _build_locked(
         (tmp / layout.READERS_LOCK).touch()
         reused = _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
                                    progress=progress, embedding_cache=embedding_cache,
-                                   say=say, path=path, encoder=encoder)
+                                   say=say, encoder=encoder)
         if reused is not None:
             shutil.rmtree(tmp)
             return reused
@@ -302,8 +303,8 @@ def _existing_index(path: Path, overwrite: bool, say: Progress) -> tuple[Index |
 
 def _build_generation(
     docs: Iterable[Document], tmp: Path, settings: IndexSettings, existing: Index | None, *,
-    overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
-    say: Progress, path: Path, encoder: Encoder | None = None,
+    overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
+    encoder: Encoder | None = None,
 ) -> Index | None:
     """Write a complete generation into ``tmp``; return ``existing`` instead if it is up to
     date (and we do not overwrite)."""
@@ -325,14 +326,14 @@ def _build_generation(
     if existing is not None and not overwrite:
         if (existing.corpus_sha256 == corpus_hash
                 and not existing.settings.differences(settings)):
-            say(f"index at {path} is up to date ({len(existing)} documents); reusing it")
+            say(f"index at {tmp.parent} is up to date ({len(existing)} documents); reusing it")
             if "bm25" in settings.legs:  # search-time only: the requested backend applies
                 existing.set_bm25_backend(settings.bm25.backend)
             return existing
         existing.check(settings, corpus_hash)  # raises IndexMismatchError
     texts = [d.full_text(settings.dense.title_sep) for d in kept]
     stats: dict[str, Any] = {}
-    cache = _embedding_cache(embedding_cache, say) if "dense" in settings.legs else None
+    cache = _embedding_cache(say) if embedding_cache and "dense" in settings.legs else None
     for leg in settings.legs:
         say(f"building {leg} over {len(texts)} documents")
         t = time.perf_counter()
@@ -358,12 +359,8 @@ def _build_generation(
     return None
 
 
-def _embedding_cache(option: EmbeddingCache | None | bool, say: Progress
-                     ) -> EmbeddingCache | None:
-    if not isinstance(option, bool):
-        return option
-    if not option:
-        return None
+def _embedding_cache(say: Progress) -> EmbeddingCache:
+    """The shared embedding cache; its warnings are also said through ``say``."""
 
     def warn(message: str) -> None:
         say(message)

@@ -16,9 +16,6 @@ class Hits(NamedTuple):
     rows: np.ndarray
     scores: np.ndarray
 
-    def pairs(self) -> list[tuple[int, float]]:
-        return list(zip(self.rows.tolist(), self.scores.tolist(), strict=True))
-
 
 NO_HITS = Hits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -119,17 +119,13 @@ def write_current(path: Path, generation: str) -> None:
     fsync_dir(path)
 
 
-def _files(root: Path) -> Iterator[Path]:
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not (p.parent == root and p.name in (MANIFEST, READERS_LOCK)):
-            yield p
-
-
 def record_files(root: Path) -> dict[str, dict[str, Any]]:
     """Size and sha256 of every file under ``root`` (manifest and reader lock excepted);
     each file is fsynced on the way so the generation is durable before CURRENT names it."""
     out: dict[str, dict[str, Any]] = {}
-    for p in _files(root):
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or (p.parent == root and p.name in (MANIFEST, READERS_LOCK)):
+            continue
         with open(p, "rb") as fh:
             digest = hashlib.file_digest(fh, "sha256")
             with contextlib.suppress(OSError):
@@ -161,8 +157,8 @@ def check_sizes(root: Path, files: dict[str, dict[str, Any]]) -> None:
                                     f"{expected}; {hint}")
 
 
-def verify_files(root: Path, files: dict[str, dict[str, Any]]) -> tuple[int, int]:
-    """Check the sha256 of every recorded file; return (files, bytes) checked."""
+def verify_files(root: Path, files: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Check the sha256 of every recorded file; return the ``files`` and ``bytes`` checked."""
     hint = rebuild_hint(root.parent)
     check_sizes(root, files)
     problems: list[str] = []
@@ -174,7 +170,7 @@ def verify_files(root: Path, files: dict[str, dict[str, Any]]) -> tuple[int, int
                             f"{rec['sha256'][:12]}..., the file has {sha[:12]}...)")
     if problems:
         raise IndexCorruptError("; ".join(problems) + f"; {hint}")
-    return len(files), sum(rec["size"] for rec in files.values())
+    return {"files": len(files), "bytes": sum(rec["size"] for rec in files.values())}
 
 
 # -- locks ---------------------------------------------------------------------------------

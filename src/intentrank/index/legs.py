@@ -5,6 +5,7 @@ name."""
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 from collections.abc import Callable
@@ -34,8 +35,7 @@ def build_leg(leg: str, texts: list[str], settings: IndexSettings, gen: Path, pr
     if leg == "dense":
         return _build_dense(texts, settings, gen / "dense", progress, cache, encoder)
     if leg == "tfidf":
-        _build_tfidf(texts, settings, gen / "tfidf")
-        return None
+        return _build_tfidf(texts, settings, gen / "tfidf")
     if leg == "graph":
         return _build_graph(texts, settings, gen / "graph")
     raise ValueError(f"unknown index leg {leg!r}")
@@ -63,21 +63,16 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
                  ) -> dict[str, Any]:
     s = settings.dense
     if encoder is None:
-        embedder = s.load_embedder()
-
-        def encode(batch: list[str]) -> np.ndarray:
-            return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
-    else:
-        encode = encoder
-
+        encoder = functools.partial(s.load_embedder().encode_passages,
+                                    batch_size=s.batch_size, progress=progress)
     if cache is None:
-        vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
+        vecs, stats = encoder(texts), {"cache_hits": 0, "encoded": len(texts)}
     else:
         key = f"{s.backend}:{model_key(s.model)}:{s.passage_prefix}"
         if s.backend != "onnx" and s.precision == "int8":
             key += ":int8"  # fp32 vectors keep the key they had before dense.precision
         before_hits, before_miss = cache.hits, cache.misses
-        vecs = cache.encode(key, texts, encode)
+        vecs = cache.encode(key, texts, encoder)
         stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}
     vecs = np.ascontiguousarray(vecs, dtype=np.float32)
     if vecs.shape[0] != len(texts):

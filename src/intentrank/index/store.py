@@ -106,8 +106,7 @@ class Index:
         if layout.is_legacy(self.path):
             raise IndexFormatError(
                 f"{self.path} was built by an older intentrank (index format 1, before "
-                f"generations) that this version cannot read; rebuild with `intentrank index "
-                f"SRC {self.path} --overwrite`")
+                f"generations) that this version cannot read; {self._hint}")
         if self.path.is_dir() and any(n.name.startswith(layout.GEN_PREFIX)
                                       for n in self.path.iterdir()):
             raise IndexCorruptError(f"{self.path / layout.CURRENT} is missing, so {self.path} "
@@ -127,18 +126,17 @@ class Index:
             raise IndexCorruptError(f"{shown} lacks {missing or ['files']}; {self._hint}")
         try:
             self.settings = IndexSettings.from_dict(_dated(self.manifest["settings"]))
-            files = {rel: {"size": int(r["size"]), "sha256": str(r["sha256"])}
-                     for rel, r in self.manifest["files"].items()}
+            self._files = {rel: {"size": int(r["size"]), "sha256": str(r["sha256"])}
+                           for rel, r in self.manifest["files"].items()}
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise IndexCorruptError(f"{shown} holds invalid settings or file records ({exc}); "
                                     f"{self._hint}") from exc
-        self._files = files
-        layout.check_sizes(self.gen_dir, files)
+        layout.check_sizes(self.gen_dir, self._files)
         n = self.manifest["n_docs"]
-        with self._reading("doc_offsets.npy"):
-            self._offsets = np.load(self.gen_dir / "doc_offsets.npy")
-        with self._reading("ids.json"):
-            self.ids: list[str] = json.loads((self.gen_dir / "ids.json").read_text())
+        with self._reading("doc_offsets.npy") as file:
+            self._offsets = np.load(file)
+        with self._reading("ids.json") as file:
+            self.ids: list[str] = json.loads(file.read_text())
         if len(self.ids) != n or len(self._offsets) != n:
             raise IndexCorruptError(f"{self.gen_dir}: the manifest records {n} documents, "
                                     f"ids.json holds {len(self.ids)} and doc_offsets.npy "
@@ -152,10 +150,10 @@ class Index:
         return rebuild_hint(self.path)
 
     @contextlib.contextmanager
-    def _reading(self, rel: str) -> Iterator[None]:
-        """Turn a failure to read/parse a file of the generation into a named error."""
+    def _reading(self, rel: str) -> Iterator[Path]:
+        """Yield the generation's file ``rel``, turning a failure to read it into a named error."""
         try:
-            yield
+            yield self.gen_dir / rel
         except (IntentrankError, MemoryError):
             raise
         except Exception as exc:  # numpy, pickle, json, bm25s, scipy all raise their own
@@ -166,8 +164,7 @@ class Index:
         """Check size and sha256 of every file the manifest records (reads the whole index).
 
         Raises :class:`IndexCorruptError` naming every file that does not match."""
-        n_files, n_bytes = layout.verify_files(self.gen_dir, self._files)
-        return {"files": n_files, "bytes": n_bytes}
+        return layout.verify_files(self.gen_dir, self._files)
 
     @classmethod
     def open(
@@ -186,13 +183,11 @@ class Index:
     def check(self, settings: IndexSettings | None = None,
               corpus_sha256: str | None = None) -> None:
         """Raise :class:`IndexMismatchError` unless built with ``settings`` / this corpus."""
-        if settings is not None:
-            diff = self.settings.differences(settings)
-            if diff:
-                raise IndexMismatchError(
-                    f"{self.path} was built with other settings: " + "; ".join(diff)
-                    + ". Use another directory or rebuild with --overwrite."
-                )
+        if settings is not None and (diff := self.settings.differences(settings)):
+            raise IndexMismatchError(
+                f"{self.path} was built with other settings: " + "; ".join(diff)
+                + ". Use another directory or rebuild with --overwrite."
+            )
         if corpus_sha256 is not None and corpus_sha256 != self.corpus_sha256:
             raise IndexMismatchError(
                 f"{self.path} was built from another corpus (sha256 {self.corpus_sha256[:12]}"
@@ -269,17 +264,16 @@ class Index:
         self._require("bm25")
         if self._bm25_backend is None:
             self.set_bm25_backend(self.settings.bm25.backend)
+
+        def load(rel: str) -> Any:
+            with self._reading(rel) as d:
+                return bm25s.BM25.load(str(d), mmap=False)
+
         if self.sharded:
             from intentrank.index.shards import bm25_shard_dir
 
-            out = []
-            for i in range(self.settings.shards):
-                d = bm25_shard_dir(self.gen_dir, i)
-                with self._reading(d.relative_to(self.gen_dir).as_posix()):
-                    out.append(bm25s.BM25.load(str(d), mmap=False))
-            return out
-        with self._reading("bm25"):
-            return bm25s.BM25.load(str(self.gen_dir / "bm25"), mmap=False)
+            return [load(bm25_shard_dir(i)) for i in range(self.settings.shards)]
+        return load("bm25")
 
     @property
     def sharded(self) -> bool:
@@ -301,9 +295,8 @@ class Index:
         out = []
         for i, (start, end) in enumerate(self.shard_bounds):
             rel = ann_file(i if self.sharded else None)
-            with self._reading(rel):
-                out.append(AnnSearcher(self.gen_dir / rel, self.embeddings[start:end],
-                                       self.settings.dense.ann))
+            with self._reading(rel) as file:
+                out.append(AnnSearcher(file, self.embeddings[start:end], self.settings.dense.ann))
         return out
 
     def set_ann_search(self, **params: int | None) -> None:
@@ -318,8 +311,8 @@ class Index:
     @cached_property
     def embeddings(self) -> np.ndarray:
         self._require("dense")
-        with self._reading("dense/embeddings.npy"):
-            vecs = np.load(self.gen_dir / "dense" / "embeddings.npy", mmap_mode="r")
+        with self._reading("dense/embeddings.npy") as file:
+            vecs = np.load(file, mmap_mode="r")
         if vecs.ndim != 2 or vecs.shape[0] != len(self):
             raise IndexCorruptError(f"{self.gen_dir / 'dense/embeddings.npy'} has shape "
                                     f"{vecs.shape}, expected ({len(self)}, dim); {self._hint}")
@@ -334,21 +327,20 @@ class Index:
         import scipy.sparse
 
         self._require("tfidf")
-        with self._reading("tfidf/vectorizer.pkl"), \
-                open(self.gen_dir / "tfidf" / "vectorizer.pkl", "rb") as fh:
-            vectorizer = pickle.load(fh)
-        with self._reading("tfidf/matrix.npz"):
-            matrix = scipy.sparse.load_npz(self.gen_dir / "tfidf" / "matrix.npz").tocsr()
+        with self._reading("tfidf/vectorizer.pkl") as file:
+            vectorizer = pickle.loads(file.read_bytes())
+        with self._reading("tfidf/matrix.npz") as file:
+            matrix = scipy.sparse.load_npz(file).tocsr()
         return vectorizer, matrix
 
     @cached_property
     def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
         """Inverted entity index (entity -> rows) and PageRank per row."""
         self._require("graph")
-        with self._reading("graph/entities.json"):
-            entities = json.loads((self.gen_dir / "graph" / "entities.json").read_text())
-        with self._reading("graph/pagerank.npy"):
-            pr = np.load(self.gen_dir / "graph" / "pagerank.npy")
+        with self._reading("graph/entities.json") as file:
+            entities = json.loads(file.read_text())
+        with self._reading("graph/pagerank.npy") as file:
+            pr = np.load(file)
         inverted: dict[str, list[int]] = {}
         for row, ents in enumerate(entities):
             for e in ents:
