@@ -3,9 +3,8 @@
 The LLM answers ``{"dense": w_d, "sparse": w_s, "graph": w_g}`` for each query (the
 ``modality_weights`` prompt contract; one batched LLM step for all queries of a run). A reply
 that does not parse, has a weight outside [0, 1], lacks a modality or does not sum to 1
-(within ``tolerance``) falls back to the rule table: a finance/numeric pattern gives 0.30 /
-0.55 / 0.15, anything else 0.55 / 0.30 / 0.15. Every fallback is counted by kind and logged
-with the query (:func:`intentrank.llm.step.run_step`).
+(within ``tolerance``) falls back to the rule table (:func:`rule_weights`), counted by kind
+and logged with the query (:func:`intentrank.llm.step.run_step`).
 
 Options: ``structured`` asks for JSON-schema constrained output (the contract's schema: three
 numbers in [0, 1], all required, no other keys); ``repair_range`` (e.g. ``[0.8, 1.2]``)

@@ -1,13 +1,6 @@
-"""Build an index generation atomically, one writer per directory.
-
-A build takes the directory's writer lock (a second concurrent build fails at once with
-:class:`IndexBusyError`), writes a new generation into ``DIR/.tmp-<id>``, renames it to
-``DIR/gen-<id>`` and then replaces ``DIR/CURRENT``: a crash at any point leaves the previous
-index readable, and the next build removes what the crashed one left behind.
-
-The legs themselves (BM25, dense + ANN, TF-IDF, graph) are built by
-:mod:`intentrank.index.legs`, one function each.
-"""
+"""Build an index generation atomically, one writer per directory (the steps are in
+:mod:`intentrank.index.layout`; the legs are built by :mod:`intentrank.index.legs`): a crash
+at any point leaves the previous index readable, and the next build removes what it left."""
 
 from __future__ import annotations
 

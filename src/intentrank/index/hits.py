@@ -20,19 +20,27 @@ class Hits(NamedTuple):
 NO_HITS = Hits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 
 
+def top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` columns of each row of ``scores`` (best first, ties by column)."""
+    k = min(k, scores.shape[1])
+    if k < scores.shape[1]:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
+    vals = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -vals), axis=1)
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
 def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
     """Indices and scores of the ``k`` largest scores, best first (ties by index).
 
     With ``positive_only`` (lexical legs) documents scoring 0 are not returned."""
     check_k(k)
-    k = min(k, scores.shape[0])
-    if k <= 0:
-        return NO_HITS
-    idx = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(len(scores))
-    idx = idx[np.lexsort((idx, -scores[idx]))]
+    rows, vals = (a[0] for a in top_rows(scores[None, :], k))
     if positive_only:
-        idx = idx[scores[idx] > 0]
-    return Hits(idx.astype(np.int64), scores[idx].astype(np.float64))
+        rows, vals = rows[vals > 0], vals[vals > 0]
+    return Hits(rows.astype(np.int64), vals.astype(np.float64))
 
 
 SMALL_BATCH = 4

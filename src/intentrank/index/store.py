@@ -4,7 +4,6 @@ An index directory holds generations (see :mod:`intentrank.index.layout`); ``CUR
 the live one. Layout of a generation::
 
     manifest.json        corpus hash, settings, versions, build times, size + sha256 per file
-    .readers.lock        shared flock held by every open Index (keeps the generation alive)
     docs.jsonl           one document per line (id, title, text, parent_id)
     doc_offsets.npy      byte offset of each line in docs.jsonl
     ids.json             document ids, row order
