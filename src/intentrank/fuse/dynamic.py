@@ -75,9 +75,8 @@ def check_repair_range(value: Any) -> tuple[float, float] | None:
         return None
     if isinstance(value, str) or not hasattr(value, "__len__") or len(value) != 2:
         raise ParameterError(f"repair_range must be two numbers [lo, hi], got {value!r}")
-    lo = check_number("repair_range low", value[0], above=0, maximum=1)
-    hi = check_number("repair_range high", value[1], minimum=1)
-    return lo, hi
+    return (check_number("repair_range low", value[0], above=0, maximum=1),
+            check_number("repair_range high", value[1], minimum=1))
 
 
 @register_fuser

@@ -43,11 +43,6 @@ from intentrank.types import Document
 Progress = Callable[[str], None]
 
 
-def _versions() -> dict[str, str]:
-    return package_versions(("intentrank", "bm25s", "sentence-transformers", "scikit-learn",
-                             "scipy", "numpy", "torch", "faiss-cpu"))
-
-
 def _doc_lines(docs: Iterable[Document], settings: IndexSettings
                ) -> Iterator[tuple[Document, bytes]]:
     """Each document (after the settings' chunking) with its docs.jsonl line; the corpus hash
@@ -339,7 +334,8 @@ def _build_generation(
         "corpus_sha256": corpus_hash,
         "n_docs": len(kept),
         "settings": settings.to_dict(),
-        "versions": _versions(),
+        "versions": package_versions(("intentrank", "bm25s", "sentence-transformers",
+                                      "scikit-learn", "scipy", "numpy", "torch", "faiss-cpu")),
         "build_seconds": timings,
         "stats": stats,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

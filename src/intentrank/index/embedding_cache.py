@@ -10,6 +10,7 @@ callback).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sqlite3
@@ -47,19 +48,15 @@ def model_key(model: str) -> str:
     return f"{model}@{digest.hexdigest()[:16]}"
 
 
-def _default_warn(message: str) -> None:
-    warnings.warn(message, EmbeddingCacheWarning, stacklevel=3)
-
-
 class EmbeddingCache:
     """Vectors stored in SQLite under (model key, sha256 of text); safe to share across runs."""
 
     def __init__(self, path: str | Path | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path) if path else cache_dir() / "embeddings.sqlite"
-        self.warn = warn or _default_warn
-        self.hits = 0
-        self.misses = 0
+        self.warn = warn or functools.partial(warnings.warn, category=EmbeddingCacheWarning,
+                                              stacklevel=2)
+        self.hits = self.misses = 0
         self._db: sqlite3.Connection | None = None
         try:
             self._db = self._connect()

@@ -84,10 +84,7 @@ def read_current(path: Path) -> str | None:
         return None
     except OSError as exc:
         raise IndexCorruptError(f"{file} cannot be read ({exc}); {rebuild_hint(path)}") from exc
-    try:
-        name = raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        name = ""
+    name = raw.decode("ascii", "replace").strip()  # a non-ASCII byte names no generation
     if not is_generation_name(name):
         shown = raw[:60].decode("ascii", "replace")
         what = "is empty" if not raw.strip() else f"does not name a generation ({shown!r})"

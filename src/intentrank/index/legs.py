@@ -80,19 +80,14 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
                          f"passages")
     out.mkdir()
     np.save(out / "embeddings.npy", vecs)
-    if s.ann.method != "exact":
-        stats["ann"] = _build_ann(np.load(out / "embeddings.npy", mmap_mode="r"), settings, out)
+    if s.ann.method != "exact":  # one faiss structure per shard (dense/ann.faiss unsharded)
+        from intentrank.index.ann import ann_file, build_ann
+
+        vecs = np.load(out / "embeddings.npy", mmap_mode="r")
+        stats["ann"] = [build_ann(vecs[a:e], s.ann,
+                                  out.parent / ann_file(i if settings.shards > 1 else None))
+                        for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
     return stats
-
-
-def _build_ann(vecs: np.ndarray, settings: IndexSettings, out: Path) -> list[dict[str, Any]]:
-    """One faiss structure per shard (``dense/ann.faiss`` when unsharded)."""
-    from intentrank.index.ann import ann_file, build_ann
-
-    sharded = settings.shards > 1
-    return [build_ann(vecs[a:e], settings.dense.ann,
-                      out.parent / ann_file(i if sharded else None))
-            for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
 
 
 def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:

@@ -239,9 +239,7 @@ class IndexSettings:
                 raise _bad(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["legs"] = list(self.legs)
-        return d
+        return {**asdict(self), "legs": list(self.legs)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> IndexSettings:

@@ -22,7 +22,6 @@ import json
 import os
 import pickle
 import time
-from collections import Counter
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -61,10 +60,9 @@ class Index:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._lock: IO[bytes] | None = None
         self._bm25_backend: str | None = None  # checked when set or when the leg loads
         self.generation, self.gen_dir, lock = self._pin_generation()
-        self._lock = lock or None
+        self._lock: IO[bytes] | None = lock or None
         try:
             self._load()
         except BaseException:
@@ -416,14 +414,10 @@ class Index:
         check_k(k)
         inverted, pr = self.graph
         out: list[Hits] = []
-        for text in texts:
-            overlap = Counter(row for e in extract_entities(text) for row in inverted.get(e, ()))
-            scores = np.zeros(len(self), dtype=np.float64)
-            if overlap:
-                rows = np.fromiter(overlap, dtype=np.int64)
-                counts = np.fromiter(overlap.values(), dtype=np.float64)
-                scores[rows] = counts * (1.0 + pr[rows])
-            out.append(top_k(scores, k))
+        for text in texts:  # score: shared entities * (1 + PageRank)
+            rows = [row for e in extract_entities(text) for row in inverted.get(e, ())]
+            shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(self))
+            out.append(top_k(shared * (1.0 + pr), k))
         return out
 
     def close(self) -> None:
