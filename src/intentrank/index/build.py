@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -24,15 +25,8 @@ from intentrank.data.corpus import chunk_documents
 from intentrank.errors import IndexMismatchError
 from intentrank.extras import package_versions
 from intentrank.index import layout
-from intentrank.index.embedding_cache import (
-    EmbeddingCache,
-    EmbeddingCacheWarning,
-)
-from intentrank.index.errors import (
-    IndexBuildInterrupted,
-    IndexCorruptError,
-    IndexFormatError,
-)
+from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
+from intentrank.index.errors import IndexBuildInterrupted, IndexCorruptError, IndexFormatError
 from intentrank.index.layout import MANIFEST
 from intentrank.index.legs import Encoder, build_leg
 from intentrank.index.settings import IndexSettings, IndexSettingsError
@@ -178,11 +172,8 @@ def _build_locked(
 
 def _make_dirs(path: Path) -> list[Path]:
     """mkdir -p ``path``; return the directories this call created, deepest last."""
-    missing: list[Path] = []
-    p = path.absolute()
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
+    here = path.absolute()
+    missing = list(itertools.takewhile(lambda p: not p.exists(), (here, *here.parents)))
     created: list[Path] = []
     try:
         for d in reversed(missing):
