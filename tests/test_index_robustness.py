@@ -114,7 +114,8 @@ BLOCKING_BUILD = """
 def snapshot(index: Index) -> list:
     """What the index answers, to compare before/after."""
     hits = index.search_bm25(["wing lift", "drag mach", "rocket thrust"], 10)
-    return [h.pairs() for h in hits] + [index.ids, [index.doc(i).text for i in index.ids]]
+    pairs = [list(zip(h.rows.tolist(), h.scores.tolist(), strict=True)) for h in hits]
+    return pairs + [index.ids, [index.doc(i).text for i in index.ids]]
 
 
 # -- one writer per directory ----------------------------------------------------------------

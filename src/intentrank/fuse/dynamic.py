@@ -3,15 +3,13 @@
 The LLM answers ``{"dense": w_d, "sparse": w_s, "graph": w_g}`` for each query (the
 ``modality_weights`` prompt contract; one batched LLM step for all queries of a run). A reply
 that does not parse, has a weight outside [0, 1], lacks a modality or does not sum to 1
-(within ``tolerance``) falls back to the rule table: a finance/numeric pattern gives 0.30 /
-0.55 / 0.15, anything else 0.55 / 0.30 / 0.15. Every fallback is counted by kind and logged
-with the query (:func:`intentrank.llm.step.run_step`).
+(within ``tolerance``) falls back to the rule table (:func:`rule_weights`), counted by kind
+and logged with the query (:func:`intentrank.llm.step.run_step`).
 
 Options: ``structured`` asks for JSON-schema constrained output (the contract's schema: three
 numbers in [0, 1], all required, no other keys); ``repair_range`` (e.g. ``[0.8, 1.2]``)
 renormalises weights whose sum lies in that range instead of falling back, counted as
-``repairs`` (the 0.5B model's usual answer sums to 0.9). See docs/benchmarks.md,
-``structured-output``, for what each does to the fallback rate.
+``repairs``.
 """
 
 from __future__ import annotations
@@ -77,9 +75,8 @@ def check_repair_range(value: Any) -> tuple[float, float] | None:
         return None
     if isinstance(value, str) or not hasattr(value, "__len__") or len(value) != 2:
         raise ParameterError(f"repair_range must be two numbers [lo, hi], got {value!r}")
-    lo = check_number("repair_range low", value[0], above=0, maximum=1)
-    hi = check_number("repair_range high", value[1], minimum=1)
-    return lo, hi
+    return (check_number("repair_range low", value[0], above=0, maximum=1),
+            check_number("repair_range high", value[1], minimum=1))
 
 
 @register_fuser
@@ -126,10 +123,6 @@ class DynamicWeightedFusion(WeightedFusion):
                       source="llm" if r.ok else "rule", repaired=r.repaired)
         return [tuple(r.value) for r in results]
 
-    def weights_for(self, query: str, query_id: str, trace: Trace) -> tuple[float, ...]:
-        """Weights for one query (see :meth:`weights_batch`)."""
-        return self.weights_batch([Query(query_id, query)], trace)[0]
-
     def prepare(self, queries: Sequence[Query], trace: Trace) -> None:
         """Ask for the weights of every query of the batch at once, before fusing."""
         for q, ws in zip(queries, self.weights_batch(queries, trace), strict=True):
@@ -139,7 +132,7 @@ class DynamicWeightedFusion(WeightedFusion):
         q = rankings[0].query
         weights = self._ready.pop((q.id, q.text), None)
         if weights is None:  # not prepared (fuse called on its own)
-            weights = self.weights_for(q.text, q.id, trace)
+            weights = self.weights_batch([q], trace)[0]
         return weighted_minmax([{d.doc_id: d.score for d in r.docs} for r in rankings], weights)
 
     def describe(self) -> str:

@@ -23,7 +23,6 @@ def interleave(rankings: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-
 @register_fuser
 class InterleaveFusion(FusionStage):
     """Alternate interleaving with de-duplication (score = 1 / position)."""

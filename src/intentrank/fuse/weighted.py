@@ -27,7 +27,6 @@ def weighted_minmax(
     return fused
 
 
-
 @register_fuser
 class WeightedFusion(FusionStage):
     """Weighted sum of min-max normalised scores."""

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from intentrank.errors import IntentrankError
+from intentrank.index.hits import top_rows
 from intentrank.index.settings import AnnSettings, IndexSettingsError
 
 EXACT_BLOCK = 1 << 18  # rows per block of exact search over large (memory-mapped) matrices
@@ -43,40 +44,21 @@ def nlist_for(n: int, s: AnnSettings) -> int:
     return max(1, min(want, n // 39))
 
 
-def _top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top ``k`` columns of each row of ``scores`` (best first, ties by column)."""
-    k = min(k, scores.shape[1])
-    if k < scores.shape[1]:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    else:
-        part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
-    vals = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -vals), axis=1)
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
-
-
 def exact_search(vectors: np.ndarray, q: np.ndarray, k: int,
                  block: int = EXACT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top ``k`` of each query over ``vectors`` (a memory-mapped matrix
     is read block by block, so memory stays ``block x queries``). Returns (rows, scores),
     each of shape (queries, min(k, n)), best first, ties by row."""
-    n = vectors.shape[0]
     q = np.ascontiguousarray(q, dtype=np.float32)
-    best_rows: np.ndarray | None = None
-    best_scores: np.ndarray | None = None
-    for start in range(0, n, block):
+    best_rows = np.zeros((q.shape[0], 0), dtype=np.int64)
+    best_scores = np.zeros((q.shape[0], 0), dtype=np.float32)
+    for start in range(0, vectors.shape[0], block):
         part = np.asarray(vectors[start:start + block] @ q.T, dtype=np.float32).T
-        rows, scores = _top_rows(part, k)
-        rows = rows + start
-        if best_rows is None:
-            best_rows, best_scores = rows, scores
-            continue
-        both_rows = np.concatenate([best_rows, rows], axis=1)
-        both_scores = np.concatenate([best_scores, scores], axis=1)
-        top, vals = _top_rows(both_scores, k)
+        rows, scores = top_rows(part, k)
+        both_rows = np.concatenate([best_rows, rows + start], axis=1)
+        top, best_scores = top_rows(np.concatenate([best_scores, scores], axis=1), k)
         # ties between blocks: the earlier block's rows come first in both_rows (smaller)
-        best_rows, best_scores = np.take_along_axis(both_rows, top, axis=1), vals
-    assert best_rows is not None and best_scores is not None
+        best_rows = np.take_along_axis(both_rows, top, axis=1)
     return best_rows, best_scores
 
 
@@ -95,11 +77,6 @@ def build_ann(vectors: np.ndarray, s: AnnSettings, path: Path) -> dict[str, Any]
         if dim % s.pq_m:
             raise IndexSettingsError(f"invalid index settings: dense.ann.pq_m={s.pq_m} does "
                                      f"not divide the vector dimension {dim}")
-        if n < 2 ** s.pq_bits:
-            raise IndexSettingsError(
-                f"invalid index settings: dense.ann.method 'ivfpq' with pq_bits={s.pq_bits} "
-                f"needs at least {2 ** s.pq_bits} vectors to train, the corpus has {n}; use "
-                f"'exact' or 'hnsw'")
         nlist = nlist_for(n, s)
         quantizer = faiss.IndexFlatIP(dim)
         index = faiss.IndexIVFPQ(quantizer, dim, nlist, s.pq_m, s.pq_bits,
@@ -121,9 +98,6 @@ class AnnSearcher:
     def __init__(self, path: Path, vectors: np.ndarray, s: AnnSettings) -> None:
         faiss = _faiss()
         self.index = faiss.read_index(str(path))
-        if self.index.ntotal != vectors.shape[0] or self.index.d != vectors.shape[1]:
-            raise ValueError(f"{path} holds {self.index.ntotal} vectors of dimension "
-                             f"{self.index.d}; the embeddings have shape {vectors.shape}")
         self.vectors, self.settings = vectors, s
         self.ivf = faiss.extract_index_ivf(self.index) if s.method == "ivfpq" else None
 
@@ -141,10 +115,10 @@ class AnnSearcher:
         self.ivf.nprobe = min(nprobe or s.nprobe, self.ivf.nlist)
         depth = min(k * (refine or s.refine), self.index.ntotal)
         _, cand = self.index.search(q, depth)
-        if (refine or s.refine) <= 1:
-            return _clean(cand, _rescore(self.vectors, q, cand))
         exact = _rescore(self.vectors, q, cand)
-        top, vals = _top_rows(exact, k)
+        if (refine or s.refine) <= 1:
+            return _clean(cand, exact)
+        top, vals = top_rows(exact, k)
         return _clean(np.take_along_axis(cand, top, axis=1), vals)
 
 

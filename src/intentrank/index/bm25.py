@@ -6,10 +6,8 @@ float32 term scores in the same order, so their scores are identical; they break
 differently, so every result here is re-ordered by (score descending, row ascending) and,
 where a tie straddles the k-th place, retrieved deeper until it does not: both backends
 return the same rows. The backend is a search-time choice: an index built with one can be
-searched with the other (:meth:`intentrank.index.Index.set_bm25_backend`).
-
-The numba functions are compiled on the first query of each process (bm25s does not cache
-them on disk): measured 6.7 s on SciFact on 2 loaded cores; later queries pay nothing.
+searched with the other (:meth:`intentrank.index.Index.set_bm25_backend`). The numba
+functions are compiled on the first query of each process (bm25s does not cache them on disk).
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""Build an index generation atomically, one writer per directory.
-
-A build takes the directory's writer lock (a second concurrent build fails at once with
-:class:`IndexBusyError`), writes a new generation into ``DIR/.tmp-<id>``, renames it to
-``DIR/gen-<id>`` and then replaces ``DIR/CURRENT``: a crash at any point leaves the previous
-index readable, and the next build removes what the crashed one left behind.
-
-The legs themselves (BM25, dense + ANN, TF-IDF, graph) are built by
-:mod:`intentrank.index.legs`, one function each.
-"""
+"""Build an index generation atomically, one writer per directory (the steps are in
+:mod:`intentrank.index.layout`; the legs are built by :mod:`intentrank.index.legs`): a crash
+at any point leaves the previous index readable, and the next build removes what it left."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -31,15 +25,8 @@ from intentrank.data.corpus import chunk_documents
 from intentrank.errors import IndexMismatchError
 from intentrank.extras import package_versions
 from intentrank.index import layout
-from intentrank.index.embedding_cache import (
-    EmbeddingCache,
-    EmbeddingCacheWarning,
-)
-from intentrank.index.errors import (
-    IndexBuildInterrupted,
-    IndexCorruptError,
-    IndexFormatError,
-)
+from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
+from intentrank.index.errors import IndexBuildInterrupted, IndexCorruptError, IndexFormatError
 from intentrank.index.layout import MANIFEST
 from intentrank.index.legs import Encoder, build_leg
 from intentrank.index.settings import IndexSettings, IndexSettingsError
@@ -48,11 +35,6 @@ from intentrank.index.store import FORMAT_VERSION, Index
 from intentrank.types import Document
 
 Progress = Callable[[str], None]
-
-
-def _versions() -> dict[str, str]:
-    return package_versions(("intentrank", "bm25s", "sentence-transformers", "scikit-learn",
-                             "scipy", "numpy", "torch", "faiss-cpu"))
 
 
 def _doc_lines(docs: Iterable[Document], settings: IndexSettings
@@ -105,7 +87,7 @@ def build_index(
     *,
     overwrite: bool = False,
     progress: bool = False,
-    embedding_cache: EmbeddingCache | None | bool = True,
+    embedding_cache: bool = True,
     log: Progress | None = None,
     encoder: Encoder | None = None,
 ) -> Index:
@@ -113,7 +95,8 @@ def build_index(
 
     An existing index built from the same corpus with the same settings is reused as is;
     one built differently raises :class:`IndexMismatchError` unless ``overwrite``, which
-    always rebuilds (also over a damaged or older-format index). Only one build may run per
+    always rebuilds (also over a damaged or older-format index). ``embedding_cache=False``
+    encodes every passage instead of reusing cached vectors. Only one build may run per
     directory: another one fails at once with :class:`IndexBusyError`. Any error (or SIGTERM)
     while reading the corpus or building leaves the previous index as it was, removes the
     temporary generation and any directory this call created. ``encoder`` replaces the
@@ -136,8 +119,8 @@ def build_index(
 
 def _build_locked(
     docs: Iterable[Document], path: Path, settings: IndexSettings, guard: _Guard, *,
-    overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
-    say: Progress, encoder: Encoder | None = None,
+    overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
+    encoder: Encoder | None = None,
 ) -> Index:
     created = _make_dirs(path)
     try:
@@ -157,7 +140,7 @@ def _build_locked(
         (tmp / layout.READERS_LOCK).touch()
         reused = _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
                                    progress=progress, embedding_cache=embedding_cache,
-                                   say=say, path=path, encoder=encoder)
+                                   say=say, encoder=encoder)
         if reused is not None:
             shutil.rmtree(tmp)
             return reused
@@ -189,11 +172,8 @@ def _build_locked(
 
 def _make_dirs(path: Path) -> list[Path]:
     """mkdir -p ``path``; return the directories this call created, deepest last."""
-    missing: list[Path] = []
-    p = path.absolute()
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
+    here = path.absolute()
+    missing = list(itertools.takewhile(lambda p: not p.exists(), (here, *here.parents)))
     created: list[Path] = []
     try:
         for d in reversed(missing):
@@ -302,8 +282,8 @@ def _existing_index(path: Path, overwrite: bool, say: Progress) -> tuple[Index |
 
 def _build_generation(
     docs: Iterable[Document], tmp: Path, settings: IndexSettings, existing: Index | None, *,
-    overwrite: bool, progress: bool, embedding_cache: EmbeddingCache | None | bool,
-    say: Progress, path: Path, encoder: Encoder | None = None,
+    overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
+    encoder: Encoder | None = None,
 ) -> Index | None:
     """Write a complete generation into ``tmp``; return ``existing`` instead if it is up to
     date (and we do not overwrite)."""
@@ -325,14 +305,14 @@ def _build_generation(
     if existing is not None and not overwrite:
         if (existing.corpus_sha256 == corpus_hash
                 and not existing.settings.differences(settings)):
-            say(f"index at {path} is up to date ({len(existing)} documents); reusing it")
+            say(f"index at {tmp.parent} is up to date ({len(existing)} documents); reusing it")
             if "bm25" in settings.legs:  # search-time only: the requested backend applies
                 existing.set_bm25_backend(settings.bm25.backend)
             return existing
         existing.check(settings, corpus_hash)  # raises IndexMismatchError
     texts = [d.full_text(settings.dense.title_sep) for d in kept]
     stats: dict[str, Any] = {}
-    cache = _embedding_cache(embedding_cache, say) if "dense" in settings.legs else None
+    cache = _embedding_cache(say) if embedding_cache and "dense" in settings.legs else None
     for leg in settings.legs:
         say(f"building {leg} over {len(texts)} documents")
         t = time.perf_counter()
@@ -345,7 +325,8 @@ def _build_generation(
         "corpus_sha256": corpus_hash,
         "n_docs": len(kept),
         "settings": settings.to_dict(),
-        "versions": _versions(),
+        "versions": package_versions(("intentrank", "bm25s", "sentence-transformers",
+                                      "scikit-learn", "scipy", "numpy", "torch", "faiss-cpu")),
         "build_seconds": timings,
         "stats": stats,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -358,12 +339,8 @@ def _build_generation(
     return None
 
 
-def _embedding_cache(option: EmbeddingCache | None | bool, say: Progress
-                     ) -> EmbeddingCache | None:
-    if not isinstance(option, bool):
-        return option
-    if not option:
-        return None
+def _embedding_cache(say: Progress) -> EmbeddingCache:
+    """The shared embedding cache; its warnings are also said through ``say``."""
 
     def warn(message: str) -> None:
         say(message)

@@ -10,6 +10,7 @@ callback).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sqlite3
@@ -24,10 +25,6 @@ from intentrank.paths import cache_dir
 
 class EmbeddingCacheWarning(UserWarning):
     """The embedding cache could not be used as is (it was rebuilt or skipped)."""
-
-
-def text_key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt", ".pth")
@@ -51,30 +48,22 @@ def model_key(model: str) -> str:
     return f"{model}@{digest.hexdigest()[:16]}"
 
 
-def _default_warn(message: str) -> None:
-    warnings.warn(message, EmbeddingCacheWarning, stacklevel=3)
-
-
-def _is_corruption(exc: sqlite3.Error) -> bool:
-    """A file that is not a database / a malformed one (not: locked, read-only, no space)."""
-    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-        exc, sqlite3.OperationalError)
-
-
 class EmbeddingCache:
     """Vectors stored in SQLite under (model key, sha256 of text); safe to share across runs."""
 
     def __init__(self, path: str | Path | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.path = Path(path) if path else cache_dir() / "embeddings.sqlite"
-        self.warn = warn or _default_warn
-        self.hits = 0
-        self.misses = 0
+        self.warn = warn or functools.partial(warnings.warn, category=EmbeddingCacheWarning,
+                                              stacklevel=2)
+        self.hits = self.misses = 0
         self._db: sqlite3.Connection | None = None
         try:
             self._db = self._connect()
         except (sqlite3.Error, OSError) as exc:
-            if isinstance(exc, sqlite3.Error) and _is_corruption(exc):
+            # not a database / a malformed one (OperationalError: locked, read-only, no space)
+            if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                    exc, sqlite3.OperationalError):
                 self._replace_corrupt(exc)
             else:
                 self._disable(f"cannot open the embedding cache {self.path} ({exc})")
@@ -164,15 +153,13 @@ class EmbeddingCache:
         encode: Callable[[list[str]], np.ndarray],
     ) -> np.ndarray:
         """Vectors for ``texts``; only texts not cached are passed to ``encode``."""
-        keys = [text_key(t) for t in texts]
+        keys = [hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
         unique = list(dict.fromkeys(keys))
         found = self._lookup(model_key, unique)
         missing = [k for k in unique if k not in found]
         if missing:
-            first_text = {}
-            for k, t in zip(keys, texts, strict=True):
-                first_text.setdefault(k, t)
-            vecs = np.asarray(encode([first_text[k] for k in missing]), dtype=np.float32)
+            text_of = dict(zip(keys, texts, strict=True))  # one text per key: its sha256
+            vecs = np.asarray(encode([text_of[k] for k in missing]), dtype=np.float32)
             if found and vecs.shape[1] != next(iter(found.values())).shape[0]:
                 # cached vectors of another size under this key: trust only the fresh ones
                 self._disable(f"the embedding cache {self.path} holds vectors of another size "

@@ -1,21 +1,16 @@
 """Regex entities (capitalised phrases and numbers) and the document entity graph.
 
 The index builds the graph as an edge array and ranks it with :func:`pagerank_sparse` (scipy
-sparse matrices: memory ~ edges, no Python object per node); :func:`build_entity_graph` and
-:func:`pagerank` (networkx) are the reference implementation the tests compare it with.
+sparse matrices: memory ~ edges, no Python object per node).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*\b")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?%?")
@@ -33,36 +28,10 @@ def extract_entities(text: str) -> set[str]:
     return found
 
 
-def build_entity_graph(
-    entities: Sequence[set[str]], window: int = 50, min_shared: int = 2
-) -> nx.Graph:
-    """Link document i to each of the next ``window`` documents sharing >= ``min_shared``
-    entities; the edge weight is the number of shared entities (networkx reference)."""
-    import networkx as nx
-
-    graph = nx.Graph()
-    graph.add_nodes_from(range(len(entities)))
-    graph.add_weighted_edges_from((int(i), int(j), int(w)) for i, j, w in
-                                  entity_edges(entities, window, min_shared))
-    return graph
-
-
-def pagerank(graph: nx.Graph, damping: float = 0.85) -> np.ndarray:
-    """PageRank of every node (0..n-1), weighted by shared-entity counts (networkx)."""
-    import networkx as nx
-
-    n = graph.number_of_nodes()
-    if n == 0:
-        return np.zeros(0, dtype=np.float64)
-    pr = nx.pagerank(graph, alpha=damping, weight="weight")
-    return np.array([pr[i] for i in range(n)], dtype=np.float64)
-
-
 def entity_edges(entities: Sequence[set[str]], window: int = 50, min_shared: int = 2
                  ) -> np.ndarray:
     """Documents within ``window`` rows of each other sharing at least ``min_shared``
-    entities, as an int64 array of (i, j, shared) rows,
-    i < j, in the order they are found."""
+    entities, as an int64 array of (i, j, shared) rows, i < j, in the order they are found."""
     out: list[tuple[int, int, int]] = []
     for i, ents in enumerate(entities):
         if len(ents) < min_shared:

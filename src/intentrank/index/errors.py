@@ -1,8 +1,5 @@
-"""Errors of the on-disk index (all :class:`~intentrank.errors.IntentrankError` subclasses).
-
-They live here rather than in ``intentrank.errors`` so the index package owns them; both
-``intentrank.index`` and this module export them.
-"""
+"""Errors of the on-disk index (all :class:`~intentrank.errors.IntentrankError` subclasses),
+exported by ``intentrank.index`` too."""
 
 from __future__ import annotations
 

@@ -16,11 +16,20 @@ class Hits(NamedTuple):
     rows: np.ndarray
     scores: np.ndarray
 
-    def pairs(self) -> list[tuple[int, float]]:
-        return list(zip(self.rows.tolist(), self.scores.tolist(), strict=True))
-
 
 NO_HITS = Hits(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
+def top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` columns of each row of ``scores`` (best first, ties by column)."""
+    k = min(k, scores.shape[1])
+    if k < scores.shape[1]:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    else:
+        part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
+    vals = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -vals), axis=1)
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
 
 
 def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
@@ -28,14 +37,10 @@ def top_k(scores: np.ndarray, k: int, positive_only: bool = True) -> Hits:
 
     With ``positive_only`` (lexical legs) documents scoring 0 are not returned."""
     check_k(k)
-    k = min(k, scores.shape[0])
-    if k <= 0:
-        return NO_HITS
-    idx = np.argpartition(-scores, k - 1)[:k] if k < scores.shape[0] else np.arange(len(scores))
-    idx = idx[np.lexsort((idx, -scores[idx]))]
+    rows, vals = (a[0] for a in top_rows(scores[None, :], k))
     if positive_only:
-        idx = idx[scores[idx] > 0]
-    return Hits(idx.astype(np.int64), scores[idx].astype(np.float64))
+        rows, vals = rows[vals > 0], vals[vals > 0]
+    return Hits(rows.astype(np.int64), vals.astype(np.float64))
 
 
 SMALL_BATCH = 4
@@ -44,10 +49,9 @@ SMALL_BATCH = 4
 
 def dense_scores(embeddings: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """float32 ``(n_docs, n_queries)`` inner products. A few queries are scored by numpy's
-    own loops (``einsum``), not by BLAS: OpenBLAS splits a product over every core, and
-    from a worker thread with the cores busy (the service) its threads wait on each other
-    (SciFact's 5,183 x 384 in an ad-hoc check under load: 10 ms against 0.6); a query's
-    scores then also never depend on the queries scored with it."""
+    own loops (``einsum``), not by BLAS, whose threads wait on each other from a worker
+    thread with the cores busy (the service); a query's scores then also never depend on the
+    queries scored with it."""
     if queries.shape[0] <= SMALL_BATCH:
         return np.einsum("dj,qj->dq", embeddings, queries, dtype=np.float32)
     return np.asarray(embeddings @ queries.T, dtype=np.float32)

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -49,7 +49,6 @@ CURRENT_TMP_PREFIX = "CURRENT.tmp-"
 LEGACY_NAMES = frozenset({MANIFEST, "docs.jsonl", "doc_offsets.npy", "ids.json", "bm25",
                           "dense", "tfidf", "graph"})
 _GEN_NAME = re.compile(r"gen-[0-9A-Za-z_-]{1,64}")
-_CHUNK = 1 << 20
 
 
 def new_generation_name() -> str:
@@ -85,10 +84,7 @@ def read_current(path: Path) -> str | None:
         return None
     except OSError as exc:
         raise IndexCorruptError(f"{file} cannot be read ({exc}); {rebuild_hint(path)}") from exc
-    try:
-        name = raw.decode("ascii").strip()
-    except UnicodeDecodeError:
-        name = ""
+    name = raw.decode("ascii", "replace").strip()  # a non-ASCII byte names no generation
     if not is_generation_name(name):
         shown = raw[:60].decode("ascii", "replace")
         what = "is empty" if not raw.strip() else f"does not name a generation ({shown!r})"
@@ -120,21 +116,15 @@ def write_current(path: Path, generation: str) -> None:
     fsync_dir(path)
 
 
-def _files(root: Path) -> Iterator[Path]:
-    for p in sorted(root.rglob("*")):
-        if p.is_file() and not (p.parent == root and p.name in (MANIFEST, READERS_LOCK)):
-            yield p
-
-
 def record_files(root: Path) -> dict[str, dict[str, Any]]:
     """Size and sha256 of every file under ``root`` (manifest and reader lock excepted);
     each file is fsynced on the way so the generation is durable before CURRENT names it."""
     out: dict[str, dict[str, Any]] = {}
-    for p in _files(root):
-        digest = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or (p.parent == root and p.name in (MANIFEST, READERS_LOCK)):
+            continue
         with open(p, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
+            digest = hashlib.file_digest(fh, "sha256")
             with contextlib.suppress(OSError):
                 os.fsync(fh.fileno())
         out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size,
@@ -164,25 +154,20 @@ def check_sizes(root: Path, files: dict[str, dict[str, Any]]) -> None:
                                     f"{expected}; {hint}")
 
 
-def verify_files(root: Path, files: dict[str, dict[str, Any]]) -> tuple[int, int]:
-    """Check the sha256 of every recorded file; return (files, bytes) checked."""
+def verify_files(root: Path, files: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Check the sha256 of every recorded file; return the ``files`` and ``bytes`` checked."""
     hint = rebuild_hint(root.parent)
     check_sizes(root, files)
     problems: list[str] = []
-    total = 0
     for rel, rec in files.items():
-        digest = hashlib.sha256()
         with open(root / rel, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
-                total += len(chunk)
-        if digest.hexdigest() != rec["sha256"]:
+            sha = hashlib.file_digest(fh, "sha256").hexdigest()
+        if sha != rec["sha256"]:
             problems.append(f"{root / rel} does not match its sha256 (the manifest records "
-                            f"{rec['sha256'][:12]}..., the file has "
-                            f"{digest.hexdigest()[:12]}...)")
+                            f"{rec['sha256'][:12]}..., the file has {sha[:12]}...)")
     if problems:
         raise IndexCorruptError("; ".join(problems) + f"; {hint}")
-    return len(files), total
+    return {"files": len(files), "bytes": sum(rec["size"] for rec in files.values())}
 
 
 # -- locks ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ name."""
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 from collections.abc import Callable
@@ -13,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.errors import DataError
 from intentrank.index.embedding_cache import EmbeddingCache, model_key
 from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
 from intentrank.index.settings import IndexSettings
-from intentrank.index.shards import build_bm25_shards, shard_bounds
+from intentrank.index.shards import build_bm25_shards, no_terms_error, shard_bounds, token_ids
 from intentrank.index.store import bm25_tokenize
 
 # Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
@@ -35,8 +35,7 @@ def build_leg(leg: str, texts: list[str], settings: IndexSettings, gen: Path, pr
     if leg == "dense":
         return _build_dense(texts, settings, gen / "dense", progress, cache, encoder)
     if leg == "tfidf":
-        _build_tfidf(texts, settings, gen / "tfidf")
-        return None
+        return _build_tfidf(texts, settings, gen / "tfidf")
     if leg == "graph":
         return _build_graph(texts, settings, gen / "graph")
     raise ValueError(f"unknown index leg {leg!r}")
@@ -52,19 +51,11 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
                                                                     settings.shards), progress)
     tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
     if not any(tokens):
-        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
-                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
-                        f"only stopwords")
+        raise no_terms_error(s)
     retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-    retriever.index(bm25s.tokenization.Tokenized(*_to_ids(tokens)), show_progress=progress)
+    retriever.index(bm25s.tokenization.Tokenized(*token_ids(tokens)), show_progress=progress)
     retriever.save(str(out))
     return None
-
-
-def _to_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
-    vocab: dict[str, int] = {}
-    ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
-    return ids, vocab
 
 
 def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress: bool,
@@ -72,21 +63,16 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
                  ) -> dict[str, Any]:
     s = settings.dense
     if encoder is None:
-        embedder = s.load_embedder()
-
-        def encode(batch: list[str]) -> np.ndarray:
-            return embedder.encode_passages(batch, batch_size=s.batch_size, progress=progress)
-    else:
-        encode = encoder
-
+        encoder = functools.partial(s.load_embedder().encode_passages,
+                                    batch_size=s.batch_size, progress=progress)
     if cache is None:
-        vecs, stats = encode(texts), {"cache_hits": 0, "encoded": len(texts)}
+        vecs, stats = encoder(texts), {"cache_hits": 0, "encoded": len(texts)}
     else:
         key = f"{s.backend}:{model_key(s.model)}:{s.passage_prefix}"
         if s.backend != "onnx" and s.precision == "int8":
             key += ":int8"  # fp32 vectors keep the key they had before dense.precision
         before_hits, before_miss = cache.hits, cache.misses
-        vecs = cache.encode(key, texts, encode)
+        vecs = cache.encode(key, texts, encoder)
         stats = {"cache_hits": cache.hits - before_hits, "encoded": cache.misses - before_miss}
     vecs = np.ascontiguousarray(vecs, dtype=np.float32)
     if vecs.shape[0] != len(texts):
@@ -94,19 +80,14 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
                          f"passages")
     out.mkdir()
     np.save(out / "embeddings.npy", vecs)
-    if s.ann.method != "exact":
-        stats["ann"] = _build_ann(np.load(out / "embeddings.npy", mmap_mode="r"), settings, out)
+    if s.ann.method != "exact":  # one faiss structure per shard (dense/ann.faiss unsharded)
+        from intentrank.index.ann import ann_file, build_ann
+
+        vecs = np.load(out / "embeddings.npy", mmap_mode="r")
+        stats["ann"] = [build_ann(vecs[a:e], s.ann,
+                                  out.parent / ann_file(i if settings.shards > 1 else None))
+                        for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
     return stats
-
-
-def _build_ann(vecs: np.ndarray, settings: IndexSettings, out: Path) -> list[dict[str, Any]]:
-    """One faiss structure per shard (``dense/ann.faiss`` when unsharded)."""
-    from intentrank.index.ann import ann_file, build_ann
-
-    sharded = settings.shards > 1
-    return [build_ann(vecs[a:e], settings.dense.ann,
-                      out.parent / ann_file(i if sharded else None))
-            for i, (a, e) in enumerate(shard_bounds(len(vecs), settings.shards))]
 
 
 def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:

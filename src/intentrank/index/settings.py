@@ -47,6 +47,17 @@ def _integer(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _from_mapping(cls: type, name: str, value: Any, what: str = "a mapping") -> Any:
+    """``cls(**value)``; ``value`` must be a mapping of fields of ``cls``."""
+    if not isinstance(value, dict):
+        raise _bad(f"{name} must be {what}, got {value!r}")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise _bad(f"unknown {name} setting(s) {unknown}; known: {sorted(known)}")
+    return cls(**value)
+
+
 def _stopwords_known(name: str) -> bool:
     if name in BM25_STOPWORDS:
         return True
@@ -123,21 +134,14 @@ class AnnSettings:
             return value
         if isinstance(value, str):
             return cls(method=value)
-        if not isinstance(value, dict):
-            raise _bad(f"dense.ann must be a method name or a mapping, got {value!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise _bad(f"unknown dense.ann setting(s) {unknown}; known: {sorted(known)}")
-        return cls(**value)
+        return _from_mapping(cls, "dense.ann", value, "a method name or a mapping")
 
 
 @dataclass(frozen=True)
 class DenseSettings:
     model: str = "minilm"  # "minilm" (bundled), a hub name or a local directory
     backend: str = "sentence-transformers"  # or "onnx"
-    # passages and queries: an int8 ONNX export (3x torch's passages/s, 2.5x less CPU per
-    # query, dense nDCG@10 within 0.01 on SciFact: docs/benchmarks.md "speed") or "fp32"
+    # passages and queries: an int8 ONNX export (docs/benchmarks.md "speed") or "fp32"
     # (passages on torch, queries on an fp32 export)
     precision: str = "int8"
     title_sep: str = " "  # passages are encoded as title + sep + text
@@ -230,36 +234,19 @@ class IndexSettings:
         if self.chunk_size and self.chunk_overlap >= self.chunk_size:
             raise _bad(f"chunk_overlap must be smaller than chunk_size, got chunk_overlap="
                        f"{self.chunk_overlap} with chunk_size={self.chunk_size}")
-        for name, cls in (("bm25", BM25Settings), ("dense", DenseSettings),
-                          ("tfidf", TfidfSettings), ("graph", GraphSettings)):
+        for name, cls in _SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
                 raise _bad(f"{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["legs"] = list(self.legs)
-        return d
+        return {**asdict(self), "legs": list(self.legs)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> IndexSettings:
-        sub = {"bm25": BM25Settings, "dense": DenseSettings, "tfidf": TfidfSettings,
-               "graph": GraphSettings}
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name not in d:
-                continue
-            value = d[f.name]
-            if f.name in sub:
-                known = {g.name for g in fields(sub[f.name])}
-                if not isinstance(value, dict):
-                    raise _bad(f"{f.name} must be a mapping, got {value!r}")
-                unknown = sorted(set(value) - known)
-                if unknown:
-                    raise _bad(f"unknown {f.name} setting(s) {unknown}; known: {sorted(known)}")
-                value = sub[f.name](**value)
-            elif f.name == "legs":
-                value = tuple(value)
-            kwargs[f.name] = value
+        kwargs = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        for name, section in _SECTIONS.items():
+            if name in kwargs:
+                kwargs[name] = _from_mapping(section, name, kwargs[name])
         return cls(**kwargs)
 
     def differences(self, other: IndexSettings) -> list[str]:
@@ -268,6 +255,10 @@ class IndexSettings:
         a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
         return [f"{k}: {a.get(k)!r} != {b.get(k)!r}" for k in sorted(set(a) | set(b))
                 if a.get(k) != b.get(k) and k not in SEARCH_TIME]
+
+
+_SECTIONS = {"bm25": BM25Settings, "dense": DenseSettings, "tfidf": TfidfSettings,
+             "graph": GraphSettings}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -3,15 +3,10 @@
 BM25 shards are scored with the *global* statistics (document frequencies, number of
 documents, average length), computed over every shard before any is written, with bm25s's
 own scoring code: a shard's scores are those of the unsharded index, bit for bit, and the
-top-k merge of the shards' results is exact. Dense shards are row ranges of the one
-memory-mapped ``dense/embeddings.npy`` (exact search) plus, for ANN, one faiss file per
-shard. Layout inside a generation::
-
-    bm25/shard-000/ ... bm25/shard-<N-1>/   bm25s indexes (global statistics)
-    dense/embeddings.npy                     all vectors, global row order
-    dense/ann-000.faiss ...                  one ANN structure per shard (hnsw / ivfpq)
-
-TF-IDF and the entity graph stay whole (one per index): they are the small-corpus legs.
+top-k merge of the shards' results is exact. BM25 shard ``i`` is ``bm25/shard-<i>/``. Dense
+shards are row ranges of the one memory-mapped ``dense/embeddings.npy`` (exact search) plus,
+for ANN, one faiss file per shard (``dense/ann-<i>.faiss``). TF-IDF and the entity graph stay
+whole (one per index): they are the small-corpus legs.
 """
 
 from __future__ import annotations
@@ -37,8 +32,22 @@ def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
-def bm25_shard_dir(root: Path, shard: int) -> Path:
-    return root / "bm25" / f"shard-{shard:03d}"
+def bm25_shard_dir(shard: int) -> str:
+    """A BM25 shard's directory, relative to the generation directory."""
+    return f"bm25/shard-{shard:03d}"
+
+
+def token_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]:
+    """Each document's tokens as ids of a vocabulary numbered in order of appearance."""
+    vocab: dict[str, int] = {}
+    return [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens], vocab
+
+
+def no_terms_error(s: BM25Settings) -> DataError:
+    """The error of a corpus in which no document keeps a BM25 term."""
+    return DataError(f"no document has a BM25 term after tokenising (stopwords "
+                     f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
+                     f"only stopwords")
 
 
 class _ShardTokens:
@@ -46,10 +55,8 @@ class _ShardTokens:
     frequencies."""
 
     def __init__(self, tokens: list[list[str]]) -> None:
-        vocab: dict[str, int] = {}
-        self.ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
-        self.vocab = vocab
-        df = np.zeros(len(vocab), dtype=np.int64)
+        self.ids, self.vocab = token_ids(tokens)
+        df = np.zeros(len(self.vocab), dtype=np.int64)
         for doc in self.ids:
             if doc:
                 df[np.unique(np.asarray(doc, dtype=np.int64))] += 1
@@ -102,9 +109,7 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
     shards = [_ShardTokens(bm25_tokenize(list(texts[a:e]), s.stopwords, s.stemmer,
                                          progress=progress)) for a, e in bounds]
     if not any(sh.total_len for sh in shards):
-        raise DataError(f"no document has a BM25 term after tokenising (stopwords "
-                        f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
-                        f"only stopwords")
+        raise no_terms_error(s)
     global_df: Counter[str] = Counter()
     for sh in shards:
         for token, i in sh.vocab.items():
@@ -119,7 +124,7 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
         retriever._shard_df = {i: int(c) for i, c in enumerate(sh.df)}
         retriever.index(bm25s.tokenization.Tokenized(sh.ids, sh.vocab),
                         show_progress=progress)
-        out = bm25_shard_dir(root, i)
+        out = root / bm25_shard_dir(i)
         out.parent.mkdir(exist_ok=True)
         retriever.save(str(out))
         shards[i] = None  # type: ignore[call-overload]  # free the shard's tokens

@@ -4,7 +4,6 @@ An index directory holds generations (see :mod:`intentrank.index.layout`); ``CUR
 the live one. Layout of a generation::
 
     manifest.json        corpus hash, settings, versions, build times, size + sha256 per file
-    .readers.lock        shared flock held by every open Index (keeps the generation alive)
     docs.jsonl           one document per line (id, title, text, parent_id)
     doc_offsets.npy      byte offset of each line in docs.jsonl
     ids.json             document ids, row order
@@ -30,6 +29,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from intentrank.core.params import check_int
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
 from intentrank.index.ann import EXACT_BLOCK
@@ -60,10 +60,9 @@ class Index:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._lock: IO[bytes] | None = None
         self._bm25_backend: str | None = None  # checked when set or when the leg loads
         self.generation, self.gen_dir, lock = self._pin_generation()
-        self._lock = lock or None
+        self._lock: IO[bytes] | None = lock or None
         try:
             self._load()
         except BaseException:
@@ -104,8 +103,7 @@ class Index:
         if layout.is_legacy(self.path):
             raise IndexFormatError(
                 f"{self.path} was built by an older intentrank (index format 1, before "
-                f"generations) that this version cannot read; rebuild with `intentrank index "
-                f"SRC {self.path} --overwrite`")
+                f"generations) that this version cannot read; {self._hint}")
         if self.path.is_dir() and any(n.name.startswith(layout.GEN_PREFIX)
                                       for n in self.path.iterdir()):
             raise IndexCorruptError(f"{self.path / layout.CURRENT} is missing, so {self.path} "
@@ -125,18 +123,17 @@ class Index:
             raise IndexCorruptError(f"{shown} lacks {missing or ['files']}; {self._hint}")
         try:
             self.settings = IndexSettings.from_dict(_dated(self.manifest["settings"]))
-            files = {rel: {"size": int(r["size"]), "sha256": str(r["sha256"])}
-                     for rel, r in self.manifest["files"].items()}
+            self._files = {rel: {"size": int(r["size"]), "sha256": str(r["sha256"])}
+                           for rel, r in self.manifest["files"].items()}
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise IndexCorruptError(f"{shown} holds invalid settings or file records ({exc}); "
                                     f"{self._hint}") from exc
-        self._files = files
-        layout.check_sizes(self.gen_dir, files)
+        layout.check_sizes(self.gen_dir, self._files)
         n = self.manifest["n_docs"]
-        with self._reading("doc_offsets.npy"):
-            self._offsets = np.load(self.gen_dir / "doc_offsets.npy")
-        with self._reading("ids.json"):
-            self.ids: list[str] = json.loads((self.gen_dir / "ids.json").read_text())
+        with self._reading("doc_offsets.npy") as file:
+            self._offsets = np.load(file)
+        with self._reading("ids.json") as file:
+            self.ids: list[str] = json.loads(file.read_text())
         if len(self.ids) != n or len(self._offsets) != n:
             raise IndexCorruptError(f"{self.gen_dir}: the manifest records {n} documents, "
                                     f"ids.json holds {len(self.ids)} and doc_offsets.npy "
@@ -150,10 +147,10 @@ class Index:
         return rebuild_hint(self.path)
 
     @contextlib.contextmanager
-    def _reading(self, rel: str) -> Iterator[None]:
-        """Turn a failure to read/parse a file of the generation into a named error."""
+    def _reading(self, rel: str) -> Iterator[Path]:
+        """Yield the generation's file ``rel``, turning a failure to read it into a named error."""
         try:
-            yield
+            yield self.gen_dir / rel
         except (IntentrankError, MemoryError):
             raise
         except Exception as exc:  # numpy, pickle, json, bm25s, scipy all raise their own
@@ -164,8 +161,7 @@ class Index:
         """Check size and sha256 of every file the manifest records (reads the whole index).
 
         Raises :class:`IndexCorruptError` naming every file that does not match."""
-        n_files, n_bytes = layout.verify_files(self.gen_dir, self._files)
-        return {"files": n_files, "bytes": n_bytes}
+        return layout.verify_files(self.gen_dir, self._files)
 
     @classmethod
     def open(
@@ -184,13 +180,11 @@ class Index:
     def check(self, settings: IndexSettings | None = None,
               corpus_sha256: str | None = None) -> None:
         """Raise :class:`IndexMismatchError` unless built with ``settings`` / this corpus."""
-        if settings is not None:
-            diff = self.settings.differences(settings)
-            if diff:
-                raise IndexMismatchError(
-                    f"{self.path} was built with other settings: " + "; ".join(diff)
-                    + ". Use another directory or rebuild with --overwrite."
-                )
+        if settings is not None and (diff := self.settings.differences(settings)):
+            raise IndexMismatchError(
+                f"{self.path} was built with other settings: " + "; ".join(diff)
+                + ". Use another directory or rebuild with --overwrite."
+            )
         if corpus_sha256 is not None and corpus_sha256 != self.corpus_sha256:
             raise IndexMismatchError(
                 f"{self.path} was built from another corpus (sha256 {self.corpus_sha256[:12]}"
@@ -267,17 +261,16 @@ class Index:
         self._require("bm25")
         if self._bm25_backend is None:
             self.set_bm25_backend(self.settings.bm25.backend)
+
+        def load(rel: str) -> Any:
+            with self._reading(rel) as d:
+                return bm25s.BM25.load(str(d), mmap=False)
+
         if self.sharded:
             from intentrank.index.shards import bm25_shard_dir
 
-            out = []
-            for i in range(self.settings.shards):
-                d = bm25_shard_dir(self.gen_dir, i)
-                with self._reading(d.relative_to(self.gen_dir).as_posix()):
-                    out.append(bm25s.BM25.load(str(d), mmap=False))
-            return out
-        with self._reading("bm25"):
-            return bm25s.BM25.load(str(self.gen_dir / "bm25"), mmap=False)
+            return [load(bm25_shard_dir(i)) for i in range(self.settings.shards)]
+        return load("bm25")
 
     @property
     def sharded(self) -> bool:
@@ -299,9 +292,8 @@ class Index:
         out = []
         for i, (start, end) in enumerate(self.shard_bounds):
             rel = ann_file(i if self.sharded else None)
-            with self._reading(rel):
-                out.append(AnnSearcher(self.gen_dir / rel, self.embeddings[start:end],
-                                       self.settings.dense.ann))
+            with self._reading(rel) as file:
+                out.append(AnnSearcher(file, self.embeddings[start:end], self.settings.dense.ann))
         return out
 
     def set_ann_search(self, **params: int | None) -> None:
@@ -311,17 +303,13 @@ class Index:
         if unknown:
             raise ValueError(f"unknown ANN search parameter(s) {unknown}; use ef_search, "
                              f"nprobe or refine")
-        for name, value in params.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self._ann_params = {k: v for k, v in params.items() if v is not None}
+        self._ann_params = {k: check_int(k, v) for k, v in params.items() if v is not None}
 
     @cached_property
     def embeddings(self) -> np.ndarray:
         self._require("dense")
-        with self._reading("dense/embeddings.npy"):
-            vecs = np.load(self.gen_dir / "dense" / "embeddings.npy", mmap_mode="r")
+        with self._reading("dense/embeddings.npy") as file:
+            vecs = np.load(file, mmap_mode="r")
         if vecs.ndim != 2 or vecs.shape[0] != len(self):
             raise IndexCorruptError(f"{self.gen_dir / 'dense/embeddings.npy'} has shape "
                                     f"{vecs.shape}, expected ({len(self)}, dim); {self._hint}")
@@ -336,21 +324,20 @@ class Index:
         import scipy.sparse
 
         self._require("tfidf")
-        with self._reading("tfidf/vectorizer.pkl"), \
-                open(self.gen_dir / "tfidf" / "vectorizer.pkl", "rb") as fh:
-            vectorizer = pickle.load(fh)
-        with self._reading("tfidf/matrix.npz"):
-            matrix = scipy.sparse.load_npz(self.gen_dir / "tfidf" / "matrix.npz").tocsr()
+        with self._reading("tfidf/vectorizer.pkl") as file:
+            vectorizer = pickle.loads(file.read_bytes())
+        with self._reading("tfidf/matrix.npz") as file:
+            matrix = scipy.sparse.load_npz(file).tocsr()
         return vectorizer, matrix
 
     @cached_property
     def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
         """Inverted entity index (entity -> rows) and PageRank per row."""
         self._require("graph")
-        with self._reading("graph/entities.json"):
-            entities = json.loads((self.gen_dir / "graph" / "entities.json").read_text())
-        with self._reading("graph/pagerank.npy"):
-            pr = np.load(self.gen_dir / "graph" / "pagerank.npy")
+        with self._reading("graph/entities.json") as file:
+            entities = json.loads(file.read_text())
+        with self._reading("graph/pagerank.npy") as file:
+            pr = np.load(file)
         inverted: dict[str, list[int]] = {}
         for row, ents in enumerate(entities):
             for e in ents:
@@ -427,17 +414,10 @@ class Index:
         check_k(k)
         inverted, pr = self.graph
         out: list[Hits] = []
-        for text in texts:
-            overlap: dict[int, int] = {}
-            for e in extract_entities(text):
-                for row in inverted.get(e, ()):
-                    overlap[row] = overlap.get(row, 0) + 1
-            scores = np.zeros(len(self), dtype=np.float64)
-            if overlap:
-                rows = np.fromiter(overlap, dtype=np.int64)
-                counts = np.fromiter(overlap.values(), dtype=np.float64)
-                scores[rows] = counts * (1.0 + pr[rows])
-            out.append(top_k(scores, k))
+        for text in texts:  # score: shared entities * (1 + PageRank)
+            rows = [row for e in extract_entities(text) for row in inverted.get(e, ())]
+            shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(self))
+            out.append(top_k(shared * (1.0 + pr), k))
         return out
 
     def close(self) -> None:

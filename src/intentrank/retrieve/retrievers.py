@@ -8,6 +8,7 @@ from typing import Any
 from intentrank.core.params import check_int, check_optional_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
+from intentrank.errors import DataError
 from intentrank.fuse.weighted import WeightedFusion
 from intentrank.index.store import Hits, Index
 from intentrank.types import Ranking, Trace
@@ -17,8 +18,6 @@ MAX_QUERY_CHARS = 20_000
 
 def check_query_text(ranking: Ranking) -> str:
     """The text a retriever searches with; empty or huge queries raise a clear error."""
-    from intentrank.errors import DataError
-
     text = ranking.query.text
     if not text.strip():
         raise DataError(f"query {ranking.query.id!r} is empty")
@@ -82,17 +81,9 @@ def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = Non
     return fused % depth
 
 
-RETRIEVERS = {
-    "bm25": BM25Retriever,
-    "dense": DenseRetriever,
-    "tfidf": TfidfRetriever,
-    "graph": GraphRetriever,
-}
-
-
-for _leg, _cls in RETRIEVERS.items():
-    register_stage(_leg, renamed={"k": "depth"})(
-        lambda ctx, p, _leg=_leg, _cls=_cls: _cls(ctx.require_index(_leg), **p))
+for _cls in (BM25Retriever, DenseRetriever, TfidfRetriever, GraphRetriever):
+    register_stage(_cls.leg, renamed={"k": "depth"})(
+        lambda ctx, p, _cls=_cls: _cls(ctx.require_index(_cls.leg), **p))
 
 
 @register_stage("sparse", renamed={"k": "depth"})
