@@ -266,19 +266,6 @@ def stage_factory(name: str) -> StageFactory | None:
     return entry.factory if entry is not None and not entry.fusion else None
 
 
-def fuser(method: str) -> Callable[..., Stage]:
-    """The fusion class registered for ``method`` (``rrf``, ``weighted``, ...)."""
-    return lookup(method, fusion=True).origin
-
-
-def renamed_parameters(name: str) -> dict[str, str]:
-    """Old parameter name -> new name, for the stage or fusion method registered as
-    ``name``."""
-    load_builtins()
-    entry = REGISTRY.get(name)
-    return dict(entry.renamed) if entry is not None else {}
-
-
 def known_names(fusion: bool | None = None) -> list[str]:
     """Registered names, sorted: stages (``fusion=False``), fusion methods (``True``) or
     both (None)."""
