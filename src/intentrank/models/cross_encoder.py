@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from intentrank.errors import ModelError
+from intentrank.models.inputs import clip_texts
 from intentrank.paths import cache_dir
 
 ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/model.onnx")
@@ -92,14 +93,9 @@ class TorchCrossEncoder:
 
 
 def _clip_pairs(pairs: Sequence[Pair], max_length: int) -> list[list[str]]:
-    """Each side cut before tokenising (see :func:`~intentrank.models.embedder.clip_text`):
-    a side keeping ``max_length`` words still gets truncated exactly as before, so scores
-    do not change, but a huge passage no longer takes memory in proportion to its length."""
-    from intentrank.models.inputs import clip_text
-
-    if not max_length or max_length < 1:
-        return [[q, p] for q, p in pairs]
-    return [[clip_text(q, max_length), clip_text(p, max_length)] for q, p in pairs]
+    """Each side cut before tokenising (:func:`~intentrank.models.inputs.clip_text`): the
+    same tokens after truncation, in memory bounded by ``max_length``."""
+    return [clip_texts(pair, max_length) for pair in pairs]
 
 
 def find_onnx(model: str | Path) -> Path:

