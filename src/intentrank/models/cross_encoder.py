@@ -174,11 +174,11 @@ def load_cross_encoder(
     ``max_length`` defaults to the length the model was trained at, else 256."""
     bundled = model is None or str(model) == BUNDLED
     model = str(bundled_reranker_dir() if bundled else model)
-    if _looks_local(model) and not Path(model).expanduser().exists():
+    local = Path(model).expanduser() if _looks_local(model) else None
+    if local is not None and not local.exists():
         raise _missing(model)
     if backend is None:
-        local = Path(model).expanduser()
-        backend = "onnx" if _looks_local(model) and (
+        backend = "onnx" if local is not None and (
             local.suffix == ".onnx" or any((local / f).is_file() for f in ONNX_FILES)) \
             else "torch"
     if bundled and backend != "onnx":
@@ -187,8 +187,7 @@ def load_cross_encoder(
                          "for backend 'torch'")
     max_length = max_length or trained_max_length(model)
     if backend == "torch":
-        return TorchCrossEncoder(str(Path(model).expanduser()) if _looks_local(model) else model,
-                                 max_length)
+        return TorchCrossEncoder(str(local or model), max_length)
     if backend == "onnx":
         return OnnxCrossEncoder(model, max_length, threads)
     raise ModelError(f"unknown cross-encoder backend {backend!r}; use 'torch' or 'onnx'")

