@@ -1,11 +1,7 @@
-"""Fine-tune a cross-encoder reranker from the bundled MiniLM weights, on CPU, within a budget.
-
-Positives are a split's judged-relevant documents; hard negatives are mined from the BM25 and
-dense top-``depth`` of the same queries (judged-relevant documents excluded) and resampled
-every epoch. The test split is refused, and queries that also appear in the test qrels are
-dropped. sentence-transformers' ``CrossEncoderTrainer`` trains (``budget.py`` holds the
-time budget). The model directory holds the weights, the tokenizer and ``training.json``
-(data, settings, time, steps, versions); optionally ``model_int8.onnx`` as well.
+"""Fine-tune a cross-encoder reranker from the bundled MiniLM weights, on CPU, within a budget,
+and what both trainers share (:class:`TrainSettings`, :class:`TrainingRun`): positives are a
+split's judged-relevant documents (never the test split's, nor of queries also in the test
+qrels), hard negatives are mined from the BM25 and dense ranks of the same queries.
 """
 
 from __future__ import annotations
@@ -134,15 +130,13 @@ def draw_negatives(pool: dict[str, list[str]], n_neg: int, rng: random.Random) -
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """What both trainers take alike, as keyword arguments (with each trainer's defaults: the
-    class's for the reranker, :data:`EMBEDDER_DEFAULTS` for the embedder).
-
-    Each query gets ``negatives_per_query`` hard negatives from its BM25 and dense ranks
-    ``skip_top + 1`` to ``depth``, resampled each of the ``epochs``; ``batch_size`` per
-    optimiser step. The learning rate warms up to ``lr`` over ``warmup`` of the run, then
-    decays to 0 at the last step or at ``time_budget_s`` (counted from opening the index,
-    mining included; None: no limit), whichever comes first; what was trained is saved either
-    way. ``max_queries`` are sampled with ``seed`` (which also seeds training);
+    """The keyword arguments both trainers take (defaults: the reranker's; the embedder's are
+    :data:`EMBEDDER_DEFAULTS`). Each query gets ``negatives_per_query`` hard negatives from
+    its BM25 and dense ranks ``skip_top + 1`` to ``depth``, resampled each of the ``epochs``;
+    ``batch_size`` per optimiser step. The learning rate warms up to ``lr`` over ``warmup``
+    of the run, then decays to 0 at the last step or at ``time_budget_s`` (from opening the
+    index, mining included; None: no limit), whichever comes first; what was trained is
+    saved either way. ``max_queries`` are sampled with ``seed`` (which also seeds training);
     ``base_model`` defaults to the bundled MiniLM; ``log`` gets progress messages."""
 
     negatives_per_query: int = 7
@@ -334,12 +328,12 @@ def train_reranker(
     Trained by sentence-transformers' ``CrossEncoderTrainer``. ``loss``: ``listwise``
     (``ListNetLoss`` with one-hot targets: softmax over a positive and its query's hard
     negatives) or ``bce`` (``BinaryCrossEntropyLoss``, each pair labelled 1/0).
-    ``batch_size`` counts pairs per optimiser step (listwise: as many groups as fit). The new
-    head (pooler and classifier) learns ``head_lr_scale`` times faster than the pretrained
-    encoder. Training stops after the step that crosses the budget or after ``epochs`` (the
-    passes shuffled together). ``onnx`` (default True, as ``intentrank train-reranker
-    --onnx``): also export ``model_int8.onnx`` for the onnx backend (a failed export keeps
-    the model).
+    ``batch_size`` counts pairs per optimiser step (listwise: as many groups as fit; the
+    epochs' passes shuffled together). The new head (pooler and classifier) learns
+    ``head_lr_scale`` times faster than the pretrained encoder. ``onnx`` (default True, as
+    ``intentrank train-reranker --onnx``): also export ``model_int8.onnx`` for the onnx
+    backend (a failed export keeps the model). The directory holds the weights, the
+    tokenizer and ``training.json``.
     """
     s = TrainSettings(**settings)
     if loss not in LOSSES:
