@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from intentrank.core.registry import REGISTRY, BuildContext, fuser
+from intentrank.core.registry import REGISTRY, BuildContext, lookup
 from intentrank.pipelines import build_pipeline
 from intentrank.types import Query, Ranking, ScoredDoc
 
@@ -68,7 +68,7 @@ def test_a_new_stage_file_registers_itself(tmp_path, monkeypatch) -> None:
         stage = build_pipeline({"shortest_first": {"top_k": 3}}, ctx)
         ranking = Ranking(Query("q", "x"), [ScoredDoc(d, 1.0) for d in "abc"])
         assert stage([ranking])[0].doc_ids == ["b", "c", "a"]
-        fused = fuser("combsum")([stage, stage])([ranking])[0]
+        fused = lookup("combsum", fusion=True).origin([stage, stage])([ranking])[0]
         assert fused.doc_ids == ["b", "c", "a"]
     finally:
         REGISTRY.pop("shortest_first", None)
@@ -82,14 +82,15 @@ def test_a_second_registration_of_a_name_is_refused() -> None:
     from intentrank.fuse.rrf import RRFFusion
 
     load_builtins()
-    assert fuser("rrf") is RRFFusion and register_fuser(RRFFusion) is RRFFusion  # same class
+    assert lookup("rrf", fusion=True).origin is RRFFusion
+    assert register_fuser(RRFFusion) is RRFFusion  # the same class again: a no-op
     fusions = {n: e for n, e in REGISTRY.items() if e.fusion}
     assert {e.origin.method for e in fusions.values()} == set(fusions)  # each under its name
     clash = type("OtherRRF", (RRFFusion,), {"method": "rrf"})
     with pytest.raises(ConfigError, match="two registrations of the name 'rrf': fusion method "
                                           "intentrank.core.stage.RRFFusion and fusion method"):
         register_fuser(clash)
-    assert fuser("rrf") is RRFFusion
+    assert lookup("rrf", fusion=True).origin is RRFFusion
     with pytest.raises(ConfigError, match="two registrations of the name 'bm25': stage "):
         register_stage("bm25")(lambda ctx, params: None)
     # stages and fusion methods share one namespace and one error style

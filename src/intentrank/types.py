@@ -217,11 +217,8 @@ class Ranking:
         if prior is None:
             prior = {d.doc_id: d.stage_scores for d in previous.docs} if previous else {}
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-        docs = [
-            ScoredDoc(doc_id, float(s), {**prior.get(doc_id, {}), stage: float(s)})
-            for doc_id, s in ordered
-        ]
-        return cls(query, docs)
+        return cls(query, [ScoredDoc(doc_id, float(s), {**prior.get(doc_id, {}), stage: float(s)})
+                           for doc_id, s in ordered])
 
 
 @dataclass
@@ -403,11 +400,6 @@ class Trace:
 
     def summary(self) -> list[dict[str, Any]]:
         """One row per stage: seconds, ms per query and counters."""
-        rows = []
-        for st in self.stages.values():
-            per_query = 1000 * st.seconds / st.queries if st.queries else None
-            rows.append(
-                {"stage": st.name, "seconds": st.seconds, "ms_per_query": per_query,
-                 **st.counters}
-            )
-        return rows
+        return [{"stage": st.name, "seconds": st.seconds,
+                 "ms_per_query": 1000 * st.seconds / st.queries if st.queries else None,
+                 **st.counters} for st in self.stages.values()]

@@ -54,45 +54,40 @@ def build_pipeline(node: Any, ctx: BuildContext, where: str = "pipeline") -> Sta
             raise ConfigError(f"{where}: cutoff must be >= 1, got {params}")
         return Cutoff(params)
     if name == "fuse":
-        return _build_fuse(params, ctx, where)
+        if not isinstance(params, dict) or "inputs" not in params:
+            raise ConfigError(f"{where}.fuse: needs 'inputs' (a list of branches)")
+        return _build(params.get("method", "rrf"), params, ctx, f"{where}.fuse", fusion=True)
+    return _build(name, params, ctx, where)
+
+
+def _build(name: Any, params: Any, ctx: BuildContext, where: str, fusion: bool = False
+           ) -> Stage:
+    """The registered stage (``fusion``: fusion method) ``name`` built with ``params`` (a
+    fusion's ``inputs`` built as branches first); errors name the place."""
     try:
-        entry = lookup(name if isinstance(name, str) else repr(name))
+        entry = lookup(name if isinstance(name, str) else repr(name), fusion)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    where = where if fusion else f"{where}.{name}"
     params = {} if params is None else params
     if not isinstance(params, dict):
-        raise ConfigError(f"{where}.{name}: parameters must be a mapping, got {params!r}")
+        raise ConfigError(f"{where}: parameters must be a mapping, got {params!r}")
     bad_keys = [key for key in params if not isinstance(key, str)]
     if bad_keys:
-        raise ConfigError(f"{where}.{name}: parameter names must be strings, got {bad_keys!r}")
-    refuse_renamed(f"{where}.{name}", params, entry.renamed)
-    try:
-        return entry.factory(ctx, dict(params))
-    except (TypeError, ValueError) as exc:  # ParameterError: a value out of range
-        raise ConfigError(f"{where}.{name}: {exc}") from exc
-
-
-def _build_fuse(params: Any, ctx: BuildContext, where: str) -> Stage:
-    if not isinstance(params, dict) or "inputs" not in params:
-        raise ConfigError(f"{where}.fuse: needs 'inputs' (a list of branches)")
-    bad_keys = [key for key in params if not isinstance(key, str)]
-    if bad_keys:
-        raise ConfigError(f"{where}.fuse: parameter names must be strings, got {bad_keys!r}")
+        raise ConfigError(f"{where}: parameter names must be strings, got {bad_keys!r}")
+    refuse_renamed(where, params, entry.renamed)
     params = dict(params)
-    method = params.pop("method", "rrf")
+    if fusion:
+        params.pop("method", None)
+        inputs = params["inputs"]
+        if not isinstance(inputs, list) or len(inputs) < 2:
+            raise ConfigError(f"{where}: 'inputs' must list at least two branches")
+        params["inputs"] = [build_pipeline(b, ctx, f"{where}.inputs[{i}]")
+                            for i, b in enumerate(inputs)]
     try:
-        entry = lookup(method if isinstance(method, str) else repr(method), fusion=True)
-    except ConfigError as exc:
-        raise ConfigError(f"{where}.fuse: {exc}") from None
-    refuse_renamed(f"{where}.fuse", params, entry.renamed)
-    inputs = params.pop("inputs")
-    if not isinstance(inputs, list) or len(inputs) < 2:
-        raise ConfigError(f"{where}.fuse: 'inputs' must list at least two branches")
-    branches = [build_pipeline(b, ctx, f"{where}.fuse.inputs[{i}]") for i, b in enumerate(inputs)]
-    try:
-        return entry.factory(ctx, {**params, "inputs": branches})
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}.fuse: {exc}") from exc
+        return entry.factory(ctx, params)
+    except (TypeError, ValueError) as exc:  # ParameterError: a value out of range
+        raise ConfigError(f"{where}: {exc}") from exc
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

@@ -6,19 +6,12 @@ A stage module registers its config name next to its class::
     def _bm25(ctx: BuildContext, params: dict) -> Stage:
         return BM25Retriever(ctx.require_index("bm25"), **params)
 
-and a fusion class registers its ``method`` with ``@register_fuser``, a thin form of the same
-thing: one table (:data:`REGISTRY`), one lookup (:func:`lookup`), one error for a name
-registered twice or unknown.
-
-The registry names no package above the core. The packages whose modules register stages are
-given to it (:func:`add_stage_packages`) by the layer that builds pipelines:
-``intentrank.pipelines`` (layer 5) gives the built-in ones (retrieve, fuse, query, rerank,
-answer) when it is imported, and every lookup first imports the packages given so far
-(:func:`load_builtins`), so they stay unimported until a name is looked up. Without them the
-core knows only what is registered in it (``fuse: {method: rrf}``). Installed plugins load
-after them, once: the modules their package entry points name in the groups
-``intentrank.stages`` and ``intentrank.fusers`` (:func:`load_plugins`). Plugin prompt
-directories (group ``intentrank.prompts``) are found by :func:`plugin_prompt_dirs`.
+and a fusion class registers its ``method`` with ``@register_fuser``: one table
+(:data:`REGISTRY`), one lookup (:func:`lookup`), one error for a name registered twice or
+unknown. The registry names no package above the core: the layer that builds pipelines
+(``intentrank.pipelines``) gives it the stage packages (:func:`add_stage_packages`), imported
+on the first lookup (:func:`load_builtins`), then the installed plugins (:func:`load_plugins`;
+prompt directories: :func:`plugin_prompt_dirs`).
 """
 
 from __future__ import annotations
@@ -264,19 +257,6 @@ def stage_factory(name: str) -> StageFactory | None:
     load_builtins()
     entry = REGISTRY.get(name)
     return entry.factory if entry is not None and not entry.fusion else None
-
-
-def fuser(method: str) -> Callable[..., Stage]:
-    """The fusion class registered for ``method`` (``rrf``, ``weighted``, ...)."""
-    return lookup(method, fusion=True).origin
-
-
-def renamed_parameters(name: str) -> dict[str, str]:
-    """Old parameter name -> new name, for the stage or fusion method registered as
-    ``name``."""
-    load_builtins()
-    entry = REGISTRY.get(name)
-    return dict(entry.renamed) if entry is not None else {}
 
 
 def known_names(fusion: bool | None = None) -> list[str]:

@@ -43,10 +43,8 @@ class RunResult:
 
 def as_queries(queries: Iterable[Query | str]) -> list[Query]:
     """Accept Query objects or plain strings (numbered q1, q2, ...)."""
-    out = []
-    for i, q in enumerate(queries, 1):
-        out.append(q if isinstance(q, Query) else Query(id=f"q{i}", text=str(q)))
-    return out
+    return [q if isinstance(q, Query) else Query(id=f"q{i}", text=str(q))
+            for i, q in enumerate(queries, 1)]
 
 
 class Stage:

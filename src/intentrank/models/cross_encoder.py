@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from intentrank.errors import ModelError
+from intentrank.models.inputs import clip_texts
 from intentrank.paths import cache_dir
 
 ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/model.onnx")
@@ -92,14 +93,9 @@ class TorchCrossEncoder:
 
 
 def _clip_pairs(pairs: Sequence[Pair], max_length: int) -> list[list[str]]:
-    """Each side cut before tokenising (see :func:`~intentrank.models.embedder.clip_text`):
-    a side keeping ``max_length`` words still gets truncated exactly as before, so scores
-    do not change, but a huge passage no longer takes memory in proportion to its length."""
-    from intentrank.models.inputs import clip_text
-
-    if not max_length or max_length < 1:
-        return [[q, p] for q, p in pairs]
-    return [[clip_text(q, max_length), clip_text(p, max_length)] for q, p in pairs]
+    """Each side cut before tokenising (:func:`~intentrank.models.inputs.clip_text`): the
+    same tokens after truncation, in memory bounded by ``max_length``."""
+    return [clip_texts(pair, max_length) for pair in pairs]
 
 
 def find_onnx(model: str | Path) -> Path:
@@ -178,11 +174,11 @@ def load_cross_encoder(
     ``max_length`` defaults to the length the model was trained at, else 256."""
     bundled = model is None or str(model) == BUNDLED
     model = str(bundled_reranker_dir() if bundled else model)
-    if _looks_local(model) and not Path(model).expanduser().exists():
+    local = Path(model).expanduser() if _looks_local(model) else None
+    if local is not None and not local.exists():
         raise _missing(model)
     if backend is None:
-        local = Path(model).expanduser()
-        backend = "onnx" if _looks_local(model) and (
+        backend = "onnx" if local is not None and (
             local.suffix == ".onnx" or any((local / f).is_file() for f in ONNX_FILES)) \
             else "torch"
     if bundled and backend != "onnx":
@@ -191,8 +187,7 @@ def load_cross_encoder(
                          "for backend 'torch'")
     max_length = max_length or trained_max_length(model)
     if backend == "torch":
-        return TorchCrossEncoder(str(Path(model).expanduser()) if _looks_local(model) else model,
-                                 max_length)
+        return TorchCrossEncoder(str(local or model), max_length)
     if backend == "onnx":
         return OnnxCrossEncoder(model, max_length, threads)
     raise ModelError(f"unknown cross-encoder backend {backend!r}; use 'torch' or 'onnx'")

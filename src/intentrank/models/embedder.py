@@ -37,9 +37,7 @@ class Embedder(Protocol):
 class SentenceTransformerEmbedder(PrefixedEncoder):
     """sentence-transformers backend (torch, CPU by default), run through ONNX exports of the
     same model (:mod:`intentrank.models.onnx_export`), one text per run. With
-    ``precision="int8"`` (the default) passages and queries run through an int8 export:
-    about 3x torch's passages/s and 2.5x less CPU per query than the fp32 export on 2 cores,
-    dense nDCG@10 on SciFact within 0.01 of fp32 (docs/benchmarks.md, "speed"). With
+    ``precision="int8"`` (the default) passages and queries run through an int8 export; with
     ``"fp32"`` passages run on torch and queries through an fp32 export (equal to torch
     within float32 noise). ``query_backend="torch"`` keeps queries on torch. A local model
     whose exports are already checked is never loaded into torch. ``threads`` caps the ONNX
@@ -68,7 +66,7 @@ class SentenceTransformerEmbedder(PrefixedEncoder):
         self.passage_prefix = passage_prefix
         self.query_backend = query_backend
         self.precision = precision
-        self.threads = threads  # ONNX runs at once (default: one per core)
+        self.threads = threads
         self.onnx = OnnxEncoders()
         self._model: Any = None
         self._lock = threading.Lock()

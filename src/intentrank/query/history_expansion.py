@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
 from intentrank.core.params import check_int, check_number
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
@@ -26,14 +28,8 @@ from intentrank.types import Query, Ranking, Trace
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 
 
-def _stopwords() -> frozenset[str]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-    return frozenset(ENGLISH_STOP_WORDS) | {"does", "did", "tell", "know", "like", "want",
-                                            "think", "difference", "compare", "s"}
-
-
-STOPWORDS = _stopwords()
+STOPWORDS = frozenset(ENGLISH_STOP_WORDS) | {"does", "did", "tell", "know", "like", "want",
+                                             "think", "difference", "compare", "s"}
 
 
 def content_words(text: str) -> list[str]:

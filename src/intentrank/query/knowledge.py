@@ -35,6 +35,7 @@ from intentrank.core.stage import Stage
 from intentrank.llm.parsing import normalise, read_json_object
 from intentrank.llm.prompts import load_contract
 from intentrank.llm.step import run_step
+from intentrank.query.aspects import distinct
 from intentrank.query.dialog import clip_words
 from intentrank.types import Ranking, Trace
 
@@ -53,19 +54,11 @@ def contract_names(n_know: int, form: str) -> tuple[str, str]:
 
 
 def _clean(items: Any, limit: int) -> list[str]:
-    """Distinct non-blank strings (case and punctuation ignored), at most ``limit``."""
+    """Distinct non-blank strings (:func:`~intentrank.query.aspects.distinct`), at most
+    ``limit``."""
     if not isinstance(items, list):
         raise ValueError(f"expected a list of strings, got {type(items).__name__}")
-    seen: set[str] = set()
-    out = []
-    for item in items:
-        if not isinstance(item, str):
-            continue
-        text, key = item.strip().strip("\"'").strip(), normalise(item)
-        if len(key) >= 3 and key not in seen:
-            seen.add(key)
-            out.append(text)
-    return out[:limit]
+    return distinct(items, limit)
 
 
 @dataclass(frozen=True)

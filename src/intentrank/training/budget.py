@@ -2,7 +2,8 @@
 
 Imported only when training (it needs the ``train`` extra): :class:`TimeBudget` stops the
 run after the step that crosses the budget and anneals the learning rate towards it;
-:class:`BudgetTrainer` uses that schedule and counts the pairs it trains on.
+:class:`BudgetTrainer` uses that schedule and counts the pairs it trains on;
+:class:`BudgetSTTrainer` is the bi-encoder's trainer on the same schedule.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sentence_transformers import SentenceTransformerTrainer
 from sentence_transformers.cross_encoder import CrossEncoderTrainer
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
@@ -86,3 +88,7 @@ class BudgetTrainer(BudgetSchedule, CrossEncoderTrainer):
         docs = inputs.get("docs", inputs.get("doc", []))  # listwise: lists of documents
         self.budget.pairs += sum(len(d) if isinstance(d, list) else 1 for d in docs)
         return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+class BudgetSTTrainer(BudgetSchedule, SentenceTransformerTrainer):
+    """A ``SentenceTransformerTrainer`` on the budget's schedule."""

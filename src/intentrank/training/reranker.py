@@ -1,11 +1,7 @@
-"""Fine-tune a cross-encoder reranker from the bundled MiniLM weights, on CPU, within a budget.
-
-Positives are a split's judged-relevant documents; hard negatives are mined from the BM25 and
-dense top-``depth`` of the same queries (judged-relevant documents excluded) and resampled
-every epoch. The test split is refused, and queries that also appear in the test qrels are
-dropped. sentence-transformers' ``CrossEncoderTrainer`` trains (``budget.py`` holds the
-time budget). The model directory holds the weights, the tokenizer and ``training.json``
-(data, settings, time, steps, versions); optionally ``model_int8.onnx`` as well.
+"""Fine-tune a cross-encoder reranker from the bundled MiniLM weights, on CPU, within a budget,
+and what both trainers share (:class:`TrainSettings`, :class:`TrainingRun`): positives are a
+split's judged-relevant documents (never the test split's, nor of queries also in the test
+qrels), hard negatives are mined from the BM25 and dense ranks of the same queries.
 """
 
 from __future__ import annotations
@@ -55,22 +51,6 @@ def base_model_record(base_model: str | None) -> str:
         return BUNDLED_BASE
     path = Path(base_model)
     return path.name if path.is_absolute() or path.exists() else base_model
-
-
-def _versions() -> dict[str, str]:
-    return package_versions(("intentrank", "torch", "transformers", "sentence-transformers",
-                             "tokenizers", "onnx", "onnxruntime"))
-
-
-def _open_index(index: Index | str | Path | None, ds: Dataset, log: Log) -> Index:
-    if isinstance(index, Index):
-        return index
-    from intentrank.index import open_or_build
-
-    path = Path(index) if index is not None else Path("indexes") / ds.name
-    if not Index.exists(path):
-        log(f"building index {path} from {ds.root}")
-    return open_or_build(ds.corpus, path, progress=True, log=log, source=str(ds.root))
 
 
 def training_queries(ds: Dataset, split: str, max_queries: int | None, seed: int
@@ -148,59 +128,161 @@ def draw_negatives(pool: dict[str, list[str]], n_neg: int, rng: random.Random) -
     return chosen
 
 
-def time_budget(start: float, time_budget_s: float | None, warmup: float) -> Any:
-    """The :class:`~intentrank.training.budget.TimeBudget` of a run started at ``start``
-    (no limit when ``time_budget_s`` is None or not positive)."""
-    from intentrank.training.budget import TimeBudget
+@dataclass(frozen=True)
+class TrainSettings:
+    """The keyword arguments both trainers take (defaults: the reranker's; the embedder's are
+    :data:`EMBEDDER_DEFAULTS`). Each query gets ``negatives_per_query`` hard negatives from
+    its BM25 and dense ranks ``skip_top + 1`` to ``depth``, resampled each of the ``epochs``;
+    ``batch_size`` per optimiser step. The learning rate warms up to ``lr`` over ``warmup``
+    of the run, then decays to 0 at the last step or at ``time_budget_s`` (from opening the
+    index, mining included; None: no limit), whichever comes first; what was trained is
+    saved either way. ``max_queries`` are sampled with ``seed`` (which also seeds training);
+    ``base_model`` defaults to the bundled MiniLM; ``log`` gets progress messages."""
 
-    return TimeBudget(start, time_budget_s if time_budget_s and time_budget_s > 0
-                      else math.inf, warmup)
-
-
-def load_base(load: Callable[[], Any], base: str, what: str, seed: int) -> Any:
-    """``load()`` the base model after seeding (a new head's initialisation); a model that
-    cannot be loaded is a :class:`ModelError` naming ``base``."""
-    import transformers
-
-    transformers.set_seed(seed)
-    try:
-        return load()
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot load base model {base!r} for the {what}: {exc}") from exc
-
-
-def run_trainer(trainer_cls: type, args_cls: type, model: Any, rows: dict[str, list[Any]],
-                loss: Any, budget: Any, options: dict[str, Any], prefix: str
-                ) -> tuple[Any, float]:
-    """Train ``model`` on ``rows`` for one pass on CPU in a scratch directory (no
-    checkpoints, a loss log every step, ``options`` added to the training arguments);
-    returns the trainer and the seconds trained."""
-    from datasets import Dataset as Rows
-
-    with tempfile.TemporaryDirectory(prefix=prefix) as scratch:
-        trainer = trainer_cls(
-            model=model, train_dataset=Rows.from_dict(rows), loss=loss, budget=budget,
-            args=args_cls(
-                output_dir=scratch, num_train_epochs=1, weight_decay=0.01, max_grad_norm=1.0,
-                data_seed=options["seed"], logging_steps=1, save_strategy="no", report_to=[],
-                use_cpu=True, dataloader_pin_memory=False, **options))
-        started = time.perf_counter()
-        trainer.train()
-        return trainer, time.perf_counter() - started
+    negatives_per_query: int = 7
+    depth: int = MINING_DEPTH
+    skip_top: int = 0
+    epochs: int = 1
+    batch_size: int = 16
+    lr: float = 5e-5
+    warmup: float = 0.1
+    time_budget_s: float | None = 900.0
+    seed: int = 13
+    max_queries: int | None = None
+    base_model: str | None = None
+    progress: bool = True
+    log: Log | None = None
 
 
-def run_record(trainer: Any, budget: Any, mining_s: float, train_s: float, losses: int
-               ) -> dict[str, Any]:
-    """What both trainers record the same way in ``training.json``: steps, why the run
-    stopped, the mean loss of the first and last ``losses`` steps, mining and training
-    seconds."""
-    return {
-        "steps_done": trainer.state.global_step, "steps_planned": trainer.state.max_steps,
-        "stopped_by": budget.stopped_by,
-        f"loss_first{losses}": _mean(budget.losses[:losses]),
-        f"loss_last{losses}": _mean(budget.losses[-losses:]),
-        "seconds": {"mining": round(mining_s, 2), "training": round(train_s, 2)},
-    }
+EMBEDDER_DEFAULTS = TrainSettings(negatives_per_query=1, batch_size=32, lr=2e-5)
+
+
+class TrainingRun:
+    """The steps both trainers take alike: open the index (the budget's clock starts), mine
+    hard negatives, train within the budget, record the run and save the model with its
+    ``training.json``. Checks where negatives are mined before any work."""
+
+    def __init__(self, settings: TrainSettings) -> None:
+        self.settings = settings
+        self.where = negative_ranks(settings.depth, settings.skip_top)
+        self.say: Log = settings.log or (lambda message: None)
+        self.start = self.mining_s = self.train_s = 0.0
+        self.pools: dict[str, dict[str, list[str]]] = {}
+        self.budget: Any = None
+        self.trainer: Any = None
+
+    def require(self, purpose: str) -> None:
+        """Refuse to go on without the ``train`` extra."""
+        for module in ("accelerate", "datasets", "sentence_transformers"):
+            require(module, "train", purpose)
+
+    def open_index(self, index: Index | str | Path | None, ds: Dataset) -> Index:
+        """``index`` (default ``indexes/<dataset name>``, built if missing)."""
+        self.start = time.perf_counter()
+        if isinstance(index, Index):
+            return index
+        from intentrank.index import open_or_build
+
+        path = Path(index) if index is not None else Path("indexes") / ds.name
+        if not Index.exists(path):
+            self.say(f"building index {path} from {ds.root}")
+        return open_or_build(ds.corpus, path, progress=True, log=self.say, source=str(ds.root))
+
+    def mine(self, idx: Index, queries: list[Query], qrels: Qrels, what: str
+             ) -> dict[str, dict[str, list[str]]]:
+        """The hard-negative pools of ``queries`` (``what`` they are, for the log)."""
+        s = self.settings
+        self.say(f"mining hard negatives for {len(queries)} {what} (BM25 + dense {self.where})")
+        self.pools = mine_negatives(idx, queries, qrels, s.depth, s.skip_top)
+        self.mining_s = time.perf_counter() - self.start
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        return self.pools
+
+    def load(self, load: Callable[[str], Any], what: str) -> Any:
+        """``load(base)`` the base model (default the bundled MiniLM) after seeding (a new
+        head's initialisation); one that cannot be loaded is a :class:`ModelError`."""
+        import transformers
+
+        from intentrank.models.inputs import minilm_path
+
+        base = self.settings.base_model or minilm_path()
+        transformers.set_seed(self.settings.seed)
+        try:
+            with _hf_quiet(not self.settings.progress):
+                return load(base)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load base model {base!r} for the {what}: {exc}") from exc
+
+    def train(self, trainer_cls: type, args_cls: type, model: Any, rows: dict[str, list[Any]],
+              loss: Any, count_pairs: bool = False, **options: Any) -> None:
+        """Train ``model`` on ``rows`` for one pass on CPU within the budget, in a scratch
+        directory (no checkpoints, a loss log every step, ``options`` added to the training
+        arguments)."""
+        from datasets import Dataset as Rows
+
+        from intentrank.training.budget import TimeBudget
+
+        s = self.settings
+        limit = s.time_budget_s if s.time_budget_s and s.time_budget_s > 0 else math.inf
+        self.budget = TimeBudget(self.start, limit, s.warmup)
+        with _hf_quiet(not s.progress), \
+                tempfile.TemporaryDirectory(prefix="intentrank-train-") as scratch:
+            self.trainer = trainer_cls(
+                model=model, train_dataset=Rows.from_dict(rows), loss=loss, budget=self.budget,
+                args=args_cls(
+                    output_dir=scratch, num_train_epochs=1, weight_decay=0.01,
+                    max_grad_norm=1.0, data_seed=s.seed, logging_steps=1, save_strategy="no",
+                    report_to=[], use_cpu=True, dataloader_pin_memory=False,
+                    learning_rate=s.lr, seed=s.seed, disable_tqdm=not s.progress, **options))
+            started = time.perf_counter()
+            self.trainer.train()
+            self.train_s = time.perf_counter() - started
+        pairs = f" ({self.budget.pairs} pairs)" if count_pairs else ""
+        self.say(f"trained {self.trainer.state.global_step}/{self.trainer.state.max_steps} "
+                 f"steps{pairs} in {self.train_s:.0f}s; stopped by {self.budget.stopped_by}")
+
+    def record(self, kind: str, data: dict[str, Any], settings: dict[str, Any], losses: int,
+               **negatives: Any) -> dict[str, Any]:
+        """``training.json``: ``kind``, the base model, ``data`` (what it trained on), the
+        negatives (and ``negatives``), ``settings`` (the trainer's own, then the shared ones),
+        steps, why the run stopped, the mean loss of the first and last ``losses`` steps,
+        seconds, versions."""
+        import torch
+
+        s, budget, state = self.settings, self.budget, self.trainer.state
+        legs = next(iter(self.pools.values()), {})
+        return {
+            "kind": kind, "base_model": base_model_record(s.base_model), **data,
+            "negatives": {"sources": [f"{leg} {self.where}" for leg in legs],
+                          "per_query": s.negatives_per_query, "resampled_each_epoch": True,
+                          **negatives},
+            "settings": {**settings, "epochs": s.epochs, "batch_size": s.batch_size,
+                         "lr": s.lr, "warmup": s.warmup, "time_budget_s": s.time_budget_s,
+                         "seed": s.seed, "max_queries": s.max_queries,
+                         "threads": torch.get_num_threads(), "device": "cpu"},
+            "steps_done": state.global_step, "steps_planned": state.max_steps,
+            "stopped_by": budget.stopped_by,
+            f"loss_first{losses}": _mean(budget.losses[:losses]),
+            f"loss_last{losses}": _mean(budget.losses[-losses:]),
+            "seconds": {"mining": round(self.mining_s, 2), "training": round(self.train_s, 2)},
+            "versions": package_versions(("intentrank", "torch", "transformers",
+                                          "sentence-transformers", "tokenizers", "onnx",
+                                          "onnxruntime")),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+
+    def save(self, out_dir: str | Path, info: dict[str, Any], write: Callable[[Path], None]
+             ) -> TrainResult:
+        """``write`` the model into a temporary directory, add ``info`` as ``training.json``
+        and swap it into ``out_dir`` (:func:`swap_into_place`)."""
+
+        def write_all(tmp: Path) -> None:
+            write(tmp)
+            (tmp / TRAINING_JSON).write_text(json.dumps(info, indent=1))
+
+        with _hf_quiet(not self.settings.progress):
+            out = swap_into_place(Path(out_dir), write_all)
+        return TrainResult(out, json.loads((out / TRAINING_JSON).read_text()))
 
 
 LOSSES = ("bce", "listwise")
@@ -235,123 +317,72 @@ def train_reranker(
     *,
     split: str = "train",
     loss: str = "listwise",
-    negatives_per_query: int = 7,
-    depth: int = MINING_DEPTH,
-    skip_top: int = 0,
-    epochs: int = 1,
-    batch_size: int = 16,
     max_length: int = 128,
-    lr: float = 5e-5,
     head_lr_scale: float = 20.0,
-    warmup: float = 0.1,
-    time_budget_s: float | None = 900.0,
-    seed: int = 13,
-    max_queries: int | None = None,
-    base_model: str | None = None,
     onnx: bool = True,
-    progress: bool = True,
-    log: Log | None = None,
+    **settings: Any,
 ) -> TrainResult:
-    """Fine-tune a MiniLM cross-encoder (1 logit) on ``split`` and save it to ``out_dir``.
+    """Fine-tune a MiniLM cross-encoder (1 logit) on ``split`` and save it to ``out_dir``;
+    ``settings``: the :class:`TrainSettings` fields.
 
     Trained by sentence-transformers' ``CrossEncoderTrainer``. ``loss``: ``listwise``
     (``ListNetLoss`` with one-hot targets: softmax over a positive and its query's hard
-    negatives) or ``bce`` (``BinaryCrossEntropyLoss``, each pair labelled 1/0); listwise learned
-    faster in 3-minute pilots on held-out SciFact train queries, and 128 tokens fit 2.3x more
-    steps in a budget than 256. ``batch_size`` counts pairs per optimiser step (listwise: as
-    many groups as fit). The new head (pooler and classifier) learns ``head_lr_scale`` times
-    faster than the pretrained encoder. The learning rate warms up, then decays to 0 at the
-    last step or at the budget, whichever comes first; training stops after the step that
-    crosses ``time_budget_s`` (counted from opening the index, mining included) or after
-    ``epochs`` (negatives resampled for each, the passes shuffled together); what was trained
-    is saved either way. ``onnx`` (default True, as ``intentrank train-reranker --onnx``):
-    also export ``model_int8.onnx`` for the onnx backend (a failed export keeps the model).
+    negatives) or ``bce`` (``BinaryCrossEntropyLoss``, each pair labelled 1/0).
+    ``batch_size`` counts pairs per optimiser step (listwise: as many groups as fit; the
+    epochs' passes shuffled together). The new head (pooler and classifier) learns
+    ``head_lr_scale`` times faster than the pretrained encoder. ``onnx`` (default True, as
+    ``intentrank train-reranker --onnx``): also export ``model_int8.onnx`` for the onnx
+    backend (a failed export keeps the model). The directory holds the weights, the
+    tokenizer and ``training.json``.
     """
+    s = TrainSettings(**settings)
     if loss not in LOSSES:
         raise ConfigError(f"unknown reranker loss {loss!r}; use {' or '.join(LOSSES)}")
-    where = negative_ranks(depth, skip_top)
-    say = log or (lambda msg: None)
+    run = TrainingRun(s)
     ds = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
-    queries, qrels, dropped = training_queries(ds, split, max_queries, seed)
-    for module in ("accelerate", "datasets", "sentence_transformers"):
-        require(module, "train", "training a cross-encoder")
-    import torch
-
-    from intentrank.models.inputs import minilm_path
-
-    start = time.perf_counter()
-    idx = _open_index(index, ds, say)
-    say(f"mining hard negatives for {len(queries)} {split} queries "
-        f"(BM25 + dense {where})")
-    pools = mine_negatives(idx, queries, qrels, depth, skip_top)
-    mining_s = time.perf_counter() - start
-    rng = random.Random(seed)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    epoch_sets = [sample_epoch(queries, qrels, pools, negatives_per_query, rng, idx.row_of)
-                  for _ in range(epochs)]
+    queries, qrels, dropped = training_queries(ds, split, s.max_queries, s.seed)
+    run.require("training a cross-encoder")
+    idx = run.open_index(index, ds)
+    pools = run.mine(idx, queries, qrels, f"{split} queries")
+    rng = random.Random(s.seed)
+    epoch_sets = [sample_epoch(queries, qrels, pools, s.negatives_per_query, rng, idx.row_of)
+                  for _ in range(s.epochs)]
     text = {q.id: q.text for q in queries}
-    per_epoch = [training_rows(s, loss, text, idx.doc_text) for s in epoch_sets]
+    per_epoch = [training_rows(e, loss, text, idx.doc_text) for e in epoch_sets]
     rows = {col: [v for r in per_epoch for v in r[col]] for col in per_epoch[0]}
     if not rows["query"]:
         raise DataError(f"no training pairs: the {split} judgments name no indexed documents "
                         f"(or no negatives were found)", ds.root)
-    group = max(len(d) for d in rows["docs"]) if loss == "listwise" else 1
-    budget = time_budget(start, time_budget_s, warmup)
-    options = dict(per_device_train_batch_size=max(1, batch_size // group), learning_rate=lr,
-                   learning_rate_mapping={HEAD_PARAMS: lr * head_lr_scale}, seed=seed,
-                   disable_tqdm=not progress)
-    with _hf_quiet(not progress):
-        model, trainer, train_s = _fit(base_model or minilm_path(), max_length, rows, loss,
-                                       budget, options)
-    steps, total_steps = trainer.state.global_step, trainer.state.max_steps
-    say(f"trained {steps}/{total_steps} steps ({budget.pairs} pairs) in {train_s:.0f}s; "
-        f"stopped by {budget.stopped_by}")
-    model.eval()
-    first = per_epoch[0]  # listwise: the negatives count once per positive they are grouped with
-    n_pairs, n_pos = ((sum(map(len, first["docs"])), len(first["docs"])) if loss == "listwise"
-                      else (len(first["doc"]), sum(y > 0 for y in first["label"])))
-    info: dict[str, Any] = {
-        "kind": "cross-encoder", "base_model": base_model_record(base_model),
-        "dataset": ds.name, "corpus_sha256": idx.corpus_sha256,  # no path: shipped as is
-        "split": split, "n_queries": len(queries), "queries_dropped_in_test": dropped,
-        "query_ids": [q.id for q in queries],
-        "pairs_per_epoch": n_pairs, "positives_per_epoch": n_pos,
-        "negatives_per_epoch": n_pairs - n_pos, "pairs_trained": budget.pairs,
-        "negatives": {"sources": [f"{leg} {where}" for leg in pools[queries[0].id]],
-                      "excluded": f"documents judged relevant in {split}",
-                      "per_query": negatives_per_query, "resampled_each_epoch": True},
-        "settings": {"loss": loss, "loss_class": type(trainer.loss).__name__, "epochs": epochs,
-                     "batch_size": batch_size, "max_length": max_length, "lr": lr,
-                     "head_lr_scale": head_lr_scale, "warmup": warmup,
-                     "time_budget_s": time_budget_s, "seed": seed, "max_queries": max_queries,
-                     "trainer": "sentence-transformers CrossEncoderTrainer",
-                     "threads": torch.get_num_threads(), "device": "cpu"},
-        **run_record(trainer, budget, mining_s, train_s, 50),
-        "pairs_per_s": round(budget.pairs / train_s, 2) if train_s else None,
-        "versions": _versions(), "created": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    with _hf_quiet(not progress):
-        out = _save(model.model, model.tokenizer, Path(out_dir), info, onnx, max_length, say)
-    info = json.loads((out / TRAINING_JSON).read_text())
-    return TrainResult(out, info)
-
-
-def _fit(base: str, max_length: int, rows: dict[str, list[Any]], loss: str, budget: Any,
-         options: dict[str, Any]) -> tuple[Any, Any, float]:
-    """Load the base model with a new 1-logit head and train it on ``rows`` with
-    ``CrossEncoderTrainer``; returns the model, the trainer and the seconds trained."""
     from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss
 
     from intentrank.training.budget import BudgetTrainer
 
-    model = load_base(lambda: CrossEncoder(base, num_labels=1, max_length=max_length,
-                                           device="cpu"), base, "reranker", options["seed"])
+    model = run.load(lambda base: CrossEncoder(base, num_labels=1, max_length=max_length,
+                                               device="cpu"), "reranker")
     objective = (BinaryCrossEntropyLoss(model) if loss == "bce"
                  else ListNetLoss(model, mini_batch_size=-1))  # one forward pass per step
-    trainer, seconds = run_trainer(BudgetTrainer, CrossEncoderTrainingArguments, model, rows,
-                                   objective, budget, options, "intentrank-train-")
-    return model, trainer, seconds
+    group = max(len(d) for d in rows["docs"]) if loss == "listwise" else 1
+    run.train(BudgetTrainer, CrossEncoderTrainingArguments, model, rows, objective,
+              count_pairs=True, per_device_train_batch_size=max(1, s.batch_size // group),
+              learning_rate_mapping={HEAD_PARAMS: s.lr * head_lr_scale})
+    model.eval()
+    first = per_epoch[0]  # listwise: the negatives count once per positive they are grouped with
+    n_pairs, n_pos = ((sum(map(len, first["docs"])), len(first["docs"])) if loss == "listwise"
+                      else (len(first["doc"]), sum(y > 0 for y in first["label"])))
+    pairs = run.budget.pairs
+    info = run.record("cross-encoder", {
+        "dataset": ds.name, "corpus_sha256": idx.corpus_sha256,  # no path: shipped as is
+        "split": split, "n_queries": len(queries), "queries_dropped_in_test": dropped,
+        "query_ids": [q.id for q in queries],
+        "pairs_per_epoch": n_pairs, "positives_per_epoch": n_pos,
+        "negatives_per_epoch": n_pairs - n_pos, "pairs_trained": pairs,
+        "pairs_per_s": round(pairs / run.train_s, 2) if run.train_s else None,
+    }, {"loss": loss, "loss_class": type(run.trainer.loss).__name__, "max_length": max_length,
+        "head_lr_scale": head_lr_scale, "trainer": "sentence-transformers CrossEncoderTrainer"},
+        50, excluded=f"documents judged relevant in {split}")
+    return run.save(out_dir, info, lambda tmp: _write(model.model, model.tokenizer, tmp, info,
+                                                      onnx, max_length, run.say))
 
 
 @contextlib.contextmanager
@@ -401,30 +432,24 @@ def swap_into_place(out: Path, write: Callable[[Path], None]) -> Path:
     return out
 
 
-def _save(model: Any, tokenizer: Any, out: Path, info: dict[str, Any], onnx: bool,
-          max_length: int, say: Log) -> Path:
-    """The model, tokenizer, optional int8 ONNX and training.json, swapped into place."""
-
-    def write(tmp: Path) -> None:
-        model.config.sentence_transformers = {"activation_fn": "torch.nn.modules.activation."
-                                                                "Sigmoid"}
-        model.save_pretrained(tmp)
-        tokenizer.model_max_length = max_length
-        tokenizer.save_pretrained(tmp)
-        if onnx:  # a failed export must not lose the trained model
-            t = time.perf_counter()
-            say("exporting int8 ONNX")
-            try:
-                export_onnx_int8(tmp, model=model)
-                info["onnx"] = {"file": INT8_ONNX, "quantization": "dynamic int8, per-channel "
-                                "weights", "seconds": round(time.perf_counter() - t, 2)}
-            except ModelError as exc:
-                say(f"warning: {exc}; the torch model is saved, the onnx backend will not "
-                    f"find a model")
-                info["onnx"] = {"error": str(exc)}
-        (tmp / TRAINING_JSON).write_text(json.dumps(info, indent=1))
-
-    return swap_into_place(out, write)
+def _write(model: Any, tokenizer: Any, out: Path, info: dict[str, Any], onnx: bool,
+           max_length: int, say: Log) -> None:
+    """The model, tokenizer and optional int8 ONNX (recorded in ``info``) into ``out``."""
+    model.config.sentence_transformers = {"activation_fn": "torch.nn.modules.activation.Sigmoid"}
+    model.save_pretrained(out)
+    tokenizer.model_max_length = max_length
+    tokenizer.save_pretrained(out)
+    if onnx:  # a failed export must not lose the trained model
+        t = time.perf_counter()
+        say("exporting int8 ONNX")
+        try:
+            export_onnx_int8(out, model=model)
+            info["onnx"] = {"file": INT8_ONNX, "quantization": "dynamic int8, per-channel "
+                            "weights", "seconds": round(time.perf_counter() - t, 2)}
+        except ModelError as exc:
+            say(f"warning: {exc}; the torch model is saved, the onnx backend will not find a "
+                f"model")
+            info["onnx"] = {"error": str(exc)}
 
 
 def export_onnx_int8(model_dir: str | Path, model: Any = None) -> Path:
