@@ -3,7 +3,6 @@
 threads, in the same run (server, clients and pipelines: bench/sections/service.md).
 
     .venv/bin/python bench/bench_service.py            # SciFact test queries, all levels
-    .venv/bin/python bench/bench_service.py --quick    # fewer requests, print only (smoke run)
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ CASCADE_CE = [
 PIPELINES = {"bm25": "bm25", "rrf": "rrf", "cascade-ce": CASCADE_CE}
 # (requests, seconds) per level: whichever ends first
 BOUNDS = {"bm25": (400, 8.0), "rrf": (300, 15.0), "cascade-ce": (24, 25.0)}
-QUICK = {"bm25": (60, 3.0), "rrf": (40, 4.0), "cascade-ce": (4, 8.0)}
 
 
 def serve_child(port: int, access_log: Path) -> None:
@@ -175,7 +173,6 @@ def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serve", nargs=2, metavar=("PORT", "LOG"), help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="few requests per level, print only")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -199,7 +196,7 @@ def main() -> None:
         for name, source in PIPELINES.items():
             stage = build_pipeline(load_config(resolve_pipeline(source))["pipeline"]
                                    if isinstance(source, str) else source, ctx)
-            count, seconds = (QUICK if args.quick else BOUNDS)[name]
+            count, seconds = BOUNDS[name]
             _in_process(stage, queries, 2, 4, 60)  # warm both sides
             asyncio.run(_load(url, name, queries, 2, 4, 60))
             for clients in LEVELS:
@@ -217,9 +214,8 @@ def main() -> None:
     meta = {"queries": len(queries), "documents": len(ctx.index), "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "peak_rss_mib": max(r["rss_mib"] for r in results)}
-    if not args.quick:
-        save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
-    publish_tables("service", *section(results, meta), write=not args.quick)
+    save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
+    publish_tables("service", *section(results, meta))
 
 
 if __name__ == "__main__":
