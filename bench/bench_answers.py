@@ -11,13 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import DATA, ROOT, header, log, open_index, save_json, table
 

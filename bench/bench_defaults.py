@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from report import ROOT, machine, p_value, publish_tables, table
 
 DEFAULTS = ROOT / "runs" / "defaults"

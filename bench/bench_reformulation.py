@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import DATA, ROOT, header, log, p_value, publish_tables, save_json, table
 

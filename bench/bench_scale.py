@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import DATA, ROOT, free_port, header, publish_tables, table
 
 RESULTS = ROOT / "bench" / "scale_results.json"

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
 
 KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"

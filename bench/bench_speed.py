@@ -14,16 +14,12 @@ import argparse
 import os
 import random
 import resource
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from bench_latency import index_memory
 from report import DATA, header, log, p_value, publish_tables, table
 
