@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import report
 from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
 
 KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"
@@ -128,27 +129,6 @@ def _in_process(stage: Any, queries: list[str], threads: int, count: int,
     return {"requests": len(latencies), "rps": len(latencies) / wall, **percentiles(latencies)}
 
 
-class PeakRSS:
-    """Samples a process's resident memory every 0.1 s; ``take`` the peak since the last."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.proc, self.peak, self.stop = psutil.Process(pid), 0, threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.1):
-            try:
-                self.peak = max(self.peak, self.proc.memory_info().rss)
-            except Exception:  # noqa: BLE001 (the process ended)
-                return
-
-    def take(self) -> int:
-        peak, self.peak = self.peak, 0
-        return peak
-
-
 def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
     """The section's header lines and table, and the values bench/sections/service.md reads."""
     rows = [[r["pipeline"], r["clients"], f"{h['rps']:.1f}", f"{h['p50']:.0f}",
@@ -190,7 +170,7 @@ def main() -> None:
         Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl")])
     try:
         wait_healthy(url, server, 150)
-        rss, results = PeakRSS(server.pid), []
+        rss, results = report.RSSSampler(server.pid, 0.1), []
         ctx = build_context(Index.open(INDEX))  # as the service serves it (no lock)
         for name, source in PIPELINES.items():
             stage = build_pipeline(load_config(resolve_pipeline(source))["pipeline"]
@@ -201,10 +181,11 @@ def main() -> None:
             for clients in LEVELS:
                 print(f"[bench] {name} x{clients}", file=sys.stderr, flush=True)
                 inproc = _in_process(stage, queries, clients, count, seconds)
-                rss.take()
+                mark = len(rss.samples)  # the server's peak during the HTTP load
                 http = asyncio.run(_load(url, name, queries, clients, count, seconds))
+                peak = max((b for _, b in rss.samples[mark:]), default=0)
                 results.append({"pipeline": name, "clients": clients, "http": http,
-                                "inproc": inproc, "rss_mib": rss.take() / 2**20})
+                                "inproc": inproc, "rss_mib": peak / 2**20})
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         rss.stop.set()
     finally:

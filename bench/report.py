@@ -7,6 +7,8 @@ import os
 import platform
 import shlex
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,8 +94,6 @@ def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | N
                  ) -> None:
     """Poll ``url``/health until it answers 200; exit when ``proc`` (a Popen) ends first or
     ``seconds`` pass (with the tail of ``log``)."""
-    import time
-
     import httpx
 
     deadline = time.monotonic() + seconds
@@ -108,6 +108,27 @@ def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | N
         time.sleep(0.25)
     sys.exit(f"the service at {url} did not start" + (
         f": {log.read_text()[-2000:]}" if log and log.exists() else ""))
+
+
+class RSSSampler:
+    """The resident memory of process ``pid`` every ``every`` seconds, in a thread: ``samples``
+    of (seconds since ``t0``, bytes) until ``stop`` is set or the process ends."""
+
+    def __init__(self, pid: int, every: float, t0: float = 0.0,
+                 stop: threading.Event | None = None) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self.stop = stop or threading.Event()
+        threading.Thread(target=self._run, args=(pid, every, t0), daemon=True).start()
+
+    def _run(self, pid: int, every: float, t0: float) -> None:
+        import psutil
+
+        proc = psutil.Process(pid)
+        while not self.stop.wait(every):
+            try:
+                self.samples.append((time.monotonic() - t0, proc.memory_info().rss))
+            except psutil.Error:
+                return
 
 
 def open_index(name: str) -> Any:
