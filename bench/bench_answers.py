@@ -99,10 +99,8 @@ def measure(args: argparse.Namespace) -> Path:
         # replies replayed from the cache are charged the time they took when generated
         result[kind] = {
             "n": len(rows), "rows": rows, **{k: sum(x[k] for x in rows) for k in SUMMED},
-            "sentences": int(c.get("sentences", 0)), "gated": int(c.get("gated", 0)),
-            "llm_calls": int(c.get("llm_calls", 0) + c.get("llm_cache_hits", 0)),
-            "seconds": time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0),
-            "llm_seconds": c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)}
+            "sentences": int(c.get("sentences", 0)),
+            "seconds": time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0)}
         log(f"{kind}: {result[kind]['abstained']}/{len(rows)} abstained, "
             f"{result[kind]['cites_gold']} cite gold, {result[kind]['seconds']:.0f} s")
     result["command"] = header()
