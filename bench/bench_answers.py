@@ -11,13 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import DATA, ROOT, header, log, open_index, save_json, table
 
@@ -102,10 +99,8 @@ def measure(args: argparse.Namespace) -> Path:
         # replies replayed from the cache are charged the time they took when generated
         result[kind] = {
             "n": len(rows), "rows": rows, **{k: sum(x[k] for x in rows) for k in SUMMED},
-            "sentences": int(c.get("sentences", 0)), "gated": int(c.get("gated", 0)),
-            "llm_calls": int(c.get("llm_calls", 0) + c.get("llm_cache_hits", 0)),
-            "seconds": time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0),
-            "llm_seconds": c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)}
+            "sentences": int(c.get("sentences", 0)),
+            "seconds": time.perf_counter() - t0 + c.get("llm_cached_seconds", 0.0)}
         log(f"{kind}: {result[kind]['abstained']}/{len(rows)} abstained, "
             f"{result[kind]['cites_gold']} cite gold, {result[kind]['seconds']:.0f} s")
     result["command"] = header()

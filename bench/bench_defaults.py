@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from report import ROOT, machine, p_value, table, write_section
+from report import ROOT, machine, p_value, publish_tables, table
 
 DEFAULTS = ROOT / "runs" / "defaults"
 REFORMULATION = ROOT / "runs" / "reformulation"
@@ -120,8 +118,7 @@ def render() -> None:
     cast, cast_values = reformulation_table()
     values |= cast_values
     sets, values["sets.runs"] = every_set_table()
-    write_section("defaults", "\n\n".join([*tables, answers, cast, sets]), values=values,
-                  template=True)
+    publish_tables("defaults", "\n\n".join([*tables, answers, cast, sets]), values)
 
 
 if __name__ == "__main__":

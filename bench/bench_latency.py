@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import percentiles
 from report import DATA, ROOT, free_port, header, log, publish_tables, table, wait_healthy
 

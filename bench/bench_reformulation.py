@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import DATA, ROOT, header, log, p_value, publish_tables, save_json, table
 
@@ -118,9 +115,7 @@ def reformulate(method: str, queries: list[Any], golds: dict[str, str], llm: Any
     llm_seconds = c.get("llm_seconds", 0.0) + c.get("llm_cached_seconds", 0.0)
     return out, {"s_per_turn": (llm_seconds or seconds) / max(len(queries), 1),
                  "fallbacks": int(c.get("fallbacks", 0)),
-                 "unchanged": int(c.get("unchanged", 0)),
-                 "calls": int(c.get("llm_calls", 0) + c.get("llm_cache_hits", 0)),
-                 "cache_hits": int(c.get("llm_cache_hits", 0))}
+                 "unchanged": int(c.get("unchanged", 0))}
 
 
 def labelled(args: argparse.Namespace, result: dict[str, Any], reformulated: dict[str, list],

@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import DATA, ROOT, free_port, header, publish_tables, table
 
 RESULTS = ROOT / "bench" / "scale_results.json"
@@ -95,10 +92,8 @@ def _ann(method: str, vecs: np.ndarray, path: Path, **settings: int) -> tuple[An
     from intentrank.index.settings import AnnSettings
 
     s = AnnSettings(method, **settings)
-    t = time.perf_counter()
-    info = build_ann(vecs, s, path)
-    return AnnSearcher(path, vecs, s), {"build_s": time.perf_counter() - t, "info": info,
-                                        "size": path.stat().st_size}
+    build_s = _secs(build_ann, vecs, s, path)
+    return AnnSearcher(path, vecs, s), {"build_s": build_s, "size": path.stat().st_size}
 
 
 # -- shipped corpora ------------------------------------------------------------------------
@@ -215,7 +210,7 @@ def _perturbed(n: int, out: dict) -> Iterator[tuple]:
         shutil.rmtree(work)
 
 
-def big(n: int) -> None:
+def big(n: int = 1_000_000) -> None:
     from intentrank.index.ann import exact_search
 
     out: dict = {}
@@ -235,7 +230,6 @@ def big(n: int) -> None:
             what, points = SWEEP[method]
             out[method] = {
                 "build_s": built["build_s"], "recall@100": _recall(ex_rows, s.search(q, 100)[0]),
-                "info": built["info"],
                 "ms/query": _per_query_ms(lambda x, s=s: s.search(x, 100), q),
                 "bytes/doc": built["size"] / n + (0 if method == "hnsw" else vecs.shape[1] * 4),
                 "sweep": {p: {"recall@100": _recall(ex_rows, s.search(q, 100, **{what: p})[0]),
@@ -264,7 +258,7 @@ def _interleaved(fn: Callable[[Any, str], Any], items: Iterable, ways: tuple[str
     return ms, results
 
 
-def hybrid(n: int, ef_search: int = 512) -> None:
+def hybrid(n: int = 1_000_000, ef_search: int = 512) -> None:
     """BM25 alone and BM25 + dense HNSW + RRF on the perturbed corpus, bm25s's numpy and
     numba backends in one run, through the index's own BM25 retrieval (ties by row)."""
     from intentrank.index.bm25 import retrieve
@@ -296,7 +290,7 @@ def hybrid(n: int, ef_search: int = 512) -> None:
     _save("hybrid", out)
 
 
-def bm25_sizes(sizes: list[int]) -> None:
+def bm25_sizes(sizes: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000)) -> None:
     """BM25 ms/query against the number of documents in one bm25s index (the shard size)."""
     _, tokens, _, qtexts = _sources()
     src, vocab, qtok = _token_ids(tokens, qtexts)
@@ -367,7 +361,7 @@ def _fp32_cross_encoder() -> str:
     return str(out)
 
 
-def serve_batch(n_queries: int, clients: int = 8, depth: int = 20) -> None:
+def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
     """Requests/s and mean batch size of the service on Ray Serve with the cross-encoder
     (fp32, torch) in its own deployment, ``@serve.batch`` on (up to 8 requests a model call)
     vs off (1), in one run; and the plain service (each replica its own cross-encoder)."""
@@ -529,19 +523,11 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
 
 
 def main() -> None:
+    parts = {"shipped": shipped, "big": big, "hybrid": hybrid, "bm25": bm25_sizes,
+             "ray": ray_part, "serve": serve_batch, "render": lambda: None}
     ap = argparse.ArgumentParser()
-    ap.add_argument("part", choices=["shipped", "big", "hybrid", "bm25", "ray", "serve",
-                                     "render"])
-    ap.add_argument("--docs", type=int, default=1_000_000, help="big, hybrid: the corpus size")
-    ap.add_argument("--sizes", default="100000,200000,500000,1000000",
-                    help="bm25: the index sizes")
-    ap.add_argument("--queries", type=int, help="ray, serve: the first N test queries only "
-                    "(serve: 48 unless given)")
-    args = ap.parse_args()
-    {"shipped": shipped, "big": lambda: big(args.docs), "hybrid": lambda: hybrid(args.docs),
-     "bm25": lambda: bm25_sizes([int(x) for x in args.sizes.split(",")]),
-     "ray": lambda: ray_part(args.queries), "serve": lambda: serve_batch(args.queries or 48),
-     "render": lambda: None}[args.part]()
+    ap.add_argument("part", choices=list(parts))
+    parts[ap.parse_args().part]()
     md, values = _rows(_load())
     publish_tables("scale", "\n\n".join(md), values)
 

@@ -3,7 +3,6 @@
 threads, in the same run (server, clients and pipelines: bench/sections/service.md).
 
     .venv/bin/python bench/bench_service.py            # SciFact test queries, all levels
-    .venv/bin/python bench/bench_service.py --quick    # fewer requests, print only (smoke run)
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report
 from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
 
 KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"
@@ -37,7 +36,6 @@ CASCADE_CE = [
 PIPELINES = {"bm25": "bm25", "rrf": "rrf", "cascade-ce": CASCADE_CE}
 # (requests, seconds) per level: whichever ends first
 BOUNDS = {"bm25": (400, 8.0), "rrf": (300, 15.0), "cascade-ce": (24, 25.0)}
-QUICK = {"bm25": (60, 3.0), "rrf": (40, 4.0), "cascade-ce": (4, 8.0)}
 
 
 def serve_child(port: int, access_log: Path) -> None:
@@ -131,27 +129,6 @@ def _in_process(stage: Any, queries: list[str], threads: int, count: int,
     return {"requests": len(latencies), "rps": len(latencies) / wall, **percentiles(latencies)}
 
 
-class PeakRSS:
-    """Samples a process's resident memory every 0.1 s; ``take`` the peak since the last."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.proc, self.peak, self.stop = psutil.Process(pid), 0, threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.1):
-            try:
-                self.peak = max(self.peak, self.proc.memory_info().rss)
-            except Exception:  # noqa: BLE001 (the process ended)
-                return
-
-    def take(self) -> int:
-        peak, self.peak = self.peak, 0
-        return peak
-
-
 def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
     """The section's header lines and table, and the values bench/sections/service.md reads."""
     rows = [[r["pipeline"], r["clients"], f"{h['rps']:.1f}", f"{h['p50']:.0f}",
@@ -175,7 +152,6 @@ def section(results: list[dict], meta: dict) -> tuple[str, dict[str, str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serve", nargs=2, metavar=("PORT", "LOG"), help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="few requests per level, print only")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -194,21 +170,22 @@ def main() -> None:
         Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl")])
     try:
         wait_healthy(url, server, 150)
-        rss, results = PeakRSS(server.pid), []
+        rss, results = report.RSSSampler(server.pid, 0.1), []
         ctx = build_context(Index.open(INDEX))  # as the service serves it (no lock)
         for name, source in PIPELINES.items():
             stage = build_pipeline(load_config(resolve_pipeline(source))["pipeline"]
                                    if isinstance(source, str) else source, ctx)
-            count, seconds = (QUICK if args.quick else BOUNDS)[name]
+            count, seconds = BOUNDS[name]
             _in_process(stage, queries, 2, 4, 60)  # warm both sides
             asyncio.run(_load(url, name, queries, 2, 4, 60))
             for clients in LEVELS:
                 print(f"[bench] {name} x{clients}", file=sys.stderr, flush=True)
                 inproc = _in_process(stage, queries, clients, count, seconds)
-                rss.take()
+                mark = len(rss.samples)  # the server's peak during the HTTP load
                 http = asyncio.run(_load(url, name, queries, clients, count, seconds))
+                peak = max((b for _, b in rss.samples[mark:]), default=0)
                 results.append({"pipeline": name, "clients": clients, "http": http,
-                                "inproc": inproc, "rss_mib": rss.take() / 2**20})
+                                "inproc": inproc, "rss_mib": peak / 2**20})
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         rss.stop.set()
     finally:
@@ -217,9 +194,8 @@ def main() -> None:
     meta = {"queries": len(queries), "documents": len(ctx.index), "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "peak_rss_mib": max(r["rss_mib"] for r in results)}
-    if not args.quick:
-        save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
-    publish_tables("service", *section(results, meta), write=not args.quick)
+    save_json(ROOT / "runs" / "bench_service.json", {"meta": meta, "results": results})
+    publish_tables("service", *section(results, meta))
 
 
 if __name__ == "__main__":

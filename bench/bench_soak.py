@@ -30,7 +30,7 @@ import psutil
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("bench", "tests")]
 import fake_openai  # the scripted OpenAI-compatible LLM of the tests
-from report import DATA, ROOT, free_port, table, wait_healthy
+from report import DATA, ROOT, RSSSampler, free_port, table, wait_healthy
 
 fake_openai.MAX_REQUESTS = sys.maxsize  # its cap guards tests; a soak is long
 REPLY = "The passages describe how the flow behaves [1]."
@@ -124,15 +124,6 @@ class Load:
             if tasks:
                 await asyncio.wait(tasks, timeout=180)
         return n
-
-
-def sample_rss(pid: int, rss: list[tuple[float, int]], t0: float, stop: threading.Event) -> None:
-    proc = psutil.Process(pid)
-    while not stop.wait(5.0):
-        try:
-            rss.append((time.monotonic() - t0, proc.memory_info().rss))
-        except psutil.Error:
-            return
 
 
 def poll_health(url: str, seen: list[tuple[float, dict]], t0: float,
@@ -248,9 +239,8 @@ def main() -> None:
     try:
         wait_healthy(url, server, 600, work / "server.err")
         load, stop, t0 = Load(url), threading.Event(), time.monotonic()
-        rss: list[tuple[float, int]] = []
+        rss = RSSSampler(server.pid, 5.0, t0, stop).samples
         seen: list[tuple[float, dict]] = []
-        threading.Thread(target=sample_rss, args=(server.pid, rss, t0, stop), daemon=True).start()
         threading.Thread(target=poll_health, args=(url, seen, t0, stop), daemon=True).start()
         rebuild: dict = {}
 

@@ -1,6 +1,6 @@
 """Model speed on 2 cores, old and new side by side in one run (issue 35).
 
-    python bench/bench_speed.py [--no-write]
+    python bench/bench_speed.py
     python bench/bench_speed.py --queries      # section "query-speed" only
 
 Each way of running a model is timed interleaved with the others, in chunks (wall-clock
@@ -14,16 +14,12 @@ import argparse
 import os
 import random
 import resource
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from bench_latency import index_memory
 from report import DATA, header, log, p_value, publish_tables, table
 
@@ -169,7 +165,6 @@ def query_rows(rounds: int = 4) -> tuple[list[list[str]], str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--no-write", action="store_true", help="print, leave the docs alone")
     ap.add_argument("--queries", action="store_true", help="only the query encoders (section "
                     "query-speed)")
     args = ap.parse_args()
@@ -178,7 +173,7 @@ def main() -> None:
         rows, load = query_rows()
         publish_tables("query-speed", header() + "\n" + table(
             ["query encoder", "queries/s (median)", *SPEED[1:], "dense nDCG@10", "p",
-             "min cos"], rows), {"load": load}, write=not args.no_write)
+             "min cos"], rows), {"load": load})
         return
     ce_rows, ce_load, n_pairs = cross_encoder_rows()
     emb_rows, emb_load, n_docs = embedder_rows()
@@ -188,8 +183,7 @@ def main() -> None:
         table(["method", *SPEED, "nDCG@10", "p", "min cos"], emb_rows)]), {
         "ce.pairs": str(n_pairs), "ce.load": ce_load, "emb.docs": n_docs, "emb.load": emb_load,
         "index.wall": f"{index['wall_s']:.0f}", "index.rss": f"{index['peak_rss_mib']:.0f}",
-        "index.legs": ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())},
-        write=not args.no_write)
+        "index.legs": ", ".join(f"{k} {v:.1f} s" for k, v in index["build_seconds"].items())})
 
 
 if __name__ == "__main__":

@@ -7,12 +7,13 @@ import os
 import platform
 import shlex
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
 # benchmarks share the project cache (trained reranker, LLM replies, embeddings) with tests
 os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
@@ -41,24 +42,14 @@ def header() -> str:
     return f"- command: `{cmd}`\n- machine: {machine()}\n- date: {date}\n"
 
 
-def write_section(name: str, markdown: str, path: Path = BENCHMARKS,
-                  values: dict[str, str] | None = None, template: bool = False) -> str:
-    """Store a section's numbers in bench/results/<name>.json and its text in
-    bench/sections/<name>.md (intentrank.report.sections), and render it into ``path``; with
-    ``template``, the prose is the template's and only the header lines, tables and
-    ``values`` of ``markdown`` are stored. Another document than docs/benchmarks.md (a
-    test's) just gets ``markdown``. Returns the section as rendered."""
-    from intentrank.report.sections import store, store_tables, write_docs_section
+def write_section(name: str, markdown: str) -> None:
+    """Store ``markdown`` as docs/benchmarks.md's section ``name`` (intentrank.report.sections:
+    its numbers in bench/results/<name>.json, its text in bench/sections/<name>.md) and render
+    it there."""
+    from intentrank.report.sections import store
 
-    if Path(path).resolve() != BENCHMARKS.resolve():
-        write_docs_section(Path(path), name, markdown.strip())
-        return markdown.strip()
-    if template:
-        return store_tables(ROOT, name, markdown, values)
-    warning = store(ROOT, name, markdown, path)
-    if warning:
-        print(f"[bench] {warning}", file=sys.stderr)
-    return markdown.strip()
+    if warning := store(ROOT, name, markdown):
+        log(warning)
 
 
 def publish_tables(name: str, markdown: str, values: dict[str, str] | None = None,
@@ -67,7 +58,9 @@ def publish_tables(name: str, markdown: str, values: dict[str, str] | None = Non
     tables of ``markdown`` with the ``values`` its prose reads (``{{value NAME}}``), render
     the section into docs/benchmarks.md and print it; without ``write``, print ``markdown``
     and ``values`` only."""
-    print(write_section(name, markdown, values=values, template=True) if write else "\n".join(
+    from intentrank.report.sections import store_tables
+
+    print(store_tables(ROOT, name, markdown, values) if write else "\n".join(
         [markdown, *(f"- {k}: {v}" for k, v in (values or {}).items())]))
 
 
@@ -101,8 +94,6 @@ def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | N
                  ) -> None:
     """Poll ``url``/health until it answers 200; exit when ``proc`` (a Popen) ends first or
     ``seconds`` pass (with the tail of ``log``)."""
-    import time
-
     import httpx
 
     deadline = time.monotonic() + seconds
@@ -119,6 +110,27 @@ def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | N
         f": {log.read_text()[-2000:]}" if log and log.exists() else ""))
 
 
+class RSSSampler:
+    """The resident memory of process ``pid`` every ``every`` seconds, in a thread: ``samples``
+    of (seconds since ``t0``, bytes) until ``stop`` is set or the process ends."""
+
+    def __init__(self, pid: int, every: float, t0: float = 0.0,
+                 stop: threading.Event | None = None) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self.stop = stop or threading.Event()
+        threading.Thread(target=self._run, args=(pid, every, t0), daemon=True).start()
+
+    def _run(self, pid: int, every: float, t0: float) -> None:
+        import psutil
+
+        proc = psutil.Process(pid)
+        while not self.stop.wait(every):
+            try:
+                self.samples.append((time.monotonic() - t0, proc.memory_info().rss))
+            except psutil.Error:
+                return
+
+
 def open_index(name: str) -> Any:
     """The hybrid index of the collection ``name`` of the data folder (indexes/NAME, built
     when missing)."""
@@ -132,7 +144,6 @@ def open_index(name: str) -> Any:
 def log(message: str) -> None:
     """A progress line on stderr."""
     print(f"[bench] {message}", file=sys.stderr, flush=True)
-
 
 
 def save_json(path: Path, data: Any, indent: int = 1, **options: Any) -> None:
