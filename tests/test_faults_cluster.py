@@ -1,5 +1,5 @@
 """Faults across hosts: a Ray head and two workers, each in its own network namespace with
-its own address (10.77.S.0/24, :mod:`intentrank.scale.hosts`), joined as one cluster.
+its own address (10.77.S.0/24, tests/namespace_hosts.py), joined as one cluster.
 Real Ray, real MiniLM and cross-encoder, real Cranfield, real SIGKILLs of every process of a
 worker host in the middle of the work:
 
@@ -31,9 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from namespace_hosts import Hosts, unavailable
 from tolerances import F32_REL
-
-from intentrank.scale.hosts import Hosts, unavailable
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -118,7 +117,7 @@ def _restore(hosts: Hosts, name: str) -> None:
     """Start host ``name``'s Ray node again after a kill (bounded wait for 3 nodes)."""
     import json as _json
 
-    from intentrank.scale.hosts import ray_bin
+    from namespace_hosts import ray_bin
 
     res = {"replica_slot": 1} if name in ("w1", "w2") else {}
     out = hosts.run(name, [ray_bin(), "start", "--node-ip-address", hosts.address[name],

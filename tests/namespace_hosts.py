@@ -1,6 +1,7 @@
 """Test hosts on one machine: Linux network namespaces joined by veth pairs, each with its own
 address, and a Ray node started in each, for fault tests (``tests/test_faults_cluster.py``,
-``scripts/faults.sh``). Needs root and iproute2 (:func:`unavailable` says why not).
+``scripts/faults.sh``; test infrastructure, not part of the package). Needs root and
+iproute2 (:func:`unavailable` says why not).
 
 Topology, for a run tagged T (names start ``irh-``/``irh`` so teardown only ever touches its
 own): a namespace ``irh-T-br`` holding a bridge; one namespace per host ``irh-T-NAME``, its
