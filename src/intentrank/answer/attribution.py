@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from intentrank.answer.citations import check_citations
+from intentrank.measures.ncom import tokens
 from intentrank.models.cross_encoder import PairScorer
 from intentrank.types import Answer, Evidence
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-_WORD = re.compile(r"[a-z0-9]+")
 _END = re.compile(r"[.!?]+[\"')\]]*\s*$")
 MIN_WORDS = 3  # shorter pieces ("Yes.") are kept with the next sentence's citation
 
@@ -62,9 +62,9 @@ def strip_markers(text: str) -> str:
 
 def best_snippet(sentence: str, passage: str) -> str:
     """The sentence of ``passage`` sharing the most words with ``sentence``."""
-    words = set(_WORD.findall(sentence.lower()))
+    words = set(tokens(sentence))
     candidates = split_sentences(passage) or [passage]
-    return max(candidates, key=lambda s: len(words & set(_WORD.findall(s.lower()))))
+    return max(candidates, key=lambda s: len(words & set(tokens(s))))
 
 
 @dataclass(frozen=True)

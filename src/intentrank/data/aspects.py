@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from intentrank.data.readers import write_jsonl
 from intentrank.errors import DataError
 
 
@@ -131,7 +132,4 @@ def write_aspect_set(questions: Sequence[AspectQuestion], path: str | Path) -> N
     """Write questions as JSONL (atomically: a temporary file, then a rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(q.to_json(), ensure_ascii=False) + "\n"
-                           for q in questions), "utf-8")
-    tmp.replace(path)
+    write_jsonl(path, (q.to_json() for q in questions))

@@ -21,9 +21,7 @@ passages into a small grounded BEIR-layout dataset. See docs/conversations.md.
 from __future__ import annotations
 
 import difflib
-import filecmp
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,8 @@ from typing import Any
 
 from intentrank.core.params import ParameterError
 from intentrank.data.corpus import check_id
-from intentrank.data.readers import iter_jsonl, iter_lines, read_text
+from intentrank.data.readers import iter_jsonl, iter_lines, read_text, write_jsonl
+from intentrank.data.trec import write_qrels
 from intentrank.errors import DataError
 from intentrank.paths import default_data_dir
 from intentrank.types import Query, Turn
@@ -84,8 +83,8 @@ def write_conversations(conversations: Iterable[Conversation], path: str | Path)
     file that already holds exactly these lines is left untouched (its mtime too)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_lines(path, (json.dumps({"id": c.id, "turns": [turn_record(t) for t in c.turns]},
-                                   ensure_ascii=False) for c in conversations))
+    write_jsonl(path, ({"id": c.id, "turns": [turn_record(t) for t in c.turns]}
+                       for c in conversations), keep_unchanged=True)
     return path
 
 
@@ -373,25 +372,9 @@ def write_cast2021_passages(out_dir: str | Path, root: str | Path | None = None)
             turns.append(ConversationTurn(t.id, t.question, t.rewrite, t.answer, t.passage_id,
                                           {t.passage_id: 1}))
         judged.append(Conversation(conv.id, tuple(turns)))
-    (out / "qrels").mkdir(parents=True, exist_ok=True)
-    _write_lines(out / "corpus.jsonl",
-                 (json.dumps({"_id": pid, "title": "", "text": text}, ensure_ascii=False)
-                  for pid, text in passages.items()))
     write_conversations(judged, out / "conversations.jsonl")
-    _write_lines(out / "qrels" / "test.tsv",
-                 ["query-id\tcorpus-id\tscore",
-                  *(f"{t.id}\t{t.passage_id}\t1" for c in judged for t in c.turns)])
+    write_jsonl(out / "corpus.jsonl", ({"_id": pid, "title": "", "text": text}
+                                       for pid, text in passages.items()), keep_unchanged=True)
+    write_qrels(((t.id, t.passage_id, 1) for c in judged for t in c.turns),
+                out / "qrels" / "test.tsv", keep_unchanged=True)
     return out
-
-
-def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    """Write ``lines`` atomically; keep ``path`` as it is (mtime included) when it already
-    holds exactly them, so a rerun does not make what reads it look stale."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line + "\n")
-    if path.is_file() and filecmp.cmp(tmp, path, shallow=False):
-        tmp.unlink()
-        return
-    os.replace(tmp, path)

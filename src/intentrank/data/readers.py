@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import codecs
 import csv
+import filecmp
 import gzip
 import io
 import json
 import lzma
+import os
 import re
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -365,3 +367,21 @@ def open_text_writer(path: str | Path) -> IO[str]:
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "wb"), encoding="utf-8")
     return open(path, "w", encoding="utf-8")
+
+
+def atomic_write(path: Path, text: str, *, keep_unchanged: bool = False) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``; with
+    ``keep_unchanged``, a ``path`` that already holds exactly ``text`` is left untouched (its
+    mtime too, so a rerun does not make what reads it look stale)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    if keep_unchanged and path.is_file() and filecmp.cmp(tmp, path, shallow=False):
+        tmp.unlink()
+        return
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: Path, records: Iterable[Any], *, keep_unchanged: bool = False) -> None:
+    """``records`` one JSON object a line (non-ASCII kept), written by :func:`atomic_write`."""
+    atomic_write(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                 keep_unchanged=keep_unchanged)

@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from intentrank.data.readers import atomic_write
 from intentrank.errors import ConfigError, IntentrankError
 from intentrank.eval.benchmarks import Spec, Step, split_section
 from intentrank.paths import DEFAULT_DATA_DIR, default_data_dir
@@ -205,9 +206,7 @@ class Workspace:
         state[step.id] = {"command": self.shown(step), "finished": time.time()}
         path = self.root / STATE_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(state, indent=1, sort_keys=True) + "\n")
 
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")

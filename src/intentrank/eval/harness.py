@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from intentrank.core.stage import Stage
-from intentrank.data.trec import Qrels, ranked_scores
+from intentrank.core.stage import RunResult, Stage
+from intentrank.data.trec import Qrels
 from intentrank.errors import ConfigError, DataError
 from intentrank.eval.prefixes import share_prefixes
 from intentrank.eval.spec import WITHOUT_LLM, ExperimentSpec, PipelineSpec, load_experiment
@@ -59,10 +59,8 @@ class PipelineResult:
         return sum(self.latency.values())
 
     def to_run(self) -> dict[str, dict[str, float]]:
-        """``{query_id: {doc_id: score}}`` (TREC run files, ir-measures), in the rankings'
-        order with strictly decreasing scores (:func:`~intentrank.data.trec.ranked_scores`)."""
-        return {r.query.id: ranked_scores((d.doc_id, d.score) for d in r.docs)
-                for r in self.rankings}
+        """The rankings as a run (:meth:`~intentrank.core.stage.RunResult.to_run`)."""
+        return RunResult(self.rankings, self.trace).to_run()
 
 
 @dataclass

@@ -28,10 +28,11 @@ no reference word).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 
 from intentrank.generate.filters import STOPWORDS, content_words, support_share, words
+from intentrank.index.hits import pystemmer
 
 REFERENCE_WORDS = frozenset({
     "it", "its", "itself", "they", "them", "their", "theirs", "themselves", "this", "that",
@@ -47,18 +48,11 @@ KEY_STOPWORDS = STOPWORDS | REFERENCE_WORDS | frozenset({
 })
 
 
-@lru_cache(maxsize=1)
-def _stemmer():  # PyStemmer is a core dependency (BM25)
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
-
-
 def key_terms(text: str) -> set[str]:
     """Stems of ``text``'s key words (stop, question, auxiliary and reference words out;
     one-letter words out unless digits)."""
     kept = [w for w in words(text) if w not in KEY_STOPWORDS and (len(w) > 1 or w.isdigit())]
-    return set(_stemmer().stemWords(kept))
+    return set(pystemmer("english", threading.get_ident()).stemWords(kept))
 
 
 def missing_terms(question: str, query: str) -> set[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from intentrank.data.conversations import Conversation, ConversationTurn, write_conversations
-from intentrank.generate import runlog
+from intentrank.data.trec import write_qrels
 
 
 @dataclass
@@ -51,9 +51,7 @@ def write_set(out: Path, attempts: list[ConversationAttempt],
     kept = [a for a in attempts if a.status == "kept"]
     write_conversations([conversation_of(a, qrels[a.query_id]) for a in kept],
                         out / "conversations.jsonl")
-    (out / "qrels").mkdir(exist_ok=True)
-    rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t{g}" for a in kept
-                                            for d, g in qrels[a.query_id].items()]
-    runlog.atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
+    write_qrels(((a.query_id, d, g) for a in kept for d, g in qrels[a.query_id].items()),
+                out / "qrels" / f"{split}.tsv")
     return len(kept)
 

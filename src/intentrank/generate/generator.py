@@ -35,7 +35,6 @@ model, counts and yield per category at the end of each run.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter
@@ -47,6 +46,8 @@ from typing import Any
 import numpy as np
 
 from intentrank.core.protocols import LLMLike
+from intentrank.data.readers import write_jsonl
+from intentrank.data.trec import write_qrels
 from intentrank.errors import ConfigError, DataError
 from intentrank.generate.categories import Taxonomy, load_taxonomy
 from intentrank.generate.filters import (
@@ -63,7 +64,6 @@ from intentrank.generate.runlog import (
     Log,
     RunReport,
     RunSettings,
-    atomic_write,
     clip,
     link_corpus,
     open_run,
@@ -273,19 +273,16 @@ def yield_table(attempts: Iterable[Attempt]) -> dict[str, dict[str, dict[str, An
 def write_dataset(out: Path, attempts: list[Attempt], split: str) -> int:
     """Write ``queries.jsonl`` and ``qrels/<split>.tsv`` for the kept attempts."""
     kept = [a for a in attempts if a.status == "kept"]
-    lines = []
+    records = []
     for a in kept:
         meta = {"kind": a.kind, "user": a.user, "categories": a.categories,
                 "answer": a.answer, "documents": a.documents, "attempt": a.attempt}
         if a.pair_type:
             meta["two_document_type"] = a.pair_type
-        lines.append(json.dumps({"_id": a.query_id, "text": a.question, "metadata": meta},
-                                ensure_ascii=False))
-    atomic_write(out / "queries.jsonl", "".join(line + "\n" for line in lines))
-    (out / "qrels").mkdir(exist_ok=True)
-    rows = ["query-id\tcorpus-id\tscore"] + [f"{a.query_id}\t{d}\t1" for a in kept
-                                            for d in a.documents]
-    atomic_write(out / "qrels" / f"{split}.tsv", "\n".join(rows) + "\n")
+        records.append({"_id": a.query_id, "text": a.question, "metadata": meta})
+    write_jsonl(out / "queries.jsonl", records)
+    write_qrels(((a.query_id, d, 1) for a in kept for d in a.documents),
+                out / "qrels" / f"{split}.tsv")
     return len(kept)
 
 

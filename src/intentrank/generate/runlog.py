@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from intentrank.data.readers import atomic_write
 from intentrank.errors import ConfigError, DataError
 from intentrank.extras import package_versions
 from intentrank.types import Trace
@@ -74,13 +75,6 @@ class RunReport:
 def clip(text: str, chars: int) -> str:
     """``text`` cut at a word boundary to at most ``chars`` characters (marked ``...``)."""
     return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0] + " ..."
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def read_attempts(path: Path, make: Callable[..., T]) -> list[T]:

@@ -68,13 +68,13 @@ def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
     """The tokenizer used for both documents and queries (bm25s rules)."""
     import bm25s
 
-    stem = _stemmer(stemmer, threading.get_ident())
+    stem = pystemmer(stemmer, threading.get_ident())
     return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=stem, return_ids=False,
                           show_progress=progress)
 
 
 @functools.lru_cache(maxsize=64)
-def _stemmer(language: str | None, thread: int) -> Any:
+def pystemmer(language: str | None, thread: int) -> Any:
     """One PyStemmer instance per language and thread (building one per query batch costs
     time; a stemmer is not safe to share between threads)."""
     import Stemmer

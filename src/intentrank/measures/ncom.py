@@ -71,7 +71,9 @@ def rouge_phi(passage: str, sub_answer: str) -> float:
 
 
 # -- COM and NCOM ---------------------------------------------------------------------------
-def _weights(covered: np.ndarray) -> np.ndarray:
+def coverage_weights(covered: np.ndarray) -> np.ndarray:
+    """``w_i = 1 - covered_i / sum_j covered_j`` (all ones when nothing is covered)."""
+    covered = np.asarray(covered, dtype=np.float64)
     total = covered.sum()
     return np.ones_like(covered) if total <= 0 else 1.0 - covered / total
 
@@ -84,7 +86,7 @@ def com(phi: np.ndarray) -> float:
         raise ValueError(f"phi must be a (documents x sub-answers) matrix, got {phi.shape}")
     covered, total = np.zeros(phi.shape[1]), 0.0
     for row in phi:
-        total += float(_weights(covered) @ row)
+        total += float(coverage_weights(covered) @ row)
         covered = np.maximum(covered, row)
     return total
 
@@ -95,7 +97,7 @@ def silver_list(phi: np.ndarray, k: int) -> list[int]:
     phi = np.asarray(phi, dtype=np.float64)
     covered, left, order = np.zeros(phi.shape[1]), list(range(len(phi))), []
     for _ in range(min(k, len(phi))):
-        gains = phi[left] @ _weights(covered)
+        gains = phi[left] @ coverage_weights(covered)
         best = left[int(np.argmax(gains))]  # argmax takes the first of equal gains
         order.append(best)
         covered = np.maximum(covered, phi[best])

@@ -37,6 +37,7 @@ from intentrank.core.params import ParameterError, check_choice, check_int, chec
 from intentrank.core.protocols import IndexLike
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
+from intentrank.measures.ncom import coverage_weights
 from intentrank.models.cross_encoder import PairScorer, load_cross_encoder
 from intentrank.query.aspects import aspects_of
 from intentrank.query.multi_faceted import aspect_text
@@ -47,13 +48,6 @@ from intentrank.types import Ranking, Trace
 SCORERS = ("cross_encoder", "cosine")
 AGAINST = ("query+aspect", "aspect")
 CALIBRATIONS = ("none", "minmax")
-
-
-def coverage_weights(covered: np.ndarray) -> np.ndarray:
-    """``w_i = 1 - covered_i / sum_j covered_j`` (all ones when nothing is covered)."""
-    covered = np.asarray(covered, dtype=np.float64)
-    total = covered.sum()
-    return np.ones_like(covered) if total <= 0 else 1.0 - covered / total
 
 
 @dataclass
