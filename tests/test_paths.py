@@ -54,7 +54,7 @@ def test_shipped_files_name_no_machine_path() -> None:
 
 
 def test_training_records_name_the_base_model_without_a_path(tmp_path) -> None:
-    from intentrank.training.reranker import BUNDLED_BASE, base_model_record
+    from intentrank.training.run import BUNDLED_BASE, base_model_record
 
     local = tmp_path / "my-minilm"
     local.mkdir()

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from intentrank.errors import ConfigError, DataError
-from intentrank.training.reranker import mine_negatives, sample_epoch, train_reranker
+from intentrank.training.reranker import train_reranker
+from intentrank.training.run import mine_negatives, sample_epoch
 
 pytestmark = pytest.mark.slow
 

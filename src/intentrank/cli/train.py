@@ -77,7 +77,8 @@ def train_reranker_cmd(
     """Fine-tune a MiniLM cross-encoder on a dataset's train qrels with BM25/dense hard
     negatives, on CPU within a time budget; saves the model and training.json."""
     from intentrank.models.cross_encoder import default_reranker_dir
-    from intentrank.training.reranker import MINING_DEPTH, train_reranker
+    from intentrank.training.reranker import train_reranker
+    from intentrank.training.run import MINING_DEPTH
 
     target = out_dir or default_reranker_dir(dataset.name)
     common = _training(epochs, lr, budget_minutes, max_queries, seed, skip_top, MINING_DEPTH,

@@ -23,7 +23,7 @@ from typing import Any
 from intentrank.data.dataset import Dataset, load_dataset, refuse_test_split
 from intentrank.errors import ConfigError, DataError
 from intentrank.index.store import Index
-from intentrank.training.reranker import (
+from intentrank.training.run import (
     EMBEDDER_DEFAULTS,
     TrainingRun,
     TrainResult,
@@ -97,8 +97,8 @@ def train_embedder(
 ) -> TrainResult:
     """Fine-tune a MiniLM bi-encoder on ``split`` of ``dataset`` (plus ``extra`` (dataset,
     split) pairs over the same corpus, e.g. a generated set) and save it to ``out_dir``;
-    ``settings``: the :class:`~intentrank.training.reranker.TrainSettings` fields (defaults
-    :data:`~intentrank.training.reranker.EMBEDDER_DEFAULTS`).
+    ``settings``: the :class:`~intentrank.training.run.TrainSettings` fields (defaults
+    :data:`~intentrank.training.run.EMBEDDER_DEFAULTS`).
 
     ``index``: the collection's index (default ``indexes/<dataset name>``, built if missing);
     hard negatives come from its BM25 and dense legs and its documents give the passage text
