@@ -78,7 +78,6 @@ def test_bad_fused_reformulations_configs_are_refused(params, message):
         build_pipeline({"fused_reformulations": params}, BuildContext(index=object()))
 
 
-
 def _lists(ctx: BuildContext, node, queries: list[Query]) -> list[list[str]]:
     """Each query's doc ids from the pipeline ``node`` built in ``ctx``."""
     return [r.doc_ids for r in build_pipeline(node, ctx).run(queries).rankings]

@@ -195,7 +195,6 @@ def test_concat_turns_joins_the_most_recent_questions_that_fit():
     assert same == FIRST
 
 
-
 @pytest.mark.slow
 def test_yaml_pipeline_rewrite_then_bm25_and_the_robust_fusion(cast21):
     """Real CAsT 2021 turns and index: ``rewrite_full >> bm25`` searches the rewrite; fused

@@ -190,6 +190,7 @@ def _save_tuned(name: str, res: Any, ds: Any, split: str, metric: str, sample: i
     console.print(f"[green]saved[/] {escape(str(path))}: {weights} ({metric} {res.score:.4f} "
                   f"on {res.n_queries} {split} queries)")
 
+
 # What tune-fuq and tune-modality share.
 TuningDatasetArg = Annotated[Path, typer.Argument(
     help="BEIR-layout dataset with a training split.")]

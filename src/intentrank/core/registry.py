@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from intentrank.core.protocols import IndexLike, LLMLike
     from intentrank.core.stage import Stage
 
+
 @dataclass
 class BuildContext:
     """What stage factories may need: the index, the shared LLM and other shared resources
@@ -155,6 +156,7 @@ def add_stage_packages(*packages: str) -> None:
     for package in packages:
         if package not in STAGE_PACKAGES:
             STAGE_PACKAGES.append(package)
+
 
 # Package entry point groups of third-party plugins: a stage or fusion plugin names a module
 # whose import registers it; a prompt plugin names a package (or a module attribute holding

@@ -222,6 +222,8 @@ CAST_FILES = {
     2021: "2021/2021_manual_evaluation_topics_v1.0.json",
 }
 CAST_2019_REWRITES = "2019/evaluation_topics_annotated_resolved_v1.0.tsv"
+
+
 def cast_root(root: str | Path | None = None) -> Path:
     """The TREC CAsT directory: ``root``, else ``trec-cast`` in
     :func:`~intentrank.paths.default_data_dir` (``$INTENTRANK_DATA``, else

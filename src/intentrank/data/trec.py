@@ -215,16 +215,6 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | Path, tag: str
                 fh.write(f"{qid} Q0 {docid} {rank} {micro / _MICRO:.6f} {tag}\n")
 
 
-
-def write_qrels(rows: Iterable[tuple[str, str, int]], path: Path, *,
-                keep_unchanged: bool = False) -> None:
-    """BEIR qrels TSV: the header ``query-id corpus-id score``, then a line per ``(query id,
-    doc id, grade)``; its folder made, written by :func:`~intentrank.data.readers.atomic_write`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [("query-id", "corpus-id", "score"), *rows]
-    atomic_write(path, "".join(f"{q}\t{d}\t{g}\n" for q, d, g in lines),
-                 keep_unchanged=keep_unchanged)
-
 _MICRO = 1_000_000  # write_run's six decimals
 
 
@@ -237,3 +227,13 @@ def _below(micro: int, prev: int | None) -> int:
     if np.float32(micro / _MICRO) < top:
         return micro
     return math.floor(float(np.nextafter(top, np.float32(-np.inf))) * _MICRO)
+
+
+def write_qrels(rows: Iterable[tuple[str, str, int]], path: Path, *,
+                keep_unchanged: bool = False) -> None:
+    """BEIR qrels TSV: the header ``query-id corpus-id score``, then a line per ``(query id,
+    doc id, grade)``; its folder made, written by :func:`~intentrank.data.readers.atomic_write`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [("query-id", "corpus-id", "score"), *rows]
+    atomic_write(path, "".join(f"{q}\t{d}\t{g}\n" for q, d, g in lines),
+                 keep_unchanged=keep_unchanged)
