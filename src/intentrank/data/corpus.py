@@ -14,6 +14,7 @@ ID_FIELDS = ("_id", "id", "docid", "doc_id")
 TEXT_FIELDS = ("text", "contents", "body", "abstract")
 QUERY_ID_FIELDS = ("_id", "id", "qid", "query_id")
 QUERY_TEXT_FIELDS = ("text", "query", "question")
+_CORE_FIELDS = frozenset((*ID_FIELDS, "title"))  # not metadata: every other field is
 
 
 def _records(path: Path, encoding: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -86,7 +87,9 @@ def iter_corpus(path: str | Path, encoding: str = "utf-8") -> Iterator[Document]
         text = _text(value, path, line, name)
         title = rec.get("title")
         title = "" if title is None else _text(title, path, line, "title")
-        meta = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
+        meta = dict(rec["metadata"]) if isinstance(rec.get("metadata"), dict) else {}
+        meta.update((k, v) for k, v in rec.items()  # the corpus's own fields
+                    if k not in _CORE_FIELDS and k not in (name, "metadata"))
         yield Document(id=doc_id, text=text, title=title, metadata=meta)
     if not seen:
         raise DataError("no documents found", path)

@@ -51,6 +51,8 @@ def _doc_lines(docs: Iterable[Document], settings: IndexSettings
         rec = {"id": doc.id, "title": doc.title, "text": doc.text}
         if doc.parent_id is not None:
             rec["parent_id"] = doc.parent_id
+        if doc.metadata:
+            rec["metadata"] = dict(doc.metadata)
         yield doc, (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
 
 

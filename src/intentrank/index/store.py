@@ -4,7 +4,7 @@ An index directory holds generations (see :mod:`intentrank.index.layout`); ``CUR
 the live one. Layout of a generation::
 
     manifest.json        corpus hash, settings, versions, build times, size + sha256 per file
-    docs.jsonl           one document per line (id, title, text, parent_id)
+    docs.jsonl           one document per line (id, title, text, parent_id, metadata)
     doc_offsets.npy      byte offset of each line in docs.jsonl
     ids.json             document ids, row order
     bm25/                bm25s index
@@ -233,7 +233,7 @@ class Index:
             raise IndexCorruptError(f"{self.gen_dir / 'docs.jsonl'} is damaged ({exc}); "
                                     f"{self._hint}") from exc
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
-                        parent_id=rec.get("parent_id"))
+                        parent_id=rec.get("parent_id"), metadata=rec.get("metadata") or {})
 
     @cached_property
     def parent_of(self) -> dict[str, str]:
