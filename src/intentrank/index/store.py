@@ -219,11 +219,7 @@ class Index:
         row = self.row_of.get(doc_id)
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
-        # a positional read (no shared file position): safe from many threads at once
-        start = int(self._offsets[row])
-        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
-            os.fstat(self._docs_fh.fileno()).st_size
-        line = os.pread(self._docs_fh.fileno(), end - start, start)
+        line = self.doc_line(row)
         try:
             rec = json.loads(line)
             if rec["id"] != doc_id:
@@ -234,6 +230,45 @@ class Index:
                                     f"{self._hint}") from exc
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"), metadata=rec.get("metadata") or {})
+
+    def doc_line(self, row: int) -> bytes:
+        """Row ``row``'s line of docs.jsonl, as stored (a positional read, no shared file
+        position: safe from many threads at once)."""
+        start = int(self._offsets[row])
+        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
+            os.fstat(self._docs_fh.fileno()).st_size
+        return os.pread(self._docs_fh.fileno(), end - start, start)
+
+    def documents(self) -> Iterator[Document]:
+        """Every document, in row order."""
+        return map(self.doc, self.ids)
+
+    @cached_property
+    def parent_of_rows(self) -> list[str | None]:
+        """Each row's parent document id (None for a passage without a parent)."""
+        return [json.loads(self.doc_line(r)).get("parent_id") for r in range(len(self))]
+
+    @cached_property
+    def metadata_columns(self) -> Any:
+        """The documents' metadata (and ``id``, ``parent_id``) as filter columns."""
+        from intentrank.filters import MetadataColumns
+
+        records = []
+        for r in range(len(self)):
+            rec = json.loads(self.doc_line(r))
+            records.append({**(rec.get("metadata") or {}), "id": rec["id"],
+                            "parent_id": rec.get("parent_id")})
+        return MetadataColumns.from_records(records)
+
+    def allowed_rows(self, filter: Any) -> np.ndarray | None:
+        """The rows a filter (:mod:`intentrank.filters`: a Filter, its text, or None)
+        matches, as a bool mask; None for no filter."""
+        from intentrank.filters import Filter
+
+        parsed = Filter.from_value(filter)
+        if parsed is None:
+            return None
+        return np.asarray(parsed.mask(self.metadata_columns), dtype=bool)
 
     @cached_property
     def parent_of(self) -> dict[str, str]:
