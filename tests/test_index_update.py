@@ -302,3 +302,39 @@ def test_an_index_built_before_term_rows_were_kept_updates_exactly(scifact, tmp_
     (gen / "manifest.json").write_text(json.dumps(manifest))
     upsert(path, scifact[30:33])
     assert_same_as_fresh(path, tmp_path, LEXICAL)
+
+
+# -- the command line ------------------------------------------------------------------------
+def test_cli_add_delete_sync(scifact, tmp_path):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    def corpus_file(name: str, docs: list[Document]) -> str:
+        file = tmp_path / name
+        file.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text,
+                                            **d.metadata}) + "\n" for d in docs))
+        return str(file)
+
+    runner = CliRunner()
+    path = tmp_path / "idx"
+    res = runner.invoke(app, ["index", corpus_file("a.jsonl", scifact[:20]), str(path),
+                              "--legs", "bm25,tfidf"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["add", str(path), corpus_file("b.jsonl", scifact[18:25]),
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.output[res.output.index("{"):])
+    assert (stats["added"], stats["unchanged"], stats["passages"]) == (5, 2, 25)
+    res = runner.invoke(app, ["delete", str(path), scifact[0].id, scifact[1].id])
+    assert res.exit_code == 0 and "2 deleted" in res.output, res.output
+    res = runner.invoke(app, ["delete", str(path), "nope"])
+    assert res.exit_code == 2 and "error: " in res.output and "'nope'" in res.output
+    res = runner.invoke(app, ["delete", str(path)])
+    assert res.exit_code == 2 and "--filter" in res.output
+    res = runner.invoke(app, ["sync", str(path), corpus_file("c.jsonl", scifact[30:40])])
+    assert res.exit_code == 0 and "10 added" in res.output and "23 deleted" in res.output
+    with Index(path) as index:
+        assert index.ids == [d.id for d in scifact[30:40]]
+        assert index.doc(scifact[31].id).metadata == {"year": 2011}
+    assert_same_as_fresh(path, tmp_path, IndexSettings(legs=("bm25", "tfidf")))
