@@ -29,7 +29,8 @@ PARSERS: dict[str, Callable[[bytes], Extracted]] = {
     ".md": parse_markdown, ".markdown": parse_markdown, ".txt": parse_text,
     ".html": parse_html, ".htm": parse_html, ".pdf": parse_pdf, ".docx": parse_docx}
 DEFAULT_INCLUDE = tuple(f"*{ext}" for ext in PARSERS)
-DEFAULT_EXCLUDE = (".*", "**/.*/**")  # hidden files and folders (.git, .cache, ...)
+DEFAULT_EXCLUDE: tuple[str, ...] = ()
+HIDDEN = (".*", "**/.*/**")  # hidden files and folders (.git, .cache, ...): read_folder(hidden=)
 MAX_BYTES = 64 << 20
 _UNSAFE = re.compile(r"[%\s]")
 
@@ -148,18 +149,19 @@ def read_file(path: str | Path, rel: str, chunking: ChunkSettings | None = None,
 def read_folder(root: str | Path, include: Sequence[str] = DEFAULT_INCLUDE,
                 exclude: Sequence[str] = DEFAULT_EXCLUDE,
                 chunking: ChunkSettings | None = None, strict: bool = False,
-                max_bytes: int = MAX_BYTES, progress: bool = False) -> FolderRead:
+                max_bytes: int = MAX_BYTES, progress: bool = False, hidden: bool = False
+                ) -> FolderRead:
     """The passages of every document under ``root`` (recursively; see ``globs.py`` for
-    the patterns), or of ``root`` itself when it is a file (paths then relative to its
-    folder). Ids are ``<relative path>#<n>`` (:func:`doc_id`), the parent id the relative
-    path: an unchanged file gives identical documents. A file that cannot be read is
-    skipped with its reason (``FolderRead.skipped``), or raises a DataError naming it
-    with ``strict=True``."""
+    the patterns; hidden files and folders are left out unless ``hidden``), or of ``root``
+    itself when it is a file (paths then relative to its folder). Ids are
+    ``<relative path>#<n>`` (:func:`doc_id`), the parent id the relative path: an unchanged
+    file gives identical documents. A file that cannot be read is skipped with its reason
+    (``FolderRead.skipped``), or raises a DataError naming it with ``strict=True``."""
     root = Path(root)
     if root.is_file():
         files, ignored, base = [root.name], 0, root.parent
     elif root.is_dir():
-        files, ignored = _walk(root, include, exclude)
+        files, ignored = _walk(root, include, (*exclude, *(() if hidden else HIDDEN)))
         base = root
     else:
         raise DataError("no such file or folder", root)
