@@ -103,7 +103,7 @@ def test_delete_by_filter(tmp_path):
 def test_dense_prefilter_exact_and_approximate_recall(tmp_path, method):
     """Exact: the filtered top 10 equals the matching rows of the full ranking. ANN: recall@10
     against exact filtered search at 1%, 10% and 50% selectivity of 2,000 real abstracts."""
-    ann = AnnSettings(method, pq_m=16, nlist=16) if method != "exact" else AnnSettings()
+    ann = AnnSettings(method, nlist=16) if method != "exact" else AnnSettings()
     settings = IndexSettings(legs=("dense",), dense=DenseSettings(ann=ann))
     index = build_index(tagged(2000), tmp_path / method, settings)
     rng = np.random.default_rng(0)

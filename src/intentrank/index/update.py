@@ -153,10 +153,15 @@ def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
 
 
 def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
-         progress: bool = False, embedding_cache: bool = True) -> UpdateStats:
+         progress: bool = False, embedding_cache: bool = True,
+         keep: Iterable[str] = ()) -> UpdateStats:
     """Make the index hold exactly ``docs`` (e.g. a folder read by
     :func:`intentrank.data.ingest.read_folder`), in their order: the result is the index a
-    build of ``docs`` gives, while only new and changed passages are encoded."""
+    build of ``docs`` gives, while only new and changed passages are encoded. Documents
+    named in ``keep`` (e.g. files that could not be read this time) keep their passages,
+    after the others."""
+    keep = set(keep)
+
     def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
         incoming = list(docs)
         if index.settings.chunk_size:
@@ -174,6 +179,11 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
             plan.append(row if row is not None and _line(index, row) == doc_line(doc)
                         else doc)
         new_units = [unit_of(d) for d in incoming]
+        present = set(new_units)
+        kept = [r for r, u in enumerate(old_units) if u in keep and u not in present]
+        plan += kept
+        new_units += [old_units[r] for r in kept]
+        incoming = incoming + [index.doc(index.ids[r]) for r in kept]
         before = _group(old_units, [_line(index, r) for r in range(len(index))])
         after = _group(new_units, [doc_line(d) for d in incoming])
         stats.added = len(set(after) - set(before))
