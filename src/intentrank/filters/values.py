@@ -8,10 +8,12 @@ import numbers
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from intentrank.errors import FilterError
-from intentrank.types import Document
+
+if TYPE_CHECKING:  # types.py imports the filters (Query.filter), not the other way round
+    from intentrank.types import Document
 
 Value = str | int | float | bool | datetime
 KEYWORDS = frozenset({"and", "or", "not", "in", "prefix", "true", "false"})
