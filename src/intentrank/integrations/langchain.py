@@ -37,7 +37,7 @@ from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from pydantic import ConfigDict, PrivateAttr  # noqa: E402
 
 from intentrank.core.params import check_int  # noqa: E402
-from intentrank.errors import ConfigError  # noqa: E402
+from intentrank.errors import ConfigError, FilterError  # noqa: E402
 from intentrank.filters import Filter, and_filters  # noqa: E402
 from intentrank.integrations.common import PipelineSearch  # noqa: E402
 from intentrank.integrations.fields import RerankerFields  # noqa: E402
@@ -70,7 +70,10 @@ class IntentrankRetriever(BaseRetriever):
         if unknown:
             raise ConfigError(f"search_kwargs: unknown key(s) {unknown}; known: filter, k")
         self.k = check_int("search_kwargs k", self.search_kwargs.get("k", self.k))
-        self._filter = from_langchain(self.search_kwargs.get("filter"))
+        try:
+            self._filter = from_langchain(self.search_kwargs.get("filter"))
+        except FilterError as exc:  # not a ValueError here: pydantic would rewrap it
+            raise ConfigError(f"search_kwargs {exc}") from None
         self._search = PipelineSearch(self.pipeline, self.index, **self.resources)
 
     @property
