@@ -26,6 +26,7 @@ from intentrank.cli.common import (
 from intentrank.cli.ingest import is_document_folder, print_skipped, read_documents
 from intentrank.cli.options import (
     CorpusArg,
+    FilterOption,
     RayAddressOption,
     RayPanel,
     SearchBm25Option,
@@ -33,6 +34,8 @@ from intentrank.cli.options import (
 )
 from intentrank.core.params import ParameterError, check_int
 from intentrank.errors import ConfigError
+from intentrank.filters import parse_filter
+from intentrank.types import Query
 
 Bm25Panel, DensePanel, AnnPanel = panel("BM25"), panel("Dense"), panel("Dense search (faiss)")
 FolderPanel = panel("A folder of documents")
@@ -166,8 +169,10 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] =
         False,
     bm25_backend: SearchBm25Option = "",
+    filter_text: FilterOption = "",
 ) -> None:
-    """Answer queries from an index with a pipeline."""
+    """Answer queries from an index with a pipeline (among the documents --filter lets
+    through, when given)."""
     from intentrank.core.config import resolve_pipeline
     from intentrank.index import Index
     from intentrank.pipelines import pipeline_from_config
@@ -175,12 +180,13 @@ def search(
 
     settings = settings_of(ctx)
     check_int("-k", k)
+    flt = parse_filter(filter_text) if filter_text else None
     config = resolve_pipeline(pipeline)
     idx = Index.open(index_dir)
     if bm25_backend:
         idx.set_bm25_backend(bm25_backend)
     pipe = pipeline_from_config(config, index=idx, **settings.llm_settings)
-    result = pipe.run(query)
+    result = pipe.run([Query(f"q{i}", text, filter=flt) for i, text in enumerate(query, 1)])
     # per result: rank, doc_id (also as id), score, title, source (file › section (page
     # N) for a passage read from a folder), stage scores and ranks, and the
     # aspect it covers when an aspects stage ran (multi-aspect pipelines)
@@ -188,12 +194,15 @@ def search(
     if as_json:
         out.print_json(json.dumps([
             {"query": r.query.text, **({"aspects": aspects} if aspects else {}),
+             **({"filter": str(flt)} if flt else {}),
              "results": [{"id": row["doc_id"], **row} for row in rows]}
             for r, rows, aspects in found]))
         llm_health(settings, result.trace)
         return
     for r, rows, aspects in found:
         title = f"{escape(r.query.text)}  [dim]({escape(pipe.describe())})[/]"
+        if flt is not None:
+            title += f"\n[dim]filter: {escape(str(flt))}[/]"
         if aspects:
             title += "\n[dim]aspects: " + escape("; ".join(aspects)) + "[/]"
         table = Table(title=title)
@@ -235,9 +244,10 @@ def answer_cmd(
                                       "[n], checked); default: the stage's.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] =
         False,
+    filter_text: FilterOption = "",
 ) -> None:
     """Answer a question from an index: the answer with numbered citations and the cited
-    passages."""
+    passages (only documents that --filter lets through, when given)."""
     from intentrank.answer.attribution import cited_passages
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
     from intentrank.index import Index
@@ -247,13 +257,14 @@ def answer_cmd(
     check_int("--n-ans", n_ans)
     if not question.strip():
         raise ConfigError("the question is empty")
+    flt = parse_filter(filter_text) if filter_text else None
     options = {k: v for k, v in (("abstain", abstain), ("cite", cite)) if v}
     node = load_config(resolve_pipeline(pipeline))["pipeline"]
     added = not ends_with_answer(node)
     idx = Index.open(index_dir)
     pipe = build_pipeline(with_answer(node, n_ans, **options),
                           build_context(idx, **settings.llm_settings), str(pipeline))
-    result = pipe.run([question])
+    result = pipe.run([Query("q1", question, filter=flt)])
     answer = result.rankings[0].query.answer
     cited = cited_passages(answer, idx)
     if as_json:
