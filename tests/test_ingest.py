@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from debian_docs import debian_doc
 
-from intentrank.data.ingest import ChunkSettings, read_folder, source_label
+from intentrank.data.ingest import ChunkSettings, list_files, read_folder, source_label
 from intentrank.data.ingest.blocks import SEPARATOR
 from intentrank.data.ingest.chunking import default_max_tokens, minilm_tokenizer
 from intentrank.data.ingest.folder import PARSERS
@@ -185,6 +185,7 @@ def test_globs_hidden_files_and_ids_with_spaces(tmp_path):
     assert [d.id for d in docs] == ["a/keep%20me.md#0"]
     assert docs[0].metadata["path"] == "a/keep me.md" and docs[0].parent_id == "a/keep%20me.md"
     assert read.ignored == 2  # c.txt and a/.hidden.md (a/b/ and .git/ are never entered)
+    assert list_files(tmp_path, include=("*.md",), exclude=("a/b/**",)) == read.files
     everything = read_folder(tmp_path, hidden=True)
     assert len(list(everything.documents)) == 5
 

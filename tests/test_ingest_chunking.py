@@ -126,7 +126,7 @@ def test_bad_settings_are_refused(kwargs):
 
 def test_html_drops_navigation_scripts_and_keeps_structure():
     html = b"""<html><head><title>T</title><script>var x;</script></head><body>
-      <div class="NAVHEADER"><a href="p.html">Prev</a></div><nav>menu</nav>
+      <div class="NAVHEADER"><a href="p.html">Prev</a></div><nav>menu</nav><div hidden>x</div>
       <h1>Main</h1><p>Intro <b>bold</b> text.</p><h2>Sub</h2>
       <pre>  indented\n  code</pre><table><tr><th>k</th><th>v</th></tr><tr><td>1</td>
       <td>2</td></tr></table><ul><li>one</li><li>two</li></ul></body></html>"""

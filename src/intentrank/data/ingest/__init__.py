@@ -11,6 +11,7 @@ from intentrank.data.ingest.folder import (
     FolderRead,
     Skipped,
     doc_id,
+    list_files,
     read_file,
     read_folder,
 )
@@ -18,4 +19,4 @@ from intentrank.data.ingest.labels import source_label
 
 __all__ = ["DEFAULT_EXCLUDE", "DEFAULT_INCLUDE", "PARSERS", "Block", "Chunk", "ChunkSettings",
            "Extracted", "FolderRead", "SkipFile", "Skipped", "chunk_blocks", "doc_id",
-           "read_file", "read_folder", "source_label"]
+           "list_files", "read_file", "read_folder", "source_label"]

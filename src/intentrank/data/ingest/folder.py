@@ -64,7 +64,7 @@ class FolderRead:
 
     root: Path
     files: list[str]
-    documents: Iterator[Document] = field(repr=False, default=iter(()))
+    documents: Iterator[Document] = field(repr=False, default_factory=lambda: iter(()))
     read: dict[str, str] = field(default_factory=dict)
     skipped: list[Skipped] = field(default_factory=list)
     passages: int = 0
@@ -80,6 +80,13 @@ class FolderRead:
         if self.ignored:
             line += f"; {self.ignored} not selected by the globs"
         return line
+
+
+def list_files(root: str | Path, include: Sequence[str] = DEFAULT_INCLUDE,
+               exclude: Sequence[str] = DEFAULT_EXCLUDE, hidden: bool = False) -> list[str]:
+    """The relative paths :func:`read_folder` would read under the folder ``root``, without
+    reading them (e.g. to find the files a sync removes)."""
+    return _walk(Path(root), include, (*exclude, *(() if hidden else HIDDEN)))[0]
 
 
 def _walk(root: Path, include: Sequence[str], exclude: Sequence[str]) -> tuple[list[str], int]:

@@ -34,7 +34,7 @@ def _dropped(node: Any) -> bool:
     if node.tag in _DROP:
         return True
     attrs = node.attributes
-    if attrs.get("role") == "navigation" or attrs.get("hidden") is not None:
+    if attrs.get("role") == "navigation" or "hidden" in attrs:
         return True
     return bool(_NAV_CLASSES.intersection((attrs.get("class") or "").lower().split()))
 
