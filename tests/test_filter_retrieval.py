@@ -241,6 +241,11 @@ def test_cli_search_with_a_filter(meta_index) -> None:
     ids = [r["id"] for r in rows["results"]]
     assert ids == BM25Retriever(meta_index, depth=100, filter=FILTERS[0]).search(
         QUESTIONS[0], k=5).doc_ids
+    res = CliRunner().invoke(app, ["search", str(meta_index.path), QUESTIONS[0], "-p", "bm25",
+                                   "--filter", 'lab = "ames" OR year > 3000'])
+    assert res.exit_code == 0, res.output
+    assert "warning: --filter matches no document of this index; no document has the " \
+           "field(s) 'lab'" in " ".join(res.output.split())
 
 
 def test_cli_refuses_a_bad_filter_before_any_work(tmp_path) -> None:

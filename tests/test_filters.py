@@ -203,6 +203,11 @@ def test_combinators_and_round_trip() -> None:
     assert {a: 1}[parse_filter("a = 1")] == 1  # hashable: queries group by filter
 
 
+def test_fields_a_filter_reads() -> None:
+    f = parse_filter('a = 1 AND (NOT b.c IN (1) OR `d e` PREFIX "x") AND a > 0')
+    assert f.fields() == {"a", "b.c", "d e"}
+
+
 def test_record_of_a_document() -> None:
     doc = Document("x#1", "text", parent_id="x", metadata={"team": "a", "id": "ignored"})
     assert record_of(doc) == {"team": "a", "id": "x#1", "parent_id": "x"}
