@@ -259,6 +259,17 @@ def test_cli_refuses_a_bad_filter_before_any_work(tmp_path) -> None:
         assert "error: bad filter at position 25 ('a'): expected a value" in res.output
 
 
+def test_an_index_that_cannot_filter_says_so() -> None:
+    class Plain(FakeIndex):
+        allowed_rows = None
+
+    index = Plain()
+    assert BM25Retriever(index, depth=2).search("flow").doc_ids == ["d1", "d7"]
+    with pytest.raises(ConfigError, match=r"bm25: this index \(Plain\) cannot filter by "
+                                          r"metadata; filter: team = \"a\""):
+        BM25Retriever(index, depth=2).search("flow", filter='team = "a"')
+
+
 def test_a_trace_counts_filtered_queries_only_when_there_are_some() -> None:
     index = FakeIndex()
     trace = Trace()

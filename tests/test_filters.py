@@ -293,6 +293,25 @@ def test_text_round_trip(filt: Filter) -> None:
     assert parse_filter(str(filt)) == filt
 
 
+NAMES = st.one_of(st.sampled_from(["a", "in", "x.y", "a-b", "_1"]), st.text(min_size=1))
+ANY_LEAVES = st.one_of(
+    st.builds(_compare, NAMES, st.sampled_from(["=", "!=", "<", ">="]),
+              st.one_of(st.text(), st.integers(), st.floats(allow_nan=False,
+                                                            allow_infinity=False))),
+    st.builds(In, NAMES, st.lists(st.text(), max_size=2).map(tuple)),
+    st.builds(Prefix, NAMES, st.text()))
+
+
+@PROPERTY
+@given(filt=st.recursive(ANY_LEAVES, lambda inner: st.one_of(
+    st.builds(Not, inner), st.lists(inner, min_size=2, max_size=3).map(lambda p: And(tuple(p))),
+    st.lists(inner, min_size=2, max_size=3).map(lambda p: Or(tuple(p)))), max_leaves=5))
+def test_text_round_trip_of_any_names_and_strings(filt: Filter) -> None:
+    """Field names and strings of any characters (quotes, backticks, backslashes, newlines)
+    survive the text form."""
+    assert parse_filter(str(filt)) == filt
+
+
 @PROPERTY
 @given(text=st.text(alphabet=st.sampled_from(list('ab=!<>()," \'`IN AND OR NOT 12.-')),
                     max_size=30))
