@@ -203,6 +203,22 @@ def test_combinators_and_round_trip() -> None:
     assert {a: 1}[parse_filter("a = 1")] == 1  # hashable: queries group by filter
 
 
+def test_columns_of_many_distinct_strings() -> None:
+    """Past FEW_STRINGS distinct strings the column codes them with numpy's sort; strings
+    numpy would hold inexactly (a trailing NUL) take the dict path; both agree with matches."""
+    from intentrank.filters.columns import FEW_STRINGS
+
+    base = [{"id": f"d{i:05d}", "k": ["x", "y"][i % 2]} for i in range(FEW_STRINGS + 50)]
+    for extra in ([], [{"id": "d00007\x00"}, {"id": "d00007"}]):
+        records = base + extra
+        for text in ('id = "d00007"', 'id < "d00100"', 'id PREFIX "d0001"', 'id >= "d04000"',
+                     'id IN ("d00001", "d04145", "zz") OR k = "x"'):
+            f = parse_filter(text)
+            want = [f.matches(r) for r in records]
+            assert 0 < sum(want) < len(records)
+            assert f.mask(MetadataColumns.from_records(records)).tolist() == want, text
+
+
 def test_fields_a_filter_reads() -> None:
     f = parse_filter('a = 1 AND (NOT b.c IN (1) OR `d e` PREFIX "x") AND a > 0')
     assert f.fields() == {"a", "b.c", "d e"}
