@@ -238,3 +238,42 @@ def test_rerank_scores_only_the_callers_own_documents(setup):
     r = call(setup, "POST", "/v1/rerank", "globex", json={
         "query": "vitamin D", "documents": ["Vitamin D and fractures.", "Statins."]})
     assert r.status_code == 200 and {x["index"] for x in r.json()["results"]} == {0, 1}
+
+
+def test_writes_stay_in_the_writers_scope_and_are_served_at_once(index, tmp_path):
+    """POST /documents and the deletes through the index's own updates (skipped until
+    intentrank.index.update is merged): a scoped writer adds within its scope, the new
+    document is found by its tenant and not by another, writes outside it are refused."""
+    import shutil
+
+    pytest.importorskip("intentrank.index.update")
+    shutil.copytree(index.path, tmp_path / "index")
+    secrets = make_keys(tmp_path / "keys.yaml")
+    app = create_app(settings_for(tmp_path / "index", KeyRing(path=tmp_path / "keys.yaml"),
+                                  ScriptedLLM(), tmp_path))
+    with TestClient(app) as client:
+        def as_(key: str) -> dict:
+            return {"Authorization": f"Bearer {secrets[key]}"}
+
+        new = {"id": "globex-note-1", "text": "Quokka lymphocytes glow under blue light.",
+               "metadata": {"tenant": "globex", "acl": ["research"]}}
+        r = client.post("/documents", json={"documents": [new]}, headers=as_("globex-writer"))
+        assert r.status_code == 200 and r.json()["added"] == 1, r.text
+        hits = client.post("/search", json={"query": "quokka lymphocytes", "pipeline": "bm25"},
+                           headers=as_("globex")).json()["results"]
+        assert hits[0]["doc_id"] == "globex-note-1"
+        other = client.post("/search", json={"query": "quokka lymphocytes",
+                                             "pipeline": "bm25"}, headers=as_("acme"))
+        assert "globex-note-1" not in [d["doc_id"] for d in other.json()["results"]]
+        outside = {**new, "id": "x-2", "metadata": {"tenant": "acme"}}
+        r = client.post("/documents", json={"documents": [outside]},
+                        headers=as_("globex-writer"))
+        assert r.status_code == 403 and "outside this key's scope" in r.json()["error"]
+        acme_doc = next(i for i in index.ids if index.doc(i).metadata["tenant"] == "acme")
+        r = client.post("/documents", json={"documents": [{**new, "id": acme_doc}]},
+                        headers=as_("globex-writer"))
+        assert r.status_code == 403 and "taken by a document" in r.json()["error"]
+        r = client.delete(f"/documents/{acme_doc}", headers=as_("globex-writer"))
+        assert r.status_code == 404
+        r = client.delete("/documents/globex-note-1", headers=as_("globex-writer"))
+        assert r.status_code == 200 and r.json()["deleted"] == 1

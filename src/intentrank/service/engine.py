@@ -220,7 +220,7 @@ class Engine:
     def view(self, snap: Snapshot, index_name: str, scope: str) -> ScopedIndex:
         """Index ``index_name`` of ``snap`` as a request with filter ``scope`` sees it."""
         idx = snap.indexes[index_name]
-        return snap.views.get(("", index_name, scope), lambda: ScopedIndex(idx, scope))
+        return snap.views.views.get((index_name, scope), lambda: ScopedIndex(idx, scope))
 
     def _scoped_ctx(self, index: Any, scope: str) -> BuildContext:
         """A build context whose LLM clients cache replies per ``scope``."""
@@ -238,7 +238,7 @@ class Engine:
         if scope is None:
             return snap.stages[served.name][index_name], snap.indexes[index_name]
         view = self.view(snap, index_name, scope)
-        stage = snap.views.get((served.name, index_name, scope), lambda: build_pipeline(
+        stage = snap.views.stages.get((served.name, index_name, scope), lambda: build_pipeline(
             served.node, self._scoped_ctx(view, scope)))
         return stage, view
 
@@ -367,7 +367,8 @@ def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_te
     if q.answer is not None:
         a = q.answer
         answer = {"text": a.text, "fallback": a.fallback, "stage": a.stage,
-                  "citations": [{"n": c["n"], "doc_id": c["id"], "title": c["title"],
+                  "citations": [{"n": c["n"], "doc_id": c["id"],
+                                 "source": source_of(index, c["id"]), "title": c["title"],
                                  "text": c["text"], "support": c["support"]}
                                 for c in cited_passages(a, index)],
                   "unsupported": [e.sentence for e in a.evidence if e.n is None]}
@@ -394,6 +395,17 @@ def _token_count(embedder: Any, texts: list[str]) -> int:
         mask = tokenize(clip_texts(prefixed, model.max_seq_length))["attention_mask"]
         return int(mask.sum())
     return sum(len(t.split()) for t in prefixed)
+
+
+def source_of(index: Any, doc_id: str) -> str:
+    """How a cited document is shown to a reader: ingestion's ``source_label`` of its
+    metadata (``file › section (page N)``), or its id where it has no source metadata."""
+    try:
+        from intentrank.data.ingest import source_label
+    except ImportError:  # a build without folder ingestion
+        return doc_id
+    metadata = index.doc(doc_id).metadata
+    return source_label(metadata) if metadata.get("path") else doc_id
 
 
 def with_filter(query: Query, scope: str | None) -> Query:

@@ -141,6 +141,8 @@ class CitationOut(BaseModel):
 
     n: int
     doc_id: str
+    source: str = Field("", description="Where it comes from, as shown to a reader: `file › "
+                                         "section (page N)` for ingested files, else the id.")
     title: str = ""
     text: str
     support: str = Field("", description="The passage sentence that supports the answer "

@@ -190,11 +190,10 @@ def scoped_llm(client: Any, scope: str) -> Any:
     return view
 
 
-class Views:
-    """Scoped indexes and the pipelines built on them, by (pipeline, index, filter), the
-    ``limit`` most recently used kept (one set per index generation)."""
+class Recent:
+    """The ``limit`` most recently used values by key, each made once when missing."""
 
-    def __init__(self, limit: int = 64) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.Lock()
         self._items: OrderedDict[tuple[str, ...], Any] = OrderedDict()
@@ -211,3 +210,12 @@ class Views:
             while len(self._items) > self.limit:
                 self._items.popitem(last=False)
             return made
+
+
+class Views:
+    """What one index generation keeps for scoped requests: the scoped views (a row mask
+    each) by (index, filter), and the pipelines built on them by (pipeline, index, filter),
+    the most recently used of each."""
+
+    def __init__(self, views: int = 64, stages: int = 512) -> None:
+        self.views, self.stages = Recent(views), Recent(stages)
