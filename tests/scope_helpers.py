@@ -88,10 +88,11 @@ def settings_for(index: Any, keys: KeyRing | KeyStore, llm: ScriptedLLM, root: P
                  "graph": "graph", "conversation": ["concat_turns", {"bm25": {"depth": 20}}],
                  "qa": ["bm25", {"cutoff": 5},
                         {"answer": {"top_k": 3, "abstain": "llm", "cite": "llm"}}]}
-    return ServiceSettings(
-        indexes={"scifact": index}, pipelines=pipelines, keys=keys, limits=LIMITS,
-        report_dirs=[root], access_log=root / "access.jsonl",
-        llm=LLMClient(llm, cache=False, retries=0), workers=2, queue_limit=64, **extra)
+    return ServiceSettings(**{
+        "indexes": {"scifact": index}, "pipelines": pipelines, "keys": keys, "limits": LIMITS,
+        "report_dirs": [root], "access_log": root / "access.jsonl",
+        "llm": LLMClient(llm, cache=False, retries=0), "workers": 2, "queue_limit": 64,
+        **extra})
 
 
 def fingerprint(text: str, words: int = 12) -> str:
