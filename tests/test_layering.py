@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Longest prefix wins. A module may import from its own layer or lower ones.
 LAYERS = {
     "intentrank": 0, "intentrank.errors": 0, "intentrank.extras": 0, "intentrank.paths": 0,
-    "intentrank.types": 0,
+    "intentrank.types": 0, "intentrank.filters": 0,
     "intentrank.core": 1, "intentrank.data": 1,
     "intentrank.models": 2, "intentrank.llm": 2,
     "intentrank.measures": 2,

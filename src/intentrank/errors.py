@@ -38,5 +38,10 @@ class ConfigError(IntentrankError):
     """A pipeline configuration that cannot be built."""
 
 
+class FilterError(ConfigError, ValueError):
+    """Malformed metadata-filter text or an unusable filter value; bad input, named with its
+    position and token where it came from text."""
+
+
 class ModelError(IntentrankError):
     """A model that cannot be found, verified or loaded."""

@@ -2,6 +2,7 @@
 commands:
 
 - :mod:`.search`: ``index``, ``search``, ``answer``;
+- :mod:`.update`: ``add``, ``delete``, ``sync`` (an index changed in place);
 - :mod:`.evaluate`: ``eval``, ``experiment``, ``ablate``;
 - :mod:`.train`: ``train-reranker``, ``train-embedder``, ``tune-fuq``, ``tune-modality``;
 - :mod:`.generate`: ``generate``, ``generate-conversations``, ``reformulate``,
@@ -22,6 +23,7 @@ from __future__ import annotations
 # --help` lists them.
 # isort: off
 from intentrank.cli import search  # noqa: F401
+from intentrank.cli import update  # noqa: F401
 from intentrank.cli import evaluate  # noqa: F401
 from intentrank.cli import serve  # noqa: F401
 from intentrank.cli import keys  # noqa: F401

@@ -62,6 +62,29 @@ def exact_search(vectors: np.ndarray, q: np.ndarray, k: int,
     return best_rows, best_scores
 
 
+ANN_EXACT_BELOW = 0.2
+"""A filter allowing less than this share of a shard's rows is searched exactly over those
+rows (a graph walk restricted to few rows loses recall; docs/benchmarks.md "updates and
+filters")."""
+
+
+def exact_search_rows(vectors: np.ndarray, rows: np.ndarray, q: np.ndarray, k: int,
+                      block: int = EXACT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exact_search` over ``vectors[rows]`` (sorted rows, gathered block by block);
+    rows returned are ``vectors``' own."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    best_rows = np.zeros((q.shape[0], 0), dtype=np.int64)
+    best_scores = np.zeros((q.shape[0], 0), dtype=np.float32)
+    for start in range(0, len(rows), block):
+        chunk = rows[start:start + block]
+        part = np.asarray(np.asarray(vectors[chunk]) @ q.T, dtype=np.float32).T
+        top, scores = top_rows(part, k)
+        both_rows = np.concatenate([best_rows, chunk[top]], axis=1)
+        top, best_scores = top_rows(np.concatenate([best_scores, scores], axis=1), k)
+        best_rows = np.take_along_axis(both_rows, top, axis=1)
+    return best_rows, best_scores
+
+
 def build_ann(vectors: np.ndarray, s: AnnSettings, path: Path) -> dict[str, Any]:
     """Build the faiss structure ``s`` asks for over ``vectors`` and write it to ``path``;
     return what the manifest records about it (nlist for IVF-PQ)."""
@@ -103,18 +126,30 @@ class AnnSearcher:
 
     def search(self, q: np.ndarray, k: int, ef_search: int | None = None,
                nprobe: int | None = None, refine: int | None = None,
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (rows, scores) per query; rows of -1 (score -inf) pad short results."""
+               allow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (rows, scores) per query; rows of -1 (score -inf) pad short results.
+        ``allow`` (a bool mask over the shard's rows) restricts the search to those rows
+        (faiss's ID selector: the graph or lists are walked, other rows never returned)."""
+        faiss = _faiss()
         s = self.settings
         q = np.ascontiguousarray(q, dtype=np.float32)
         k = min(k, self.index.ntotal)
+        sel = None
+        if allow is not None:
+            sel = faiss.IDSelectorBitmap(len(allow), faiss.swig_ptr(
+                np.packbits(allow, bitorder="little")))
         if s.method == "hnsw":
-            self.index.hnsw.efSearch = max(ef_search or s.ef_search, k)
-            scores, rows = self.index.search(q, k)
+            ef = max(ef_search or s.ef_search, k)
+            params = faiss.SearchParametersHNSW(efSearch=ef, sel=sel) if sel else None
+            self.index.hnsw.efSearch = ef
+            scores, rows = self.index.search(q, k, params=params)
             return _clean(rows, scores)
         self.ivf.nprobe = min(nprobe or s.nprobe, self.ivf.nlist)
         depth = min(k * (refine or s.refine), self.index.ntotal)
-        _, cand = self.index.search(q, depth)
+        params = None
+        if sel is not None:
+            params = faiss.SearchParametersIVF(nprobe=self.ivf.nprobe, sel=sel)
+        _, cand = self.index.search(q, depth, params=params)
         exact = _rescore(self.vectors, q, cand)
         if (refine or s.refine) <= 1:
             return _clean(cand, exact)

@@ -37,21 +37,24 @@ def check_backend(backend: str) -> str:
 
 
 def retrieve(retriever: Any, tokens: list[list[str]], k: int, backend: str = "numpy",
-             offset: int = 0) -> list[Hits]:
+             offset: int = 0, allow: np.ndarray | None = None) -> list[Hits]:
     """Each tokenised query's positive top ``k`` from one bm25s index, best first, ties by
     row; rows are shifted by ``offset`` (a shard's first row). Queries without a term of the
-    index's vocabulary get no hits."""
+    index's vocabulary get no hits. ``allow`` (a bool mask over the index's rows) keeps the
+    search to those rows: the top ``k`` among them (bm25s's ``weight_mask``)."""
     out: list[Hits] = [NO_HITS for _ in tokens]
     n = int(retriever.scores["num_docs"])
     k = min(k, n)
     live = [i for i, t in enumerate(tokens) if any(tok in retriever.vocab_dict for tok in t)]
-    if not live or k < 1:
+    if not live or k < 1 or (allow is not None and not allow.any()):
         return out
+    mask = None if allow is None else allow.astype(np.float32)
     retriever.backend = backend  # bm25s reads it in retrieve(); the index is unchanged
     depth = min(n, k + _EXTRA)
     pending = live
     while pending:
-        res = retriever.retrieve([tokens[i] for i in pending], k=depth, show_progress=False)
+        res = retriever.retrieve([tokens[i] for i in pending], k=depth, show_progress=False,
+                                 weight_mask=mask)
         again = []
         for j, i in enumerate(pending):
             rows = np.asarray(res.documents[j], dtype=np.int64)

@@ -48,12 +48,17 @@ def _doc_lines(docs: Iterable[Document], settings: IndexSettings
         if doc.id in seen:  # chunk ids can collide with real ids
             raise ValueError(f"duplicate document id {doc.id!r}")
         seen.add(doc.id)
-        rec = {"id": doc.id, "title": doc.title, "text": doc.text}
-        if doc.parent_id is not None:
-            rec["parent_id"] = doc.parent_id
-        if doc.metadata:
-            rec["metadata"] = dict(doc.metadata)
-        yield doc, (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
+        yield doc, doc_line(doc)
+
+
+def doc_line(doc: Document) -> bytes:
+    """The document's line in docs.jsonl (the corpus hash is the sha256 of these lines)."""
+    rec: dict[str, Any] = {"id": doc.id, "title": doc.title, "text": doc.text}
+    if doc.parent_id is not None:
+        rec["parent_id"] = doc.parent_id
+    if doc.metadata:
+        rec["metadata"] = dict(doc.metadata)
+    return (json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def corpus_sha256(docs: Iterable[Document], settings: IndexSettings | None = None) -> str:
@@ -124,6 +129,23 @@ def _build_locked(
     overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
     encoder: Encoder | None = None,
 ) -> Index:
+    def write(tmp: Path, existing: Index | None) -> Index | None:
+        return _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
+                                 progress=progress, embedding_cache=embedding_cache, say=say,
+                                 encoder=encoder)
+
+    return commit_generation(path, guard, write, say, overwrite=overwrite)
+
+
+GenerationWriter = Callable[[Path, "Index | None"], "Index | None"]
+
+
+def commit_generation(path: Path, guard: _Guard, write: GenerationWriter, say: Progress, *,
+                      overwrite: bool = False) -> Index:
+    """Under the directory's writer lock: ``write(tmp, existing)`` fills a new generation
+    directory (or returns an Index to keep instead of committing), which then replaces the
+    live one atomically. Any failure leaves the previous generation live and removes what
+    this call wrote."""
     created = _make_dirs(path)
     try:
         lock = layout.WriterLock(path).acquire()
@@ -140,11 +162,11 @@ def _build_locked(
         tmp = path / f"{layout.TMP_PREFIX}{gen[len(layout.GEN_PREFIX):]}"
         tmp.mkdir()
         (tmp / layout.READERS_LOCK).touch()
-        reused = _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
-                                   progress=progress, embedding_cache=embedding_cache,
-                                   say=say, encoder=encoder)
+        reused = write(tmp, existing)
         if reused is not None:
             shutil.rmtree(tmp)
+            if reused is not existing and existing is not None:
+                existing.close()
             return reused
         gen_dir = path / gen
         os.replace(tmp, gen_dir)
@@ -314,7 +336,7 @@ def _build_generation(
         existing.check(settings, corpus_hash)  # raises IndexMismatchError
     texts = [d.full_text(settings.dense.title_sep) for d in kept]
     stats: dict[str, Any] = {}
-    cache = _embedding_cache(say) if embedding_cache and "dense" in settings.legs else None
+    cache = embedding_cache_for(say) if embedding_cache and "dense" in settings.legs else None
     for leg in settings.legs:
         say(f"building {leg} over {len(texts)} documents")
         t = time.perf_counter()
@@ -322,15 +344,23 @@ def _build_generation(
         if leg_stats:
             stats[leg] = leg_stats
         timings[leg] = time.perf_counter() - t
+    write_manifest(tmp, corpus_hash, len(kept), settings, timings, stats)
+    return None
+
+
+def write_manifest(tmp: Path, corpus_hash: str, n_docs: int, settings: IndexSettings,
+                   timings: dict[str, float], stats: dict[str, Any], **extra: Any) -> None:
+    """Record the generation in ``tmp`` (last: a generation without it is incomplete)."""
     manifest = {
         "format": FORMAT_VERSION,
         "corpus_sha256": corpus_hash,
-        "n_docs": len(kept),
+        "n_docs": n_docs,
         "settings": settings.to_dict(),
         "versions": package_versions(("intentrank", "bm25s", "sentence-transformers",
                                       "scikit-learn", "scipy", "numpy", "torch", "faiss-cpu")),
         "build_seconds": timings,
         "stats": stats,
+        **extra,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "files": layout.record_files(tmp),
     }
@@ -338,10 +368,9 @@ def _build_generation(
         fh.write(json.dumps(manifest, indent=2))
         fh.flush()
         os.fsync(fh.fileno())
-    return None
 
 
-def _embedding_cache(say: Progress) -> EmbeddingCache:
+def embedding_cache_for(say: Progress) -> EmbeddingCache:
     """The shared embedding cache; its warnings are also said through ``say``."""
 
     def warn(message: str) -> None:

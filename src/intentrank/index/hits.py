@@ -63,6 +63,25 @@ def check_k(k: Any) -> None:
         raise ValueError(f"k must be a positive integer (the number of results), got {k!r}")
 
 
+def check_allow(allow: Any, n: int) -> np.ndarray | None:
+    """A leg search's ``allow``: None, or a bool mask over the index's ``n`` rows. The
+    search then returns the top k among those rows (pre-filtering), by the scores they have
+    in the whole index (collection statistics are the index's, as in Lucene), never fewer
+    because candidates were cut before filtering."""
+    if allow is None:
+        return None
+    allow = np.asarray(allow)
+    if allow.dtype != bool or allow.shape != (n,):
+        raise ValueError(f"allow must be a bool mask of {n} rows, got {allow.dtype} of shape "
+                         f"{allow.shape}")
+    return allow
+
+
+def filter_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """What a filter sees of a docs.jsonl record: its metadata, ``id`` and ``parent_id``."""
+    return {**(rec.get("metadata") or {}), "id": rec["id"], "parent_id": rec.get("parent_id")}
+
+
 def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
                   progress: bool = False) -> list[list[str]]:
     """The tokenizer used for both documents and queries (bm25s rules)."""

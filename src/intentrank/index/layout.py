@@ -301,3 +301,21 @@ def load_manifest(gen_dir: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict):
         raise IndexCorruptError(f"{file} is not a JSON object; {hint}")
     return manifest
+
+
+def no_index_error(path: Path) -> IntentrankError:
+    """Why ``path`` (whose CURRENT names nothing) holds no index to open."""
+    from intentrank.index.errors import IndexFormatError, IndexNotFoundError
+
+    hint = rebuild_hint(path)
+    if is_generation_name(path.name) and (path / MANIFEST).is_file():
+        return IndexNotFoundError(f"{path} is one generation inside the index {path.parent}; "
+                                  f"open {path.parent} instead")
+    if is_legacy(path):
+        return IndexFormatError(f"{path} was built by an older intentrank (index format 1, "
+                                f"before generations) that this version cannot read; {hint}")
+    if path.is_dir() and any(n.name.startswith(GEN_PREFIX) for n in path.iterdir()):
+        return IndexCorruptError(f"{path / CURRENT} is missing, so {path} holds no complete "
+                                 f"index (an interrupted first build, or damage); {hint}")
+    return IndexNotFoundError(f"{path} is not an intentrank index (no {CURRENT}); build one "
+                              f"with `intentrank index`")

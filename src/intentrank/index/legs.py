@@ -6,8 +6,6 @@ name."""
 from __future__ import annotations
 
 import functools
-import json
-import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from intentrank.index.embedding_cache import EmbeddingCache, model_key
-from intentrank.index.entities import entity_edges, extract_entities, pagerank_sparse
+from intentrank.index.entities import extract_entities
 from intentrank.index.settings import IndexSettings
 from intentrank.index.shards import build_bm25_shards, no_terms_error, shard_bounds, token_ids
 from intentrank.index.store import bm25_tokenize
+from intentrank.index.terms import TermRows, save_graph, save_tfidf, tfidf_from_rows, tfidf_rows
 
 # Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
 # dense leg's model by default; intentrank.scale passes a Ray Data encoder).
@@ -52,6 +51,7 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
     tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
     if not any(tokens):
         raise no_terms_error(s)
+    TermRows.from_tokens(tokens).save(out.parent, "bm25")  # what updates start from
     retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
     retriever.index(bm25s.tokenization.Tokenized(*token_ids(tokens)), show_progress=progress)
     retriever.save(str(out))
@@ -61,7 +61,18 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
 def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress: bool,
                  cache: EmbeddingCache | None, encoder: Encoder | None = None
                  ) -> dict[str, Any]:
+    vecs, stats = encode_passages(texts, settings, progress, cache, encoder)
+    return write_dense(vecs, settings, out, stats)
+
+
+def encode_passages(texts: list[str], settings: IndexSettings, progress: bool,
+                    cache: EmbeddingCache | None, encoder: Encoder | None = None
+                    ) -> tuple[np.ndarray, dict[str, Any]]:
+    """The dense leg's float32 vectors of ``texts`` (through the embedding cache, if given)
+    and how many were encoded or found cached."""
     s = settings.dense
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32), {"cache_hits": 0, "encoded": 0}
     if encoder is None:
         encoder = functools.partial(s.load_embedder().encode_passages,
                                     batch_size=s.batch_size, progress=progress)
@@ -78,6 +89,13 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
     if vecs.shape[0] != len(texts):
         raise ValueError(f"the encoder returned {vecs.shape[0]} vectors for {len(texts)} "
                          f"passages")
+    return vecs, stats
+
+
+def write_dense(vecs: np.ndarray, settings: IndexSettings, out: Path, stats: dict[str, Any]
+                ) -> dict[str, Any]:
+    """Write the dense leg of these vectors (and its ANN structures) into ``out``."""
+    s = settings.dense
     out.mkdir()
     np.save(out / "embeddings.npy", vecs)
     if s.ann.method != "exact":  # one faiss structure per shard (dense/ann.faiss unsharded)
@@ -91,28 +109,10 @@ def _build_dense(texts: list[str], settings: IndexSettings, out: Path, progress:
 
 
 def _build_tfidf(texts: list[str], settings: IndexSettings, out: Path) -> None:
-    import scipy.sparse
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    s = settings.tfidf
-    vectorizer = TfidfVectorizer(ngram_range=(1, s.ngram_max), max_features=s.max_features,
-                                 stop_words=s.stop_words, sublinear_tf=s.sublinear_tf,
-                                 dtype=np.float32)
-    matrix = vectorizer.fit_transform(texts)
-    out.mkdir()
-    with open(out / "vectorizer.pkl", "wb") as fh:
-        pickle.dump(vectorizer, fh)
-    scipy.sparse.save_npz(out / "matrix.npz", matrix.tocsr())
+    rows = tfidf_rows(texts, settings.tfidf)
+    rows.save(out.parent, "tfidf")  # what updates start from
+    save_tfidf(*tfidf_from_rows(rows, settings.tfidf), out)
 
 
 def _build_graph(texts: list[str], settings: IndexSettings, out: Path) -> dict[str, int]:
-    s = settings.graph
-    entities = [extract_entities(t) for t in texts]
-    edges = entity_edges(entities, window=s.window, min_shared=s.min_shared)
-    pr = pagerank_sparse(len(entities), edges, s.damping)
-    out.mkdir()
-    (out / "entities.json").write_text(json.dumps([sorted(e) for e in entities]))
-    np.save(out / "pagerank.npy", pr)
-    np.save(out / "edges.npy", edges)
-    return {"edges": int(len(edges)),
-            "docs_with_entities": int(sum(1 for e in entities if e))}
+    return save_graph([extract_entities(t) for t in texts], settings.graph, out)

@@ -132,13 +132,15 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
 
 
 def search_bm25_shards(retrievers: Sequence[Any], bounds: list[tuple[int, int]],
-                       tokens: list[list[str]], k: int, backend: str = "numpy") -> list[Hits]:
-    """Each shard's positive top ``k`` for each tokenised query (bm25s ``backend``), merged
-    exactly."""
+                       tokens: list[list[str]], k: int, backend: str = "numpy",
+                       allow: np.ndarray | None = None) -> list[Hits]:
+    """Each shard's positive top ``k`` for each tokenised query (bm25s ``backend``; only
+    rows ``allow`` keeps, if given), merged exactly."""
     from intentrank.index.bm25 import retrieve
 
-    per_shard = [retrieve(retriever, tokens, k, backend, offset=start)
-                 for retriever, (start, _) in zip(retrievers, bounds, strict=True)]
+    per_shard = [retrieve(retriever, tokens, k, backend, offset=start,
+                          allow=None if allow is None else allow[start:end])
+                 for retriever, (start, end) in zip(retrievers, bounds, strict=True)]
     return merge_hits(per_shard, k)
 
 

@@ -37,10 +37,18 @@ from intentrank.index.entities import extract_entities
 from intentrank.index.errors import (
     IndexCorruptError,
     IndexFormatError,
-    IndexNotFoundError,
     rebuild_hint,
 )
-from intentrank.index.hits import Hits, bm25_tokenize, check_k, dense_scores, top_k
+from intentrank.index.hits import (
+    NO_HITS,
+    Hits,
+    bm25_tokenize,
+    check_allow,
+    check_k,
+    dense_scores,
+    filter_record,
+    top_k,
+)
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
 from intentrank.types import Document
@@ -83,7 +91,7 @@ class Index:
         for attempt in range(50):
             name = layout.read_current(self.path)
             if name is None:
-                self._no_index()
+                raise layout.no_index_error(self.path)
             gen_dir = self.path / name
             lock = layout.open_reader_lock(gen_dir)
             if lock is not None:
@@ -95,22 +103,6 @@ class Index:
             time.sleep(0.001 * attempt)
         raise IndexCorruptError(f"{self.path}: the live generation kept disappearing while "
                                 f"opening it")
-
-    def _no_index(self) -> None:
-        if layout.is_generation_name(self.path.name) and (self.path / MANIFEST).is_file():
-            raise IndexNotFoundError(f"{self.path} is one generation inside the index "
-                                     f"{self.path.parent}; open {self.path.parent} instead")
-        if layout.is_legacy(self.path):
-            raise IndexFormatError(
-                f"{self.path} was built by an older intentrank (index format 1, before "
-                f"generations) that this version cannot read; {self._hint}")
-        if self.path.is_dir() and any(n.name.startswith(layout.GEN_PREFIX)
-                                      for n in self.path.iterdir()):
-            raise IndexCorruptError(f"{self.path / layout.CURRENT} is missing, so {self.path} "
-                                    f"holds no complete index (an interrupted first build, or "
-                                    f"damage); {self._hint}")
-        raise IndexNotFoundError(f"{self.path} is not an intentrank index (no "
-                                 f"{layout.CURRENT}); build one with `intentrank index`")
 
     def _load(self) -> None:
         self.manifest: dict[str, Any] = layout.load_manifest(self.gen_dir)
@@ -219,11 +211,7 @@ class Index:
         row = self.row_of.get(doc_id)
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
-        # a positional read (no shared file position): safe from many threads at once
-        start = int(self._offsets[row])
-        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
-            os.fstat(self._docs_fh.fileno()).st_size
-        line = os.pread(self._docs_fh.fileno(), end - start, start)
+        line = self.doc_line(row)
         try:
             rec = json.loads(line)
             if rec["id"] != doc_id:
@@ -234,6 +222,40 @@ class Index:
                                     f"{self._hint}") from exc
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"), metadata=rec.get("metadata") or {})
+
+    def doc_line(self, row: int) -> bytes:
+        """Row ``row``'s line of docs.jsonl, as stored (a positional read, no shared file
+        position: safe from many threads at once)."""
+        start = int(self._offsets[row])
+        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
+            os.fstat(self._docs_fh.fileno()).st_size
+        return os.pread(self._docs_fh.fileno(), end - start, start)
+
+    def documents(self) -> Iterator[Document]:
+        """Every document, in row order."""
+        return map(self.doc, self.ids)
+
+    @cached_property
+    def parent_of_rows(self) -> list[str | None]:
+        """Each row's parent document id (None for a passage without a parent)."""
+        return [json.loads(self.doc_line(r)).get("parent_id") for r in range(len(self))]
+
+    @cached_property
+    def metadata_columns(self) -> Any:
+        """The documents' metadata (and ``id``, ``parent_id``) as filter columns."""
+        from intentrank.filters import MetadataColumns
+
+        return MetadataColumns.from_records([filter_record(json.loads(self.doc_line(r)))
+                                             for r in range(len(self))])
+
+    def allowed_rows(self, filter: Any) -> np.ndarray | None:
+        """The rows a filter (:mod:`intentrank.filters`: a Filter, its text, or None)
+        matches, as a bool mask; None for no filter."""
+        from intentrank.filters import Filter
+
+        parsed = Filter.from_value(filter)
+        return None if parsed is None else np.asarray(parsed.mask(self.metadata_columns),
+                                                      dtype=bool)
 
     @cached_property
     def parent_of(self) -> dict[str, str]:
@@ -359,65 +381,98 @@ class Index:
 
         self._bm25_backend = check_backend(backend)
 
-    def search_bm25(self, texts: list[str], k: int) -> list[Hits]:
+    # Every leg's search takes ``allow`` (hits.check_allow): the top k among those rows.
+    def search_bm25(self, texts: list[str], k: int, allow: np.ndarray | None = None
+                    ) -> list[Hits]:
         from intentrank.index.bm25 import retrieve
 
         check_k(k)
+        allow = check_allow(allow, len(self))
         s = self.settings.bm25
         bm25 = self.bm25  # loading it checks the index's own backend
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
-            return search_bm25_shards(bm25, self.shard_bounds, tokens, k, self.bm25_backend)
-        return retrieve(bm25, tokens, k, self.bm25_backend)
+            return search_bm25_shards(bm25, self.shard_bounds, tokens, k, self.bm25_backend,
+                                      allow)
+        return retrieve(bm25, tokens, k, self.bm25_backend, allow=allow)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(texts)
 
     def search_dense(self, texts: list[str], k: int,
-                     query_vectors: np.ndarray | None = None) -> list[Hits]:
+                     query_vectors: np.ndarray | None = None,
+                     allow: np.ndarray | None = None) -> list[Hits]:
         check_k(k)
+        allow = check_allow(allow, len(self))
         q = self.encode_queries(texts) if query_vectors is None else query_vectors
         if q.ndim != 2 or q.shape[1] != self.embeddings.shape[1]:
             raise ValueError(f"query vectors of shape {q.shape} do not fit {self.path}'s "
                              f"{self.embeddings.shape[1]}-dimensional embeddings")
+        if allow is not None and not allow.any():
+            return [NO_HITS for _ in range(q.shape[0])]
         if self.settings.dense.ann.method == "exact" and not self.sharded \
                 and len(self) <= EXACT_BLOCK:
+            if allow is not None:  # the allowed rows' vectors only
+                rows = np.flatnonzero(allow)
+                scores = dense_scores(np.asarray(self.embeddings[rows]), q)
+                return [Hits(rows[h.rows], h.scores) for h in
+                        (top_k(scores[:, j], k, positive_only=False)
+                         for j in range(q.shape[0]))]
             scores = dense_scores(self.embeddings, q)  # (n_docs, n_queries)
             return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
-        return self._search_dense_scaled(q, k)
+        return self._search_dense_scaled(q, k, allow)
 
-    def _search_dense_scaled(self, q: np.ndarray, k: int) -> list[Hits]:
-        """Exact search block by block over the memory map, or ANN, per shard, merged."""
-        from intentrank.index.ann import exact_search
+    def _search_dense_scaled(self, q: np.ndarray, k: int, allow: np.ndarray | None
+                             ) -> list[Hits]:
+        """Exact search block by block over the memory map, or ANN, per shard, merged; with
+        ``allow``, exact over the allowed rows where they are few (ANN_EXACT_BELOW), else ANN
+        restricted to them."""
+        from intentrank.index.ann import ANN_EXACT_BELOW, exact_search, exact_search_rows
         from intentrank.index.shards import merge_hits
 
         per_shard: list[list[Hits]] = []
         for i, (start, end) in enumerate(self.shard_bounds):
-            if self.settings.dense.ann.method == "exact":
-                rows, scores = exact_search(self.embeddings[start:end], q, k)
+            part = None if allow is None else allow[start:end]
+            if part is not None and not part.any():
+                continue
+            vectors = self.embeddings[start:end]
+            exact = self.settings.dense.ann.method == "exact" or (
+                part is not None and part.mean() < ANN_EXACT_BELOW)
+            if exact and part is not None:
+                rows, scores = exact_search_rows(vectors, np.flatnonzero(part), q, k)
+            elif exact:
+                rows, scores = exact_search(vectors, q, k)
             else:
-                rows, scores = self.ann[i].search(q, k, **getattr(self, "_ann_params", {}))
+                rows, scores = self.ann[i].search(q, k, allow=part,
+                                                  **getattr(self, "_ann_params", {}))
             rows = np.where(rows >= 0, rows + start, -1)
             per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
                                                                                strict=True)])
         return merge_hits(per_shard, k)
 
-    def search_tfidf(self, texts: list[str], k: int) -> list[Hits]:
+    def search_tfidf(self, texts: list[str], k: int, allow: np.ndarray | None = None
+                     ) -> list[Hits]:
         check_k(k)
+        allow = check_allow(allow, len(self))
         vectorizer, matrix = self.tfidf
         scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+        if allow is not None:
+            scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]
 
-    def search_graph(self, texts: list[str], k: int) -> list[Hits]:
+    def search_graph(self, texts: list[str], k: int, allow: np.ndarray | None = None
+                     ) -> list[Hits]:
         check_k(k)
+        allow = check_allow(allow, len(self))
         inverted, pr = self.graph
         out: list[Hits] = []
         for text in texts:  # score: shared entities * (1 + PageRank)
             rows = [row for e in extract_entities(text) for row in inverted.get(e, ())]
             shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(self))
-            out.append(top_k(shared * (1.0 + pr), k))
+            scores = shared * (1.0 + pr)
+            out.append(top_k(scores if allow is None else scores * allow, k))
         return out
 
     def close(self) -> None:

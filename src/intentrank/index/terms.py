@@ -1,0 +1,204 @@
+"""Per-document term data, and the lexical legs built from it.
+
+A generation keeps what each document contributes, row by row, besides the legs themselves:
+its BM25 term frequencies (``terms/bm25.npz`` + ``terms/bm25_vocab.json``) and its TF-IDF
+counts (``terms/tfidf.npz`` + ``terms/tfidf_vocab.json``); the entity graph keeps
+``graph/entities.json``. The legs' corpus-wide parts (BM25 impact scores with the corpus's
+document frequencies and average length, TF-IDF weights and norms, the graph's edges and
+PageRank) are computed from these rows by the functions here, the same way for a fresh build
+and for an update (:mod:`intentrank.index.update`), which therefore never tokenises or
+encodes a document it already holds and gives every leg exactly what a fresh build of the
+final corpus gives.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from intentrank.index.entities import entity_edges, pagerank_sparse
+from intentrank.index.settings import BM25Settings, GraphSettings, TfidfSettings
+
+TERMS_DIR = "terms"
+
+
+class TermRows:
+    """Documents as rows of term counts (CSR, float32 counts) over a vocabulary of terms."""
+
+    def __init__(self, counts: sp.csr_matrix, vocab: list[str]) -> None:
+        self.counts, self.vocab = counts.tocsr(), vocab
+
+    @classmethod
+    def from_tokens(cls, tokens: Sequence[Sequence[str]]) -> TermRows:
+        """Rows of each document's token counts; terms numbered in order of appearance."""
+        index: dict[str, int] = {}
+        cols = [index.setdefault(t, len(index)) for doc in tokens for t in doc]
+        rows = np.repeat(np.arange(len(tokens)), [len(doc) for doc in tokens])
+        counts = sp.csr_matrix((np.ones(len(cols), dtype=np.float32), (rows, cols)),
+                               shape=(len(tokens), len(index)), dtype=np.float32)
+        counts.sum_duplicates()
+        return cls(counts, list(index))
+
+    def __len__(self) -> int:
+        return self.counts.shape[0]
+
+    def save(self, gen: Path, name: str) -> None:
+        out = gen / TERMS_DIR
+        out.mkdir(exist_ok=True)
+        sp.save_npz(out / f"{name}.npz", self.counts)
+        (out / f"{name}_vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False))
+
+    @classmethod
+    def load(cls, gen: Path, name: str) -> TermRows | None:
+        """The rows saved under ``name``, or None if the generation has none (an index built
+        before they were kept)."""
+        base = gen / TERMS_DIR
+        if not (base / f"{name}.npz").is_file():
+            return None
+        vocab = json.loads((base / f"{name}_vocab.json").read_text(encoding="utf-8"))
+        return cls(sp.load_npz(base / f"{name}.npz").tocsr(), vocab)
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> TermRows:
+        """These rows, in this order (same vocabulary)."""
+        return TermRows(self.counts[np.asarray(rows, dtype=np.int64)], self.vocab)
+
+    @staticmethod
+    def stack(parts: Sequence[TermRows]) -> TermRows:
+        """The rows of every part, in order, over the union of their vocabularies (terms no
+        row uses are dropped)."""
+        index: dict[str, int] = {}
+        blocks = []
+        for part in parts:
+            cols = np.array([index.setdefault(t, len(index)) for t in part.vocab],
+                            dtype=np.int64)
+            c = part.counts.tocoo()
+            blocks.append((c.row, cols[c.col] if len(cols) else c.col, c.data, c.shape[0]))
+        n = sum(b[3] for b in blocks)
+        offsets = np.cumsum([0] + [b[3] for b in blocks])
+        rows = np.concatenate([b[0] + o for b, o in zip(blocks, offsets, strict=False)]
+                              or [np.zeros(0, np.int64)])
+        cols = np.concatenate([b[1] for b in blocks] or [np.zeros(0, np.int64)])
+        data = np.concatenate([b[2] for b in blocks] or [np.zeros(0, np.float32)])
+        counts = sp.csr_matrix((data, (rows, cols)), shape=(n, len(index)), dtype=np.float32)
+        used = np.flatnonzero(np.bincount(counts.indices, minlength=len(index)))
+        vocab = list(index)
+        return TermRows(counts[:, used], [vocab[i] for i in used])
+
+    def sorted_vocab(self) -> TermRows:
+        """The same rows with the vocabulary in sorted order (scikit-learn's column order),
+        indices sorted within each row."""
+        order = sorted(range(len(self.vocab)), key=self.vocab.__getitem__)
+        counts = self.counts[:, order].tocsr()
+        counts.sort_indices()
+        return TermRows(counts, [self.vocab[i] for i in order])
+
+
+# -- BM25 ---------------------------------------------------------------------------------
+def bm25_from_rows(rows: TermRows, s: BM25Settings) -> Any:
+    """A bm25s.BM25 index of ``rows`` (term frequencies), its impact scores computed with
+    bm25s's own idf and term-frequency functions over the rows' corpus statistics, element
+    for element what ``bm25s.BM25.index`` computes (float32 scores of float64 products), in
+    vectorised passes over the postings."""
+    import bm25s
+    from bm25s import scoring
+
+    if s.method in ("bm25l", "bm25+"):
+        raise ValueError(f"bm25.method {s.method!r} is not supported by updates; use lucene, "
+                         f"robertson or atire")
+    retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
+    csc = rows.counts.tocsc()
+    csc.sort_indices()
+    n_docs = csc.shape[0]
+    doc_len = np.asarray(rows.counts.sum(axis=1)).ravel().astype(np.int64)
+    avg_len = doc_len.mean()  # np.mean of the lengths, as bm25s computes it
+    df = np.diff(csc.indptr)
+    idf_fn = scoring._select_idf_scorer(retriever.idf_method)
+    idf = np.zeros(len(df), dtype=retriever.dtype)
+    for term, d in enumerate(df.tolist()):
+        if d:
+            idf[term] = idf_fn(d, N=n_docs)
+    tfc = scoring._select_tfc_scorer(s.method)
+    l_d = doc_len[csc.indices]
+    term_of = np.repeat(np.arange(len(df)), df)
+    data = (idf[term_of] * tfc(tf_array=csc.data.astype(np.float32), l_d=l_d, l_avg=avg_len,
+                               k1=s.k1, b=s.b, delta=retriever.delta)).astype(retriever.dtype)
+    retriever.scores = {"data": data, "indices": csc.indices.astype(retriever.int_dtype),
+                        "indptr": csc.indptr.astype(np.int64), "num_docs": n_docs}
+    retriever.vocab_dict = {t: i for i, t in enumerate(rows.vocab)}
+    retriever.nonoccurrence_array = None
+    return retriever
+
+
+# -- TF-IDF -------------------------------------------------------------------------------
+def tfidf_vectorizer(s: TfidfSettings) -> Any:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    return TfidfVectorizer(ngram_range=(1, s.ngram_max), max_features=s.max_features,
+                           stop_words=s.stop_words, sublinear_tf=s.sublinear_tf,
+                           dtype=np.float32)
+
+
+def tfidf_rows(texts: Sequence[str], s: TfidfSettings) -> TermRows:
+    """Each text's counts of the TF-IDF leg's terms (its analyzer: n-grams, stop words)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    counter = CountVectorizer(ngram_range=(1, s.ngram_max), stop_words=s.stop_words,
+                              dtype=np.float32)
+    try:
+        counts = counter.fit_transform(texts)
+        vocab = counter.get_feature_names_out().tolist()
+    except ValueError:  # no text has a term (e.g. only stop words)
+        counts, vocab = sp.csr_matrix((len(texts), 0), dtype=np.float32), []
+    return TermRows(counts, vocab)
+
+
+def tfidf_from_rows(rows: TermRows, s: TfidfSettings) -> tuple[Any, sp.csr_matrix]:
+    """The fitted vectorizer and document matrix scikit-learn's ``TfidfVectorizer`` gives for
+    the texts these counts came from: the ``max_features`` most frequent terms, idf and
+    row norms over these rows."""
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    rows = rows.sorted_vocab()
+    vectorizer = tfidf_vectorizer(s)
+    vocabulary = {t: i for i, t in enumerate(rows.vocab)}
+    if not vocabulary:
+        raise ValueError("empty vocabulary; perhaps the documents only contain stop words")
+    counts = vectorizer._limit_features(rows.counts, vocabulary, rows.counts.shape[0], 1,
+                                        s.max_features)
+    counts = counts.tocsr()
+    counts.sort_indices()
+    vectorizer.vocabulary_ = vocabulary
+    vectorizer.fixed_vocabulary_ = False
+    transformer = TfidfTransformer(norm=vectorizer.norm, use_idf=vectorizer.use_idf,
+                                   smooth_idf=vectorizer.smooth_idf,
+                                   sublinear_tf=vectorizer.sublinear_tf)
+    matrix = transformer.fit_transform(counts)
+    vectorizer._tfidf = transformer
+    return vectorizer, sp.csr_matrix(matrix, dtype=np.float32)
+
+
+def save_tfidf(vectorizer: Any, matrix: sp.csr_matrix, out: Path) -> None:
+    out.mkdir()
+    with open(out / "vectorizer.pkl", "wb") as fh:
+        pickle.dump(vectorizer, fh)
+    sp.save_npz(out / "matrix.npz", matrix.tocsr())
+
+
+# -- entity graph -------------------------------------------------------------------------
+def save_graph(entities: Sequence[set[str] | Sequence[str]], s: GraphSettings, out: Path
+               ) -> dict[str, int]:
+    """The graph leg of documents with these entities: edges, PageRank, the entity lists."""
+    sets = [set(e) for e in entities]
+    edges = entity_edges(sets, window=s.window, min_shared=s.min_shared)
+    pr = pagerank_sparse(len(sets), edges, s.damping)
+    out.mkdir()
+    (out / "entities.json").write_text(json.dumps([sorted(e) for e in sets]))
+    np.save(out / "pagerank.npy", pr)
+    np.save(out / "edges.npy", edges)
+    return {"edges": int(len(edges)), "docs_with_entities": int(sum(1 for e in sets if e))}
