@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -25,8 +24,6 @@ from typing import Any
 import numpy as np
 
 from intentrank.errors import IntentrankError
-
-LEGS = ("bm25", "dense", "tfidf", "graph")
 
 
 class ScopeViolation(IntentrankError):
@@ -50,27 +47,14 @@ def combine(*texts: str | None) -> str | None:
     return None if combined is None else str(combined)
 
 
-def rows_matching(index: Any, flt: Any) -> np.ndarray:
-    """The bool mask of ``index``'s rows that ``flt`` matches: the index's own
-    ``allowed_rows`` (vectorised over its metadata columns), else one match per document
-    (an index object served as is, without it)."""
-    allowed = getattr(index, "allowed_rows", None)
-    if allowed is not None:
-        return np.asarray(allowed(flt), dtype=bool)
-    out = np.zeros(len(index), dtype=bool)
-    for row, doc_id in enumerate(index.ids):
-        doc = index.doc(doc_id)
-        out[row] = flt.matches({**doc.metadata, "id": doc.id, "parent_id": doc.parent_id})
-    return out
-
-
 class ScopedIndex:
-    """``index`` as a caller with filter ``text`` sees it (see the module); everything else
-    (ids, settings, the embedder, query encoding) is the index's."""
+    """``index`` as a caller with filter ``text`` sees it (see the module): its rows from
+    ``Index.allowed_rows``, every leg searched with ``allow``; everything else (ids,
+    settings, the embedder, query encoding) is the index's."""
 
     def __init__(self, index: Any, text: str) -> None:
         self._index, self.scope = index, text
-        self.mask = rows_matching(index, parse_scope(text))
+        self.mask = np.asarray(index.allowed_rows(parse_scope(text)), dtype=bool)
         self.visible_count = int(self.mask.sum())
 
     def __getattr__(self, name: str) -> Any:
@@ -109,17 +93,12 @@ class ScopedIndex:
         """The scope's rows, narrowed by ``flt`` (a Filter or its text) if given."""
         if flt is None:
             return self.mask
-        if isinstance(flt, str):
-            flt = parse_scope(flt)
-        return self.mask & rows_matching(self._index, flt)
+        return self.mask & np.asarray(self._index.allowed_rows(flt), dtype=bool)
 
     def _search(self, leg: str, texts: list[str], k: int, allow: np.ndarray | None,
                 **extra: Any) -> list[Any]:
         mask = self.mask if allow is None else self.mask & np.asarray(allow, dtype=bool)
-        search = getattr(self._index, f"search_{leg}")
-        if "allow" in inspect.signature(search).parameters:
-            return search(texts, k, allow=mask, **extra)
-        return _prefiltered(search, texts, k, mask, **extra)
+        return getattr(self._index, f"search_{leg}")(texts, k, allow=mask, **extra)
 
     def search_bm25(self, texts: list[str], k: int, allow: np.ndarray | None = None
                     ) -> list[Any]:
@@ -136,27 +115,6 @@ class ScopedIndex:
     def search_graph(self, texts: list[str], k: int, allow: np.ndarray | None = None
                      ) -> list[Any]:
         return self._search("graph", texts, k, allow)
-
-
-def _prefiltered(search: Callable[..., list[Any]], texts: list[str], k: int,
-                 mask: np.ndarray, **extra: Any) -> list[Any]:
-    """The top ``k`` allowed rows of a leg that takes no ``allow``: searched deeper (x4 a
-    round) until ``k`` allowed rows are found or every row was searched."""
-    from intentrank.index.hits import Hits
-
-    n, wanted = len(mask), min(k, int(mask.sum()))
-    depth, out = min(n, max(4 * k, 16)), []
-    for j, text in enumerate(texts):
-        vec = extra.get("query_vectors")
-        one = {"query_vectors": vec[j:j + 1]} if vec is not None else {}
-        while True:
-            hits = search([text], depth, **one)[0]
-            keep = mask[hits.rows] if len(hits.rows) else np.zeros(0, dtype=bool)
-            if keep.sum() >= wanted or depth >= n or len(hits.rows) < depth:
-                break
-            depth = min(n, depth * 4)
-        out.append(Hits(hits.rows[keep][:k], hits.scores[keep][:k]))
-    return out
 
 
 class ScopedReplyCache:

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from intentrank.errors import IntentrankError
 from intentrank.service.engine import Engine, RequestError
 from intentrank.service.scope import parse_scope
 from intentrank.types import Document
@@ -51,7 +52,6 @@ def _committed(engine: Engine, index_name: str, stats: Any) -> dict[str, Any]:
 def upsert(engine: Engine, index_name: str, docs: list[Document],
            scope: str | None) -> dict[str, Any]:
     """Add or replace ``docs`` in index ``index_name`` within ``scope``."""
-    update, path = _update_module(), _directory(engine, index_name)
     if scope is not None:
         flt = parse_scope(scope)
         for i, d in enumerate(docs):
@@ -64,8 +64,12 @@ def upsert(engine: Engine, index_name: str, docs: list[Document],
         if taken:
             raise RequestError(403, f"document id {taken[0]!r} is taken by a document this "
                                     f"key does not see")
+    update, path = _update_module(), _directory(engine, index_name)
     with _WRITING:
-        stats = update.upsert(path, docs)
+        try:
+            stats = update.upsert(path, docs)
+        except IntentrankError as exc:  # bad documents, a writer elsewhere holding the lock
+            raise RequestError(422, f"not updated: {exc}") from None
         return _committed(engine, index_name, stats)
 
 
@@ -78,12 +82,17 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
     with engine.generations.use() as snap:
         idx = snap.indexes[index_name]
         seen = engine.view(snap, index_name, scope) if scope is not None else None
-        for doc_id in ids or ():
-            if doc_id not in idx.row_of or (seen is not None and not seen.visible(doc_id)):
+        for doc_id in ids or ():  # a passage, or a parent: all its passages
+            rows = [doc_id] if doc_id in idx.row_of else \
+                [p for p, parent in idx.parent_of.items() if parent == doc_id]
+            if not rows or (seen is not None and not all(map(seen.visible, rows))):
                 raise RequestError(404, f"no document {doc_id!r} among the documents of "
                                         f"index {index_name!r} this key sees")
     flt = engine.request_filter(scope, user_filter) if user_filter is not None else None
     with _WRITING:
-        stats = update.delete(path, ids=list(ids) if ids else None,
-                              filter=parse_scope(flt) if flt is not None else None)
+        try:
+            stats = update.delete(path, ids=list(ids or ()),
+                                  filter=parse_scope(flt) if flt is not None else None)
+        except IntentrankError as exc:
+            raise RequestError(422, f"not updated: {exc}") from None
         return _committed(engine, index_name, stats)
