@@ -217,7 +217,12 @@ class Fuzzer:
         endpoint = "documents delete" if delete else "documents upsert"
         key = self.rng.choice(READERS)  # not admin: it could empty a tenant by a filter
         writer = "write" in KEYS[key]["permissions"]
-        target = self.rng.choice(self.ids)
+        # the writer mostly tries outside its scope; one in twenty of its writes is real
+        # (each commits a generation the service then switches to)
+        own = writer and self.rng.random() < 0.05
+        target = self.rng.choice([i for i in self.ids if self.sees(key, i) == own]
+                                 if writer else self.ids)
+        c = self.counts[endpoint]
         if delete:
             how = self.rng.randrange(3)
             if how == 0:
@@ -225,18 +230,26 @@ class Fuzzer:
             else:
                 r = await self.send(endpoint, key, "POST", "/documents/delete", json={
                     "ids": [target]} if how == 1 else {"filter": 'tenant = "acme"'})
+            if r.status_code == 200:
+                gone = r.json()["deleted"]
+                c["documents deleted in scope"] += gone
+                if how == 2 and gone:  # ANDed with the writer's scope: matches nothing
+                    self.violations.append(f"{endpoint}: {key} deleted {gone} by a filter")
+                elif how < 2:
+                    self.ids.remove(target)
         else:
+            tenant = "globex" if own else self.rng.choice(["acme", "globex", "initech"])
             doc = {"id": self.rng.choice([target, f"fuzz-{self.rng.randrange(10**6)}"]),
                    "text": self.foreign_text(key)[:500],
-                   "metadata": {"tenant": self.rng.choice(["acme", "globex", "initech"]),
-                                "acl": ["finance"]}}
+                   "metadata": {"tenant": tenant, "acl": ["finance"]}}
             r = await self.send(endpoint, key, "POST", "/documents", json={"documents": [doc]})
-            if r.status_code == 200:  # the oracle learns the new document
+            if r.status_code == 200:  # the oracle learns the new or changed document
+                c["documents written in scope"] += 1
+                if doc["id"] not in self.meta:
+                    self.ids.append(doc["id"])
                 self.meta[doc["id"]] = doc["metadata"]
                 self.text[doc["id"]] = doc["text"]
                 self.prints[doc["id"]] = fingerprint(doc["text"])
-                self.ids.append(doc["id"])
-        c = self.counts[endpoint]
         if not writer:
             c["write attempts by keys without write"] += 1
             if r.status_code < 300:
@@ -314,3 +327,4 @@ def test_no_request_of_10000_leaks_across_scopes(data_dir, tmp_path_factory):
     assert totals["passages in prompts"] > REQUESTS // 20
     assert totals["requests with a revoked or expired key"] > 0
     assert totals["write attempts by keys without write"] > REQUESTS // 50
+    assert totals["documents written in scope"] > 0 and totals["documents deleted in scope"] > 0
