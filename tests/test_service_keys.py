@@ -7,6 +7,7 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import pickle
 
 import pytest
 import yaml
@@ -113,6 +114,8 @@ def test_the_key_ring_reloads_a_changed_file_and_keeps_the_old_keys_on_a_bad_one
     assert ring.current().named("d") is None
     ring.request_reload()  # ... SIGHUP's handler forces the read
     assert ring.current().named("d") is not None
+    copy = pickle.loads(pickle.dumps(ring))  # settings travel to Ray Serve replicas
+    assert copy.current().named("d") is not None
     with pytest.raises(ConfigError, match="cannot read API keys file"):
         KeyRing(path=tmp_path / "missing.yaml")  # at start-up a bad file is an error
 

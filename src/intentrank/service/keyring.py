@@ -23,7 +23,7 @@ class KeyRing:
     """The current :class:`KeyStore`: a fixed one, or the one a keys file holds now."""
 
     def __init__(self, store: KeyStore | None = None, path: str | Path | None = None,
-                 log: Callable[[str], None] = lambda message: None) -> None:
+                 log: Callable[[str], None] = print) -> None:
         if store is None and path is None:
             raise ConfigError("a key ring needs a key store or a keys file")
         self.path = Path(path) if path is not None else None
@@ -36,6 +36,13 @@ class KeyRing:
         if self.path is not None:
             self._stamp = self._stat()
             self.store = KeyStore.from_file(self.path)  # a bad file at start-up: an error
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to Ray Serve replicas: no lock
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _stat(self) -> tuple[int, int, int] | None:
         assert self.path is not None
