@@ -9,6 +9,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from intentrank.filters import Filter
+
 
 @dataclass(frozen=True)
 class DerivedText:
@@ -68,7 +70,9 @@ class Query:
     """A query with its conversation history (the earlier turns, oldest first; empty for a
     standalone query) and a stack of derived texts.
 
-    A reformulation stage replaces ``text`` (what later stages search and score) and pushes
+    ``filter`` restricts which documents may answer it (a :class:`~intentrank.filters.Filter`
+    or its text, parsed here; retrievers AND it with their own ``filter``). A reformulation
+    stage replaces ``text`` (what later stages search and score) and pushes
     the text it replaced as kind ``original``; :attr:`turn` is the user's own words. An
     answer stage sets :attr:`answer` (what the pipeline says, citing its documents)."""
 
@@ -77,6 +81,10 @@ class Query:
     history: tuple[Turn, ...] = ()
     derived: tuple[DerivedText, ...] = ()
     answer: Answer | None = None
+    filter: Filter | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filter", Filter.from_value(self.filter, "Query.filter"))
 
     @property
     def turn(self) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from intentrank.answer.citations import check_citations
+from intentrank.data.ingest.labels import source_label
 from intentrank.measures.ncom import tokens
 from intentrank.models.cross_encoder import PairScorer
 from intentrank.types import Answer, Evidence
@@ -205,13 +206,16 @@ def most_relevant(question: str, passages: Sequence[str], scorer: PairScorer) ->
 
 def cited_passages(answer: Answer, index: Any, words: int = 60) -> list[dict[str, Any]]:
     """What a user is shown under an answer, one entry per cited number: ``n``, ``id``,
-    ``title``, the passage ``text`` and ``support`` (the passage sentence that supports the
-    answer, from post-hoc attribution; else the passage's first ``words`` words)."""
+    ``title``, ``source`` (``file › section (page N)`` for a passage read from a folder,
+    else empty; :func:`~intentrank.data.ingest.source_label`), the passage ``text`` and
+    ``support`` (the passage sentence that supports the answer, from post-hoc attribution;
+    else the passage's first ``words`` words)."""
     out = []
     for n in answer.citations:
         doc = index.doc(answer.sources[n - 1])
         snippets = [e.snippet for e in answer.evidence if e.n == n and e.snippet]
         support = " ".join(dict.fromkeys(snippets)) or " ".join(doc.text.split()[:words])
-        out.append({"n": n, "id": doc.id, "title": doc.title, "text": doc.full_text(),
+        out.append({"n": n, "id": doc.id, "title": doc.title,
+                    "source": source_label(doc.metadata), "text": doc.full_text(),
                     "support": support})
     return out

@@ -28,3 +28,6 @@ SearchBm25Option = Annotated[str, typer.Option(
     help="Search BM25 with numpy or numba (default: the index's setting).")]
 CorpusArg = Annotated[Path, typer.Argument(help="Corpus: a BEIR directory, or a .jsonl/.csv "
                                            "file (plain, .gz or .zip).")]
+FilterOption = Annotated[str, typer.Option(
+    "--filter", help='Only documents whose metadata pass this filter, e.g. \'source = '
+    '"handbook" AND year >= 2020 AND path PREFIX "docs/"\' (docs/filters.md).')]

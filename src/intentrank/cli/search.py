@@ -23,23 +23,29 @@ from intentrank.cli.common import (
     settings_of,
     warn,
 )
+from intentrank.cli.ingest import is_document_folder, print_skipped, read_documents
 from intentrank.cli.options import (
     CorpusArg,
+    FilterOption,
     RayAddressOption,
     RayPanel,
     SearchBm25Option,
     panel,
 )
-from intentrank.core.params import check_int
+from intentrank.core.params import ParameterError, check_int
 from intentrank.errors import ConfigError
+from intentrank.filters import parse_filter
+from intentrank.types import Query
 
 Bm25Panel, DensePanel, AnnPanel = panel("BM25"), panel("Dense"), panel("Dense search (faiss)")
+FolderPanel = panel("A folder of documents")
 IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
 
 
 @app.command()
 @cli_errors
 def index(
+    ctx: typer.Context,
     source: CorpusArg,
     out_dir: Annotated[Path, typer.Argument(help="Index directory to create.")],
     legs: Annotated[str, typer.Option(help="Comma-separated legs to build.")] =
@@ -60,10 +66,23 @@ def index(
                                          "nDCG@10 within 0.01 on SciFact: benchmarks "
                                          "'speed') or fp32 (torch passages).")] = "int8",
     batch_size: Annotated[int, DensePanel(help="Embedding batch size.")] = 64,
-    chunk_size: Annotated[int, typer.Option(help="Split documents into passages of this many "
-                                            "words (0 = keep whole).")] = 0,
-    chunk_overlap: Annotated[int, typer.Option(help="Words shared by consecutive passages.")] =
-        50,
+    chunk_size: Annotated[int, typer.Option(help="Split a corpus file's documents into "
+                                            "passages of this many words (0 = keep whole).")] = 0,
+    chunk_overlap: Annotated[int | None, typer.Option(
+        help="Shared by consecutive passages: words with --chunk-size (default 50), MiniLM "
+             "tokens for a folder (default 32).")] = None,
+    chunk_tokens: Annotated[int, FolderPanel(help="A folder's passages: at most this many "
+                                             "MiniLM tokens, cut at headings, paragraphs, "
+                                             "sentences (0 = what the embedder and the "
+                                             "cross-encoder read whole: 221).")] = 0,
+    include: Annotated[list[str] | None, FolderPanel(help="Glob of the files to read "
+                                                     "(repeatable; default every .md, .txt, "
+                                                     ".html, .htm, .pdf, .docx).")] = None,
+    exclude: Annotated[list[str] | None, FolderPanel(help="Glob of files or folders to "
+                                                     "leave out (repeatable; hidden ones "
+                                                     "always are).")] = None,
+    strict: Annotated[bool, FolderPanel("--strict", help="Fail on the first file that "
+                                        "cannot be read instead of skipping it.")] = False,
     encoding: Annotated[str, typer.Option(help="Text encoding of the corpus file.")] = "utf-8",
     overwrite: Annotated[bool, typer.Option(help="Replace an index built with other settings "
                                             "or another corpus.")] = False,
@@ -88,12 +107,21 @@ def index(
                                            "100x faster at 1M documents; the scale "
                                            "extra).")] = "numpy",
 ) -> None:
-    """Build an on-disk hybrid index (BM25, dense, TF-IDF, entity graph) for a corpus."""
+    """Build an on-disk hybrid index (BM25, dense, TF-IDF, entity graph) for a corpus: a
+    BEIR directory, a .jsonl/.csv file, or a folder of documents (.md, .txt, .html, .pdf,
+    .docx; read recursively, cut into passages by structure)."""
     from dataclasses import replace
 
     from intentrank.index import IndexSettings, build_index
     from intentrank.index.settings import AnnSettings
 
+    folder = None
+    if is_document_folder(source):
+        folder = read_documents(source, include, exclude, chunk_tokens, chunk_overlap,
+                                strict or settings_of(ctx).strict, chunk_size)
+    elif chunk_tokens or include or exclude:
+        raise ParameterError("--chunk-tokens, --include and --exclude are for a folder of "
+                             f"documents; {source} is a corpus (use --chunk-size)")
     check_int("--shards", shards)
     check_int("--ray-workers", ray_workers)
     check_int("--ray-batch-size", ray_batch_size)
@@ -107,7 +135,8 @@ def index(
                       batch_size=batch_size,
                       ann=AnnSettings(ann, hnsw_m=hnsw_m, ef_search=ef_search,
                                       nlist=nlist, nprobe=nprobe, pq_m=pq_m)),
-        chunk_size=chunk_size or None, chunk_overlap=chunk_overlap, shards=shards,
+        chunk_size=chunk_size or None,
+        chunk_overlap=50 if chunk_overlap is None else chunk_overlap, shards=shards,
     )
     encoder = None
     if ray or ray_address:
@@ -116,9 +145,12 @@ def index(
         encoder = ray_encoder(settings.dense, workers=ray_workers, batch_size=ray_batch_size,
                               address=ray_address or None)
     start = time.perf_counter()
-    idx = build_index(corpus(source, encoding), out_dir, settings, overwrite=overwrite,
+    docs = folder.documents if folder is not None else corpus(source, encoding)
+    idx = build_index(docs, out_dir, settings, overwrite=overwrite,
                       progress=True, log=log, encoder=encoder)
     secs = time.perf_counter() - start
+    if folder is not None:
+        print_skipped(folder)
     times = ", ".join(f"{k} {v:.1f}s" for k, v in idx.manifest["build_seconds"].items())
     console.print(f"[green]index ready[/] {out_dir}: {len(idx)} documents in {secs:.1f}s "
                   f"({times})")
@@ -137,8 +169,10 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] =
         False,
     bm25_backend: SearchBm25Option = "",
+    filter_text: FilterOption = "",
 ) -> None:
-    """Answer queries from an index with a pipeline."""
+    """Answer queries from an index with a pipeline (among the documents --filter lets
+    through, when given)."""
     from intentrank.core.config import resolve_pipeline
     from intentrank.index import Index
     from intentrank.pipelines import pipeline_from_config
@@ -146,33 +180,41 @@ def search(
 
     settings = settings_of(ctx)
     check_int("-k", k)
+    flt = parse_filter(filter_text) if filter_text else None
     config = resolve_pipeline(pipeline)
     idx = Index.open(index_dir)
     if bm25_backend:
         idx.set_bm25_backend(bm25_backend)
     pipe = pipeline_from_config(config, index=idx, **settings.llm_settings)
-    result = pipe.run(query)
-    # per result: rank, doc_id (also as id), score, title, stage scores and ranks, and the
+    result = pipe.run([Query(f"q{i}", text, filter=flt) for i, text in enumerate(query, 1)])
+    # per result: rank, doc_id (also as id), score, title, source (file › section (page
+    # N) for a passage read from a folder), stage scores and ranks, and the
     # aspect it covers when an aspects stage ran (multi-aspect pipelines)
     found = [(r, result_rows(r, idx, k), r.query.derived_of("aspect")) for r in result.rankings]
     if as_json:
         out.print_json(json.dumps([
             {"query": r.query.text, **({"aspects": aspects} if aspects else {}),
+             **({"filter": str(flt)} if flt else {}),
              "results": [{"id": row["doc_id"], **row} for row in rows]}
             for r, rows, aspects in found]))
         llm_health(settings, result.trace)
         return
     for r, rows, aspects in found:
         title = f"{escape(r.query.text)}  [dim]({escape(pipe.describe())})[/]"
+        if flt is not None:
+            title += f"\n[dim]filter: {escape(str(flt))}[/]"
         if aspects:
             title += "\n[dim]aspects: " + escape("; ".join(aspects)) + "[/]"
         table = Table(title=title)
-        for col in ("rank", "id", "score", "title / text", *(("aspect",) if aspects else ())):
+        sources = any(row["source"] for row in rows)  # passages read from a folder
+        for col in ("rank", "id", "score", *(("source",) if sources else ()), "title / text",
+                    *(("aspect",) if aspects else ())):
             table.add_column(col)
         for row in rows:
             snippet = (row["title"] or idx.doc(row["doc_id"]).text)[:90]
             table.add_row(str(row["rank"]), escape(row["doc_id"]), f"{row['score']:.4f}",
-                          escape(snippet), *((escape(row["aspect"][:60]),) if aspects else ()))
+                          *((escape(row["source"]),) if sources else ()), escape(snippet),
+                          *((escape(row["aspect"][:60]),) if aspects else ()))
         out.print(table)
     llm_health(settings, result.trace)
 
@@ -202,9 +244,10 @@ def answer_cmd(
                                       "[n], checked); default: the stage's.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] =
         False,
+    filter_text: FilterOption = "",
 ) -> None:
     """Answer a question from an index: the answer with numbered citations and the cited
-    passages."""
+    passages (only documents that --filter lets through, when given)."""
     from intentrank.answer.attribution import cited_passages
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
     from intentrank.index import Index
@@ -214,13 +257,14 @@ def answer_cmd(
     check_int("--n-ans", n_ans)
     if not question.strip():
         raise ConfigError("the question is empty")
+    flt = parse_filter(filter_text) if filter_text else None
     options = {k: v for k, v in (("abstain", abstain), ("cite", cite)) if v}
     node = load_config(resolve_pipeline(pipeline))["pipeline"]
     added = not ends_with_answer(node)
     idx = Index.open(index_dir)
     pipe = build_pipeline(with_answer(node, n_ans, **options),
                           build_context(idx, **settings.llm_settings), str(pipeline))
-    result = pipe.run([question])
+    result = pipe.run([Query("q1", question, filter=flt)])
     answer = result.rankings[0].query.answer
     cited = cited_passages(answer, idx)
     if as_json:
@@ -236,7 +280,8 @@ def answer_cmd(
     if answer.fallback:
         warn(f"answer fallback: {answer.fallback}")
     for c in cited:
-        out.print(f"[bold][{c['n']}][/] {escape(c['id'])}  {escape(c['title'])}\n    "
+        out.print(f"[bold][{c['n']}][/] {escape(c['source'] or c['id'])}  "
+                  f"{escape(c['title'])}\n    "
                   f"[dim]{escape(c['support'])}[/]")
     unsupported = [e.sentence for e in answer.evidence if e.n is None]
     if unsupported:

@@ -9,13 +9,53 @@ from typing import Annotated
 
 import typer
 
-from intentrank.cli.common import app, cli_errors, console, corpus, log
-from intentrank.cli.options import CorpusArg
+from intentrank.cli.common import app, cli_errors, console, corpus, log, settings_of
+from intentrank.cli.ingest import is_document_folder, print_skipped, read_documents
+from intentrank.cli.options import CorpusArg, panel
 from intentrank.errors import ConfigError
 
 IndexArg = Annotated[Path, typer.Argument(help="Index directory (built by `intentrank index`).")]
 EncodingOption = Annotated[str, typer.Option(help="Text encoding of the corpus file.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print what changed as JSON.")]
+FolderPanel = panel("A folder of documents (as `intentrank index` reads it)")
+IncludeOption = Annotated[list[str] | None, FolderPanel(help="Glob of the files to read "
+                                                        "(repeatable).")]
+ExcludeOption = Annotated[list[str] | None, FolderPanel(help="Glob of files or folders to "
+                                                        "leave out (repeatable).")]
+ChunkTokensOption = Annotated[int, FolderPanel(help="Passages of at most this many MiniLM "
+                                               "tokens (0 = the default, as at indexing).")]
+OverlapOption = Annotated[int | None, FolderPanel(help="Tokens shared by consecutive "
+                                                  "passages (default 32).")]
+StrictOption = Annotated[bool, FolderPanel("--strict", help="Fail on the first file that "
+                                           "cannot be read.")]
+
+
+class Source:
+    """The documents of a corpus file, a BEIR directory or a folder of documents (then
+    also the files it skipped)."""
+
+    def __init__(self, ctx: typer.Context, source: Path, encoding: str,
+                 include: list[str] | None, exclude: list[str] | None, chunk_tokens: int,
+                 overlap: int | None, strict: bool) -> None:
+        self.folder = None
+        if is_document_folder(source):
+            self.folder = read_documents(source, include, exclude, chunk_tokens, overlap,
+                                         strict or settings_of(ctx).strict, 0)
+            self.docs = list(self.folder.documents)
+        else:
+            if include or exclude or chunk_tokens:
+                raise ConfigError(f"--include, --exclude and --chunk-tokens are for a folder "
+                                  f"of documents; {source} is a corpus")
+            self.docs = list(corpus(source, encoding))
+
+    @property
+    def skipped_units(self) -> set[str]:
+        """Files that could not be read: their passages already in the index stay."""
+        return {s.path for s in self.folder.skipped} if self.folder is not None else set()
+
+    def done(self) -> None:
+        if self.folder is not None:
+            print_skipped(self.folder)
 
 
 def _report(stats: object, as_json: bool) -> None:
@@ -27,13 +67,21 @@ def _report(stats: object, as_json: bool) -> None:
 
 @app.command()
 @cli_errors
-def add(index_dir: IndexArg, source: CorpusArg, encoding: EncodingOption = "utf-8",
+def add(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
+        encoding: EncodingOption = "utf-8", include: IncludeOption = None,
+        exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
+        chunk_overlap: OverlapOption = None, strict: StrictOption = False,
         as_json: JsonOption = False) -> None:
-    """Add or update documents (an upsert): new ids are added, changed ones replaced in
-    place, unchanged ones skipped; only new and changed passages are encoded."""
+    """Add or update documents (an upsert) from a corpus file, a BEIR directory, a folder of
+    documents or one document file: new ids are added, changed ones replaced in place (a
+    file's passages together), unchanged ones skipped; only new and changed passages are
+    encoded."""
     from intentrank.index.update import upsert
 
-    _report(upsert(index_dir, corpus(source, encoding), log=log, progress=True), as_json)
+    src = Source(ctx, source, encoding, include, exclude, chunk_tokens, chunk_overlap, strict)
+    stats = upsert(index_dir, src.docs, log=log, progress=True)
+    src.done()
+    _report(stats, as_json)
 
 
 @app.command()
@@ -60,10 +108,18 @@ def delete(
 
 @app.command()
 @cli_errors
-def sync(index_dir: IndexArg, source: CorpusArg, encoding: EncodingOption = "utf-8",
+def sync(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
+         encoding: EncodingOption = "utf-8", include: IncludeOption = None,
+         exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
+         chunk_overlap: OverlapOption = None, strict: StrictOption = False,
          as_json: JsonOption = False) -> None:
-    """Make an index hold exactly a source's documents, in its order: new and changed ones
-    in (only they are encoded), removed ones out. The result equals a fresh build."""
+    """Make an index hold exactly a source's documents (a folder: its files now), in its
+    order: new and changed ones in (only they are encoded), removed ones out; the result
+    equals a fresh build of the source. A file that cannot be read now keeps the passages
+    it had."""
     from intentrank.index.update import sync as sync_docs
 
-    _report(sync_docs(index_dir, corpus(source, encoding), log=log, progress=True), as_json)
+    src = Source(ctx, source, encoding, include, exclude, chunk_tokens, chunk_overlap, strict)
+    stats = sync_docs(index_dir, src.docs, log=log, progress=True, keep=src.skipped_units)
+    src.done()
+    _report(stats, as_json)

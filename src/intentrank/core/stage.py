@@ -23,6 +23,7 @@ from intentrank.core.fusion import check_rrf_k, rrf
 from intentrank.core.params import ParameterError, check_int, check_weights
 from intentrank.core.registry import register_fuser
 from intentrank.data.trec import ranked_scores
+from intentrank.filters import Filter
 from intentrank.types import Query, Ranking, Trace
 
 
@@ -74,11 +75,13 @@ class Stage:
         rankings = [Ranking(q) for q in as_queries(queries)]
         return RunResult(self(rankings, trace), trace)
 
-    def search(self, text: str, k: int | None = None) -> Ranking:
-        """Answer one query string; keep the top ``k`` when given."""
+    def search(self, text: str, k: int | None = None,
+               filter: Filter | str | None = None) -> Ranking:  # noqa: A002 (Query.filter)
+        """Answer one query string, among the documents ``filter`` lets through when given;
+        keep the top ``k`` when given."""
         if k is not None:
             check_int("k", k)
-        ranking = self.run([Query(id="q", text=text)]).rankings[0]
+        ranking = self.run([Query(id="q", text=text, filter=filter)]).rankings[0]
         return ranking.top(k) if k is not None else ranking
 
     # -- algebra -----------------------------------------------------------------------

@@ -8,10 +8,12 @@ import numbers
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from intentrank.errors import FilterError
-from intentrank.types import Document
+
+if TYPE_CHECKING:  # types.py imports the filters (Query.filter), not the other way round
+    from intentrank.types import Document
 
 Value = str | int | float | bool | datetime
 KEYWORDS = frozenset({"and", "or", "not", "in", "prefix", "true", "false"})
@@ -23,6 +25,7 @@ NUMBER_PATTERN = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_\-]*)*"
 DATE_RE, NUMBER_RE = re.compile(DATE_PATTERN), re.compile(NUMBER_PATTERN)
 NAME_RE = re.compile(NAME_PATTERN)
+_NUMERIC_START = frozenset("0123456789+-.")
 
 
 def parse_date(text: str) -> datetime | None:
@@ -50,6 +53,15 @@ def _as_datetime(x: date) -> datetime:
     return datetime(x.year, x.month, x.day, tzinfo=UTC)
 
 
+def spelled(text: str) -> tuple[float, float]:
+    """The number and the date (POSIX seconds) a string spells; NaN where it spells none."""
+    if not text or text[0] not in _NUMERIC_START:  # the common case, decided cheaply
+        return math.nan, math.nan
+    dt = parse_date(text)
+    return (_as_float(text) if NUMBER_RE.fullmatch(text) else math.nan,
+            dt.timestamp() if dt else math.nan)
+
+
 def views(x: Any) -> tuple[float, float, str | None, int]:
     """One metadata element as each kind of filter value sees it: (number, date as POSIX
     seconds, string, bool as 0/1), with NaN, NaN, None, -1 where it is not of that kind. A
@@ -60,9 +72,7 @@ def views(x: Any) -> tuple[float, float, str | None, int]:
     if isinstance(x, numbers.Real):
         return _as_float(x), nan, None, -1
     if isinstance(x, str):
-        dt = parse_date(x)
-        return (_as_float(x) if NUMBER_RE.fullmatch(x) else nan,
-                dt.timestamp() if dt else nan, x, -1)
+        return (*spelled(x), x, -1)
     if isinstance(x, date):
         return nan, _as_datetime(x).timestamp(), None, -1
     return nan, nan, None, -1

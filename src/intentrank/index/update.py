@@ -91,7 +91,7 @@ Plan = list[int | Document]
 
 
 def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
-           progress: bool = False) -> UpdateStats:
+           progress: bool = False, embedding_cache: bool = True) -> UpdateStats:
     """Add new documents, replace changed ones (in place: their rows keep their position) and
     skip unchanged ones (same docs.jsonl lines). Chunked indexes chunk ``docs`` first."""
     def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
@@ -124,7 +124,7 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
                 plan.extend(new)
         return plan if (stats.added or stats.replaced) else None
 
-    return _update(path, plan_for, log, progress)
+    return _update(path, plan_for, log, progress, embedding_cache)
 
 
 def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
@@ -153,10 +153,15 @@ def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
 
 
 def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
-         progress: bool = False) -> UpdateStats:
+         progress: bool = False, embedding_cache: bool = True,
+         keep: Iterable[str] = ()) -> UpdateStats:
     """Make the index hold exactly ``docs`` (e.g. a folder read by
     :func:`intentrank.data.ingest.read_folder`), in their order: the result is the index a
-    build of ``docs`` gives, while only new and changed passages are encoded."""
+    build of ``docs`` gives, while only new and changed passages are encoded. Documents
+    named in ``keep`` (e.g. files that could not be read this time) keep their passages,
+    after the others."""
+    keep = set(keep)
+
     def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
         incoming = list(docs)
         if index.settings.chunk_size:
@@ -174,6 +179,11 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
             plan.append(row if row is not None and _line(index, row) == doc_line(doc)
                         else doc)
         new_units = [unit_of(d) for d in incoming]
+        present = set(new_units)
+        kept = [r for r, u in enumerate(old_units) if u in keep and u not in present]
+        plan += kept
+        new_units += [old_units[r] for r in kept]
+        incoming = incoming + [index.doc(index.ids[r]) for r in kept]
         before = _group(old_units, [_line(index, r) for r in range(len(index))])
         after = _group(new_units, [doc_line(d) for d in incoming])
         stats.added = len(set(after) - set(before))
@@ -184,7 +194,7 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
             return None
         return plan
 
-    return _update(path, plan_for, log, progress)
+    return _update(path, plan_for, log, progress, embedding_cache)
 
 
 def _check_unique(docs: Sequence[Document]) -> None:
@@ -222,8 +232,11 @@ def _line(index: Index, row: int) -> bytes:
     return index.doc_line(row)
 
 
-def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: bool
-            ) -> UpdateStats:
+def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: bool,
+            embedding_cache: bool = True) -> UpdateStats:
+    """Commit the generation ``plan_for(live index, stats)`` describes (None: no change).
+    ``embedding_cache=False`` encodes new passages instead of looking them up in the shared
+    embedding cache (as :func:`~intentrank.index.build.build_index`)."""
     path = Path(path)
     say = log or (lambda msg: None)
     stats = UpdateStats()
@@ -243,7 +256,7 @@ def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: boo
         if not plan:
             raise IntentrankError(f"the update would leave {path} with no documents; "
                                   f"delete the index directory instead")
-        _write_generation(existing, plan, tmp, stats, say, progress)
+        _write_generation(existing, plan, tmp, stats, say, progress, embedding_cache)
         return None
 
     with _sigterm_raises(path) as guard:
@@ -267,7 +280,7 @@ def _check_updatable(index: Index) -> None:
 
 
 def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Progress,
-                      progress: bool) -> None:
+                      progress: bool, embedding_cache: bool) -> None:
     """Write the generation ``plan`` describes into ``tmp``."""
     settings = old.settings
     timings: dict[str, float] = {}
@@ -300,11 +313,12 @@ def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say
             rows.save(tmp, "bm25")
             bm25_from_rows(rows, s).save(str(tmp / "bm25"), show_progress=False)
         elif leg == "dense":
-            cache = embedding_cache_for(say)
+            cache = embedding_cache_for(say) if embedding_cache and texts else None
             try:
                 vecs, enc = encode_passages(texts, settings, progress, cache)
             finally:
-                cache.close()
+                if cache is not None:
+                    cache.close()
             dim = old.embeddings.shape[1]
             both = np.concatenate([np.asarray(old.embeddings[old_rows], dtype=np.float32),
                                    vecs.reshape(-1, dim)])

@@ -14,6 +14,7 @@ from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
 from intentrank.core.registry import BuildContext, stage_factory
 from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError
+from intentrank.filters import Filter
 from intentrank.index.store import Index
 from intentrank.pipelines import build_context
 from intentrank.service.engine import CandidateIndex, given_order
@@ -87,9 +88,11 @@ class PipelineSearch:
     def __init__(self, pipeline: PipelineSpec, index: Any = None, **resources: Any) -> None:
         self.stage, self.index = open_pipeline(pipeline, index, **resources)
 
-    def search(self, text: str, k: int | None = None) -> list[Hit]:
-        """The top ``k`` (all when None) of the pipeline's ranking for ``text``."""
-        ranking = self.stage.run([Query("q", text)]).rankings[0]
+    def search(self, text: str, k: int | None = None,
+               filter: Filter | None = None) -> list[Hit]:  # noqa: A002 (Query.filter)
+        """The top ``k`` (all when None) of the pipeline's ranking for ``text``, among the
+        documents ``filter`` lets through when given."""
+        ranking = self.stage.run([Query("q", text, filter=filter)]).rankings[0]
         docs = ranking.docs if k is None else ranking.docs[:k]
         return [Hit(rank, d.doc_id, float(d.score), dict(d.stage_scores),
                     self.index.doc(d.doc_id))

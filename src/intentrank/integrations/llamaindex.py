@@ -4,7 +4,8 @@
   index; each result is a ``NodeWithScore`` (the pipeline's score) over a ``TextNode`` whose
   id is the doc id, whose text is the passage and whose ``metadata`` has ``doc_id``,
   ``title``, ``score``, ``rank`` and ``stage_scores`` (every stage's score by path id); only
-  ``title`` is shown to LLMs and embedders.
+  ``title`` is shown to LLMs and embedders. ``filters=MetadataFilters(...)`` (or filter
+  text) keeps the search among the documents it lets through (docs/filters.md).
 - :class:`IntentrankReranker`, a ``BaseNodePostprocessor``: any intentrank reranking
   pipeline (default: the bundled cross-encoder) over the nodes a query engine hands it.
 
@@ -37,6 +38,7 @@ from llama_index.core.schema import (  # noqa: E402
 from intentrank.errors import ConfigError  # noqa: E402
 from intentrank.integrations.common import PipelineSearch, PipelineSpec  # noqa: E402
 from intentrank.integrations.fields import RerankerFields  # noqa: E402
+from intentrank.integrations.filter_maps import from_llamaindex  # noqa: E402
 
 HIDDEN = ["doc_id", "score", "rank", "stage_scores"]  # metadata kept from LLMs and embedders
 
@@ -50,13 +52,16 @@ class IntentrankRetriever(BaseRetriever):
 
     ``pipeline``: a built Stage, a shipped config name (``bm25``, ``rrf``, ``cascade``), a
     YAML config file or a config node; ``index``: an open index or its directory (a config
-    file's own ``index:`` when omitted); ``k``: results returned; ``resources``: passed to
-    the pipeline's build context (``llm=...`` for LLM stages)."""
+    file's own ``index:`` when omitted); ``k``: results returned; ``filters``: a LlamaIndex
+    ``MetadataFilters``, filter text or a Filter; ``resources``: passed to the pipeline's
+    build context (``llm=...`` for LLM stages)."""
 
     def __init__(self, pipeline: PipelineSpec, index: Any = None, k: int = 10,
-                 callback_manager: CallbackManager | None = None, **resources: Any) -> None:
+                 callback_manager: CallbackManager | None = None, filters: Any = None,
+                 **resources: Any) -> None:
         super().__init__(callback_manager=callback_manager)
         self.k = k
+        self.filter = from_llamaindex(filters)
         self._search = PipelineSearch(pipeline, index, **resources)
 
     @property
@@ -66,7 +71,7 @@ class IntentrankRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         out = []
-        for h in self._search.search(query_bundle.query_str, self.k):
+        for h in self._search.search(query_bundle.query_str, self.k, self.filter):
             node = TextNode(id_=h.doc_id, text=h.document.text, metadata=h.metadata,
                             excluded_llm_metadata_keys=list(HIDDEN),
                             excluded_embed_metadata_keys=list(HIDDEN))

@@ -52,7 +52,8 @@ class MultiFacetedRetriever(Stage):
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         path_id = trace.path_of(self)
         queries = [r.query for r in rankings]
-        expanded = [Ranking(Query(f"{q.id}{SEP}{i}", aspect_text(q.text, a)))
+        expanded = [Ranking(Query(f"{q.id}{SEP}{i}", aspect_text(q.text, a),
+                                   filter=q.filter))
                     for q in queries for i, a in enumerate(aspects_of(q))]
         lists: dict[str, list[Ranking]] = {}
         for r in self.retriever(expanded, trace):

@@ -46,7 +46,7 @@ class MultiQueryRetriever(Stage):
         found, path_id = self.variants([r.query for r in rankings], trace), trace.path_of(self)
         queries = [r.query.with_derived("variant", v, path_id)
                    for r, v in zip(rankings, found, strict=True)]
-        expanded = [Ranking(Query(f"{q.id}\x1f{i}", t)) for q in queries
+        expanded = [Ranking(Query(f"{q.id}\x1f{i}", t, filter=q.filter)) for q in queries
                     for i, t in enumerate([q.text, *q.derived_of("variant")])]
         lists: dict[str, list[list[str]]] = {}
         for r in self.retriever(expanded, trace):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from intentrank.data.ingest.labels import source_label
 from intentrank.rerank.coverage import aspect_labels
 from intentrank.types import Ranking
 
@@ -25,16 +26,19 @@ def stage_ranks(ranking: Ranking) -> dict[str, dict[str, int]]:
 def result_rows(ranking: Ranking, index: Any, top_k: int, include_text: bool = False
                 ) -> list[dict[str, Any]]:
     """The top ``top_k`` documents of ``ranking``, each as ``rank``, ``doc_id``, ``score``,
-    ``title``, ``text`` (only with ``include_text``), ``stage_scores`` (every stage's score,
-    by path id), ``stage_ranks`` (its rank by each of them) and, when an aspects stage ran,
-    ``aspect`` (the aspect it covers, see :func:`~intentrank.rerank.coverage.aspect_labels`).
-    ``index`` gives the documents (``doc(doc_id)``)."""
+    ``title``, ``source`` (``file › section (page N)`` for a passage read from a folder,
+    :func:`~intentrank.data.ingest.source_label`; empty otherwise), ``text`` (only with
+    ``include_text``), ``stage_scores`` (every stage's score, by path id), ``stage_ranks``
+    (its rank by each of them) and, when an aspects stage ran, ``aspect`` (the aspect it
+    covers, see :func:`~intentrank.rerank.coverage.aspect_labels`). ``index`` gives the
+    documents (``doc(doc_id)``)."""
     ranks = stage_ranks(ranking)
     labels = aspect_labels(ranking) if ranking.query.derived_of("aspect") else None
     rows = []
     for rank, d in enumerate(ranking.docs[:top_k], 1):
         doc = index.doc(d.doc_id)
         rows.append({"rank": rank, "doc_id": d.doc_id, "score": d.score, "title": doc.title,
+                     "source": source_label(doc.metadata),
                      **({"text": doc.text} if include_text else {}),
                      "stage_scores": d.stage_scores, "stage_ranks": ranks.get(d.doc_id, {}),
                      **({"aspect": labels[rank - 1]} if labels is not None else {})})

@@ -57,7 +57,8 @@ class PerElementRerank(Stage):
             head = r.docs[:self.top_k]
             for i, element in enumerate(knowledge_of(r)):
                 query = Query(f"{r.query.id}{SEP}{i}",
-                              element_query(r.query.text, element, self.against))
+                              element_query(r.query.text, element, self.against),
+                              filter=r.query.filter)
                 expanded.append(Ranking(query, list(head)))
         lists: dict[str, list[Ranking]] = {}
         for out in (self.reranker(expanded, trace) if expanded else []):

@@ -1,5 +1,10 @@
 """Retrieval stages over an :class:`~intentrank.index.Index`: BM25, dense, TF-IDF, sparse
-(0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF)) and entity graph."""
+(0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF)) and entity graph.
+
+A retriever's own ``filter`` (YAML ``- bm25: {depth: 100, filter: 'team = "a"'}``) is ANDed
+with each query's :attr:`~intentrank.types.Query.filter`; the queries are searched in groups
+of one combined filter each, with ``allow=index.allowed_rows(filter)``: the top ``depth``
+among the documents it lets through (pre-filtering)."""
 
 from __future__ import annotations
 
@@ -9,7 +14,9 @@ from intentrank.core.params import check_int, check_optional_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
 from intentrank.errors import DataError
+from intentrank.filters import Filter, and_filters
 from intentrank.fuse.weighted import WeightedFusion
+from intentrank.index.hits import NO_HITS
 from intentrank.index.store import Hits, Index
 from intentrank.types import Ranking, Trace
 
@@ -28,30 +35,48 @@ def check_query_text(ranking: Ranking) -> str:
 
 
 class Retriever(Stage):
-    """Base for index retrievers: fills each ranking with the top ``depth`` documents."""
+    """Base for index retrievers: fills each ranking with the top ``depth`` documents that
+    its filter (``filter`` AND the query's) lets through."""
 
     leg = ""
 
-    def __init__(self, index: Index, depth: int = 100) -> None:
+    def __init__(self, index: Index, depth: int = 100,
+                 filter: Filter | str | None = None) -> None:  # noqa: A002 (YAML's name)
         self.index = index
         self.depth = check_int("depth", depth)
+        self.filter = Filter.from_value(filter, f"{self.leg}: filter")
         self.name = self.leg
 
-    def search_rows(self, texts: list[str]) -> list[Hits]:
-        """The index's search of this retriever's leg (``search_<leg>``)."""
-        return getattr(self.index, f"search_{self.leg}")(texts, self.depth)
+    def search_rows(self, texts: list[str], filter: Filter | None = None) -> list[Hits]:  # noqa: A002
+        """The index's search of this retriever's leg (``search_<leg>``), among the rows
+        ``filter`` allows when given."""
+        search = getattr(self.index, f"search_{self.leg}")
+        if filter is None:
+            return search(texts, self.depth)
+        return search(texts, self.depth, allow=self.index.allowed_rows(filter))
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]
-        hits = self.search_rows(texts) if texts else []
+        groups: dict[Filter | None, list[int]] = {}
+        for i, r in enumerate(rankings):
+            groups.setdefault(and_filters(self.filter, r.query.filter), []).append(i)
+        hits: list[Hits] = [NO_HITS] * len(rankings)
+        for filt, members in groups.items():
+            found = self.search_rows([texts[i] for i in members], filt)
+            for i, h in zip(members, found, strict=True):
+                hits[i] = h
         ids, path_id = self.index.id_array, trace.path_of(self)
         out = [Ranking.from_hits(r.query, ids[h.rows], h.scores, path_id)
                for r, h in zip(rankings, hits, strict=True)]
         trace.count(path_id, "empty_results", sum(1 for h in hits if not len(h.rows)))
+        if any(f is not None for f in groups):
+            trace.count(path_id, "filtered_queries", sum(
+                len(m) for f, m in groups.items() if f is not None))
         return out
 
     def describe(self) -> str:
-        return self.described(depth=self.depth)
+        return self.described(depth=self.depth,
+                              filter=None if self.filter is None else repr(str(self.filter)))
 
 
 class BM25Retriever(Retriever):
@@ -70,13 +95,15 @@ class GraphRetriever(Retriever):
     leg = "graph"
 
 
-def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = None) -> Stage:
+def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = None,
+                     filter: Filter | str | None = None) -> Stage:  # noqa: A002
     """0.5 * minmax(BM25) + 0.5 * minmax(TF-IDF), each leg searched to ``leg_depth`` (default
-    ``depth``) and normalised over the candidates it returned; the fused list is cut at
-    ``depth``."""
+    ``depth``, among the documents ``filter`` lets through) and normalised over the
+    candidates it returned; the fused list is cut at ``depth``."""
     depth = check_int("depth", depth)
     leg_depth = check_optional_int("leg_depth", leg_depth) or depth
-    fused = WeightedFusion([BM25Retriever(index, leg_depth), TfidfRetriever(index, leg_depth)],
+    fused = WeightedFusion([BM25Retriever(index, leg_depth, filter),
+                            TfidfRetriever(index, leg_depth, filter)],
                            weights=[0.5, 0.5], name="sparse")
     return fused % depth
 

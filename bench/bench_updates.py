@@ -1,0 +1,319 @@
+"""Updates and filters (issue 48): update against rebuild, delete throughput, filtered latency
+and ANN recall by selectivity.
+
+    python bench/bench_updates.py updates   # SciFact: build, add 100, deletes, exactness
+    python bench/bench_updates.py filters   # SciFact: latency by selectivity per leg, HNSW
+    python bench/bench_updates.py big       # 1M passages: BM25, exact, HNSW with filters
+    python bench/bench_updates.py render    # docs/benchmarks.md section "updates"
+
+Every document carries ``bucket`` (row mod 100) and ``year``: ``bucket < 1`` keeps 1% of the
+corpus, ``bucket < 10`` 10%, ``bucket < 50`` 50%. Each part stores its numbers in
+bench/updates_results.json and re-renders the section (text: bench/sections/updates.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from report import DATA, ROOT, header, log, publish_tables, table
+
+RESULTS = ROOT / "bench" / "updates_results.json"
+SHARES = {"1%": "bucket < 1", "10%": "bucket < 10", "50%": "bucket < 50", "none": None}
+
+
+def _save(key: str, value: dict) -> None:
+    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    data[key] = value | {"header": header(), "load_average": os.getloadavg()[0]}
+    RESULTS.write_text(json.dumps(data, indent=1))
+
+
+def _tagged() -> list[Any]:
+    from intentrank.data.corpus import iter_corpus
+
+    return [replace(d, metadata={"bucket": i % 100, "year": 2000 + i % 25})
+            for i, d in enumerate(iter_corpus(DATA / "scifact" / "corpus.jsonl.gz"))]
+
+
+def _secs(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t, out
+
+
+def updates() -> None:
+    """Build SciFact without its last 100 abstracts, add them, delete 1/10/100/1000; then
+    check the result against a fresh build of the final corpus."""
+    from intentrank.index import Index, IndexSettings, build_index
+    from intentrank.index.update import delete, upsert
+
+    docs = _tagged()
+    work = Path(tempfile.mkdtemp(prefix="updates-", dir=ROOT / ".cache"))
+    out: dict[str, Any] = {"docs": len(docs)}
+    try:
+        path = work / "idx"
+        log("full build of all but the last 100 abstracts (embedding cache off)")
+        secs, index = _secs(build_index, docs[:-100], path, IndexSettings(),
+                            embedding_cache=False)
+        out["build"] = {"s": secs, "legs": index.manifest["build_seconds"]}
+        index.close()
+        log("add the last 100")
+        secs, stats = _secs(upsert, path, docs[-100:], embedding_cache=False)
+        out["add100"] = {"s": secs, "timings": stats.timings, "encoded": stats.encoded}
+        log("re-add the same 100 (unchanged: skipped)")
+        out["noop100"] = {"s": _secs(upsert, path, docs[-100:])[0]}
+        rng = np.random.default_rng(0)
+        with Index(path) as index:
+            ids = list(index.ids)
+        out["delete"] = {}
+        for n in (1, 10, 100, 1000):
+            copy = work / f"del{n}"
+            shutil.copytree(path, copy)
+            gone = [ids[int(i)] for i in rng.choice(len(ids), n, replace=False)]
+            secs, stats = _secs(delete, copy, gone)
+            out["delete"][n] = {"s": secs, "timings": stats.timings}
+            shutil.rmtree(copy)
+        log("delete 500 by filter")
+        secs, stats = _secs(delete, path, filter="bucket >= 95 AND year < 2010")
+        out["delete_filter"] = {"s": secs, "deleted": stats.deleted}
+        log("fresh build of the final corpus, compared leg by leg")
+        with Index(path) as index:
+            final = list(index.documents())
+            fresh = build_index(final, work / "fresh", IndexSettings(), embedding_cache=False)
+            out["identical"] = _identical(index, fresh)
+            fresh.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(out, indent=1))
+    _save("updates", out)
+
+
+def _identical(a: Any, b: Any) -> dict[str, bool]:
+    from intentrank.data.dataset import load_dataset
+
+    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    same = {"corpus sha256": a.corpus_sha256 == b.corpus_sha256,
+            "vectors": bool(np.array_equal(np.asarray(a.embeddings), np.asarray(b.embeddings)))}
+    for leg in ("bm25", "dense", "tfidf", "graph"):
+        ha, hb = (getattr(x, f"search_{leg}")(queries, 100) for x in (a, b))
+        same[leg] = all(np.array_equal(x.rows, y.rows) and np.array_equal(x.scores, y.scores)
+                        for x, y in zip(ha, hb, strict=True))
+    return same
+
+
+def filters() -> None:
+    """Filtered search on SciFact (test queries one at a time), each leg, each share."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import IndexSettings, build_index
+    from intentrank.index.ann import build_ann
+    from intentrank.index.settings import AnnSettings
+
+    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    work = Path(tempfile.mkdtemp(prefix="filters-", dir=ROOT / ".cache"))
+    out: dict[str, Any] = {"queries": len(queries), "legs": {}}
+    try:
+        index = build_index(_tagged(), work / "idx", IndexSettings())
+        qv = index.encode_queries(queries)
+        masks = {}
+        for share, text in SHARES.items():
+            ms = [_secs(index.allowed_rows, text)[0] * 1000 for _ in range(20)]
+            masks[share] = index.allowed_rows(text)
+            out.setdefault("mask_ms", {})[share] = float(np.median(ms))
+        for leg in ("bm25", "dense", "tfidf", "graph"):
+            out["legs"][leg] = {}
+            for share, allow in masks.items():
+                kw = {"allow": allow}
+                ms = []
+                for j, q in enumerate(queries):
+                    extra = {"query_vectors": qv[j:j + 1]} if leg == "dense" else {}
+                    ms.append(_secs(getattr(index, f"search_{leg}"), [q], 10, **kw,
+                                    **extra)[0] * 1000)
+                out["legs"][leg][share] = _pcts(ms)
+        vecs = np.asarray(index.embeddings)
+        out["hnsw"] = _ann_recall(vecs, qv, {s: m for s, m in masks.items() if m is not None},
+                                  AnnSettings("hnsw"), work / "hnsw.faiss", build_ann)
+        index.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(out, indent=1))
+    _save("filters", out)
+
+
+def _pcts(ms: list[float]) -> dict[str, float]:
+    return {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95))}
+
+
+def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s: Any,
+                file: Path, build_ann: Any, k: int = 10) -> dict[str, Any]:
+    """Recall@k of filtered ANN search (the index's own policy: exact below 20% of rows)
+    against exact filtered search, and its latency, per share."""
+    from intentrank.index.ann import ANN_EXACT_BELOW, AnnSearcher, exact_search_rows
+
+    build_s = _secs(build_ann, vecs, s, file)[0]
+    searcher = AnnSearcher(file, vecs, s)
+    out: dict[str, Any] = {"build_s": build_s}
+    for share, allow in masks.items():
+        rows = np.flatnonzero(allow)
+        truth, _ = exact_search_rows(vecs, rows, q, k)
+        got, ms = [], []
+        exact = allow.mean() < ANN_EXACT_BELOW
+        for j in range(len(q)):
+            t = time.perf_counter()
+            if exact:
+                r, _ = exact_search_rows(vecs, rows, q[j:j + 1], k)
+            else:
+                r, _ = searcher.search(q[j:j + 1], k, allow=allow)
+            ms.append((time.perf_counter() - t) * 1000)
+            got.append(r[0])
+        raw = [searcher.search(q[j:j + 1], k, allow=allow)[0][0] for j in range(len(q))]
+        out[share] = {"recall": _recall(truth, got, k), "raw_ann_recall": _recall(truth, raw, k),
+                      "exact_scan": bool(exact), **_pcts(ms)}
+    return out
+
+
+def _recall(truth: np.ndarray, got: list[np.ndarray], k: int) -> float:
+    return float(np.mean([len(set(t[:k].tolist()) & set(g[:k].tolist())) / k
+                          for t, g in zip(truth, got, strict=True)]))
+
+
+def big(n: int = 1_000_000) -> None:
+    """1M passages perturbed from SciFact's (vectors v_i + 0.6 v_j + noise, token lists with
+    10% dropped), BM25 (bm25s numpy, weight mask), exact dense and HNSW under filters."""
+    import bm25s
+
+    from intentrank.data.dataset import load_dataset
+    from intentrank.filters import MetadataColumns, parse_filter
+    from intentrank.index import Index
+    from intentrank.index.ann import build_ann, exact_search, exact_search_rows
+    from intentrank.index.bm25 import retrieve
+    from intentrank.index.hits import bm25_tokenize
+    from intentrank.index.settings import AnnSettings
+
+    src = Index(ROOT / "indexes" / "scifact")
+    base = np.asarray(src.embeddings)
+    s = src.settings.bm25
+    tokens = bm25_tokenize([src.doc_text(i) for i in src.ids], s.stopwords, s.stemmer)
+    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]][:100]
+    q = src.encode_queries(queries)
+    qtok = bm25_tokenize(queries, s.stopwords, s.stemmer)
+    rng = np.random.default_rng(0)
+    m, dim = base.shape
+    work = Path(tempfile.mkdtemp(prefix="filters1m-", dir=ROOT / ".cache"))
+    out: dict[str, Any] = {"docs": n, "queries": len(q), "legs": {}}
+    try:
+        vecs = np.lib.format.open_memmap(work / "v.npy", mode="w+", dtype=np.float32,
+                                         shape=(n, dim))
+        for a in range(0, n, 100_000):
+            e = min(n, a + 100_000)
+            v = base[np.arange(a, e) % m] + 0.6 * base[rng.integers(0, m, e - a)] \
+                + (0.25 / np.sqrt(dim)) * rng.standard_normal((e - a, dim)).astype(np.float32)
+            vecs[a:e] = v / np.linalg.norm(v, axis=1, keepdims=True)
+        vecs.flush()
+        vecs = np.load(work / "v.npy", mmap_mode="r")
+        log("BM25 over 1M")
+        vocab: dict[str, int] = {}
+        ids = [np.array([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32)
+               for d in tokens]
+        corpus = [d if i < m else d[rng.random(len(d)) >= 0.1]
+                  for i in range(n) for d in (ids[i % m],)]
+        bm = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+        bm.index(bm25s.tokenization.Tokenized(corpus, vocab), show_progress=False)
+        del corpus
+        cols = MetadataColumns.from_records([{"bucket": i % 100} for i in range(n)])
+        masks = {}
+        for share, text in SHARES.items():
+            if text is None:
+                masks[share] = None
+                continue
+            f = parse_filter(text)
+            out.setdefault("mask_ms", {})[share] = float(np.median(
+                [_secs(f.mask, cols)[0] * 1000 for _ in range(10)]))
+            masks[share] = np.asarray(f.mask(cols), dtype=bool)
+        for share, allow in masks.items():
+            ms = [_secs(retrieve, bm, [qtok[j]], 10, allow=allow)[0] * 1000
+                  for j in range(len(q))]
+            out["legs"].setdefault("bm25", {})[share] = _pcts(ms)
+            ms = [_secs(exact_search_rows, vecs, np.flatnonzero(allow), q[j:j + 1], 10)[0]
+                  * 1000 if allow is not None else
+                  _secs(exact_search, vecs, q[j:j + 1], 10)[0] * 1000 for j in range(20)]
+            out["legs"].setdefault("dense exact", {})[share] = _pcts(ms)
+        log("HNSW over 1M")
+        out["hnsw"] = _ann_recall(vecs, q, {s: a for s, a in masks.items() if a is not None},
+                                  AnnSettings("hnsw"), work / "hnsw.faiss", build_ann)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(out, indent=1))
+    _save("big", out)
+
+
+def render() -> None:
+    data = json.loads(RESULTS.read_text())
+    parts, values = [], {}
+    if "updates" in data:
+        u = data["updates"]
+        build = u["build"]["s"]
+        rows = [["full build, 5,083 abstracts", f"{build:.1f}", "1.000", "-"],
+                ["add 100 abstracts", f"{u['add100']['s']:.1f}",
+                 f"{u['add100']['s'] / build:.3f}", _legs(u["add100"]["timings"])],
+                ["re-add the same 100 (unchanged)", f"{u['noop100']['s']:.2f}",
+                 f"{u['noop100']['s'] / build:.3f}", "-"]]
+        for n, d in u["delete"].items():
+            rows.append([f"delete {n} by id", f"{d['s']:.1f}", f"{d['s'] / build:.3f}",
+                         _legs(d["timings"])])
+        rows.append([f"delete by filter ({u['delete_filter']['deleted']} documents)",
+                     f"{u['delete_filter']['s']:.1f}", f"{u['delete_filter']['s'] / build:.3f}",
+                     "-"])
+        parts += [u["header"], table(["operation", "seconds", "x full build", "per leg (s)"],
+                                     rows)]
+        same = u["identical"]
+        parts.append(table(["compared with a fresh build", *same],
+                           [["identical", *("yes" if v else "NO" for v in same.values())]]))
+        values["add.ratio"] = f"{u['add100']['s'] / build:.1%}"
+        values["updates.load"] = f"{u['load_average']:.1f}"
+    if "filters" in data:
+        f = data["filters"]
+        parts += [f["header"], _latency_table(f)]
+        parts.append(_recall_table(f["hnsw"]))
+        values["filters.load"] = f"{f['load_average']:.1f}"
+    if "big" in data:
+        b = data["big"]
+        parts += [b["header"], _latency_table(b), _recall_table(b["hnsw"])]
+        values["big.load"] = f"{b['load_average']:.1f}"
+    publish_tables("updates", "\n\n".join(parts), values)
+
+
+def _legs(timings: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in timings.items())
+
+
+def _latency_table(d: dict[str, Any]) -> str:
+    shares = list(SHARES)
+    rows = [[leg, *(f"{v[s]['p50']:.1f} / {v[s]['p95']:.1f}" for s in shares)]
+            for leg, v in d["legs"].items()]
+    rows.append(["the filter's row mask", *(f"{d['mask_ms'].get(s, 0):.1f}" for s in shares)])
+    return table(["ms p50 / p95, top 10", *shares], rows)
+
+
+def _recall_table(h: dict[str, Any]) -> str:
+    shares = [s for s in SHARES if s in h]
+    return table(["HNSW with filter", *shares], [
+        ["recall@10 (index policy)", *(f"{h[s]['recall']:.3f}" for s in shares)],
+        ["recall@10 (graph walk alone)", *(f"{h[s]['raw_ann_recall']:.3f}" for s in shares)],
+        ["exact scan", *("yes" if h[s]["exact_scan"] else "no" for s in shares)],
+        ["ms p50 / p95", *(f"{h[s]['p50']:.1f} / {h[s]['p95']:.1f}" for s in shares)]])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("part", choices=["updates", "filters", "big", "render"])
+    part = parser.parse_args().part
+    {"updates": updates, "filters": filters, "big": big, "render": lambda: None}[part]()
+    render()
