@@ -8,6 +8,7 @@ commands:
 - :mod:`.generate`: ``generate``, ``generate-conversations``, ``reformulate``,
   ``cast-passages``;
 - :mod:`.serve`: ``serve``, ``quickstart``;
+- :mod:`.keys`: ``keys add|list|rotate|revoke`` (the service's API keys file);
 - :mod:`.bench`: ``bench`` (list, plan and rebuild the benchmarks of docs/benchmarks.md);
 
 and what they share in :mod:`.common` (the app, the global options on ``ctx.obj``, the
@@ -25,6 +26,7 @@ from intentrank.cli import search  # noqa: F401
 from intentrank.cli import update  # noqa: F401
 from intentrank.cli import evaluate  # noqa: F401
 from intentrank.cli import serve  # noqa: F401
+from intentrank.cli import keys  # noqa: F401
 from intentrank.cli import train  # noqa: F401
 from intentrank.cli import generate  # noqa: F401
 from intentrank.cli import bench  # noqa: F401

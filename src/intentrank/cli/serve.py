@@ -54,6 +54,9 @@ def serve(
                                                          "(default: CORS off).")] = None,
     report_dir: Annotated[list[Path] | None, typer.Option(help="Directory of HTML reports to list "
                                                           "(default docs/ablation).")] = None,
+    log_texts: Annotated[bool, AccessPanel("--log-texts", help="Put request texts (queries, "
+                                           "filters) in the access log (default: never).")
+                         ] = False,
     access_log: Annotated[Path | None, typer.Option(help="JSON-lines access log file (default "
                                                     "stderr).")] = None,
     dataset: Annotated[Path, typer.Option(help="Dataset of the default index.")] =
@@ -106,7 +109,7 @@ def serve(
     service_settings, generated = build_settings(
         index, pipeline, keys_file, no_keys, workers, queue_limit, timeout, cors_origin,
         report_dir, access_log, dataset, settings.llm, settings.llm_options, log=log_stderr,
-        watch_s=watch_index or None, drain_s=drain)
+        watch_s=watch_index or None, drain_s=drain, log_texts=log_texts)
     run_service(service_settings, generated, host, port, ray=ray,
                 ray_address=ray_address or None, replicas=replicas, ray_batching=batching)
 

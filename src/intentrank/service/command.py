@@ -14,6 +14,7 @@ from intentrank.core.config import builtin_pipelines
 from intentrank.errors import ConfigError
 from intentrank.paths import default_data_dir
 from intentrank.service.auth import ENV_VAR, ApiKey, KeyStore, generate_key, hash_key
+from intentrank.service.keyring import KeyRing
 from intentrank.service.settings import REPO_REPORTS, ServiceSettings
 
 
@@ -58,13 +59,16 @@ def build_settings(
     log: Any = print,
     watch_s: float | None = None,
     drain_s: float = 30.0,
+    log_texts: bool = False,
 ) -> tuple[ServiceSettings, str | None]:
     """Service settings and, when no key is configured, a generated key (else None).
 
     ``index_dirs``: ``DIR`` or ``NAME=DIR``; none: the quickstart's index of ``dataset``
     (default ``$INTENTRANK_DATA/scifact`` into ``indexes/<dataset name>``, built if missing).
     ``pipelines``: shipped names or ``[NAME=]config.yaml``; none: the default set.
-    Keys: ``keys_file``, else ``$INTENTRANK_API_KEYS``, else one generated for this run.
+    Keys: ``keys_file`` (reloaded when it changes or on SIGHUP), else
+    ``$INTENTRANK_API_KEYS``, else one generated for this run; ``log_texts``: queries in the
+    access log.
     ``watch_s``: reload new index generations (checked that often); ``drain_s``: SIGTERM's
     limit for in-flight requests."""
     if index_dirs:
@@ -76,7 +80,7 @@ def build_settings(
     if no_keys:
         keys = None
     elif keys_file is not None:
-        keys = KeyStore.from_file(keys_file)
+        keys = KeyRing(path=keys_file)  # read again when it changes, or on SIGHUP
     elif os.environ.get(ENV_VAR, "").strip():
         keys = KeyStore.from_env(os.environ[ENV_VAR])
     else:
@@ -88,7 +92,7 @@ def build_settings(
         queue_limit=queue_limit, timeout_s=timeout, cors_origins=list(cors_origins or []),
         report_dirs=list(report_dirs) if report_dirs else [REPO_REPORTS],
         access_log=access_log, llm=llm, llm_options=dict(llm_options or {}),
-        watch_s=watch_s, drain_s=drain_s, **extra)
+        watch_s=watch_s, drain_s=drain_s, log_texts=log_texts, **extra)
     return settings.check(), generated
 
 
@@ -148,6 +152,13 @@ def serve(
     from intentrank.service.lifecycle import DrainingServer
 
     assert app is not None
+    if isinstance(settings.keys, KeyRing):
+        import signal
+
+        ring = settings.keys
+        signal.signal(signal.SIGHUP, lambda sig, frame: ring.request_reload())
+        print(f"API keys from {ring.path}: read again when it changes, or on SIGHUP",
+              flush=True)
     if settings.watch_s:
         print(f"watching the index directories for new generations every "
               f"{settings.watch_s:g} s", flush=True)

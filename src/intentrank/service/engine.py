@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
 from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
+from intentrank.service.scope import ScopedIndex, combine, parse_scope, scoped_llm
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
 
@@ -180,12 +181,17 @@ class Engine:
         self.generations.close()
 
     # -- lookups -----------------------------------------------------------------------
-    def index_name(self, name: str | None) -> str:
+    def index_name(self, name: str | None,
+                   allowed: Callable[[str], bool] = lambda name: True) -> str:
+        """A served index's name (``None``: the first one ``allowed``), or a 422 naming the
+        ``allowed`` ones; names are looked up, never used as paths."""
+        names = [n for n in self.indexes if allowed(n)]
         if name is None:
-            return next(iter(self.indexes))
+            if not names:
+                raise RequestError(403, "this key may use none of the served indexes")
+            return names[0]
         if name not in self.indexes:
-            raise RequestError(422, f"unknown index {name!r}; served: "
-                                    f"{', '.join(self.indexes)}")
+            raise RequestError(422, f"unknown index {name!r}; served: {', '.join(names)}")
         return name
 
     def pipeline(self, name: str | None, kind: str) -> Served:
@@ -201,43 +207,91 @@ class Engine:
         return served
 
     # -- work (run on the worker pool) --------------------------------------------------
+    def request_filter(self, scope: str | None, user: str | None) -> str | None:
+        """The filter a request runs with: the key's ``scope`` ANDed with the request's own
+        filter ``user`` (which can only narrow it); a malformed one is a 422."""
+        if scope is None and user is None:
+            return None
+        try:
+            return combine(scope, user)
+        except ValueError as exc:  # FilterError: names the position and the token
+            raise RequestError(422, f"filter: {exc}") from None
+
+    def view(self, snap: Snapshot, index_name: str, scope: str) -> ScopedIndex:
+        """Index ``index_name`` of ``snap`` as a request with filter ``scope`` sees it."""
+        idx = snap.indexes[index_name]
+        return snap.views.views.get((index_name, scope), lambda: ScopedIndex(idx, scope))
+
+    def _scoped_ctx(self, index: Any, scope: str) -> BuildContext:
+        """A build context whose LLM clients cache replies per ``scope``."""
+        resources = dict(self.resources)
+        if "llm" in resources:
+            resources["llm"] = scoped_llm(resources["llm"], scope)
+        return BuildContext(index, resources,
+                            lambda role=None, spec=None: scoped_llm(self.make_llm(role, spec),
+                                                                    scope))
+
+    def _stage(self, snap: Snapshot, served: Served, index_name: str, scope: str | None
+               ) -> tuple[Stage, Any]:
+        """The pipeline to run and the index it reads: the one built at start-up, or for a
+        filter, the pipeline built on the scoped view (kept for later requests)."""
+        if scope is None:
+            return snap.stages[served.name][index_name], snap.indexes[index_name]
+        view = self.view(snap, index_name, scope)
+        stage = snap.views.stages.get((served.name, index_name, scope), lambda: build_pipeline(
+            served.node, self._scoped_ctx(view, scope)))
+        return stage, view
+
+    def visible_documents(self, index_name: str, scope: str | None) -> int:
+        """How many documents of an index a caller with ``scope`` sees."""
+        with self.generations.use() as snap:
+            if scope is None:
+                return len(snap.indexes[index_name])
+            return self.view(snap, index_name, scope).visible_count
+
     def search(self, served: Served, index_name: str, query: Query, top_k: int,
-               include_text: bool, need_answer: bool = False) -> dict[str, Any]:
-        """Run a search pipeline on one query; the response body."""
+               include_text: bool, need_answer: bool = False, scope: str | None = None
+               ) -> dict[str, Any]:
+        """Run a search pipeline on one query (within ``scope``, a filter's text); the
+        response body."""
         with self.generations.use() as snap:  # one generation for the whole request
+            stage, index = self._stage(snap, served, index_name, scope)
             trace, start = Trace(), time.perf_counter()
-            ranking = snap.stages[served.name][index_name]([Ranking(query)], trace)[0]
+            ranking = stage([Ranking(with_filter(query, scope))], trace)[0]
             seconds = time.perf_counter() - start
             if need_answer and ranking.query.answer is None:
                 raise RequestError(422, f"pipeline {served.name!r} ran but set no answer")
-            out = _response(ranking, trace, snap.indexes[index_name], top_k, include_text,
-                            served.name, index_name, seconds)
+            out = _response(ranking, trace, index, top_k, include_text, served.name,
+                            index_name, seconds)
             out["generation"] = snap.generations[index_name]
             return out
 
-    def _rerank(self, served: Served, query: str, docs: list[Document]
+    def _rerank(self, served: Served, query: str, docs: list[Document], scope: str | None
                 ) -> tuple[Ranking, Trace, float, CandidateIndex]:
         """Run a reranker over the request's own passages, given order first."""
         with self.generations.use() as snap:  # the first index encodes queries (dense rerankers)
             candidates = CandidateIndex(docs, next(iter(snap.indexes.values())))
-            stage = build_pipeline(served.node, self._ctx(candidates))
+            ctx = self._ctx(candidates) if scope is None else \
+                self._scoped_ctx(candidates, scope)
+            stage = build_pipeline(served.node, ctx)
             trace, start = Trace(), time.perf_counter()
             ranking = stage([given_order(query, docs)], trace)[0]
             return ranking, trace, time.perf_counter() - start, candidates
 
     def rerank(self, served: Served, query: str, docs: list[Document],
-               top_k: int | None) -> dict[str, Any]:
-        """Rerank the request's own passages (given order first) with a reranker."""
-        ranking, trace, seconds, candidates = self._rerank(served, query, docs)
+               top_k: int | None, scope: str | None = None) -> dict[str, Any]:
+        """Rerank the request's own passages (given order first) with a reranker; LLM
+        replies cached per ``scope``."""
+        ranking, trace, seconds, candidates = self._rerank(served, query, docs, scope)
         return _response(ranking, trace, candidates, top_k or len(docs), True, served.name,
                          None, seconds)
 
     def rerank_texts(self, served: Served, query: str, texts: list[str],
-                     top_n: int) -> dict[str, Any]:
+                     top_n: int, scope: str | None = None) -> dict[str, Any]:
         """Cohere's rerank: ``results`` (``index`` in ``texts``, ``relevance_score``: the
         reranker's score), best first, at most ``top_n``; ``fallbacks`` for the log."""
         docs = [Document(str(i), t) for i, t in enumerate(texts)]
-        ranking, trace, _, _ = self._rerank(served, query, docs)
+        ranking, trace, _, _ = self._rerank(served, query, docs, scope)
         results = [{"index": int(d.doc_id), "relevance_score": d.score}
                    for d in ranking.docs[:top_n]]
         fallbacks = sum(int(st.counters.get("fallbacks", 0)) for st in trace.stages.values())
@@ -313,7 +367,8 @@ def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_te
     if q.answer is not None:
         a = q.answer
         answer = {"text": a.text, "fallback": a.fallback, "stage": a.stage,
-                  "citations": [{"n": c["n"], "doc_id": c["id"], "title": c["title"],
+                  "citations": [{"n": c["n"], "doc_id": c["id"],
+                                 "source": source_of(index, c["id"]), "title": c["title"],
                                  "text": c["text"], "support": c["support"]}
                                 for c in cited_passages(a, index)],
                   "unsupported": [e.sentence for e in a.evidence if e.n is None]}
@@ -340,6 +395,25 @@ def _token_count(embedder: Any, texts: list[str]) -> int:
         mask = tokenize(clip_texts(prefixed, model.max_seq_length))["attention_mask"]
         return int(mask.sum())
     return sum(len(t.split()) for t in prefixed)
+
+
+def source_of(index: Any, doc_id: str) -> str:
+    """How a cited document is shown to a reader: ingestion's ``source_label`` of its
+    metadata (``file › section (page N)``), or its id where it has no source metadata."""
+    try:
+        from intentrank.data.ingest import source_label
+    except ImportError:  # a build without folder ingestion
+        return doc_id
+    metadata = index.doc(doc_id).metadata
+    return source_label(metadata) if metadata.get("path") else doc_id
+
+
+def with_filter(query: Query, scope: str | None) -> Query:
+    """``query`` carrying the request's filter (``Query.filter``), for the retrievers' own
+    filtering (the scoped view enforces it whatever they do)."""
+    if scope is None or "filter" not in {f.name for f in fields(Query)}:
+        return query
+    return replace(query, filter=parse_scope(scope))  # type: ignore[call-arg]
 
 
 def given_order(query: str, docs: Sequence[Document]) -> Ranking:

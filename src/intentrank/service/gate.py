@@ -70,10 +70,13 @@ class AccessLog:
 
 
 class Gate:
-    """Pure ASGI middleware: request id, body-size limit, access log, refusal while draining."""
+    """Pure ASGI middleware: request id, body-size limit (``body_limits`` by path, else
+    ``max_body``), access log, refusal while draining."""
 
-    def __init__(self, app: Any, max_body: int, log: AccessLog, drain: Drain) -> None:
+    def __init__(self, app: Any, max_body: int, log: AccessLog, drain: Drain,
+                 body_limits: dict[str, int] | None = None) -> None:
         self.app, self.max_body, self.log, self.drain = app, max_body, log, drain
+        self.body_limits = dict(body_limits or {})  # path -> its own limit
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -120,12 +123,13 @@ class Gate:
                              (b"connection", b"close"))
             write_log(0)
             return
+        limit = self.body_limits.get(scope.get("path", ""), self.max_body)
         try:
             length = int(headers.get(b"content-length", b"0") or 0)
         except ValueError:
             length = 0
         try:
-            if length > self.max_body:
+            if length > limit:
                 raise _BodyTooLarge
             body, more = [], True  # read (bounded) before the app sees it: chunked bodies too
             while more:
@@ -135,7 +139,7 @@ class Gate:
                 body.append(message.get("body", b""))
                 received[0] += len(body[-1])
                 more = message.get("more_body", False)
-                if received[0] > self.max_body:
+                if received[0] > limit:
                     raise _BodyTooLarge
             replay = [{"type": "http.request", "body": b"".join(body), "more_body": False}]
 
@@ -144,7 +148,7 @@ class Gate:
 
             await self.app(scope, receive_buffered, send_logged)
         except _BodyTooLarge:
-            info["error"] = f"the body is over the limit of {self.max_body} bytes"
+            info["error"] = f"the body is over the limit of {limit} bytes"
             if status[0] == 0:
                 await send_error(413, info["error"], (b"connection", b"close"))
         except Exception as exc:  # anything unhandled: logged (redacted), answered 500

@@ -22,6 +22,7 @@ from intentrank.core.stage import Stage
 from intentrank.errors import IntentrankError
 from intentrank.index import layout
 from intentrank.index.store import Index
+from intentrank.service.scope import Views
 
 Stages = dict[str, dict[str, Stage]]  # pipeline name -> index name -> the stage built on it
 
@@ -34,6 +35,7 @@ class Snapshot:
     indexes: dict[str, Any]
     stages: Stages
     opened: list[Index] = field(default_factory=list)  # closed when retired and unused
+    views: Views = field(default_factory=Views)  # scoped views and their pipelines
     users: int = 0
     retired: bool = False
 

@@ -46,6 +46,9 @@ class SearchRequest(_Model):
     pipeline: str | None = Field(None, description="A pipeline name from GET /pipelines.")
     top_k: int = Field(10, ge=1, description="How many results to return.")
     include_text: bool = Field(True, description="Return each passage's text.")
+    filter: str | None = Field(None, description="A metadata filter (e.g. `year >= 2020 AND "
+                                                 "source = \"handbook\"`); ANDed with your "
+                                                 "key's scope, it can only narrow it.")
 
 
 class CandidateIn(_Model):
@@ -138,6 +141,8 @@ class CitationOut(BaseModel):
 
     n: int
     doc_id: str
+    source: str = Field("", description="Where it comes from, as shown to a reader: `file › "
+                                         "section (page N)` for ingested files, else the id.")
     title: str = ""
     text: str
     support: str = Field("", description="The passage sentence that supports the answer "
@@ -349,3 +354,45 @@ class OpenAIErrorDetail(BaseModel):
 class OpenAIErrorOut(BaseModel):
     error: OpenAIErrorDetail
     request_id: str = ""
+
+
+# -- documents (write permission) ---------------------------------------------------------
+class DocumentIn(_Model):
+    """A document to add or replace (by id)."""
+
+    id: str = Field(min_length=1, max_length=200)
+    text: str
+    title: str = ""
+    parent_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Fields filters match "
+                                     "(a scoped key's documents must match its scope).")
+
+
+class UpsertRequest(_Model):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"index": "docs", "documents": [{"id": "handbook#1", "text": "Expenses are ...",
+                                         "metadata": {"tenant": "acme", "acl": ["finance"]}}]},
+    ]})
+
+    index: str | None = Field(None, description="An index name (default: the first).")
+    documents: list[DocumentIn] = Field(min_length=1)
+
+
+class DeleteRequest(_Model):
+    """Delete by ids, by a filter, or both (a document either names is deleted)."""
+
+    index: str | None = None
+    ids: list[str] | None = None
+    filter: str | None = Field(None, description="A metadata filter; ANDed with the key's "
+                                                 "scope.")
+
+
+class UpdateResponse(BaseModel):
+    request_id: str = ""
+    index: str
+    added: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+    generation: str | None = None

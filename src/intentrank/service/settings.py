@@ -20,6 +20,8 @@ CONVERSATION_PIPELINE = "conversation"
 DEFAULT_RERANKERS: dict[str, Any] = {
     "cross_encoder": {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}},
 }
+# Body-size limits of the endpoints that need another than Limits.max_body_bytes.
+BODY_LIMITS = {"/documents": 20_000_000, "/evaluate": 20_000_000}
 REPO_REPORTS = Path(__file__).resolve().parents[3] / "docs" / "ablation"
 
 
@@ -48,8 +50,12 @@ class ServiceSettings:
     ``pipelines``: name -> a shipped pipeline name, a YAML config path, or a config node
     (a YAML ``pipeline:`` value); every pipeline is built for every index at start-up.
     ``rerankers``: name -> config node run over a request's own candidates (POST /rerank).
-    ``keys``: an :class:`~intentrank.service.auth.KeyStore`; with ``require_keys`` (the
-    default) every endpoint but /health and the static page needs one of them.
+    ``keys``: a :class:`~intentrank.service.auth.KeyStore` or a
+    :class:`~intentrank.service.keyring.KeyRing` (a keys file, reloaded when it changes);
+    with ``require_keys`` (the default) every endpoint but /health and the static page
+    needs one of them. ``body_limits``: path -> its body-size limit (others:
+    ``limits.max_body_bytes``); ``log_texts``: log request texts (off: never);
+    ``auth_failures_per_minute``: failed authentications a client address may make.
     ``watch_s``: every that many seconds, switch to an index directory's new generation when
     a rebuild has committed one (None: serve the generations opened at start-up).
     ``drain_s``: after SIGTERM, how long in-flight requests get to finish (new ones: 503).
@@ -74,6 +80,9 @@ class ServiceSettings:
     default_pipeline: str | None = None
     watch_s: float | None = None  # check the index directories' CURRENT this often (reload)
     drain_s: float = 30.0  # on SIGTERM: at most this long for in-flight requests to finish
+    body_limits: dict[str, int] = field(default_factory=lambda: dict(BODY_LIMITS))
+    log_texts: bool = False  # put queries and filters in the access log
+    auth_failures_per_minute: int = 30  # per client address; then 429 until it refills
 
     def check(self) -> ServiceSettings:
         """Refuse settings that cannot serve, naming the bad one."""
@@ -99,6 +108,9 @@ class ServiceSettings:
         if self.watch_s is not None:
             check_number("watch_s", self.watch_s, above=0)
         check_number("drain_s", self.drain_s, above=0)
+        check_int("auth_failures_per_minute", self.auth_failures_per_minute)
+        for path, limit in self.body_limits.items():
+            check_int(f"body_limits[{path!r}]", limit)
         if self.require_keys and (self.keys is None or not len(self.keys)):
             raise ConfigError("API keys are required but none are configured: give a keys "
                               "file or $INTENTRANK_API_KEYS, or turn keys off explicitly")
@@ -108,6 +120,10 @@ class ServiceSettings:
             if unknown:
                 raise ConfigError(f"API keys name pipeline(s) {unknown} that are not served "
                                   f"(served: {', '.join([*self.pipelines, *self.rerankers])})")
+            unknown = sorted(self.keys.indexes_named() - set(self.indexes))
+            if unknown:
+                raise ConfigError(f"API keys name index(es) {unknown} that are not served "
+                                  f"(served: {', '.join(self.indexes)})")
         if self.default_pipeline is not None and self.default_pipeline not in self.pipelines:
             raise ConfigError(f"default pipeline {self.default_pipeline!r} is not served")
         return self

@@ -45,6 +45,7 @@
     const body = {index: $("index").value, pipeline: $("pipeline").value,
                   top_k: Number($("top-k").value) || 10};
     const question = $("question").value;
+    if ($("filter").value.trim()) body.filter = $("filter").value.trim();
     if ($("conv-mode").checked) body.conversation = {turns: parseTurns($("turns").value), question};
     else body.query = question;
     return body;
@@ -164,7 +165,8 @@
     $("answer-fallback").hidden = !a.fallback;
     $("answer-fallback").textContent = a.fallback ? `fallback: ${a.fallback}` : "";
     $("citations").replaceChildren(...a.citations.map((c) => el("li", {id: "cite-" + c.n, value: c.n},
-      el("span", {class: "doc-id", text: c.doc_id}), " ", el("strong", {text: c.title || ""}), " ",
+      el("span", {class: "doc-id", text: c.source || c.doc_id, title: c.doc_id}), " ",
+      el("strong", {text: c.title || ""}), " ",
       el("span", {class: "support", text: (c.support || c.text).slice(0, 300)}))),
       ...(a.unsupported || []).map((s) => el("li", {class: "unsupported", text: "unsupported: " + s})));
     $("answer").hidden = false;

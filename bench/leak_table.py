@@ -1,0 +1,43 @@
+"""The Markdown table of the leak fuzzer's counts per endpoint (tests/test_leak_fuzzer.py
+writes them to $INTENTRANK_LEAKS_OUT; docs/reliability.md, "Who sees what", shows the
+table of bench/leak_results.json).
+
+    INTENTRANK_LEAKS_OUT=$PWD/bench/leak_results.json .venv/bin/pytest -q \\
+        tests/test_leak_fuzzer.py -p no:cacheprovider
+    .venv/bin/python bench/leak_table.py bench/leak_results.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from report import table
+
+COLUMNS = [("requests", "requests"), ("status 2xx", "2xx"), ("status 4xx", "4xx"),
+           ("status 5xx", "5xx"), ("documents returned", "documents returned"),
+           ("documents cited", "cited"), ("LLM prompts inspected", "prompts inspected"),
+           ("passages in prompts", "passages in prompts"),
+           ("outside the scope, returned", "outside the scope: returned"),
+           ("outside the scope, cited", "cited"), ("outside the scope, in prompts", "in prompts"),
+           ("write attempts by keys without write", "writes tried without `write`"),
+           ("writes accepted from keys without write", "accepted"),
+           ("requests with a revoked or expired key", "requests with a revoked or expired key"),
+           ("served after revocation or expiry", "served")]
+
+
+def main() -> None:
+    r = json.loads(Path(sys.argv[1]).read_text())
+    rows = [[f"`{name}`", *(f"{c.get(k, 0):,}" for k, _ in COLUMNS)]
+            for name, c in r["endpoints"].items()]
+    totals = {k: sum(c.get(k, 0) for c in r["endpoints"].values()) for k, _ in COLUMNS}
+    rows.append(["**all**", *(f"**{totals[k]:,}**" for k, _ in COLUMNS)])
+    print(f"{r['requests']:,} requests (seed {r['seed']}) over {r['documents']:,} documents, "
+          f"{r['seconds']:.0f} s, {r['date']}\n")
+    print(table(["endpoint", *(h for _, h in COLUMNS)], rows,
+                "|---|" + "---:|" * len(COLUMNS)))
+
+
+if __name__ == "__main__":
+    main()
