@@ -4,6 +4,8 @@ and ANN recall by selectivity.
     python bench/bench_updates.py updates   # SciFact: build, add 100, deletes, exactness
     python bench/bench_updates.py filters   # SciFact: latency by selectivity per leg, HNSW
     python bench/bench_updates.py big       # 1M passages: BM25, exact, HNSW with filters
+    python bench/bench_updates.py big-inputs --inputs F.npz   # what big needs, for another
+    python bench/bench_updates.py big --inputs F.npz --no-render   # machine (no models)
     python bench/bench_updates.py render    # docs/benchmarks.md section "updates"
 
 Every document carries ``bucket`` (row mod 100) and ``year``: ``bucket < 1`` keeps 1% of the
@@ -186,28 +188,57 @@ def _recall(truth: np.ndarray, got: list[np.ndarray], k: int) -> float:
                           for t, g in zip(truth, got, strict=True)]))
 
 
-def big(n: int = 1_000_000) -> None:
+def big_inputs(path: Path | None = None) -> dict[str, Any]:
+    """What the 1M corpus is made from: SciFact's vectors and BM25 token ids (indexes/
+    scifact), 100 test queries' vectors and tokens; saved to ``path`` (an .npz another
+    machine can run ``big --inputs`` from without the models), or loaded from it if it
+    exists."""
+    if path is not None and path.exists():
+        z = np.load(path, allow_pickle=False)
+        lens = z["lens"]
+        ids = np.split(z["ids"], np.cumsum(lens)[:-1])
+        qlens = z["qlens"]
+        qtok = [t.tolist() for t in np.split(z["qtok"], np.cumsum(qlens)[:-1])]
+        return {"base": z["base"], "ids": ids, "vocab": z["vocab"].tolist(), "q": z["q"],
+                "qtok": qtok}
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index
+    from intentrank.index.hits import bm25_tokenize
+
+    src = Index(ROOT / "indexes" / "scifact")
+    s = src.settings.bm25
+    tokens = bm25_tokenize([src.doc_text(i) for i in src.ids], s.stopwords, s.stemmer)
+    vocab: dict[str, int] = {}
+    ids = [np.array([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32)
+           for d in tokens]
+    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]][:100]
+    qtok = bm25_tokenize(queries, s.stopwords, s.stemmer)
+    out = {"base": np.asarray(src.embeddings), "ids": ids, "vocab": list(vocab),
+           "q": src.encode_queries(queries), "qtok": qtok}
+    if path is not None:
+        np.savez(path, base=out["base"], ids=np.concatenate(ids),
+                 lens=np.array([len(d) for d in ids]), vocab=np.array(out["vocab"]),
+                 q=out["q"], qtok=np.array([t for d in qtok for t in d], dtype=str),
+                 qlens=np.array([len(d) for d in qtok]))
+    return out
+
+
+def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
     """1M passages perturbed from SciFact's (vectors v_i + 0.6 v_j + noise, token lists with
     10% dropped), BM25 (bm25s numpy, weight mask), exact dense and HNSW under filters."""
     import bm25s
 
-    from intentrank.data.dataset import load_dataset
     from intentrank.filters import MetadataColumns, parse_filter
-    from intentrank.index import Index
     from intentrank.index.ann import build_ann, exact_search, exact_search_rows
     from intentrank.index.bm25 import retrieve
-    from intentrank.index.hits import bm25_tokenize
     from intentrank.index.settings import AnnSettings
 
-    src = Index(ROOT / "indexes" / "scifact")
-    base = np.asarray(src.embeddings)
-    s = src.settings.bm25
-    tokens = bm25_tokenize([src.doc_text(i) for i in src.ids], s.stopwords, s.stemmer)
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]][:100]
-    q = src.encode_queries(queries)
-    qtok = bm25_tokenize(queries, s.stopwords, s.stemmer)
+    made = big_inputs(inputs)
+    base, ids, q, qtok = made["base"], made["ids"], made["q"], made["qtok"]
+    vocab = {t: i for i, t in enumerate(made["vocab"])}
     rng = np.random.default_rng(0)
     m, dim = base.shape
+    (ROOT / ".cache").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="filters1m-", dir=ROOT / ".cache"))
     out: dict[str, Any] = {"docs": n, "queries": len(q), "legs": {}}
     try:
@@ -221,9 +252,6 @@ def big(n: int = 1_000_000) -> None:
         vecs.flush()
         vecs = np.load(work / "v.npy", mmap_mode="r")
         log("BM25 over 1M")
-        vocab: dict[str, int] = {}
-        ids = [np.array([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32)
-               for d in tokens]
         corpus = [d if i < m else d[rng.random(len(d)) >= 0.1]
                   for i in range(n) for d in (ids[i % m],)]
         bm = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
@@ -300,7 +328,9 @@ def _latency_table(d: dict[str, Any]) -> str:
     shares = list(SHARES)
     rows = [[leg, *(f"{v[s]['p50']:.1f} / {v[s]['p95']:.1f}" for s in shares)]
             for leg, v in d["legs"].items()]
-    rows.append(["the filter's row mask", *(f"{d['mask_ms'].get(s, 0):.1f}" for s in shares)])
+    masks = d["mask_ms"]
+    rows.append(["the filter's row mask", *(f"{masks[s]:.1f}" if s in masks else "-"
+                                            for s in shares)])
     return table(["ms p50 / p95, top 10", *shares], rows)
 
 
@@ -315,7 +345,15 @@ def _recall_table(h: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["updates", "filters", "big", "render"])
-    part = parser.parse_args().part
-    {"updates": updates, "filters": filters, "big": big, "render": lambda: None}[part]()
-    render()
+    parser.add_argument("part", choices=["updates", "filters", "big", "big-inputs", "render"])
+    parser.add_argument("--inputs", type=Path, help="big: the 1M corpus's sources from this "
+                        ".npz (big-inputs writes it), so that big runs without the models")
+    parser.add_argument("--no-render", action="store_true", help="store the numbers only")
+    args = parser.parse_args()
+    if args.part == "big-inputs":
+        big_inputs(args.inputs or ROOT / ".cache" / "big-inputs.npz")
+    elif args.part != "render":
+        {"updates": updates, "filters": filters,
+         "big": lambda: big(inputs=args.inputs)}[args.part]()
+    if not args.no_render:
+        render()
