@@ -217,7 +217,7 @@ def big_inputs(path: Path | None = None) -> dict[str, Any]:
     out = {"base": np.asarray(src.embeddings), "ids": ids, "vocab": list(vocab),
            "q": src.encode_queries(queries), "qtok": qtok}
     if path is not None:
-        np.savez(path, base=out["base"], ids=np.concatenate(ids),
+        np.savez_compressed(path, base=out["base"], ids=np.concatenate(ids),
                  lens=np.array([len(d) for d in ids]), vocab=np.array(out["vocab"]),
                  q=out["q"], qtok=np.array([t for d in qtok for t in d], dtype=str),
                  qlens=np.array([len(d) for d in qtok]))
