@@ -181,6 +181,17 @@ def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s
         raw = [searcher.search(q[j:j + 1], k, allow=allow)[0][0] for j in range(len(q))]
         out[share] = {"recall": _recall(truth, got, k), "raw_ann_recall": _recall(truth, raw, k),
                       "exact_scan": bool(exact), **_pcts(ms)}
+        sweep = {}
+        for ef in (64, 128, 256, 512, 1024):  # ef_search before the filter's widening
+            t = time.perf_counter()
+            rows_ef = [searcher.search(q[j:j + 1], k, ef_search=ef, allow=allow)[0][0]
+                       for j in range(len(q))]
+            sweep[ef] = {"recall": _recall(truth, rows_ef, k),
+                         "ms": (time.perf_counter() - t) * 1000 / len(q)}
+        out[share]["sweep"] = sweep
+    unfiltered, _ = exact_search_rows(vecs, np.arange(len(vecs)), q, k)
+    out["unfiltered_recall"] = _recall(unfiltered, [searcher.search(q[j:j + 1], k)[0][0]
+                                                    for j in range(len(q))], k)
     return out
 
 

@@ -68,6 +68,11 @@ rows (a graph walk restricted to few rows loses recall; docs/benchmarks.md "upda
 filters")."""
 
 
+EF_FILTERED_MAX = 4096
+"""A filtered HNSW search widens its candidate list by 1 / (the share of rows allowed), up to
+this."""
+
+
 def exact_search_rows(vectors: np.ndarray, rows: np.ndarray, q: np.ndarray, k: int,
                       block: int = EXACT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
     """:func:`exact_search` over ``vectors[rows]`` (sorted rows, gathered block by block);
@@ -140,6 +145,8 @@ class AnnSearcher:
                 np.packbits(allow, bitorder="little")))
         if s.method == "hnsw":
             ef = max(ef_search or s.ef_search, k)
+            if allow is not None:  # the walk keeps only allowed rows: widen it to match
+                ef = int(min(ef / max(float(allow.mean()), 1e-3), EF_FILTERED_MAX))
             params = faiss.SearchParametersHNSW(efSearch=ef, sel=sel) if sel else None
             self.index.hnsw.efSearch = ef
             scores, rows = self.index.search(q, k, params=params)
