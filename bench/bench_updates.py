@@ -160,7 +160,13 @@ def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s
                 file: Path, build_ann: Any, k: int = 10) -> dict[str, Any]:
     """Recall@k of filtered ANN search (the index's own policy: exact below 20% of rows)
     against exact filtered search, and its latency, per share."""
-    from intentrank.index.ann import ANN_EXACT_BELOW, AnnSearcher, exact_search_rows
+    from intentrank.index.ann import (
+        ANN_EXACT_BELOW,
+        GATHER_BELOW,
+        AnnSearcher,
+        exact_search,
+        exact_search_rows,
+    )
 
     build_s = _secs(build_ann, vecs, s, file)[0]
     searcher = AnnSearcher(file, vecs, s)
@@ -172,8 +178,10 @@ def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s
         exact = allow.mean() < ANN_EXACT_BELOW
         for j in range(len(q)):
             t = time.perf_counter()
-            if exact:
+            if exact and allow.mean() < GATHER_BELOW:
                 r, _ = exact_search_rows(vecs, rows, q[j:j + 1], k)
+            elif exact:
+                r, _ = exact_search(vecs, q[j:j + 1], k, allow=allow)
             else:
                 r, _ = searcher.search(q[j:j + 1], k, allow=allow)
             ms.append((time.perf_counter() - t) * 1000)
@@ -241,7 +249,7 @@ def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
     import bm25s
 
     from intentrank.filters import MetadataColumns, parse_filter
-    from intentrank.index.ann import build_ann, exact_search, exact_search_rows
+    from intentrank.index.ann import GATHER_BELOW, build_ann, exact_search, exact_search_rows
     from intentrank.index.bm25 import retrieve
     from intentrank.index.settings import AnnSettings
 
@@ -270,6 +278,7 @@ def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
         bm.index(bm25s.tokenization.Tokenized(corpus, vocab), show_progress=False)
         del corpus
         cols = MetadataColumns.from_records([{"bucket": i % 100} for i in range(n)])
+        out["column_s"] = _secs(parse_filter("bucket = -1").mask, cols)[0]  # builds it
         masks = {}
         for share, text in SHARES.items():
             if text is None:
@@ -283,8 +292,9 @@ def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
                   for j in range(len(q))]
             out["legs"].setdefault("bm25", {})[share] = _pcts(ms)
             ms = [_secs(exact_search_rows, vecs, np.flatnonzero(allow), q[j:j + 1], 10)[0]
-                  * 1000 if allow is not None else
-                  _secs(exact_search, vecs, q[j:j + 1], 10)[0] * 1000 for j in range(20)]
+                  * 1000 if allow is not None and allow.mean() < GATHER_BELOW else
+                  _secs(exact_search, vecs, q[j:j + 1], 10, allow=allow)[0] * 1000
+                  for j in range(20)]
             out["legs"].setdefault("dense exact", {})[share] = _pcts(ms)
         log("HNSW over 1M")
         out["hnsw"] = _ann_recall(vecs, q, {s: a for s, a in masks.items() if a is not None},

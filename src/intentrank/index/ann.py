@@ -45,20 +45,26 @@ def nlist_for(n: int, s: AnnSettings) -> int:
 
 
 def exact_search(vectors: np.ndarray, q: np.ndarray, k: int,
-                 block: int = EXACT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+                 block: int = EXACT_BLOCK, allow: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top ``k`` of each query over ``vectors`` (a memory-mapped matrix
     is read block by block, so memory stays ``block x queries``). Returns (rows, scores),
-    each of shape (queries, min(k, n)), best first, ties by row."""
+    each of shape (queries, min(k, n)), best first, ties by row. ``allow`` (a bool mask over
+    the rows) keeps the others out (-inf; rows of -1 pad a short result)."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     best_rows = np.zeros((q.shape[0], 0), dtype=np.int64)
     best_scores = np.zeros((q.shape[0], 0), dtype=np.float32)
     for start in range(0, vectors.shape[0], block):
         part = np.asarray(vectors[start:start + block] @ q.T, dtype=np.float32).T
+        if allow is not None:
+            part[:, ~allow[start:start + block]] = -np.inf
         rows, scores = top_rows(part, k)
         both_rows = np.concatenate([best_rows, rows + start], axis=1)
         top, best_scores = top_rows(np.concatenate([best_scores, scores], axis=1), k)
         # ties between blocks: the earlier block's rows come first in both_rows (smaller)
         best_rows = np.take_along_axis(both_rows, top, axis=1)
+    if allow is not None:
+        best_rows = np.where(np.isfinite(best_scores), best_rows, -1)
     return best_rows, best_scores
 
 
@@ -66,6 +72,10 @@ ANN_EXACT_BELOW = 0.2
 """A filter allowing less than this share of a shard's rows is searched exactly over those
 rows (a graph walk restricted to few rows loses recall; docs/benchmarks.md "updates and
 filters")."""
+GATHER_BELOW = 0.02
+"""Exact search over the allowed rows reads only them (gathered) below this share; above
+it, it scans every row and masks the others (a gather of many scattered rows costs more
+than the scan)."""
 
 
 EF_FILTERED_MAX = 4096

@@ -429,7 +429,12 @@ class Index:
         """Exact search block by block over the memory map, or ANN, per shard, merged; with
         ``allow``, exact over the allowed rows where they are few (ANN_EXACT_BELOW), else ANN
         restricted to them."""
-        from intentrank.index.ann import ANN_EXACT_BELOW, exact_search, exact_search_rows
+        from intentrank.index.ann import (
+            ANN_EXACT_BELOW,
+            GATHER_BELOW,
+            exact_search,
+            exact_search_rows,
+        )
         from intentrank.index.shards import merge_hits
 
         per_shard: list[list[Hits]] = []
@@ -440,10 +445,10 @@ class Index:
             vectors = self.embeddings[start:end]
             exact = self.settings.dense.ann.method == "exact" or (
                 part is not None and part.mean() < ANN_EXACT_BELOW)
-            if exact and part is not None:
+            if exact and part is not None and part.mean() < GATHER_BELOW:
                 rows, scores = exact_search_rows(vectors, np.flatnonzero(part), q, k)
             elif exact:
-                rows, scores = exact_search(vectors, q, k)
+                rows, scores = exact_search(vectors, q, k, allow=part)
             else:
                 rows, scores = self.ann[i].search(q, k, allow=part,
                                                   **getattr(self, "_ann_params", {}))
