@@ -228,6 +228,25 @@ def test_filtered_search_is_the_top_k_among_the_matching_documents(meta_index, l
 
 
 @needs_allowed_rows
+def test_a_fused_pipeline_runs_queries_each_with_its_own_filter(meta_index) -> None:
+    from intentrank.retrieve.retrievers import TfidfRetriever
+
+    pipe = (BM25Retriever(meta_index, depth=50) | TfidfRetriever(meta_index, depth=50)) % 5
+    queries = [Query(f"q{i}", q, filter=f) for i, (q, f) in enumerate(zip(QUESTIONS, FILTERS,
+                                                                          strict=True))]
+    result = pipe.run([*queries, Query("all", QUESTIONS[0])])
+    for q, r in zip(queries, result.rankings[:-1], strict=True):
+        assert len(r.doc_ids) == 5
+        assert all(q.filter.matches(_record(meta_index, d)) for d in r.doc_ids)
+        alone = (BM25Retriever(meta_index, depth=50, filter=q.filter)
+                 | TfidfRetriever(meta_index, depth=50, filter=q.filter)) % 5
+        assert r.doc_ids == alone.search(q.text).doc_ids
+    unfiltered = result.rankings[-1].doc_ids
+    assert unfiltered == pipe.search(QUESTIONS[0]).doc_ids
+    assert not all(parse_filter(FILTERS[0]).matches(_record(meta_index, d)) for d in unfiltered)
+
+
+@needs_allowed_rows
 def test_cli_search_with_a_filter(meta_index) -> None:
     from typer.testing import CliRunner
 
