@@ -267,12 +267,45 @@ def test_cli_search_with_a_filter(meta_index) -> None:
            "field(s) 'lab'" in " ".join(res.output.split())
 
 
+@pytest.fixture(scope="module")
+def cranfield_bm25(cranfield, tmp_path_factory):
+    from intentrank.index import IndexSettings, build_index
+
+    return build_index(cranfield.corpus(), tmp_path_factory.mktemp("fbm25") / "cranfield",
+                       IndexSettings(legs=("bm25",)))
+
+
+@needs_allowed_rows
+def test_cli_eval_with_a_filter(small_cranfield, cranfield_bm25, tmp_path) -> None:
+    """Every query of the run searches only the documents the filter lets through (here by
+    the reserved field ``id``: the corpus has no metadata)."""
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+    from intentrank.data.trec import load_run
+
+    runs = {}
+    for name, extra in (("all", []), ("some", ["--filter", 'id < "5" AND NOT id = "12"'])):
+        res = CliRunner().invoke(app, ["eval", str(small_cranfield), "--index",
+                                       str(cranfield_bm25.path), "-p", "bm25", "--runs-dir",
+                                       str(tmp_path / name), *extra])
+        assert res.exit_code == 0, res.output
+        runs[name] = load_run(tmp_path / name / "bm25.trec")
+    f = parse_filter('id < "5" AND NOT id = "12"')
+    assert set(runs["some"]) == set(runs["all"]) == {"1", "2", "4", "8"}
+    for qid, ranked in runs["some"].items():
+        assert len(ranked) == 100 and all(f.matches({"id": d}) for d in ranked)
+        assert [d for d in sorted(runs["all"][qid], key=lambda d: -runs["all"][qid][d])
+                if f.matches({"id": d})][:10] == sorted(ranked, key=lambda d: -ranked[d])[:10]
+
+
 def test_cli_refuses_a_bad_filter_before_any_work(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from intentrank.cli import app
 
-    for command in (["search", str(tmp_path / "none"), "q"], ["answer", str(tmp_path), "q"]):
+    for command in (["search", str(tmp_path / "none"), "q"], ["answer", str(tmp_path), "q"],
+                    ["eval", str(tmp_path), "-p", "bm25"]):
         res = CliRunner().invoke(app, [*command, "--filter", 'year >= 2020 AND team = a'])
         assert res.exit_code == 2
         assert "error: bad filter at position 25 ('a'): expected a value" in res.output
