@@ -228,6 +228,25 @@ def test_filtered_search_is_the_top_k_among_the_matching_documents(meta_index, l
 
 
 @needs_allowed_rows
+def test_a_fused_pipeline_runs_queries_each_with_its_own_filter(meta_index) -> None:
+    from intentrank.retrieve.retrievers import TfidfRetriever
+
+    pipe = (BM25Retriever(meta_index, depth=50) | TfidfRetriever(meta_index, depth=50)) % 5
+    queries = [Query(f"q{i}", q, filter=f) for i, (q, f) in enumerate(zip(QUESTIONS, FILTERS,
+                                                                          strict=True))]
+    result = pipe.run([*queries, Query("all", QUESTIONS[0])])
+    for q, r in zip(queries, result.rankings[:-1], strict=True):
+        assert len(r.doc_ids) == 5
+        assert all(q.filter.matches(_record(meta_index, d)) for d in r.doc_ids)
+        alone = (BM25Retriever(meta_index, depth=50, filter=q.filter)
+                 | TfidfRetriever(meta_index, depth=50, filter=q.filter)) % 5
+        assert r.doc_ids == alone.search(q.text).doc_ids
+    unfiltered = result.rankings[-1].doc_ids
+    assert unfiltered == pipe.search(QUESTIONS[0]).doc_ids
+    assert not all(parse_filter(FILTERS[0]).matches(_record(meta_index, d)) for d in unfiltered)
+
+
+@needs_allowed_rows
 def test_cli_search_with_a_filter(meta_index) -> None:
     from typer.testing import CliRunner
 
@@ -248,12 +267,45 @@ def test_cli_search_with_a_filter(meta_index) -> None:
            "field(s) 'lab'" in " ".join(res.output.split())
 
 
+@pytest.fixture(scope="module")
+def cranfield_bm25(cranfield, tmp_path_factory):
+    from intentrank.index import IndexSettings, build_index
+
+    return build_index(cranfield.corpus(), tmp_path_factory.mktemp("fbm25") / "cranfield",
+                       IndexSettings(legs=("bm25",)))
+
+
+@needs_allowed_rows
+def test_cli_eval_with_a_filter(small_cranfield, cranfield_bm25, tmp_path) -> None:
+    """Every query of the run searches only the documents the filter lets through (here by
+    the reserved field ``id``: the corpus has no metadata)."""
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+    from intentrank.data.trec import load_run
+
+    runs = {}
+    for name, extra in (("all", []), ("some", ["--filter", 'id < "5" AND NOT id = "12"'])):
+        res = CliRunner().invoke(app, ["eval", str(small_cranfield), "--index",
+                                       str(cranfield_bm25.path), "-p", "bm25", "--runs-dir",
+                                       str(tmp_path / name), *extra])
+        assert res.exit_code == 0, res.output
+        runs[name] = load_run(tmp_path / name / "bm25.trec")
+    f = parse_filter('id < "5" AND NOT id = "12"')
+    assert set(runs["some"]) == set(runs["all"]) == {"1", "2", "4", "8"}
+    for qid, ranked in runs["some"].items():
+        assert len(ranked) == 100 and all(f.matches({"id": d}) for d in ranked)
+        assert [d for d in sorted(runs["all"][qid], key=lambda d: -runs["all"][qid][d])
+                if f.matches({"id": d})][:10] == sorted(ranked, key=lambda d: -ranked[d])[:10]
+
+
 def test_cli_refuses_a_bad_filter_before_any_work(tmp_path) -> None:
     from typer.testing import CliRunner
 
     from intentrank.cli import app
 
-    for command in (["search", str(tmp_path / "none"), "q"], ["answer", str(tmp_path), "q"]):
+    for command in (["search", str(tmp_path / "none"), "q"], ["answer", str(tmp_path), "q"],
+                    ["eval", str(tmp_path), "-p", "bm25"]):
         res = CliRunner().invoke(app, [*command, "--filter", 'year >= 2020 AND team = a'])
         assert res.exit_code == 2
         assert "error: bad filter at position 25 ('a'): expected a value" in res.output

@@ -27,6 +27,7 @@ from typer.exceptions import TyperException
 
 from intentrank.core.params import check_int, check_number
 from intentrank.errors import ConfigError, IntentrankError
+from intentrank.filters import Filter
 from intentrank.paths import default_data_dir
 from intentrank.types import Document
 
@@ -158,6 +159,16 @@ def fail(exc: Exception | str) -> None:
 def warn(message: str) -> None:
     console.print(f"[bold yellow]warning:[/] {escape(message)}", soft_wrap=True,
                   highlight=False)
+
+
+def warn_if_nothing_passes(idx: Any, flt: Filter | None) -> None:
+    """A warning when ``flt`` lets no document of the index through, naming the fields that
+    no document has (a misspelt field otherwise just gives empty results)."""
+    if flt is None or idx.allowed_rows(flt).any():
+        return
+    absent = sorted(f for f in flt.fields() if not idx.metadata_columns.column(f).present.any())
+    warn("--filter matches no document of this index"
+         + (f"; no document has the field(s) {', '.join(map(repr, absent))}" if absent else ""))
 
 
 def log(message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,9 +28,11 @@ from intentrank.cli.common import (
     settings_of,
     split_and_index,
     warn,
+    warn_if_nothing_passes,
     write_text,
 )
 from intentrank.cli.options import (
+    FilterOption,
     IndexOption,
     RayAddressOption,
     RayPanel,
@@ -39,6 +42,7 @@ from intentrank.cli.options import (
 )
 from intentrank.core.params import check_int
 from intentrank.errors import ConfigError
+from intentrank.filters import parse_filter
 
 JudgePanel, ConfigPanel = panel("Judging answers"), panel("Configurations")
 
@@ -78,8 +82,11 @@ def evaluate_cmd(
     ray_address: RayAddressOption = "",
     ray_tasks: Annotated[int, RayPanel(help="Ray tasks per pipeline.")] = 2,
     bm25_backend: SearchBm25Option = "",
+    filter_text: FilterOption = "",
 ) -> None:
-    """Run pipelines over a dataset split and report IR metrics with significance tests."""
+    """Run pipelines over a dataset split and report IR metrics with significance tests (with
+    --filter, every query searches only the documents it lets through; relevant documents
+    outside it count as not found)."""
     from intentrank.core.config import load_config, resolve_pipeline
     from intentrank.data.trec import write_run
     from intentrank.measures.metrics import validate_metrics
@@ -88,6 +95,7 @@ def evaluate_cmd(
     names = pipeline or ["bm25", "dense", "rrf"]
     # everything that can be checked before loading data, building or running
     metric_names = validate_metrics(metrics)
+    flt = parse_filter(filter_text) if filter_text else None
     configs = {n: resolve_pipeline(n) for n in names}
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
@@ -115,6 +123,9 @@ def evaluate_cmd(
                                             before_index=check_references)
     if bm25_backend:
         idx.set_bm25_backend(bm25_backend)
+    if flt is not None:
+        warn_if_nothing_passes(idx, flt)
+        queries = [replace(q, filter=flt) for q in queries]
     if ray or ray_address:
         if judge:
             raise ConfigError("--judge runs in one process; leave out --ray")

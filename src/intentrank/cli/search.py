@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -22,6 +22,7 @@ from intentrank.cli.common import (
     out,
     settings_of,
     warn,
+    warn_if_nothing_passes,
 )
 from intentrank.cli.ingest import is_document_folder, print_skipped, read_documents
 from intentrank.cli.options import (
@@ -34,22 +35,12 @@ from intentrank.cli.options import (
 )
 from intentrank.core.params import ParameterError, check_int
 from intentrank.errors import ConfigError
-from intentrank.filters import Filter, parse_filter
+from intentrank.filters import parse_filter
 from intentrank.types import Query
 
 Bm25Panel, DensePanel, AnnPanel = panel("BM25"), panel("Dense"), panel("Dense search (faiss)")
 FolderPanel = panel("A folder of documents")
 IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
-
-
-def warn_if_nothing_passes(idx: Any, flt: Filter | None) -> None:
-    """A warning when ``flt`` lets no document of the index through, naming the fields that
-    no document has (a misspelt field otherwise just gives empty results)."""
-    if flt is None or idx.allowed_rows(flt).any():
-        return
-    absent = sorted(f for f in flt.fields() if not idx.metadata_columns.column(f).present.any())
-    warn("--filter matches no document of this index"
-         + (f"; no document has the field(s) {', '.join(map(repr, absent))}" if absent else ""))
 
 
 @app.command()

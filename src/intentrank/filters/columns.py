@@ -91,12 +91,27 @@ class Column:
 
     def equal(self, value: Value) -> np.ndarray:
         """The entries equal to ``value``."""
-        kind, key = kind_of(value), key_of(value)
-        if kind == STRING:
-            i = bisect_left(self.vocab, key)
-            found = i < len(self.vocab) and self.vocab[i] == key
-            return self.codes == (i if found else -2)
-        return (self.num, self.date, None, self.flag)[kind] == key
+        return self.equal_any((value,))
+
+    def equal_any(self, values: Sequence[Value]) -> np.ndarray:
+        """The entries equal to one of ``values`` (one pass per kind of value given)."""
+        keys: dict[int, list[Any]] = {}
+        for v in values:
+            keys.setdefault(kind_of(v), []).append(key_of(v))
+        hit = np.zeros(len(self.codes), dtype=bool)
+        for kind, wanted in keys.items():
+            if kind == STRING:
+                wanted = [i for i in map(self._code_of, wanted) if i >= 0]
+            arr = (self.num, self.date, self.codes, self.flag)[kind]
+            if len(wanted) == 1:
+                hit |= arr == wanted[0]
+            elif wanted:
+                hit |= np.isin(arr, wanted)
+        return hit
+
+    def _code_of(self, text: str) -> int:
+        i = bisect_left(self.vocab, text)
+        return i if i < len(self.vocab) and self.vocab[i] == text else -1
 
     def in_range(self, op: str, value: Value) -> np.ndarray:
         """The entries with ``entry op value``, ``op`` one of ``< <= > >=``."""

@@ -145,10 +145,7 @@ class In(Filter):
 
     def mask(self, columns: MetadataColumns) -> np.ndarray:
         col = columns.column(self.field)
-        hit = np.zeros(len(col.codes), dtype=bool)
-        for v in self.values:
-            hit |= col.equal(v)
-        return col.to_rows(hit)
+        return col.to_rows(col.equal_any(self.values))
 
     def __str__(self) -> str:
         return f"{format_field(self.field)} IN ({', '.join(map(format_value, self.values))})"
