@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from debian_docs import debian_doc
+from real_docs import debian_doc, python_docx_files
 
 from intentrank.data.ingest import ChunkSettings, list_files, read_folder, source_label
 from intentrank.data.ingest.blocks import SEPARATOR
@@ -153,6 +153,21 @@ def test_strict_raises_naming_file_and_reason(tmp_path, name):
     expected = _bad_files(tmp_path)
     with pytest.raises(DataError, match=f"{name}: cannot read: {expected[name]}"):
         list(read_folder(tmp_path, include=(f"/{name}",), strict=True).documents)
+
+
+def test_real_docx_files_of_python_docx():
+    """The Word documents of python-docx's own tests (made in Word by its authors): styles,
+    core properties, tables, and blank ones skipped as having no text."""
+    read = read_folder(python_docx_files())
+    docs = list(read.documents)
+    assert len(read.read) >= 20 and {s.kind for s in read.skipped} == {"no text"}
+    by = {d.id: d for d in docs}
+    styled = [d for d in docs if d.parent_id == "par-known-styles.docx"]
+    assert [(d.metadata["headings"], d.text) for d in styled] == [
+        ([], "no specified style\n\nmissing style"), (["Heading 1"], "Heading 1\n\nBody Text")]
+    assert by["blk-paras-and-tables.docx#0"].metadata["author"] == "Steve Canny"
+    assert "Text before Text after" in by["blk-paras-and-tables.docx#0"].text
+    assert all(d.metadata["char_end"] > d.metadata["char_start"] for d in docs)
 
 
 def test_docx_headings_lists_tables_and_properties(tmp_path):
