@@ -1,10 +1,10 @@
 """The "ingest-parsers" and "ingest-chunking" sections of docs/benchmarks.md (issue 48), on
-documentation Debian packages ship (scripts/real_docs.sh unpacks it into
-.cache/real-docs; /usr/share/doc is used where a package is installed):
+documentation Debian packages ship (scripts/debian_docs.sh unpacks it into
+.cache/debian-docs; /usr/share/doc is used where a package is installed):
 
     .venv/bin/python bench/bench_ingest.py              # parsers: quality and speed
     .venv/bin/python bench/bench_ingest.py --chunking   # structure chunks against word chunks
-    .venv/bin/python bench/bench_ingest.py --fetch      # only run scripts/real_docs.sh
+    .venv/bin/python bench/bench_ingest.py --fetch      # only run scripts/debian_docs.sh
 
 Parsers: every candidate reads the same files, interleaved, three rounds (median seconds).
 Quality against a text no extractor saw: shared-mime-info ships its specification as
@@ -32,7 +32,7 @@ from typing import Any
 
 from report import ROOT, header, log, table, write_section
 
-PLACES = (ROOT / ".cache" / "real-docs" / "root", Path("/"))
+PLACES = (ROOT / ".cache" / "debian-docs" / "root", Path("/"))
 MIME = "usr/share/doc/shared-mime-info"
 TASN1 = "usr/share/doc/libtasn1-doc/libtasn1.pdf"
 VALGRIND = "usr/share/doc/valgrind/html"
@@ -44,7 +44,7 @@ def doc(relative: str) -> Path:
     for place in PLACES:
         if (place / relative).exists():
             return place / relative
-    sys.exit(f"{relative} is missing: run scripts/real_docs.sh")
+    sys.exit(f"{relative} is missing: run scripts/debian_docs.sh")
 
 
 def words(text: str) -> list[str]:
@@ -187,13 +187,13 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunking", action="store_true", help="structure vs word chunks")
     ap.add_argument("--fetch", action="store_true", help="unpack the Debian documentation "
-                    "(and the other real documents) into .cache/real-docs "
-                    "(scripts/real_docs.sh) and stop")
+                    "(and the other real documents) into .cache/debian-docs "
+                    "(scripts/debian_docs.sh) and stop")
     args = ap.parse_args()
     if args.fetch:
         import subprocess
 
-        subprocess.run(["bash", str(ROOT / "scripts" / "real_docs.sh")], check=True)
+        subprocess.run(["bash", str(ROOT / "scripts" / "debian_docs.sh")], check=True)
     elif args.chunking:
         from bench_ingest_chunking import chunking
 

@@ -22,6 +22,6 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
       || echo "note: could not install chromium (the browser test will skip)" >&2
 fi
 # Real documents for the ingestion tests (Debian's PDF/HTML/Markdown documentation,
-# python-docx's Word files) into .cache/real-docs; never fails.
-bash scripts/real_docs.sh
+# python-docx's Word files) into .cache/debian-docs; never fails.
+bash scripts/debian_docs.sh
 echo "intentrank installed in .venv ($(.venv/bin/python -c 'import intentrank; print(intentrank.__version__)'))"

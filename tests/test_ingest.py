@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from real_docs import debian_doc, python_docx_files
+from debian_docs import debian_doc, python_docx_files
 
 from intentrank.data.ingest import ChunkSettings, list_files, read_folder, source_label
 from intentrank.data.ingest.blocks import SEPARATOR

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from real_docs import debian_doc
+from debian_docs import debian_doc
 from typer.testing import CliRunner
 
 from intentrank.cli import app

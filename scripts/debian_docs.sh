@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real documents no one here wrote, for the ingestion tests and benchmark, into
-# .cache/real-docs (safe to run again; never fails: a test that needs a missing file skips,
+# .cache/debian-docs (safe to run again; never fails: a test that needs a missing file skips,
 # naming it):
 #   root/       the PDF, HTML and Markdown documentation Debian packages ship, unpacked with
 #               `apt-get download` + `dpkg -x` (no root; the apt lists must exist: apt-get
@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACKAGES=${DEBIAN_DOCS:-"shared-mime-info libtasn1-doc valgrind"}
-DEST=.cache/real-docs
+DEST=.cache/debian-docs
 PIP=${PIP:-.venv/bin/pip}
 mkdir -p "$DEST/debs"
 if command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1; then
