@@ -213,3 +213,26 @@ def test_missing_root_and_mtime(tmp_path):
     (doc,) = read_folder(tmp_path).documents
     assert doc.metadata["mtime"] == "2023-11-14T22:13:20+00:00"
     assert doc.title == "n" and source_label(doc.metadata) == "n.txt"
+
+
+def test_real_manual_code_and_tables_kept_whole():
+    """Valgrind's Memcheck chapter (HTML): every code block and table that fits the budget
+    is whole inside one passage; the longer ones are cut at line ends."""
+    from intentrank.data.ingest import chunk_blocks
+    from intentrank.data.ingest.html import parse_html
+
+    page = debian_doc("usr/share/doc/valgrind/html/mc-manual.html")
+    blocks = parse_html(page.read_bytes()).blocks
+    text, chunks = chunk_blocks(blocks)
+    tok, budget = minilm_tokenizer(), default_max_tokens()
+    whole = [b for b in blocks if b.kind in ("code", "table")
+             and len(tok.encode(b.text, add_special_tokens=False).ids) <= budget]
+    assert len(whole) >= 20
+    for b in whole:
+        assert any(b.text in c.text for c in chunks), b.text[:80]
+    long = [b for b in blocks if b.kind == "code" and b not in whole]
+    assert len(long) >= 5
+    for b in long:
+        start = text.index(b.text)
+        cuts = [c.char_end for c in chunks if start < c.char_end < start + len(b.text)]
+        assert cuts and all(not text[e:].split("\n", 1)[0].strip() for e in cuts)  # line ends
