@@ -187,7 +187,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chunking", action="store_true", help="structure vs word chunks")
     ap.add_argument("--fetch", action="store_true", help="unpack the Debian documentation "
-                    "into .cache/debian-docs (scripts/debian_docs.sh) and stop")
+                    "(and the other real documents) into .cache/debian-docs "
+                    "(scripts/debian_docs.sh) and stop")
     args = ap.parse_args()
     if args.fetch:
         import subprocess

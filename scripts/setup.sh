@@ -21,6 +21,7 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
            && $SUDO apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } \
       || echo "note: could not install chromium (the browser test will skip)" >&2
 fi
-# Debian's own documentation (PDF, HTML, Markdown) for the ingestion tests; never fails.
+# Real documents for the ingestion tests (Debian's PDF/HTML/Markdown documentation,
+# python-docx's Word files) into .cache/debian-docs; never fails.
 bash scripts/debian_docs.sh
 echo "intentrank installed in .venv ($(.venv/bin/python -c 'import intentrank; print(intentrank.__version__)'))"

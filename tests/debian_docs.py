@@ -1,6 +1,8 @@
-"""Where the tests find real documents that Debian packages ship (PDF, HTML, Markdown):
-unpacked by scripts/debian_docs.sh (run by scripts/setup.sh) into .cache/debian-docs, or
-installed in /usr/share/doc. A test that needs one that is absent skips, naming it."""
+"""Where the tests find real documents no one here wrote, which scripts/debian_docs.sh (run
+by scripts/setup.sh) puts into .cache/debian-docs: the PDF, HTML and Markdown documentation
+Debian packages ship (also looked for in /usr/share/doc, where a package is installed), and
+the Word documents of python-docx's own tests. A test that needs one that is absent skips,
+naming it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PLACES = (ROOT / ".cache" / "debian-docs" / "root", Path("/"))
+CACHE = ROOT / ".cache" / "debian-docs"
+PLACES = (CACHE / "root", Path("/"))
 
 
 def debian_doc(relative: str) -> Path:
@@ -20,3 +23,11 @@ def debian_doc(relative: str) -> Path:
         if path.exists():
             return path
     pytest.skip(f"{relative} is absent: run scripts/debian_docs.sh (needs apt-get)")
+
+
+def python_docx_files() -> Path:
+    """The folder of python-docx's test documents (from its sdist); skips when absent."""
+    folder = CACHE / "python-docx"
+    if not (folder / "par-known-styles.docx").exists():
+        pytest.skip(f"{folder} is absent: run scripts/debian_docs.sh (needs pip and PyPI)")
+    return folder

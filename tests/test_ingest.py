@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from debian_docs import debian_doc
+from debian_docs import debian_doc, python_docx_files
 
 from intentrank.data.ingest import ChunkSettings, list_files, read_folder, source_label
 from intentrank.data.ingest.blocks import SEPARATOR
@@ -155,6 +155,21 @@ def test_strict_raises_naming_file_and_reason(tmp_path, name):
         list(read_folder(tmp_path, include=(f"/{name}",), strict=True).documents)
 
 
+def test_real_docx_files_of_python_docx():
+    """The Word documents of python-docx's own tests (made in Word by its authors): styles,
+    core properties, tables, and blank ones skipped as having no text."""
+    read = read_folder(python_docx_files())
+    docs = list(read.documents)
+    assert len(read.read) >= 20 and {s.kind for s in read.skipped} == {"no text"}
+    by = {d.id: d for d in docs}
+    styled = [d for d in docs if d.parent_id == "par-known-styles.docx"]
+    assert [(d.metadata["headings"], d.text) for d in styled] == [
+        ([], "no specified style\n\nmissing style"), (["Heading 1"], "Heading 1\n\nBody Text")]
+    assert by["blk-paras-and-tables.docx#0"].metadata["author"] == "Steve Canny"
+    assert "Text before Text after" in by["blk-paras-and-tables.docx#0"].text
+    assert all(d.metadata["char_end"] > d.metadata["char_start"] for d in docs)
+
+
 def test_docx_headings_lists_tables_and_properties(tmp_path):
     docx = pytest.importorskip("docx")
     d = docx.Document()
@@ -198,3 +213,26 @@ def test_missing_root_and_mtime(tmp_path):
     (doc,) = read_folder(tmp_path).documents
     assert doc.metadata["mtime"] == "2023-11-14T22:13:20+00:00"
     assert doc.title == "n" and source_label(doc.metadata) == "n.txt"
+
+
+def test_real_manual_code_and_tables_kept_whole():
+    """Valgrind's Memcheck chapter (HTML): every code block and table that fits the budget
+    is whole inside one passage; the longer ones are cut at line ends."""
+    from intentrank.data.ingest import chunk_blocks
+    from intentrank.data.ingest.html import parse_html
+
+    page = debian_doc("usr/share/doc/valgrind/html/mc-manual.html")
+    blocks = parse_html(page.read_bytes()).blocks
+    text, chunks = chunk_blocks(blocks)
+    tok, budget = minilm_tokenizer(), default_max_tokens()
+    whole = [b for b in blocks if b.kind in ("code", "table")
+             and len(tok.encode(b.text, add_special_tokens=False).ids) <= budget]
+    assert len(whole) >= 20
+    for b in whole:
+        assert any(b.text in c.text for c in chunks), b.text[:80]
+    long = [b for b in blocks if b.kind == "code" and b not in whole]
+    assert len(long) >= 5
+    for b in long:
+        start = text.index(b.text)
+        cuts = [c.char_end for c in chunks if start < c.char_end < start + len(b.text)]
+        assert cuts and all(not text[e:].split("\n", 1)[0].strip() for e in cuts)  # line ends

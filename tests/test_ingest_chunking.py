@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from intentrank.core.params import ParameterError
-from intentrank.data.ingest import Block, ChunkSettings, chunk_blocks, source_label
+from intentrank.data.ingest import Block, ChunkSettings, SkipFile, chunk_blocks, source_label
 from intentrank.data.ingest.chunking import default_max_tokens, minilm_tokenizer
 from intentrank.data.ingest.globs import matches
 from intentrank.data.ingest.html import parse_html
@@ -188,3 +188,10 @@ def test_passages_cover_every_character_within_budget(blocks, budget, data):
         covered[c.char_start:c.char_end] = b"\x01" * (c.char_end - c.char_start)
     assert all(covered[i] or ch.isspace() for i, ch in enumerate(text))
     assert [c.char_start for c in chunks] == sorted(c.char_start for c in chunks)
+
+
+def test_html_without_charset_falls_back_to_windows_1252_like_browsers():
+    ex = parse_html("<body><p>na\xefve \u201cquoted\u201d</p></body>".encode("cp1252"))
+    assert ex.blocks[0].text == "na\xefve \u201cquoted\u201d"
+    with pytest.raises(SkipFile, match="undecodable text: not utf-8"):  # declared: strict
+        parse_html('<meta charset="utf-8"><body>caf\xe9</body>'.encode("latin-1"))

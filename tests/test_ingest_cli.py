@@ -60,9 +60,10 @@ def test_search_json_cites_file_section_page(folder_index):
     assert "source" in table.output
 
 
-def test_strict_fails_naming_the_file(folder, tmp_path):
-    res = runner.invoke(app, ["index", str(folder), str(tmp_path / "i"), "--legs", "bm25",
-                              "--strict"])
+@pytest.mark.parametrize("where", ["command", "global"])
+def test_strict_fails_naming_the_file(folder, tmp_path, where):
+    args = ["index", str(folder), str(tmp_path / "i"), "--legs", "bm25"]
+    res = runner.invoke(app, [*args, "--strict"] if where == "command" else ["--strict", *args])
     assert res.exit_code == 2
     assert "error:" in res.output
     assert "notes/bad.txt: cannot read: binary content" in flat(res.output)
@@ -105,3 +106,15 @@ def test_answer_citations_carry_the_source(folder_index):
                     stage="answer")
     (cited,) = cited_passages(answer, idx)
     assert cited["source"] == "README.md › Shared MIME Info"
+
+
+def test_index_one_document_file(tmp_path):
+    pdf = debian_doc("usr/share/doc/libtasn1-doc/libtasn1.pdf")
+    res = runner.invoke(app, ["index", str(pdf), str(tmp_path / "i"), "--legs", "bm25",
+                              "--chunk-tokens", "128", "--chunk-overlap", "0"])
+    assert res.exit_code == 0, res.output
+    assert "1 file(s) read" in flat(res.output)
+    found = runner.invoke(app, ["search", str(tmp_path / "i"), "DER encoding of an "
+                                "INTEGER", "-p", "bm25", "-k", "1", "--json"])
+    (row,) = json.loads(found.output)[0]["results"]
+    assert row["id"].startswith("libtasn1.pdf#") and row["source"].startswith("libtasn1.pdf")

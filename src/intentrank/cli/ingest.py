@@ -35,7 +35,7 @@ def read_documents(source: Path, include: list[str] | None, exclude: list[str] |
         raise ParameterError(f"--chunk-size counts words in a corpus file's documents; "
                              f"{source} is a folder of documents: use --chunk-tokens")
     chunking = ChunkSettings(max_tokens=chunk_tokens or None,
-                             overlap_tokens=32 if overlap is None else overlap)
+                             **({} if overlap is None else {"overlap_tokens": overlap}))
     read = read_folder(source, include=tuple(include or DEFAULT_INCLUDE),
                        exclude=tuple(exclude or ()), chunking=chunking, strict=strict,
                        progress=True)

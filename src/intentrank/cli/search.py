@@ -137,7 +137,8 @@ def index(
                       ann=AnnSettings(ann, hnsw_m=hnsw_m, ef_search=ef_search,
                                       nlist=nlist, nprobe=nprobe, pq_m=pq_m)),
         chunk_size=chunk_size or None,
-        chunk_overlap=50 if chunk_overlap is None else chunk_overlap, shards=shards,
+        chunk_overlap=base.chunk_overlap if chunk_overlap is None else chunk_overlap,
+        shards=shards,
     )
     encoder = None
     if ray or ray_address:

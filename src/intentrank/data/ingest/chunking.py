@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -126,40 +127,35 @@ def _split(text: str, offsets: list[tuple[int, int]], kind: str, budget: int,
     ``text``: one per sentence (line for code, tables and lists), and a piece still longer
     than the budget cut at word starts (inside a word only when one word is longer than the
     budget). The packer then fills passages with them."""
-    bounds = sorted({0, *_breaks(text, kind)})
-    groups: list[list[int]] = []  # token starts per piece
-    b = 0
-    for start, _ in offsets:
-        while b + 1 < len(bounds) and start >= bounds[b + 1]:
-            b += 1
-            groups.append([])
-        if not groups:
-            groups.append([])
-        groups[-1].append(start)
+    starts = [s for s, _ in offsets]
+    n = len(starts)
+    edges = sorted({0, n, *(bisect_left(starts, p) for p in _breaks(text, kind))})
     pieces = []
-    for starts in (g for g in groups if g):
-        i = 0
-        while i < len(starts):
-            j = min(i + budget, len(starts))
-            if j < len(starts):  # the last word start in reach
-                j = max((t for t in range(i + 1, j + 1)
-                         if text[starts[t] - 1].isspace()), default=j)
-            end = starts[j] if j < len(starts) else _next_start(offsets, starts[-1], text)
-            piece = text[starts[i]:end].rstrip()
-            n = _count(tokenizer, piece)  # a piece of a word may tokenise differently
-            while n > budget and j > i + 1:
-                j -= 1
-                piece = text[starts[i]:starts[j]].rstrip()
-                n = _count(tokenizer, piece)
-            pieces.append((starts[i], starts[i] + len(piece), n))
+    for first, stop in zip(edges, edges[1:], strict=False):
+        i = first
+        while i < stop:
+            j = min(i + budget, stop)
+            if j < stop:  # the last word start in reach, else a cut inside the word
+                k = j
+                while k > i and not text[starts[k] - 1].isspace():
+                    k -= 1
+                j = k if k > i else j
+            piece = text[starts[i]:starts[j] if j < n else len(text)].rstrip()
+            count = j - i  # tokens never span whitespace: exact at a word start
+            if _glued(text, starts, i) or _glued(text, starts, j):
+                count = _count(tokenizer, piece)  # a piece of a word tokenises apart
+                while count > budget and j > i + 1:
+                    j -= 1
+                    piece = text[starts[i]:starts[j]]
+                    count = _count(tokenizer, piece)
+            pieces.append((starts[i], starts[i] + len(piece), count))
             i = j
     return pieces
 
 
-def _next_start(offsets: list[tuple[int, int]], last: int, text: str) -> int:
-    """Where the token after the one starting at ``last`` starts (the text's end if none)."""
-    later = [s for s, _ in offsets if s > last]
-    return later[0] if later else len(text)
+def _glued(text: str, starts: list[int], t: int) -> bool:
+    """Whether token ``t`` continues the word before it (a cut there splits a word)."""
+    return 0 < t < len(starts) and not text[starts[t] - 1].isspace()
 
 
 def _units(blocks: Sequence[Block], starts: list[int], budget: int, tokenizer: Any
