@@ -9,8 +9,8 @@ table of bench/leak_results.json).
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 from report import table
@@ -28,7 +28,9 @@ COLUMNS = [("requests", "requests"), ("status 2xx", "2xx"), ("status 4xx", "4xx"
 
 
 def main() -> None:
-    r = json.loads(Path(sys.argv[1]).read_text())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", type=Path, help="the fuzzer's JSON counts")
+    r = json.loads(parser.parse_args().results.read_text())
     rows = [[f"`{name}`", *(f"{c.get(k, 0):,}" for k, _ in COLUMNS)]
             for name, c in r["endpoints"].items()]
     totals = {k: sum(c.get(k, 0) for c in r["endpoints"].values()) for k, _ in COLUMNS}

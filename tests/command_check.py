@@ -90,11 +90,11 @@ def _check_click(tokens: list[str]) -> list[str]:
             if name == token and not (param.is_flag or param.count):
                 i += 1  # its value
             continue
-        if command is GROUP:
-            if token not in GROUP.commands:
+        if hasattr(command, "commands"):  # the app, or a group of commands (`keys add`)
+            if token not in command.commands:
                 errors.append(f"no subcommand {token!r}")
                 break
-            command = GROUP.commands[token]
+            command = command.commands[token]
             options = _click_options(command)
     return errors
 

@@ -241,6 +241,11 @@ def test_cli_search_with_a_filter(meta_index) -> None:
     ids = [r["id"] for r in rows["results"]]
     assert ids == BM25Retriever(meta_index, depth=100, filter=FILTERS[0]).search(
         QUESTIONS[0], k=5).doc_ids
+    res = CliRunner().invoke(app, ["search", str(meta_index.path), QUESTIONS[0], "-p", "bm25",
+                                   "--filter", 'lab = "ames" OR year > 3000'])
+    assert res.exit_code == 0, res.output
+    assert "warning: --filter matches no document of this index; no document has the " \
+           "field(s) 'lab'" in " ".join(res.output.split())
 
 
 def test_cli_refuses_a_bad_filter_before_any_work(tmp_path) -> None:
@@ -252,6 +257,17 @@ def test_cli_refuses_a_bad_filter_before_any_work(tmp_path) -> None:
         res = CliRunner().invoke(app, [*command, "--filter", 'year >= 2020 AND team = a'])
         assert res.exit_code == 2
         assert "error: bad filter at position 25 ('a'): expected a value" in res.output
+
+
+def test_an_index_that_cannot_filter_says_so() -> None:
+    class Plain(FakeIndex):
+        allowed_rows = None
+
+    index = Plain()
+    assert BM25Retriever(index, depth=2).search("flow").doc_ids == ["d1", "d7"]
+    with pytest.raises(ConfigError, match=r"bm25: this index \(Plain\) cannot filter by "
+                                          r"metadata; filter: team = \"a\""):
+        BM25Retriever(index, depth=2).search("flow", filter='team = "a"')
 
 
 def test_a_trace_counts_filtered_queries_only_when_there_are_some() -> None:

@@ -203,6 +203,27 @@ def test_combinators_and_round_trip() -> None:
     assert {a: 1}[parse_filter("a = 1")] == 1  # hashable: queries group by filter
 
 
+def test_columns_of_many_distinct_strings() -> None:
+    """Past FEW_STRINGS distinct strings the column codes them with numpy's sort; strings
+    numpy would hold inexactly (a trailing NUL) take the dict path; both agree with matches."""
+    from intentrank.filters.columns import FEW_STRINGS
+
+    base = [{"id": f"d{i:05d}", "k": ["x", "y"][i % 2]} for i in range(FEW_STRINGS + 50)]
+    for extra in ([], [{"id": "d00007\x00"}, {"id": "d00007"}]):
+        records = base + extra
+        for text in ('id = "d00007"', 'id < "d00100"', 'id PREFIX "d0001"', 'id >= "d04000"',
+                     'id IN ("d00001", "d04145", "zz") OR k = "x"'):
+            f = parse_filter(text)
+            want = [f.matches(r) for r in records]
+            assert 0 < sum(want) < len(records)
+            assert f.mask(MetadataColumns.from_records(records)).tolist() == want, text
+
+
+def test_fields_a_filter_reads() -> None:
+    f = parse_filter('a = 1 AND (NOT b.c IN (1) OR `d e` PREFIX "x") AND a > 0')
+    assert f.fields() == {"a", "b.c", "d e"}
+
+
 def test_record_of_a_document() -> None:
     doc = Document("x#1", "text", parent_id="x", metadata={"team": "a", "id": "ignored"})
     assert record_of(doc) == {"team": "a", "id": "x#1", "parent_id": "x"}
@@ -285,6 +306,25 @@ def test_mask_equals_matches(records: list[dict[str, Any]], data: st.DataObject,
 @PROPERTY
 @given(filt=FILTERS)
 def test_text_round_trip(filt: Filter) -> None:
+    assert parse_filter(str(filt)) == filt
+
+
+NAMES = st.one_of(st.sampled_from(["a", "in", "x.y", "a-b", "_1"]), st.text(min_size=1))
+ANY_LEAVES = st.one_of(
+    st.builds(_compare, NAMES, st.sampled_from(["=", "!=", "<", ">="]),
+              st.one_of(st.text(), st.integers(), st.floats(allow_nan=False,
+                                                            allow_infinity=False))),
+    st.builds(In, NAMES, st.lists(st.text(), max_size=2).map(tuple)),
+    st.builds(Prefix, NAMES, st.text()))
+
+
+@PROPERTY
+@given(filt=st.recursive(ANY_LEAVES, lambda inner: st.one_of(
+    st.builds(Not, inner), st.lists(inner, min_size=2, max_size=3).map(lambda p: And(tuple(p))),
+    st.lists(inner, min_size=2, max_size=3).map(lambda p: Or(tuple(p)))), max_leaves=5))
+def test_text_round_trip_of_any_names_and_strings(filt: Filter) -> None:
+    """Field names and strings of any characters (quotes, backticks, backslashes, newlines)
+    survive the text form."""
     assert parse_filter(str(filt)) == filt
 
 

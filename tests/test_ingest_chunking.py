@@ -4,6 +4,8 @@ HTML block parsers it reads, the globs and the citation label."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from intentrank.core.params import ParameterError
 from intentrank.data.ingest import Block, ChunkSettings, chunk_blocks, source_label
@@ -159,3 +161,30 @@ def test_source_label():
     assert source_label({"path": "a/notes.md", "headings": []}) == "notes.md"
     assert source_label({}, fallback="doc7") == "doc7"
     assert source_label(None) == ""
+
+
+_WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyzé0123456789-_/()", min_size=1,
+                 max_size=30)
+_TEXT = st.lists(st.tuples(_WORDS, st.sampled_from([" ", " ", ". ", "\n", "! "])),
+                 min_size=1, max_size=80).map(lambda ws: "".join(w + s for w, s in ws).strip())
+_BLOCK = st.one_of(
+    st.builds(lambda t, n: Block("heading", " ".join(t.split()), level=n), _TEXT,
+              st.integers(1, 4)),
+    st.builds(Block, st.sampled_from(["paragraph", "list", "code", "table"]), _TEXT))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_BLOCK, min_size=1, max_size=12), st.integers(16, 80), st.data())
+def test_passages_cover_every_character_within_budget(blocks, budget, data):
+    """Nothing is lost: every non-space character of the extracted text is in a passage;
+    every passage is its slice and within the budget (counted by the tokenizer)."""
+    blocks = [b for b in blocks if b.text.strip()]
+    overlap = data.draw(st.integers(0, budget - 1))
+    text, chunks = chunk_blocks(blocks, ChunkSettings(max_tokens=budget, overlap_tokens=overlap))
+    covered = bytearray(len(text))
+    for c in chunks:
+        assert text[c.char_start:c.char_end] == c.text and c.text.strip()
+        assert ntok(c.text) == c.tokens <= budget
+        covered[c.char_start:c.char_end] = b"\x01" * (c.char_end - c.char_start)
+    assert all(covered[i] or ch.isspace() for i, ch in enumerate(text))
+    assert [c.char_start for c in chunks] == sorted(c.char_start for c in chunks)

@@ -245,3 +245,33 @@ def test_a_reload_reuses_the_loaded_query_embedder(cranfield, tmp_path):
         assert after is not before and after.embedder is model and len(after) == 30
     finally:
         engine.close()
+
+
+def test_updates_are_served_as_they_commit(cranfield, tmp_path):
+    """`serve --watch-index` and the update commands: an upsert, then a delete, each switched
+    to (its generation in /health) with the documents it added found and the ones it
+    deleted gone."""
+    from fastapi.testclient import TestClient
+
+    from intentrank.index.update import delete, upsert
+    from intentrank.types import Document
+
+    where = tmp_path / "idx"
+    app, gen_a, _ = _watched_app(cranfield, where)
+    new = Document("zz-new", "a hypersonic scramjet inlet with boundary layer bleed")
+    with TestClient(app) as client:
+        def top(query: str) -> list[str]:
+            r = client.post("/search", json={"query": query, "pipeline": "bm25"})
+            assert r.status_code == 200, r.text
+            return [x["doc_id"] for x in r.json()["results"]]
+
+        assert "zz-new" not in top("scramjet inlet bleed")
+        added = upsert(where, [new])
+        _wait(lambda: client.get("/health").json()["generations"] == {"c": added.generation},
+              what="the upsert's generation")
+        assert top("scramjet inlet bleed")[0] == "zz-new"
+        removed = delete(where, ["zz-new"])
+        _wait(lambda: client.get("/health").json()["generations"] == {"c": removed.generation},
+              what="the delete's generation")
+        assert "zz-new" not in top("scramjet inlet bleed")
+    assert gen_a not in (added.generation, removed.generation)

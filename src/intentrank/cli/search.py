@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -34,12 +34,22 @@ from intentrank.cli.options import (
 )
 from intentrank.core.params import ParameterError, check_int
 from intentrank.errors import ConfigError
-from intentrank.filters import parse_filter
+from intentrank.filters import Filter, parse_filter
 from intentrank.types import Query
 
 Bm25Panel, DensePanel, AnnPanel = panel("BM25"), panel("Dense"), panel("Dense search (faiss)")
 FolderPanel = panel("A folder of documents")
 IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
+
+
+def warn_if_nothing_passes(idx: Any, flt: Filter | None) -> None:
+    """A warning when ``flt`` lets no document of the index through, naming the fields that
+    no document has (a misspelt field otherwise just gives empty results)."""
+    if flt is None or idx.allowed_rows(flt).any():
+        return
+    absent = sorted(f for f in flt.fields() if not idx.metadata_columns.column(f).present.any())
+    warn("--filter matches no document of this index"
+         + (f"; no document has the field(s) {', '.join(map(repr, absent))}" if absent else ""))
 
 
 @app.command()
@@ -183,6 +193,7 @@ def search(
     flt = parse_filter(filter_text) if filter_text else None
     config = resolve_pipeline(pipeline)
     idx = Index.open(index_dir)
+    warn_if_nothing_passes(idx, flt)
     if bm25_backend:
         idx.set_bm25_backend(bm25_backend)
     pipe = pipeline_from_config(config, index=idx, **settings.llm_settings)
@@ -262,6 +273,7 @@ def answer_cmd(
     node = load_config(resolve_pipeline(pipeline))["pipeline"]
     added = not ends_with_answer(node)
     idx = Index.open(index_dir)
+    warn_if_nothing_passes(idx, flt)
     pipe = build_pipeline(with_answer(node, n_ans, **options),
                           build_context(idx, **settings.llm_settings), str(pipeline))
     result = pipe.run([Query("q1", question, filter=flt)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,10 @@ from intentrank.filters.values import (
     views,
 )
 
+FEW_STRINGS = 4096  # distinct strings of a column up to which a dict codes them
 WIDE_BYTES = 256 << 20  # the most a numpy copy of a column's strings may take
+_TEXT, _NUM, _NONE, _OTHER = range(4)  # how Column._typed sorts entries, by exact type
+_KINDS = {str: _TEXT, int: _NUM, float: _NUM, type(None): _NONE}
 RANGE_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
@@ -48,38 +51,35 @@ class Column:
         self._typed(entries)
 
     def _typed(self, entries: list[Any]) -> None:
-        """Fill the typed arrays. Strings are coded through their sorted distinct values, and
-        what a string spells (a number, a date) is worked out once per distinct string."""
+        """Fill the typed arrays in C-level passes: entries are sorted by type, strings coded
+        through their sorted distinct values (what a string spells, a number or a date, is
+        worked out once per distinct string), and only entries of other types (bools, dates,
+        numpy numbers, ...) go through :func:`views` one by one."""
         n = len(entries)
         self.num, self.date = np.full(n, np.nan), np.full(n, np.nan)
         self.flag, self.codes = np.full(n, -1, dtype=np.int8), np.full(n, -1, dtype=np.int64)
-        kinds = set(map(type, entries))
-        if kinds <= {str, int, float, type(None)}:  # JSON scalars: no per-entry views()
-            at_str = [i for i, v in enumerate(entries) if type(v) is str] \
-                if kinds != {str} else slice(None)
-            at_num = [i for i, v in enumerate(entries) if type(v) in (int, float)] \
-                if kinds & {int, float} else []
-            other: list[int] = []
-        else:
-            at_str = [i for i, v in enumerate(entries) if isinstance(v, str)]
-            at_num = [i for i, v in enumerate(entries) if type(v) in (int, float)]
-            other = [i for i, v in enumerate(entries)
-                     if v is not None and not isinstance(v, str) and type(v) not in (int, float)]
-        strings = entries if isinstance(at_str, slice) else [entries[i] for i in at_str]
-        self.vocab, codes = _code_strings(strings)
-        if len(codes):
-            self.codes[at_str] = codes
+        kind = np.fromiter(map(_KINDS.get, map(type, entries), repeat(_OTHER)), np.int8, n)
+        others = np.flatnonzero(kind == _OTHER).tolist()
+        for i in others:
+            if isinstance(entries[i], str):  # a str subclass
+                kind[i] = _TEXT
+        is_str, is_num = kind == _TEXT, kind == _NUM
+        self.vocab: list[str] = []
+        if is_str.any():
+            self.vocab, codes = _code_strings(list(compress(entries, is_str.tolist())))
+            self.codes[is_str] = codes
             spelled_as = _spelled_vocab(self.vocab)
-            self.num[at_str] = spelled_as[codes, 0]
-            self.date[at_str] = spelled_as[codes, 1]
-        if at_num:
-            nums = [entries[i] for i in at_num]
+            self.num[is_str] = spelled_as[codes, 0]
+            self.date[is_str] = spelled_as[codes, 1]
+        if is_num.any():
+            nums = list(compress(entries, is_num.tolist()))
             try:
-                self.num[at_num] = np.array(nums, dtype=np.float64)
+                self.num[is_num] = np.array(nums, dtype=np.float64)
             except OverflowError:  # an int beyond the float range
-                self.num[at_num] = [views(v)[0] for v in nums]
-        for i in other:  # bools, dates, numpy numbers, mappings
-            self.num[i], self.date[i], _, self.flag[i] = views(entries[i])
+                self.num[is_num] = [views(v)[0] for v in nums]
+        for i in others:
+            if kind[i] == _OTHER:
+                self.num[i], self.date[i], _, self.flag[i] = views(entries[i])
 
     def to_rows(self, hit: np.ndarray) -> np.ndarray:
         """The rows with at least one entry in ``hit``."""
@@ -115,23 +115,21 @@ class Column:
 
 
 def _code_strings(strings: list[str]) -> tuple[list[str], np.ndarray]:
-    """The sorted distinct strings and each string's index among them: by numpy's sort where
-    its fixed-width strings hold them exactly (no trailing NUL, which they drop, and not too
-    wide), else by a dict."""
-    n = len(strings)
-    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
-    if n and int(lengths.max()) * n * 4 <= WIDE_BYTES:
-        arr = np.array(strings, dtype=str)
-        if np.array_equal(np.strings.str_len(arr), lengths):
-            vocab, codes = np.unique(arr, return_inverse=True)
-            return vocab.tolist(), codes.astype(np.int64).reshape(-1)
-    first: dict[str, int] = {}
-    seen = np.fromiter((first.setdefault(s, len(first)) for s in strings), np.int64, count=n)
-    distinct = list(first)
-    order = sorted(range(len(distinct)), key=distinct.__getitem__)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return [distinct[i] for i in order], rank[seen]
+    """The sorted distinct strings and each string's index among them, in C-level passes:
+    a few distinct strings are sorted and looked up by a dict; many are sorted by numpy (where
+    its fixed-width strings hold them exactly: not too wide, no trailing NUL, which they
+    drop)."""
+    distinct = set(strings)
+    if len(distinct) > FEW_STRINGS:
+        lengths = np.fromiter(map(len, strings), np.int64, count=len(strings))
+        if int(lengths.max()) * len(strings) * 4 <= WIDE_BYTES:
+            arr = np.array(strings, dtype=str)
+            if np.array_equal(np.strings.str_len(arr), lengths):
+                vocab, codes = np.unique(arr, return_inverse=True)
+                return vocab.tolist(), codes.astype(np.int64).reshape(-1)
+    vocab = sorted(distinct)
+    index = {s: i for i, s in enumerate(vocab)}
+    return vocab, np.fromiter(map(index.__getitem__, strings), np.int64, count=len(strings))
 
 
 def _spelled_vocab(vocab: list[str]) -> np.ndarray:

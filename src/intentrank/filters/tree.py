@@ -50,6 +50,13 @@ class Filter:
         each row's record)."""
         raise NotImplementedError
 
+    def fields(self) -> frozenset[str]:
+        """The fields the filter reads."""
+        if isinstance(self, And | Or):
+            return frozenset().union(*(p.fields() for p in self.parts))
+        return self.part.fields() if isinstance(self, Not) \
+            else frozenset({self.field})  # type: ignore[attr-defined]
+
     def __and__(self, other: Filter) -> Filter:
         return And((self, other))
 

@@ -51,7 +51,7 @@ class TermRows:
     def save(self, gen: Path, name: str) -> None:
         out = gen / TERMS_DIR
         out.mkdir(exist_ok=True)
-        sp.save_npz(out / f"{name}.npz", self.counts)
+        sp.save_npz(out / f"{name}.npz", self.counts, compressed=False)
         (out / f"{name}_vocab.json").write_text(json.dumps(self.vocab, ensure_ascii=False))
 
     @classmethod
@@ -70,29 +70,39 @@ class TermRows:
 
     @staticmethod
     def stack(parts: Sequence[TermRows]) -> TermRows:
-        """The rows of every part, in order, over the union of their vocabularies (terms no
-        row uses are dropped)."""
-        index: dict[str, int] = {}
+        """The rows of every part, in order, over the first part's vocabulary followed by the
+        other parts' new terms (terms no row uses are dropped)."""
+        vocab = list(parts[0].vocab) if parts else []
+        more = any(part.vocab for part in parts[1:])
+        index = {t: i for i, t in enumerate(vocab)} if more else {}
         blocks = []
-        for part in parts:
-            cols = np.array([index.setdefault(t, len(index)) for t in part.vocab],
-                            dtype=np.int64)
+        for n, part in enumerate(parts):
+            if n == 0:
+                cols = np.arange(len(vocab), dtype=np.int64)
+            else:
+                cols = np.array([index.setdefault(t, len(index)) for t in part.vocab],
+                                dtype=np.int64)
             c = part.counts.tocoo()
             blocks.append((c.row, cols[c.col] if len(cols) else c.col, c.data, c.shape[0]))
-        n = sum(b[3] for b in blocks)
+        vocab = list(index) if more else vocab
         offsets = np.cumsum([0] + [b[3] for b in blocks])
         rows = np.concatenate([b[0] + o for b, o in zip(blocks, offsets, strict=False)]
                               or [np.zeros(0, np.int64)])
         cols = np.concatenate([b[1] for b in blocks] or [np.zeros(0, np.int64)])
         data = np.concatenate([b[2] for b in blocks] or [np.zeros(0, np.float32)])
-        counts = sp.csr_matrix((data, (rows, cols)), shape=(n, len(index)), dtype=np.float32)
-        used = np.flatnonzero(np.bincount(counts.indices, minlength=len(index)))
-        vocab = list(index)
-        return TermRows(counts[:, used], [vocab[i] for i in used])
+        counts = sp.csr_matrix((data, (rows, cols)), shape=(int(offsets[-1]), len(vocab)),
+                               dtype=np.float32)
+        used = np.bincount(counts.indices, minlength=len(vocab)) > 0
+        if used.all():
+            return TermRows(counts, vocab)
+        keep = np.flatnonzero(used)
+        return TermRows(counts[:, keep], [vocab[i] for i in keep])
 
     def sorted_vocab(self) -> TermRows:
         """The same rows with the vocabulary in sorted order (scikit-learn's column order),
         indices sorted within each row."""
+        if all(a < b for a, b in zip(self.vocab, self.vocab[1:], strict=False)):
+            return self
         order = sorted(range(len(self.vocab)), key=self.vocab.__getitem__)
         counts = self.counts[:, order].tocsr()
         counts.sort_indices()
@@ -166,14 +176,12 @@ def tfidf_from_rows(rows: TermRows, s: TfidfSettings) -> tuple[Any, sp.csr_matri
 
     rows = rows.sorted_vocab()
     vectorizer = tfidf_vectorizer(s)
-    vocabulary = {t: i for i, t in enumerate(rows.vocab)}
-    if not vocabulary:
+    if not rows.vocab:
         raise ValueError("empty vocabulary; perhaps the documents only contain stop words")
-    counts = vectorizer._limit_features(rows.counts, vocabulary, rows.counts.shape[0], 1,
-                                        s.max_features)
-    counts = counts.tocsr()
+    keep = _most_frequent(rows.counts, s.max_features)
+    counts = rows.counts[:, keep].tocsr()
     counts.sort_indices()
-    vectorizer.vocabulary_ = vocabulary
+    vectorizer.vocabulary_ = {rows.vocab[i]: n for n, i in enumerate(keep.tolist())}
     vectorizer.fixed_vocabulary_ = False
     transformer = TfidfTransformer(norm=vectorizer.norm, use_idf=vectorizer.use_idf,
                                    smooth_idf=vectorizer.smooth_idf,
@@ -183,11 +191,20 @@ def tfidf_from_rows(rows: TermRows, s: TfidfSettings) -> tuple[Any, sp.csr_matri
     return vectorizer, sp.csr_matrix(matrix, dtype=np.float32)
 
 
+def _most_frequent(counts: sp.csr_matrix, limit: int | None) -> np.ndarray:
+    """The columns scikit-learn's ``CountVectorizer._limit_features`` keeps for
+    ``max_features=limit`` (min_df 1, max_df 1.0), computed the same way, in order."""
+    if limit is None or counts.shape[1] <= limit:
+        return np.arange(counts.shape[1])
+    tfs = np.asarray(counts.sum(axis=0)).ravel()
+    return np.sort((-tfs).argsort()[:limit])
+
+
 def save_tfidf(vectorizer: Any, matrix: sp.csr_matrix, out: Path) -> None:
     out.mkdir()
     with open(out / "vectorizer.pkl", "wb") as fh:
         pickle.dump(vectorizer, fh)
-    sp.save_npz(out / "matrix.npz", matrix.tocsr())
+    sp.save_npz(out / "matrix.npz", matrix.tocsr(), compressed=False)
 
 
 # -- entity graph -------------------------------------------------------------------------

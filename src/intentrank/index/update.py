@@ -307,8 +307,8 @@ def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say
         t = time.perf_counter()
         if leg == "bm25":
             s = settings.bm25
-            rows = _stacked(_old_rows(old, "bm25"), old_rows,
-                            TermRows.from_tokens(bm25_tokenize(texts, s.stopwords, s.stemmer)),
+            tokens = bm25_tokenize(texts, s.stopwords, s.stemmer) if texts else []
+            rows = _stacked(_old_rows(old, "bm25"), old_rows, TermRows.from_tokens(tokens),
                             order)
             rows.save(tmp, "bm25")
             bm25_from_rows(rows, s).save(str(tmp / "bm25"), show_progress=False)

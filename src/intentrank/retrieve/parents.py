@@ -11,7 +11,9 @@ from intentrank.types import Ranking, Trace
 
 
 class ParentDocuments(Stage):
-    """Replace each passage by its parent document, scored by its best passage (MaxP)."""
+    """Replace each passage by its parent document, scored by its best passage (MaxP). It
+    brings in no document of its own: under a filter, a parent is there because a passage
+    the filter let through is (the filter is on passages)."""
 
     name = "parents"
 

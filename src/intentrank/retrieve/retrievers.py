@@ -13,7 +13,7 @@ from typing import Any
 from intentrank.core.params import check_int, check_optional_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.errors import DataError
+from intentrank.errors import ConfigError, DataError
 from intentrank.filters import Filter, and_filters
 from intentrank.fuse.weighted import WeightedFusion
 from intentrank.index.hits import NO_HITS
@@ -53,7 +53,11 @@ class Retriever(Stage):
         search = getattr(self.index, f"search_{self.leg}")
         if filter is None:
             return search(texts, self.depth)
-        return search(texts, self.depth, allow=self.index.allowed_rows(filter))
+        allowed_rows = getattr(self.index, "allowed_rows", None)
+        if allowed_rows is None:
+            raise ConfigError(f"{self.leg}: this index ({type(self.index).__name__}) cannot "
+                              f"filter by metadata; filter: {filter}")
+        return search(texts, self.depth, allow=allowed_rows(filter))
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]

@@ -120,11 +120,12 @@ def _breaks(text: str, kind: str) -> list[int]:
     return [m.end() for m in _SENTENCE_END.finditer(text)]
 
 
-def _split(text: str, offsets: list[tuple[int, int]], kind: str, budget: int
-           ) -> list[tuple[int, int, int]]:
+def _split(text: str, offsets: list[tuple[int, int]], kind: str, budget: int,
+           tokenizer: Any) -> list[tuple[int, int, int]]:
     """A block longer than ``budget`` tokens as pieces (start, end, tokens) relative to
     ``text``: one per sentence (line for code, tables and lists), and a piece still longer
-    than the budget cut at word starts. The packer then fills passages with them."""
+    than the budget cut at word starts (inside a word only when one word is longer than the
+    budget). The packer then fills passages with them."""
     bounds = sorted({0, *_breaks(text, kind)})
     groups: list[list[int]] = []  # token starts per piece
     b = 0
@@ -145,7 +146,12 @@ def _split(text: str, offsets: list[tuple[int, int]], kind: str, budget: int
                          if text[starts[t] - 1].isspace()), default=j)
             end = starts[j] if j < len(starts) else _next_start(offsets, starts[-1], text)
             piece = text[starts[i]:end].rstrip()
-            pieces.append((starts[i], starts[i] + len(piece), j - i))
+            n = _count(tokenizer, piece)  # a piece of a word may tokenise differently
+            while n > budget and j > i + 1:
+                j -= 1
+                piece = text[starts[i]:starts[j]].rstrip()
+                n = _count(tokenizer, piece)
+            pieces.append((starts[i], starts[i] + len(piece), n))
             i = j
     return pieces
 
@@ -166,7 +172,8 @@ def _units(blocks: Sequence[Block], starts: list[int], budget: int, tokenizer: A
             out.append([_Unit(start, start + len(b.text), len(enc.ids), b.kind, b.page)])
         else:
             out.append([_Unit(start + s, start + e, t, b.kind, b.page)
-                        for s, e, t in _split(b.text, enc.offsets, b.kind, budget)])
+                        for s, e, t in _split(b.text, enc.offsets, b.kind, budget,
+                                              tokenizer)])
     return out
 
 
@@ -219,18 +226,33 @@ def chunk_blocks(blocks: Sequence[Block], settings: ChunkSettings | None = None,
     for headings, units in sections:
         current: list[_Unit] = []
         for unit in units:
-            if current and sum(u.tokens for u in current) + unit.tokens > budget:
-                chunks.append(_chunk(text, current, headings))
+            if current and not _fits(text, current, unit, budget, tokenizer):
+                chunks.append(_chunk(text, current, headings, tokenizer))
                 tail = _tail(text, current[-1], settings.overlap_tokens, tokenizer)
                 current = [tail] if tail and tail.tokens + unit.tokens <= budget else []
             current.append(unit)
         if current:
-            chunks.append(_chunk(text, current, headings))
+            chunks.append(_chunk(text, current, headings, tokenizer))
     return text, chunks
 
 
-def _chunk(text: str, units: list[_Unit], headings: tuple[str, ...]) -> Chunk:
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def _fits(text: str, current: list[_Unit], unit: _Unit, budget: int, tokenizer: Any) -> bool:
+    """Whether ``unit`` joins ``current`` within ``budget``: units apart by whitespace add
+    their tokens (WordPiece never spans whitespace); pieces of one word are counted joined."""
+    if unit.start > current[-1].end:
+        return sum(u.tokens for u in current) + unit.tokens <= budget
+    return _count(tokenizer, text[current[0].start:unit.end]) <= budget
+
+
+def _chunk(text: str, units: list[_Unit], headings: tuple[str, ...], tokenizer: Any
+           ) -> Chunk:
     start, end = units[0].start, units[-1].end
     pages = [u.page for u in units if u.page is not None]
-    return Chunk(text[start:end], start, end, headings, sum(u.tokens for u in units),
+    glued = any(a.end == b.start for a, b in zip(units, units[1:], strict=False))
+    tokens = _count(tokenizer, text[start:end]) if glued else sum(u.tokens for u in units)
+    return Chunk(text[start:end], start, end, headings, tokens,
                  pages[0] if pages else None, pages[-1] if pages else None)
