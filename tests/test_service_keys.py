@@ -8,6 +8,7 @@ import hmac
 import json
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 import yaml
@@ -173,3 +174,60 @@ def test_the_keys_commands_print_a_new_key_once_and_list_without_digests(tmp_pat
     assert r.exit_code == 2 and "error:" in r.output and "is revoked" in r.output
     r = runner.invoke(app, ["keys", "add", str(path), "--name", "x", "--permission", "root"])
     assert r.exit_code == 2 and "'permissions' must be a list" in r.output
+
+
+def test_intentrank_serve_reloads_its_keys_file_on_change_and_on_sighup(data_dir, tmp_path):
+    """The real command in a process: a revoked key is refused from the next request, a
+    malformed file keeps the keys in force (logged), SIGHUP reloads instead of killing."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    from service_helpers import small_index
+
+    small_index(data_dir, tmp_path / "idx", n=50).close()
+    keys = tmp_path / "keys.yaml"
+    key = add_key(keys, {"name": "ops", "permissions": ["read"]})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "intentrank.cli", "serve", "--index", f"c={tmp_path / 'idx'}",
+         "-p", "bm25", "--keys-file", str(keys), "--port", str(port),
+         "--access-log", str(tmp_path / "access.log")],
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def search() -> int:
+        return httpx.post(url + "/search", json={"query": "flow"}, timeout=30,
+                          headers={"X-API-Key": key}).status_code
+
+    try:
+        for _ in range(240):
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.5)
+        assert search() == 200
+        good = keys.read_text()
+        write(keys, "keys: [broken")
+        assert search() == 200  # the keys in force stay
+        write(keys, good)
+        revoke_key(keys, "ops")
+        assert search() == 401
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert proc.poll() is None and httpx.get(url + "/health").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    log = [json.loads(line) for line in (tmp_path / "access.log").read_text().splitlines()]
+    messages = [r["message"] for r in log if r.get("event") == "keys"]
+    assert any("the previous 1 key(s) stay in force" in m for m in messages), messages
+    assert key not in (tmp_path / "access.log").read_text()

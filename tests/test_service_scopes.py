@@ -115,6 +115,7 @@ def test_an_answer_cites_and_prompts_only_the_keys_documents(setup, index):
     body = r.json()
     cited = [c["doc_id"] for c in body["answer"]["citations"]]
     assert cited and all(sees("initech-research", index.doc(c).metadata) for c in cited)
+    assert all(c["source"] == c["doc_id"] for c in body["answer"]["citations"])  # no path
     prompts = [" ".join(m["content"].split()) for req in llm.requests[before:]
                for m in req["messages"]]
     assert prompts
@@ -255,12 +256,16 @@ def test_writes_stay_in_the_writers_scope_and_are_served_at_once(index, tmp_path
             return {"Authorization": f"Bearer {secrets[key]}"}
 
         new = {"id": "globex-note-1", "text": "Quokka lymphocytes glow under blue light.",
-               "metadata": {"tenant": "globex", "acl": ["research"]}}
+               "metadata": {"tenant": "globex", "acl": ["research"],
+                            "path": "lab/notes.md", "headings": ["Notes", "Quokkas"]}}
         r = client.post("/documents", json={"documents": [new]}, headers=as_("globex-writer"))
         assert r.status_code == 200 and r.json()["added"] == 1, r.text
         hits = client.post("/search", json={"query": "quokka lymphocytes", "pipeline": "bm25"},
                            headers=as_("globex")).json()["results"]
-        assert hits[0]["doc_id"] == "globex-note-1"
+        assert hits[0]["doc_id"] == "globex-note-1" and hits[0]["source"] == "notes.md › Quokkas"
+        answer = client.post("/answer", json={"query": "quokka lymphocytes", "pipeline": "qa"},
+                             headers=as_("globex")).json()["answer"]
+        assert answer["citations"][0]["source"] == "notes.md › Quokkas"  # what the page shows
         other = client.post("/search", json={"query": "quokka lymphocytes",
                                              "pipeline": "bm25"}, headers=as_("acme"))
         assert "globex-note-1" not in [d["doc_id"] for d in other.json()["results"]]

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -368,7 +368,7 @@ def _response(ranking: Ranking, trace: Trace, index: Any, top_k: int, include_te
         a = q.answer
         answer = {"text": a.text, "fallback": a.fallback, "stage": a.stage,
                   "citations": [{"n": c["n"], "doc_id": c["id"],
-                                 "source": source_of(index, c["id"]), "title": c["title"],
+                                 "source": c["source"] or c["id"], "title": c["title"],
                                  "text": c["text"], "support": c["support"]}
                                 for c in cited_passages(a, index)],
                   "unsupported": [e.sentence for e in a.evidence if e.n is None]}
@@ -397,23 +397,10 @@ def _token_count(embedder: Any, texts: list[str]) -> int:
     return sum(len(t.split()) for t in prefixed)
 
 
-def source_of(index: Any, doc_id: str) -> str:
-    """How a cited document is shown to a reader: ingestion's ``source_label`` of its
-    metadata (``file › section (page N)``), or its id where it has no source metadata."""
-    try:
-        from intentrank.data.ingest import source_label
-    except ImportError:  # a build without folder ingestion
-        return doc_id
-    metadata = index.doc(doc_id).metadata
-    return source_label(metadata) if metadata.get("path") else doc_id
-
-
 def with_filter(query: Query, scope: str | None) -> Query:
     """``query`` carrying the request's filter (``Query.filter``), for the retrievers' own
     filtering (the scoped view enforces it whatever they do)."""
-    if scope is None or "filter" not in {f.name for f in fields(Query)}:
-        return query
-    return replace(query, filter=parse_scope(scope))  # type: ignore[call-arg]
+    return query if scope is None else replace(query, filter=parse_scope(scope))
 
 
 def given_order(query: str, docs: Sequence[Document]) -> Ranking:

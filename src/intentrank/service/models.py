@@ -104,6 +104,8 @@ class ResultOut(BaseModel):
     doc_id: str
     score: float
     title: str = ""
+    source: str = Field("", description="`file › section (page N)` for a passage read from "
+                                         "a folder; empty otherwise.")
     text: str = ""
     stage_scores: dict[str, float] = Field(default_factory=dict)
     stage_ranks: dict[str, int] = Field(default_factory=dict)
@@ -142,7 +144,8 @@ class CitationOut(BaseModel):
     n: int
     doc_id: str
     source: str = Field("", description="Where it comes from, as shown to a reader: `file › "
-                                         "section (page N)` for ingested files, else the id.")
+                                         "section (page N)` for a passage read from a folder, "
+                                         "else its id.")
     title: str = ""
     text: str
     support: str = Field("", description="The passage sentence that supports the answer "

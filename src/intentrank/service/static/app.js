@@ -96,7 +96,7 @@
     if (res.results.some((r) => "input" in r.stage_scores)) order.unshift("input");
     $("searched").textContent = res.searched !== res.query ? `searched: “${res.searched}”` : "";
     $("results").replaceChildren(...res.results.map((r) => el("li", {class: "result", id: "doc-" + r.doc_id, "data-doc": r.doc_id},
-      el("div", {class: "head"}, el("span", {class: "rank", text: `#${r.rank}`}), el("span", {class: "doc-id", text: r.doc_id}),
+      el("div", {class: "head"}, el("span", {class: "rank", text: `#${r.rank}`}), el("span", {class: "doc-id", text: r.source || r.doc_id, title: r.doc_id}),
          el("strong", {}, highlighted(r.title || "", words)), el("span", {class: "score", text: r.score.toFixed(4)})),
       el("p", {class: "text"}, highlighted(r.text, words)),
       el("details", {}, el("summary", {text: "stage scores"}), stageTable(r, order)))));
