@@ -16,7 +16,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn
-from test_filter_retrieval import QUESTIONS, meta_index, needs_allowed_rows  # noqa: F401
+from test_filter_retrieval import QUESTIONS, meta_index  # noqa: F401
 
 from intentrank.errors import ConfigError, FilterError
 from intentrank.filters import parse_filter
@@ -148,7 +148,6 @@ def test_llamaindex_semantics_agree_with_llamaindexs_own(condition) -> None:
     assert mixed >= 0.6 * len(pairs)  # most cases pass some records and not others
 
 
-@needs_allowed_rows
 def test_langchain_retriever_with_filters(meta_index) -> None:  # noqa: F811 (fixture)
     from intentrank.integrations.langchain import IntentrankRetriever
 
@@ -172,7 +171,6 @@ def test_langchain_retriever_with_filters(meta_index) -> None:  # noqa: F811 (fi
         IntentrankRetriever(pipeline="bm25", index=meta_index, search_kwargs={"fetch_k": 3})
 
 
-@needs_allowed_rows
 def test_llamaindex_retriever_with_filters(meta_index) -> None:  # noqa: F811 (fixture)
     from intentrank.integrations.llamaindex import IntentrankRetriever
 

@@ -17,7 +17,6 @@ from intentrank.core.registry import BuildContext
 from intentrank.errors import ConfigError, FilterError
 from intentrank.filters import MetadataColumns, Not, and_filters, parse_filter
 from intentrank.index.hits import Hits
-from intentrank.index.store import Index
 from intentrank.llm.base import ChatParams, LLMReply, Message
 from intentrank.llm.client import LLMClient
 from intentrank.query.multi_faceted import MultiFacetedRetriever
@@ -180,8 +179,6 @@ def test_not_of_a_missing_field_lets_it_through() -> None:
 
 # --- a real index (Cranfield, with metadata) ------------------------------------------------
 
-needs_allowed_rows = pytest.mark.skipif(not hasattr(Index, "allowed_rows"),
-                                        reason="Index.allowed_rows is not on this branch yet")
 QUESTIONS = ["boundary layer growth on a flat plate", "shock wave interaction with a "
              "turbulent boundary layer", "heat transfer in hypersonic flow"]
 FILTERS = ['year >= 1960 AND group IN ("a", "c")', 'NOT group = "b" OR title PREFIX "on"',
@@ -211,7 +208,6 @@ def _record(index, doc_id: str) -> dict[str, Any]:
     return record_of(index.doc(doc_id))
 
 
-@needs_allowed_rows
 @pytest.mark.parametrize("leg", ["bm25", "tfidf"])
 def test_filtered_search_is_the_top_k_among_the_matching_documents(meta_index, leg) -> None:
     from intentrank.retrieve.retrievers import TfidfRetriever
@@ -227,7 +223,6 @@ def test_filtered_search_is_the_top_k_among_the_matching_documents(meta_index, l
             assert len(want) == 10
 
 
-@needs_allowed_rows
 def test_a_fused_pipeline_runs_queries_each_with_its_own_filter(meta_index) -> None:
     from intentrank.retrieve.retrievers import TfidfRetriever
 
@@ -246,7 +241,6 @@ def test_a_fused_pipeline_runs_queries_each_with_its_own_filter(meta_index) -> N
     assert not all(parse_filter(FILTERS[0]).matches(_record(meta_index, d)) for d in unfiltered)
 
 
-@needs_allowed_rows
 def test_cli_search_with_a_filter(meta_index) -> None:
     from typer.testing import CliRunner
 
@@ -275,7 +269,6 @@ def cranfield_bm25(cranfield, tmp_path_factory):
                        IndexSettings(legs=("bm25",)))
 
 
-@needs_allowed_rows
 def test_cli_eval_with_a_filter(small_cranfield, cranfield_bm25, tmp_path) -> None:
     """Every query of the run searches only the documents the filter lets through (here by
     the reserved field ``id``: the corpus has no metadata)."""
