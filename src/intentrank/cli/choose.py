@@ -37,7 +37,8 @@ def choose_cmd(
                                             "earlier run there is resumed.")],
     n: Annotated[int, typer.Option("--n", help="Known-item questions (no LLM).")] = 150,
     mask: Annotated[float, typer.Option(help="Share of a known-item question's content "
-                                        "words, rarest first, masked or replaced.")] = 0.4,
+                                        "words, rarest first, replaced by corpus words not "
+                                        "in the source (docs/choose.md).")] = 0.7,
     llm_questions: Annotated[int, typer.Option(help="Questions the LLM generator keeps at "
                                                "most (needs a corpus, not an index).")] = 30,
     llm_minutes: Annotated[float, typer.Option(help="Time budget of the LLM generator "

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from intentrank.errors import ConfigError
+from intentrank.core.params import ParameterError
 from intentrank.generate.filters import STOPWORDS, words
 
 KINDS = ("masked", "neighbour", "title")
@@ -34,23 +34,23 @@ class KnownItemSettings:
 
     n: int = 150  # questions
     seed: int = 0
-    mask: float = 0.4  # share of a window's content words, rarest first, masked or replaced
-    kinds: tuple[str, ...] = ("masked", "neighbour", "title")  # drawn in turn
+    mask: float = 0.7  # share of a window's content words, rarest first, masked or replaced
+    kinds: tuple[str, ...] = ("neighbour",)  # drawn in turn (see KINDS)
     min_words: int = 6  # shortest window (words)
-    max_words: int = 16  # longest window (words)
+    max_words: int = 30  # longest window (words)
     min_doc_words: int = 20  # shorter passages are never sources
     vocabulary: int = 4000  # replacement words: the corpus's most frequent content words
 
     def __post_init__(self) -> None:
         if not 0 <= self.mask < 1:
-            raise ConfigError(f"mask must be in [0, 1), got {self.mask!r}")
+            raise ParameterError(f"mask must be in [0, 1), got {self.mask!r}")
         unknown = sorted(set(self.kinds) - set(KINDS))
         if unknown or not self.kinds:
-            raise ConfigError(f"unknown known-item kind(s) {unknown}; use some of {KINDS}")
+            raise ParameterError(f"unknown known-item kind(s) {unknown}; use some of {KINDS}")
         if not 1 <= self.min_words <= self.max_words:
-            raise ConfigError("need 1 <= min_words <= max_words")
+            raise ParameterError("need 1 <= min_words <= max_words")
         if self.n < 1:
-            raise ConfigError(f"n must be at least 1, got {self.n!r}")
+            raise ParameterError(f"n must be at least 1, got {self.n!r}")
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def known_item_questions(
     df = df if df is not None else document_frequencies(f"{t} {x}" for _, t, x in docs)
     eligible = [d for d in docs if len(words(d[2])) >= settings.min_doc_words]
     if not eligible:
-        raise ConfigError(f"no passage has {settings.min_doc_words} words or more")
+        raise ParameterError(f"no passage has {settings.min_doc_words} words or more")
     out: list[KnownItem] = []
     used: set[str] = set()
     attempt = 0
