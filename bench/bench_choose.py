@@ -35,7 +35,8 @@ def methods() -> dict[str, Any]:
 
     base = ChooseSettings(llm_minutes=0)
     return {"copied": replace(base, known_items=KnownItemSettings(mask=0.0, kinds=("masked",))),
-            "default": base}
+            "default": base,
+            "cooccur": replace(base, known_items=KnownItemSettings(kinds=("cooccur",)))}
 
 
 def tau(a: list[float], b: list[float]) -> float:
@@ -142,10 +143,13 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(one(name, m, chosen[m], real))
     save_json(ROOT / "runs" / "choose" / "validation.json", rows)
     md = render(rows)
-    if args.no_write:
-        print(md)
-        return
-    publish_tables("choose", md)
+    values = {}
+    for m in sorted({r["method"] for r in rows}):
+        sub = [r for r in rows if r["method"] == m]
+        values[f"tau_{m}"] = f"{sum(r['tau'] for r in sub) / len(sub):.2f}"
+        values[f"regret_{m}"] = f"{100 * max(r['regret'] for r in sub):.2f}"
+        values[f"bias_{m}"] = f"{100 * sum(r['bias'] for r in sub) / len(sub):+.1f}"
+    publish_tables("choose", md, values, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from tolerances import F32_ABS, F32_REL
 
 from intentrank.eval.candidates import cross_fitted
 from intentrank.generate.known_item import (
+    CooccurringWords,
     KnownItemSettings,
     WordNeighbours,
     copied_share,
@@ -57,6 +58,20 @@ def test_neighbours_skip_source_words_and_the_same_stem():
                         _fake_encoder)
     got = nb.nearest("pressure", exclude={"measure"})
     assert got in {"treasure", "leisure"}  # not itself, its plural (stem) nor a source word
+
+
+def test_cooccurring_words_come_from_other_passages_with_the_word():
+    texts = ["supersonic nozzle flow with shock waves",
+             "shock tube flow and shock waves in the nozzle",
+             "supersonic flight of the nozzle with shock",
+             "heat transfer in laminar layers"]
+    df = document_frequencies(texts)
+    co = CooccurringWords(texts, df)
+    # "supersonic" occurs in passages 0 and 2; both also hold "nozzle", "shock" (excluded
+    # here as the source's words) and "flow"/"flight" once each
+    assert co.nearest("supersonic", exclude={"nozzle", "shock", "waves", "with"}) is None
+    assert co.nearest("supersonic", exclude={"supersonic"}) in {"nozzle", "shock"}
+    assert co.nearest("laminar", exclude=set()) is None  # in one passage only
 
 
 def test_known_items_are_reproducible_and_name_their_source(cranfield):

@@ -24,7 +24,7 @@ import numpy as np
 from intentrank.core.params import ParameterError
 from intentrank.generate.filters import STOPWORDS, words
 
-KINDS = ("masked", "neighbour", "title")
+KINDS = ("masked", "neighbour", "cooccur", "title")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])|\n+")
 
 
@@ -89,6 +89,36 @@ def sentences(text: str) -> list[str]:
 
 def _stem(word: str) -> str:
     return word[:5]
+
+
+class CooccurringWords:
+    """A word's replacement by the corpus alone: the content word that occurs in the most of
+    the other passages holding the word (weighted by its rarity), never a word of
+    ``exclude`` nor one sharing its first five letters; no model, so no retriever's
+    embedder decides what counts as similar."""
+
+    def __init__(self, texts: Sequence[str], df: Counter[str], max_docs: int = 200) -> None:
+        self.tokens = [sorted({w for w in words(t) if is_content(w) and w.isalpha()})
+                       for t in texts]
+        self.postings: dict[str, list[int]] = {}
+        for i, toks in enumerate(self.tokens):
+            for w in toks:
+                self.postings.setdefault(w, []).append(i)
+        self.df, self.n, self.max_docs = df, max(len(texts), 1), max_docs
+
+    def nearest(self, word: str, exclude: set[str]) -> str | None:
+        docs = self.postings.get(word, [])[:self.max_docs]
+        counts: Counter[str] = Counter()
+        for i in docs:
+            counts.update(self.tokens[i])
+        best, score = None, 0.0
+        for cand, c in counts.items():
+            if c < 2 or cand in exclude or _stem(cand) == _stem(word):
+                continue
+            s = c * np.log(self.n / self.df.get(cand, 1))
+            if s > score or (s == score and best is not None and cand < best):
+                best, score = cand, s
+        return best
 
 
 class WordNeighbours:
@@ -160,11 +190,14 @@ def known_item_questions(
     settings: KnownItemSettings,
     neighbours: WordNeighbours | None = None,
     df: Counter[str] | None = None,
+    cooccurring: CooccurringWords | None = None,
 ) -> list[KnownItem]:
     """``settings.n`` known-item questions about ``docs`` (``(id, title, text)``), kinds in
     turn (a ``title`` draw of a passage without a title, or ``neighbour`` without
-    ``neighbours``, becomes ``masked``)."""
+    ``neighbours``, becomes ``masked``; ``cooccur`` builds its own ``cooccurring``)."""
     df = df if df is not None else document_frequencies(f"{t} {x}" for _, t, x in docs)
+    if "cooccur" in settings.kinds and cooccurring is None:
+        cooccurring = CooccurringWords([f"{t} {x}" for _, t, x in docs], df)
     eligible = [d for d in docs if len(words(d[2])) >= settings.min_doc_words]
     if not eligible:
         raise ParameterError(f"no passage has {settings.min_doc_words} words or more")
@@ -191,9 +224,10 @@ def known_item_questions(
             tokens = _window(pool[rng.randrange(len(pool))], rng, settings)
         source = f"{title} {text}"
         replace = None
-        if kind == "neighbour" and neighbours is not None:
+        finder = {"neighbour": neighbours, "cooccur": cooccurring}.get(kind)
+        if finder is not None:
             exclude = set(words(source))
-            replace = lambda w, ex=exclude: neighbours.nearest(w, ex)  # noqa: E731
+            replace = lambda w, ex=exclude, f=finder: f.nearest(w, ex)  # noqa: E731
         kept = rewrite(tokens, df, settings.mask, replace)
         question = " ".join(kept).strip(" .,;:")
         if sum(is_content(w) for w in words(question)) < 2:
@@ -212,6 +246,6 @@ def vocabulary(df: Counter[str], size: int, n_docs: int) -> list[str]:
     return [w for _, w in sorted(cands, key=lambda cw: (-cw[0], cw[1]))[:size]]
 
 
-__all__ = ["KINDS", "KnownItem", "KnownItemSettings", "WordNeighbours", "copied_share",
+__all__ = ["KINDS", "CooccurringWords", "KnownItem", "KnownItemSettings", "WordNeighbours", "copied_share",
            "document_frequencies", "known_item_questions", "rewrite", "sentences",
            "vocabulary"]
