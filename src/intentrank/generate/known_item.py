@@ -246,6 +246,6 @@ def vocabulary(df: Counter[str], size: int, n_docs: int) -> list[str]:
     return [w for _, w in sorted(cands, key=lambda cw: (-cw[0], cw[1]))[:size]]
 
 
-__all__ = ["KINDS", "CooccurringWords", "KnownItem", "KnownItemSettings", "WordNeighbours", "copied_share",
-           "document_frequencies", "known_item_questions", "rewrite", "sentences",
-           "vocabulary"]
+__all__ = ["KINDS", "CooccurringWords", "KnownItem", "KnownItemSettings", "WordNeighbours",
+           "copied_share", "document_frequencies", "known_item_questions", "rewrite",
+           "sentences", "vocabulary"]
