@@ -225,3 +225,21 @@ def read_questions(out):
     data = json.loads((out / "questions" / "known_items.json").read_text())
     return [Query(r["id"], r["text"]) for r in data["questions"]]
 
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mask", "1.5"], "--mask must be <= 0.95, got 1.5"),
+    (["--n", "0"], "--n must be >= 1, got 0"),
+    (["--llm-minutes", "-1"], "--llm-minutes must be >= 0, got -1"),
+])
+def test_choose_refuses_bad_options_before_any_work(tmp_path, args, message):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    res = CliRunner().invoke(app, ["choose", str(tmp_path / "nowhere"), str(tmp_path / "o"),
+                                   *args])
+    assert res.exit_code == 2 and f"error: {message}" in res.output
+    assert not (tmp_path / "o").exists()
+    res = CliRunner().invoke(app, ["choose", str(tmp_path / "nowhere"), str(tmp_path / "o")])
+    assert res.exit_code == 2 and "nowhere: no such corpus or index" in res.output

@@ -129,7 +129,7 @@ class Family:
     writes that setting as a pipeline node; ``grid[0]`` is the shipped setting."""
 
     name: str
-    cost_ms: float  # per query on 2 cores (docs/benchmarks.md "Defaults")
+    cost_ms: float  # per query on 2 cores, docs/benchmarks.md "Defaults" (sparse: estimated)
     parts: tuple[str, ...]
     grid: tuple[Params, ...]
     run: Callable[[dict[str, Part], Sequence[str], Params], Run]
