@@ -4,8 +4,9 @@ the candidates' order on the real queries and qrels (issue 50).
     .venv/bin/python bench/bench_choose.py          # needs indexes/{scifact,cranfield,vaswani}
 
 For each collection and each question method (``copied``: plain sentence windows, the
-"before" of the lexical bias; ``default``: what `choose` draws, rarest words masked or
-replaced by embedding neighbours, and titles), the candidates are scored on the generated
+"before" of the lexical bias; ``default``: what `choose` draws, the rarest words replaced by
+embedding neighbours not in the source; ``cooccur``: replaced by co-occurring words), the
+candidates are scored on the generated
 questions exactly as `choose` scores them, and their settings (the tuned ones as tuned on
 all the generated questions) are scored on the collection's real test queries. Reported:
 Kendall's tau between the two orders, the regret (real nDCG@10 of the best candidate minus
