@@ -103,7 +103,8 @@ def render(rows: list[dict[str, Any]]) -> str:
             r["collection"], r["method"], r["questions"], f"{r['copied']:.0%}", r["chosen"],
             f"{r['p_best']:.2f}", r["best_real"], f"{100 * r['regret']:.2f}", f"{r['tau']:.2f}",
             f"{100 * r['bias']:+.1f}",
-            f"{sum(p['regret'] < 1e-12 for p in conf)}/{len(conf)}"])
+            f"{sum(p['regret'] < 1e-12 for p in conf)} / "
+            f"{sum(p['regret'] <= 0.01 for p in conf)} / {len(conf)}"])
         for n in cands:
             cand_rows.append([r["collection"], r["method"], n, f"{r['generated'][n]:.4f}",
                               f"{r['real'][n]:.4f}"])
@@ -118,7 +119,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         header(),
         table(["collection", "questions", "n", "copied", "chosen", "P(best)", "best on qrels",
                "regret (points)", "Kendall tau", "BM25 bias (points)",
-               "confident resample picks truly best"], main_rows),
+               "confident resample picks: best / within 1 point / all"], main_rows),
         table(["questions", "mean tau", "max regret (points)", "mean BM25 bias (points)"],
               summary),
         table(["collection", "questions", "candidate", "nDCG@10 generated", "nDCG@10 qrels"],
