@@ -104,7 +104,7 @@ def choose_cmd(
     table = Table("candidate", "nDCG@10", "95% interval", "P(best)", "ms/query")
     for e in sel.estimates:
         table.add_row(e.name + (" *" if e.name == sel.chosen else ""), f"{e.mean:.4f}",
-                      f"[{e.low:.4f}, {e.high:.4f}]", f"{e.p_best:.2f}", f"{e.cost:g}")
+                      f"[{e.low:.4f}, {e.high:.4f}]", f"{e.p_best:.2f}", f"{e.cost:.1f}")
     console.print(table)
     for w in sel.warnings:
         warn(w)

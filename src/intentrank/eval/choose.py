@@ -242,10 +242,10 @@ def write_recommendation(rec: Recommendation, out: Path) -> list[Path]:
     s = rec.selection
     e = s.estimate(s.chosen)
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    header = (f"# Chosen by `intentrank choose` on {date}: {s.chosen}, estimated {METRIC} "
-              f"{e.mean:.4f} [{e.low:.4f}, {e.high:.4f}] on {s.n_queries} generated\n"
-              f"# questions; P(best) {s.p_chosen_best:.2f}; {s.reason}. "
-              f"See recommendation.json / report.md.\n")
+    header = (f"# Chosen by `intentrank choose` on {date}: {s.chosen}\n"
+              f"# estimated {METRIC} {e.mean:.4f} [{e.low:.4f}, {e.high:.4f}] on {s.n_queries} "
+              f"generated questions; P(best) {s.p_chosen_best:.2f}\n"
+              f"# {s.reason}\n# see recommendation.json and report.md\n")
     files = {
         "pipeline.yaml": header + yaml.safe_dump({"pipeline": rec.pipeline}, sort_keys=False),
         "recommendation.json": json.dumps(rec.to_dict(), indent=1) + "\n",

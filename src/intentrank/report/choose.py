@@ -20,7 +20,7 @@ def _rows(rec: Recommendation) -> list[list[str]]:
         mark = " (chosen)" if e.name == s.chosen else ""
         params = rec.scored.params[e.name]
         rows.append([f"{e.name}{mark}", f"{e.mean:.4f}", f"[{e.low:.4f}, {e.high:.4f}]",
-                     f"{e.p_best:.2f}", f"{e.cost:g}",
+                     f"{e.p_best:.2f}", f"{e.cost:.1f}",
                      ", ".join(f"{k}={v}" for k, v in params.items()) or "-"])
     return rows
 
