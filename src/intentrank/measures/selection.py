@@ -139,14 +139,5 @@ def set_warnings(selection: Selection, copied: float, noise: float = 0.01,
     return out
 
 
-def rank_order(values: Sequence[float]) -> list[int]:
-    """Ranks (0 = highest) of ``values``, ties by position."""
-    order = sorted(range(len(values)), key=lambda i: (-values[i], i))
-    ranks = [0] * len(values)
-    for r, i in enumerate(order):
-        ranks[i] = r
-    return ranks
-
-
 __all__ = ["Estimate", "MAX_COPIED", "MIN_QUESTIONS", "Selection", "bootstrap_means", "p_best",
-           "rank_order", "select", "set_warnings"]
+           "select", "set_warnings"]
