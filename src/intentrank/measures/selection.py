@@ -10,7 +10,7 @@ it. :func:`set_warnings` says when a question set is too weak to trust.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
