@@ -127,6 +127,22 @@ def test_rrf_with_input_fuses_the_input_order_and_the_rerankers_order():
     assert set(trace.stages) == {"first", "ce_rrf/ce", "ce_rrf"}
 
 
+def test_rrf_with_input_weights_the_input_against_the_reranker():
+    from intentrank.core.params import ParameterError
+    from intentrank.fuse.rrf_with_input import RRFWithInput
+
+    first = Fixed("first", {"a": 3.0, "b": 2.0, "c": 1.0})
+    reverse = Fixed("ce", {"a": 0.1, "b": 0.5, "c": 0.9})
+    q = [Ranking(Query("q", "x"))]
+    heavy_ce = (first >> RRFWithInput(reverse, weights=[1.0, 2.0]))(q)[0]
+    assert heavy_ce.doc_ids == ["c", "b", "a"]  # c: 1/63 + 2/61, a: 1/61 + 2/63
+    assert heavy_ce.docs[0].score == pytest.approx(1 / 63 + 2 / 61)
+    assert (first >> RRFWithInput(reverse, weights=[1.0, 0.0]))(q)[0].doc_ids == ["a", "b", "c"]
+    assert "weights=[1.0, 2.0]" in RRFWithInput(reverse, weights=[1, 2]).describe()
+    with pytest.raises(ParameterError, match="weights"):
+        RRFWithInput(reverse, weights=[1.0])
+
+
 def test_fusion_parameters_are_checked():
     import math
 

@@ -7,6 +7,7 @@ commands:
 - :mod:`.train`: ``train-reranker``, ``train-embedder``, ``tune-fuq``, ``tune-modality``;
 - :mod:`.generate`: ``generate``, ``generate-conversations``, ``reformulate``,
   ``cast-passages``;
+- :mod:`.choose`: ``choose`` (a corpus's pipeline without labels, and how sure);
 - :mod:`.serve`: ``serve``, ``quickstart``;
 - :mod:`.keys`: ``keys add|list|rotate|revoke`` (the service's API keys file);
 - :mod:`.bench`: ``bench`` (list, plan and rebuild the benchmarks of docs/benchmarks.md);
@@ -29,6 +30,7 @@ from intentrank.cli import serve  # noqa: F401
 from intentrank.cli import keys  # noqa: F401
 from intentrank.cli import train  # noqa: F401
 from intentrank.cli import generate  # noqa: F401
+from intentrank.cli import choose  # noqa: F401
 from intentrank.cli import bench  # noqa: F401
 # isort: on
 from intentrank.cli.common import app

@@ -1,0 +1,143 @@
+"""Choosing one system from per-query scores, and how sure the choice is.
+
+Every candidate is scored on the same queries. :func:`select` bootstraps the queries (the
+same resample for every candidate, so the comparison stays paired), gives each candidate's
+mean with a percentile interval and the share of resamples in which it is best, runs the
+paired randomization test of the best against the runner-up, and picks the best, or the
+cheapest candidate that is within ``noise`` of the best and not significantly worse than
+it. :func:`set_warnings` says when a question set is too weak to trust.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from intentrank.measures.significance import paired_test
+
+MIN_QUESTIONS = 50  # fewer: warn
+MAX_COPIED = 0.8  # a larger mean share of question words found in the source: warn
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One candidate's mean, bootstrap interval and probability of being the best."""
+
+    name: str
+    mean: float
+    low: float
+    high: float
+    p_best: float
+    cost: float
+
+
+@dataclass
+class Selection:
+    """The pick and the evidence for it (``estimates`` best mean first)."""
+
+    chosen: str
+    best: str
+    runner_up: str | None
+    estimates: list[Estimate]
+    p_value: float  # paired randomization test, best vs runner-up (1.0 without runner-up)
+    p_chosen_best: float
+    confident: bool
+    reason: str
+    n_queries: int
+    warnings: list[str] = field(default_factory=list)
+
+    def estimate(self, name: str) -> Estimate:
+        return next(e for e in self.estimates if e.name == name)
+
+
+def bootstrap_means(matrix: np.ndarray, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    """``(n_boot, candidates)`` means over query resamples (rows of ``matrix``: queries)."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, matrix.shape[0], size=(n_boot, matrix.shape[0]))
+    return matrix[rows].mean(axis=1)
+
+
+def p_best(boot: np.ndarray) -> np.ndarray:
+    """Share of resamples in which each column has the highest mean (ties shared)."""
+    top = boot.max(axis=1, keepdims=True)
+    wins = np.isclose(boot, top, rtol=0, atol=1e-12)
+    return (wins / wins.sum(axis=1, keepdims=True)).mean(axis=0)
+
+
+def select(
+    scores: Mapping[str, Mapping[str, float]],
+    costs: Mapping[str, float],
+    noise: float = 0.01,
+    alpha: float = 0.05,
+    confidence: float = 0.8,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Selection:
+    """Pick a candidate from ``scores`` (name -> query id -> score; the same queries each).
+
+    The best mean wins unless a cheaper candidate (``costs``, lower is cheaper) is within
+    ``noise`` of it and the paired test does not separate them at ``alpha``; the pick is
+    ``confident`` when it is best in at least ``confidence`` of the resamples."""
+    names = list(scores)
+    if not names:
+        raise ValueError("no candidates to choose from")
+    qids = sorted(next(iter(scores.values())))
+    if not qids:
+        raise ValueError("no scored queries")
+    for n in names:
+        if set(scores[n]) != set(qids):
+            raise ValueError(f"candidate {n!r} was scored on other queries than {names[0]!r}")
+    matrix = np.array([[scores[n][q] for n in names] for q in qids], dtype=np.float64)
+    boot = bootstrap_means(matrix, n_boot, seed)
+    pb = p_best(boot)
+    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
+    means = matrix.mean(axis=0)
+    ests = sorted((Estimate(n, float(means[i]), float(low[i]), float(high[i]), float(pb[i]),
+                            float(costs.get(n, 0.0))) for i, n in enumerate(names)),
+                  key=lambda e: (-e.mean, e.cost, e.name))
+    best = ests[0]
+    runner = ests[1] if len(ests) > 1 else None
+    p_value = paired_test(scores[runner.name], scores[best.name]).p_randomization \
+        if runner else 1.0
+    chosen, reason = best, "highest estimated score"
+    for e in sorted(ests[1:], key=lambda e: (e.cost, -e.mean)):
+        if e.cost >= chosen.cost or best.mean - e.mean > noise:
+            continue
+        if paired_test(scores[e.name], scores[best.name]).p_randomization >= alpha:
+            chosen = e
+            reason = (f"within noise of {best.name} ({best.mean - e.mean:+.4f} below, not "
+                      f"significant at {alpha}) and cheaper")
+            break
+    return Selection(chosen.name, best.name, runner.name if runner else None, ests, p_value,
+                     chosen.p_best, chosen.p_best >= confidence, reason, len(qids))
+
+
+def set_warnings(selection: Selection, copied: float, noise: float = 0.01,
+                 alpha: float = 0.05, min_questions: int = MIN_QUESTIONS,
+                 max_copied: float = MAX_COPIED) -> list[str]:
+    """Why the question set or the pick is weak, in words (empty when nothing is)."""
+    out = []
+    if selection.n_queries < min_questions:
+        out.append(f"few questions: {selection.n_queries} kept (fewer than {min_questions}); "
+                   f"intervals are wide")
+    if copied > max_copied:
+        out.append(f"questions copy their sources: {copied:.0%} of question words occur in "
+                   f"the source passage (above {max_copied:.0%}); lexical matching (BM25) "
+                   f"is favoured")
+    if selection.runner_up is not None and selection.p_value >= alpha:
+        best = selection.estimate(selection.best)
+        second = selection.estimate(selection.runner_up)
+        out.append(f"candidates within noise: {selection.best} ({best.mean:.4f}) and "
+                   f"{selection.runner_up} ({second.mean:.4f}) are not significantly "
+                   f"different (p = {selection.p_value:.3f}); the cheaper of those within "
+                   f"{noise:g} wins")
+    if not selection.confident:
+        out.append(f"not confident: {selection.chosen} is best in "
+                   f"{selection.p_chosen_best:.0%} of the bootstrap resamples")
+    return out
+
+
+__all__ = ["Estimate", "MAX_COPIED", "MIN_QUESTIONS", "Selection", "bootstrap_means", "p_best",
+           "select", "set_warnings"]
