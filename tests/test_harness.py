@@ -99,9 +99,9 @@ def experiment(spec, cranfield_index, sample, fakes):
 
     search = DenseRetriever.search_rows
 
-    def counting(self, texts):
+    def counting(self, texts, filter=None):
         searched.append(len(texts))
-        return search(self, texts)
+        return search(self, texts, filter)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DenseRetriever, "search_rows", counting)
