@@ -46,6 +46,11 @@ class Limits:
         copy = _best(lambda: np.copyto(y, x), 3)
         return cls(2 * 1024**3 / gemm / 1e9, 2 * x.nbytes / copy / 1e9)
 
+    def best(self, other: Limits) -> Limits:
+        """The higher of two measurements of each (the machine is shared: a measurement is
+        at most what was attainable then)."""
+        return Limits(max(self.gflops, other.gflops), max(self.gbps, other.gbps))
+
     def facts(self) -> dict:
         return {"gflops": self.gflops, "gbps": self.gbps}
 

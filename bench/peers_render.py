@@ -7,6 +7,7 @@ speed as a fraction of the hardware limit of bench/peers_limits.py."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from report import table
@@ -63,6 +64,19 @@ def builds_table(rows: list[dict]) -> str:
                   "peak RSS MiB", "speed intentrank / this", "RSS intentrank / this"], out)
 
 
+def scaled(results: dict[str, Any]) -> dict[str, Any]:
+    """The rows with their limits at the run's measured rates (stored at 1 GFLOP/s, 1 GB/s)."""
+    lim = results["limits"]
+    for r in results["bm25"]:
+        r["bound_qps"] *= lim["gbps"]
+    for part in ("dense", "rerank"):
+        for r in results[part]:
+            for key in ("bound_passages_s", "bound_qps", "bound_pairs_s"):
+                if key in r:
+                    r[key] *= lim["gflops"]
+    return results
+
+
 def bm25_table(rows: list[dict]) -> str:
     default = ("intentrank numpy", "intentrank numba")
     single, batched = _best(rows, "qps_single", default), _best(rows, "qps_batched", default)
@@ -112,6 +126,7 @@ def e2e_table(rows: list[dict]) -> str:
 
 def section(results: dict[str, Any]) -> tuple[str, dict[str, str]]:
     """The section's tables (in the order of bench/sections/peers.md) and its values."""
+    results = scaled(json.loads(json.dumps(results)))
     lim, load = results["limits"], results["load"]
     tables = [builds_table(results["builds"]), bm25_table(results["bm25"]),
               dense_table(results["dense"]),

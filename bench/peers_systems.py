@@ -124,21 +124,41 @@ def lucene_like_bm25() -> Any:
     return replace(BM25Settings(), stemmer="porter", k1=0.9, b=0.4)
 
 
-def lucene_build(docs: Sequence[Any], out: Path, java: list[str]) -> None:
+def peak_rss_mib() -> float:
+    """This process's own resident-memory high-water mark (VmHWM: not the image it was
+    forked from, which ru_maxrss counts)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def lucene_build(docs: Sequence[Any], out: Path, java: list[str]) -> float:
     """Anserini's IndexCollection over a JSON collection of ``docs`` (2 threads, raw stored),
     as :func:`intentrank.retrieve.lucene.build_lucene_index` runs it; ``java`` is its
     ``java_command`` prefix (computed by the parent: importing the stage here would load
-    intentrank's stages into the process whose memory is measured)."""
+    intentrank's stages into the process whose memory is measured). Returns the JVM's peak
+    RSS in MiB (sampled every 50 ms)."""
     import subprocess
     import tempfile
+
+    from report import RSSSampler
 
     with tempfile.TemporaryDirectory() as tmp:
         with open(Path(tmp) / "docs.jsonl", "w", encoding="utf-8") as f:
             for d in docs:
                 f.write(json.dumps({"id": d.id, "contents": d.full_text()}) + "\n")
-        subprocess.run([*java, "-collection", "JsonCollection", "-input", tmp, "-index",
-                        str(out), "-generator", "DefaultLuceneDocumentGenerator", "-threads",
-                        "2", "-storeRaw"], check=True, capture_output=True)
+        proc = subprocess.Popen([*java, "-collection", "JsonCollection", "-input", tmp,
+                                 "-index", str(out), "-generator",
+                                 "DefaultLuceneDocumentGenerator", "-threads", "2",
+                                 "-storeRaw"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        rss = RSSSampler(proc.pid, 0.05)
+        _, err = proc.communicate()
+        rss.stop.set()
+    if proc.returncode != 0:
+        raise RuntimeError(f"IndexCollection failed: {err.decode()[-2000:]}")
+    return max((b for _, b in rss.samples), default=0) / 2**20
 
 
 def lucene_searcher(path: Path) -> Any:
