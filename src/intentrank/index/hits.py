@@ -4,6 +4,7 @@ shared by the whole index, sharded or not."""
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from typing import Any, NamedTuple
 
@@ -82,14 +83,34 @@ def filter_record(rec: dict[str, Any]) -> dict[str, Any]:
     return {**(rec.get("metadata") or {}), "id": rec["id"], "parent_id": rec.get("parent_id")}
 
 
+WORDS = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern
+
+
 def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
                   progress: bool = False) -> list[list[str]]:
-    """The tokenizer used for both documents and queries (bm25s rules)."""
-    import bm25s
+    """The tokenizer used for both documents and queries: bm25s's rules (``bm25s.tokenize``
+    with ``return_ids=False``: lower case, words of two or more characters, the stopword
+    list, then the stemmer), here without bm25s's per-call progress bars, which cost a
+    short query more than its tokens (the same tokens: tests/test_bm25_tokens.py)."""
+    from bm25s.tokenization import _infer_stopwords
 
+    stop = frozenset(_infer_stopwords(stopwords)) if stopwords else frozenset()
     stem = pystemmer(stemmer, threading.get_ident())
-    return bm25s.tokenize(texts, stopwords=stopwords or [], stemmer=stem, return_ids=False,
-                          show_progress=progress)
+    stems: dict[str, str] = {}
+    if progress:
+        from tqdm.auto import tqdm
+
+        texts = tqdm(texts, desc="BM25 tokens", unit="text")  # type: ignore[assignment]
+    out = []
+    for text in texts:
+        words = [w for w in WORDS.findall(text.lower()) if w not in stop]
+        if stem is not None:
+            for w in words:
+                if w not in stems:
+                    stems[w] = stem.stemWord(w)
+            words = [stems[w] for w in words]
+        out.append(words)
+    return out
 
 
 @functools.lru_cache(maxsize=64)

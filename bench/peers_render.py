@@ -1,0 +1,136 @@
+"""The tables of bench_peers.py's section "peers" from its results (runs/peers/results.json).
+
+Ratios are intentrank / the row's system in speed (above 1: intentrank faster) and, for
+memory, intentrank's peak RSS / the row's (below 1: intentrank smaller); an intentrank row's
+ratio is against the fastest peer of its table and collection. "of limit" is the row's
+speed as a fraction of the hardware limit of bench/peers_limits.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from report import table
+
+
+def _f(x: float, digits: int = 1) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def _ours(system: str) -> bool:
+    return system.startswith("intentrank")
+
+
+def _against(rows: list[dict], row: dict, key: str, best_ours: dict[str, float]) -> str:
+    """intentrank / this row in ``key``; for an intentrank row, against the best peer."""
+    same = [r for r in rows if r["collection"] == row["collection"]]
+    if _ours(row["system"]):
+        peers = [r[key] for r in same if not _ours(r["system"])]
+        return _ratio(row[key], max(peers)) if peers else "-"
+    return _ratio(best_ours[row["collection"]], row[key])
+
+
+def _best(rows: list[dict], key: str, ours: tuple[str, ...] | None = None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in rows:
+        if _ours(r["system"]) and (ours is None or r["system"] in ours):
+            out[r["collection"]] = max(out.get(r["collection"], 0.0), r[key])
+    return out
+
+
+def builds_table(rows: list[dict]) -> str:
+    out = []
+    for leg in ("BM25", "dense"):
+        part = [r for r in rows if r["leg"] == leg and r["system"] != "intentrank lucene-like"]
+        for r in part:
+            r["speed"] = 1 / r["wall_s"]
+        fast, small = _best(part, "speed"), {}
+        for r in part:
+            if _ours(r["system"]):
+                small[r["collection"]] = r["rss_mib"]
+        for r in part:
+            same = [x for x in part if x["collection"] == r["collection"]
+                    and not _ours(x["system"])]
+            rss = (_ratio(r["rss_mib"], min(x["rss_mib"] for x in same)) if _ours(r["system"])
+                   else _ratio(small[r["collection"]], r["rss_mib"]))
+            out.append([r["collection"], leg, r["system"], f"{r['n']:,}", _f(r["wall_s"]),
+                        _f(r["n"] / r["wall_s"], 0), _f(r["rss_mib"], 0),
+                        _against(part, r, "speed", fast), rss])
+    return table(["collection", "leg", "system", "documents", "wall s", "documents/s",
+                  "peak RSS MiB", "speed intentrank / this", "RSS intentrank / this"], out)
+
+
+def scaled(results: dict[str, Any]) -> dict[str, Any]:
+    """The rows with their limits at the run's measured rates (stored at 1 GFLOP/s, 1 GB/s)."""
+    lim = results["limits"]
+    for r in results["bm25"]:
+        r["bound_qps"] *= lim["gbps"]
+    for part in ("dense", "rerank"):
+        for r in results[part]:
+            for key in ("bound_passages_s", "bound_qps", "bound_pairs_s"):
+                if key in r:
+                    r[key] *= lim["gflops"]
+    return results
+
+
+def bm25_table(rows: list[dict]) -> str:
+    default = ("intentrank numpy", "intentrank numba")
+    single, batched = _best(rows, "qps_single", default), _best(rows, "qps_batched", default)
+    out = []
+    for r in rows:
+        b_single = _against(rows, r, "qps_single", single)
+        b_batched = _against(rows, r, "qps_batched", batched)
+        out.append([r["collection"], r["system"], f"{r['ndcg']:.4f}", _f(r["qps_single"], 0),
+                    _f(r["qps_batched"], 0), b_single, b_batched, _f(r["bound_qps"], 0),
+                    f"{r['qps_batched'] / r['bound_qps']:.3f}"])
+    return table(["collection", "system", "nDCG@10", "q/s single", "q/s batched",
+                  "intentrank / this, single", "batched", "limit q/s (bandwidth)",
+                  "batched of limit"], out)
+
+
+def dense_table(rows: list[dict]) -> str:
+    ps_, single = _best(rows, "passages_s"), _best(rows, "qps_single")
+    out = []
+    for r in rows:
+        out.append([r["collection"], r["system"], f"{r['pool']:,}", f"{r['ndcg']:.4f}",
+                    _f(r["passages_s"]), _against(rows, r, "passages_s", ps_),
+                    f"{r['passages_s'] / r['bound_passages_s']:.3f}", _f(r["qps_single"]),
+                    _f(r["qps_batched"]), _against(rows, r, "qps_single", single),
+                    f"{r['qps_single'] / r['bound_qps']:.3f}"])
+    return table(["collection", "system", "pool", "nDCG@10 (pool)", "passages/s",
+                  "intentrank / this", "of limit (fp32 GEMM)", "q/s single", "q/s batched",
+                  "intentrank / this, single", "of limit"], out)
+
+
+def rerank_table(rows: list[dict], bm25: dict[str, float]) -> str:
+    best = _best(rows, "pairs_s")
+    out = [[r["collection"], r["system"], f"{r['pairs']:,}", f"{bm25[r['collection']]:.4f}",
+            f"{r['ndcg']:.4f}", _f(r["pairs_s"]), _against(rows, r, "pairs_s", best),
+            _f(r["bound_pairs_s"], 0), f"{r['pairs_s'] / r['bound_pairs_s']:.3f}"]
+           for r in rows]
+    return table(["collection", "system", "pairs", "nDCG@10 BM25 top 30", "nDCG@10 reranked",
+                  "pairs/s", "intentrank / this", "limit pairs/s (fp32 GEMM)", "of limit"],
+                 out)
+
+
+def e2e_table(rows: list[dict]) -> str:
+    best = _best(rows, "qps")
+    return table(["collection", "stack", "queries", "nDCG@10", "q/s", "intentrank / this"],
+                 [[r["collection"], r["system"], r["queries"], f"{r['ndcg']:.4f}",
+                   _f(r["qps"], 2), _against(rows, r, "qps", best)] for r in rows])
+
+
+def section(results: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """The section's tables (in the order of bench/sections/peers.md) and its values."""
+    results = scaled(json.loads(json.dumps(results)))
+    lim, load = results["limits"], results["load"]
+    tables = [builds_table(results["builds"]), bm25_table(results["bm25"]),
+              dense_table(results["dense"]),
+              rerank_table(results["rerank"], results["rerank_bm25"]), e2e_table(results["e2e"])]
+    values = {"gflops": _f(lim["gflops"], 0), "gbps": _f(lim["gbps"], 1),
+              "load": f"{min(load):.1f}-{max(load):.1f}", "sample": str(results["sample"])}
+    return "\n\n".join(tables), values
