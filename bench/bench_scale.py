@@ -180,6 +180,19 @@ def _bm25(src: list[np.ndarray], vocab: dict[str, int], n: int, rng: np.random.G
     return bm
 
 
+def perturbed_vectors(base: np.ndarray, n: int, rng: np.random.Generator, path: Path) -> None:
+    """Write ``n`` vectors normalise(v_i + 0.6 * v_j + 0.25 * gaussian) to the .npy ``path``:
+    v_i the source vectors in turn, v_j one at random."""
+    m, dim = base.shape
+    vecs = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
+    for a in range(0, n, 100_000):
+        e = min(n, a + 100_000)
+        v = base[np.arange(a, e) % m] + 0.6 * base[rng.integers(0, m, e - a)] \
+            + (0.25 / np.sqrt(dim)) * rng.standard_normal((e - a, dim)).astype(np.float32)
+        vecs[a:e] = v / np.linalg.norm(v, axis=1, keepdims=True)
+    vecs.flush()
+
+
 @contextlib.contextmanager
 def _perturbed(n: int, out: dict) -> Iterator[tuple]:
     """The ``n``-passage perturbed corpus in a work folder deleted after (its sizes and BM25
@@ -189,16 +202,8 @@ def _perturbed(n: int, out: dict) -> Iterator[tuple]:
     m, dim = base.shape
     out.update({"docs": n, "source_docs": m, "queries": len(q)})
     work = Path(tempfile.mkdtemp(prefix="scale1m-", dir=ROOT / ".cache"))
-    try:  # vectors: normalise(v_i + 0.6 * v_j + 0.25 * gaussian), i a source doc, j random
-        vecs = np.lib.format.open_memmap(work / "embeddings.npy", mode="w+", dtype=np.float32,
-                                         shape=(n, dim))
-        for a in range(0, n, 100_000):
-            e = min(n, a + 100_000)
-            v = base[np.arange(a, e) % m] + 0.6 * base[rng.integers(0, m, e - a)] \
-                + (0.25 / np.sqrt(dim)) * rng.standard_normal((e - a, dim)).astype(np.float32)
-            vecs[a:e] = v / np.linalg.norm(v, axis=1, keepdims=True)
-        vecs.flush()
-        del vecs
+    try:
+        perturbed_vectors(base, n, rng, work / "embeddings.npy")
         src, vocab, qtok = _token_ids(tokens, qtexts)
         del tokens  # the token lists are the peak of memory: freed before the ANN builds
         t = time.perf_counter()

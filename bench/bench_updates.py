@@ -247,6 +247,7 @@ def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
     """1M passages perturbed from SciFact's (vectors v_i + 0.6 v_j + noise, token lists with
     10% dropped), BM25 (bm25s numpy, weight mask), exact dense and HNSW under filters."""
     import bm25s
+    from bench_scale import perturbed_vectors
 
     from intentrank.filters import MetadataColumns, parse_filter
     from intentrank.index.ann import GATHER_BELOW, build_ann, exact_search, exact_search_rows
@@ -262,14 +263,7 @@ def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="filters1m-", dir=ROOT / ".cache"))
     out: dict[str, Any] = {"docs": n, "queries": len(q), "legs": {}}
     try:
-        vecs = np.lib.format.open_memmap(work / "v.npy", mode="w+", dtype=np.float32,
-                                         shape=(n, dim))
-        for a in range(0, n, 100_000):
-            e = min(n, a + 100_000)
-            v = base[np.arange(a, e) % m] + 0.6 * base[rng.integers(0, m, e - a)] \
-                + (0.25 / np.sqrt(dim)) * rng.standard_normal((e - a, dim)).astype(np.float32)
-            vecs[a:e] = v / np.linalg.norm(v, axis=1, keepdims=True)
-        vecs.flush()
+        perturbed_vectors(base, n, rng, work / "v.npy")
         vecs = np.load(work / "v.npy", mmap_mode="r")
         log("BM25 over 1M")
         corpus = [d if i < m else d[rng.random(len(d)) >= 0.1]
