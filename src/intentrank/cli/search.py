@@ -104,6 +104,10 @@ def index(
     ray_workers: Annotated[int, RayPanel(help="Embedder actors on Ray.")] = 2,
     ray_batch_size: Annotated[int, RayPanel(help="Passages per Ray batch (the unit a "
                                             "lost actor's work is redone in).")] = 256,
+    bm25_tokens: Annotated[str, Bm25Panel(help="BM25 words: bm25s (2+ characters) or lucene "
+                                          "(1+, as Lucene's StandardTokenizer; with "
+                                          "--stemmer porter --k1 0.9 --b 0.4 Anserini's "
+                                          "BM25: benchmarks 'peers').")] = "bm25s",
     bm25_backend: Annotated[str, Bm25Panel(help="BM25 retrieval: numpy, or numba (about "
                                            "100x faster at 1M documents; the scale "
                                            "extra).")] = "numpy",
@@ -131,7 +135,7 @@ def index(
         base,
         bm25=replace(base.bm25, k1=k1, b=b, stemmer=None if stemmer == "none" else stemmer,
                      stopwords=None if stopwords == "none" else stopwords,
-                     backend=bm25_backend),
+                     tokens=bm25_tokens, backend=bm25_backend),
         dense=replace(base.dense, model=model, backend=backend, precision=precision,
                       batch_size=batch_size,
                       ann=AnnSettings(ann, hnsw_m=hnsw_m, ef_search=ef_search,

@@ -83,15 +83,17 @@ def filter_record(rec: dict[str, Any]) -> dict[str, Any]:
     return {**(rec.get("metadata") or {}), "id": rec["id"], "parent_id": rec.get("parent_id")}
 
 
-WORDS = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern
+# bm25s's default token pattern, and Lucene's StandardTokenizer's one-character words too
+WORDS = {"bm25s": re.compile(r"(?u)\b\w\w+\b"), "lucene": re.compile(r"(?u)\b\w+\b")}
 
 
 def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
-                  progress: bool = False) -> list[list[str]]:
+                  progress: bool = False, tokens: str = "bm25s") -> list[list[str]]:
     """The tokenizer used for both documents and queries: bm25s's rules (``bm25s.tokenize``
     with ``return_ids=False``: lower case, words of two or more characters, the stopword
-    list, then the stemmer), here without bm25s's per-call progress bars, which cost a
-    short query more than its tokens (the same tokens: tests/test_bm25_tokens.py)."""
+    list, then the stemmer; ``tokens="lucene"``: words of one character too), here without
+    bm25s's per-call progress bars, which cost a short query more than its tokens (the same
+    tokens: tests/test_bm25_tokens.py)."""
     from bm25s.tokenization import _infer_stopwords
 
     stop = frozenset(_infer_stopwords(stopwords)) if stopwords else frozenset()
@@ -101,9 +103,9 @@ def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
         from tqdm.auto import tqdm
 
         texts = tqdm(texts, desc="BM25 tokens", unit="text")  # type: ignore[assignment]
-    out = []
+    out, split = [], WORDS[tokens].findall
     for text in texts:
-        words = [w for w in WORDS.findall(text.lower()) if w not in stop]
+        words = [w for w in split(text.lower()) if w not in stop]
         if stem is not None:
             for w in words:
                 if w not in stems:

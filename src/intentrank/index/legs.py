@@ -48,7 +48,8 @@ def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: 
     if settings.shards > 1:
         return build_bm25_shards(texts, s, out.parent, shard_bounds(len(texts),
                                                                     settings.shards), progress)
-    tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress)
+    tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress,
+                           tokens=s.tokens)
     if not any(tokens):
         raise no_terms_error(s)
     TermRows.from_tokens(tokens).save(out.parent, "bm25")  # what updates start from

@@ -11,6 +11,7 @@ from intentrank.models.embedder import PRECISIONS
 
 LEGS = ("bm25", "dense", "tfidf", "graph")
 BM25_METHODS = ("robertson", "lucene", "atire", "bm25l", "bm25+")
+BM25_TOKENS = ("bm25s", "lucene")  # words of 2+ characters (bm25s), or of 1+ (Lucene's)
 BM25_BACKENDS = ("numpy", "numba")  # bm25s retrieval backends (numba: the scale extra)
 # settings that only change how an index is searched, not its files: not a mismatch
 SEARCH_TIME = ("bm25.backend",)
@@ -79,6 +80,10 @@ class BM25Settings:
     b: float = 0.75
     stemmer: str | None = "english"  # a PyStemmer language, or None
     stopwords: str | None = "en"  # a bm25s stopword list name, or None
+    # "lucene" also keeps one-character words, as Lucene's StandardTokenizer does: with
+    # stemmer porter, k1 0.9, b 0.4 this is Anserini's analyser and BM25 (docs/benchmarks.md
+    # "peers": nDCG@10 within 0.2 points of Anserini on SciFact, Cranfield and Vaswani)
+    tokens: str = "bm25s"
     # retrieval only (search time; Index.set_bm25_backend switches it on an open index)
     backend: str = "numpy"
 
@@ -86,6 +91,8 @@ class BM25Settings:
         if self.method not in BM25_METHODS:
             raise _bad(f"bm25.method {self.method!r} is not one of {list(BM25_METHODS)}")
         check_bm25_backend(self.backend)
+        if self.tokens not in BM25_TOKENS:
+            raise _bad(f"bm25.tokens {self.tokens!r} is not one of {list(BM25_TOKENS)}")
         if _number("bm25.k1", self.k1) < 0:
             raise _bad(f"bm25.k1 must be >= 0, got {self.k1!r}")
         if not 0 <= _number("bm25.b", self.b) <= 1:

@@ -107,7 +107,8 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
     import bm25s
 
     shards = [_ShardTokens(bm25_tokenize(list(texts[a:e]), s.stopwords, s.stemmer,
-                                         progress=progress)) for a, e in bounds]
+                                         progress=progress, tokens=s.tokens))
+              for a, e in bounds]
     if not any(sh.total_len for sh in shards):
         raise no_terms_error(s)
     global_df: Counter[str] = Counter()

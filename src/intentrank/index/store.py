@@ -390,7 +390,7 @@ class Index:
         allow = check_allow(allow, len(self))
         s = self.settings.bm25
         bm25 = self.bm25  # loading it checks the index's own backend
-        tokens = bm25_tokenize(texts, s.stopwords, s.stemmer)
+        tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 

@@ -307,7 +307,8 @@ def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say
         t = time.perf_counter()
         if leg == "bm25":
             s = settings.bm25
-            tokens = bm25_tokenize(texts, s.stopwords, s.stemmer) if texts else []
+            tokens = (bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens) if texts
+                      else [])
             rows = _stacked(_old_rows(old, "bm25"), old_rows, TermRows.from_tokens(tokens),
                             order)
             rows.save(tmp, "bm25")
@@ -375,7 +376,8 @@ def _old_rows(old: Index, name: str) -> TermRows:
     texts = [old.doc_text(d) for d in old.ids]
     if name == "bm25":
         s = old.settings.bm25
-        return TermRows.from_tokens(bm25_tokenize(texts, s.stopwords, s.stemmer))
+        return TermRows.from_tokens(bm25_tokenize(texts, s.stopwords, s.stemmer,
+                                                  tokens=s.tokens))
     return tfidf_rows(texts, old.settings.tfidf)
 
 
