@@ -30,7 +30,8 @@ def test_manifest_records_corpus_settings_and_versions(cranfield_index):
     assert m["n_docs"] == len(cranfield_index) == 1400
     assert len(m["corpus_sha256"]) == 64
     assert m["settings"]["bm25"] == {"method": "lucene", "k1": 1.5, "b": 0.75,
-                                     "stemmer": "english", "stopwords": "en", "backend": "numpy"}
+                                     "stemmer": "english", "stopwords": "en", "tokens": "bm25s",
+                                     "backend": "numpy"}
     assert set(m["build_seconds"]) >= {"bm25", "dense", "tfidf", "graph"}
     assert "bm25s" in m["versions"] and "sentence-transformers" in m["versions"]
     emb = np.load(cranfield_index.gen_dir / "dense" / "embeddings.npy")
