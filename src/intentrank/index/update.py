@@ -104,6 +104,9 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
             units.setdefault(unit_of(doc), []).append(doc)
         _check_unique(incoming)
         old_units = _units(index)
+        rows_of: dict[str, list[int]] = {}
+        for row, unit in enumerate(old_units):
+            rows_of.setdefault(unit, []).append(row)
         plan: Plan = []
         placed: set[str] = set()
         for row, unit in enumerate(old_units):
@@ -112,9 +115,9 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
             elif unit not in placed:
                 placed.add(unit)
                 new = units[unit]
-                if _same_lines(index, old_units, unit, new):
+                if _same_lines(index, rows_of[unit], new):
                     stats.unchanged += 1
-                    plan.extend(r for r in _rows_of(old_units, unit))
+                    plan.extend(rows_of[unit])
                 else:
                     stats.replaced += 1
                     plan.extend(new)
@@ -176,7 +179,7 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
         plan: Plan = []
         for doc in incoming:
             row = old_line.get(doc.id)
-            plan.append(row if row is not None and _line(index, row) == doc_line(doc)
+            plan.append(row if row is not None and index.doc_line(row) == doc_line(doc)
                         else doc)
         new_units = [unit_of(d) for d in incoming]
         present = set(new_units)
@@ -184,7 +187,7 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
         plan += kept
         new_units += [old_units[r] for r in kept]
         incoming = incoming + [index.doc(index.ids[r]) for r in kept]
-        before = _group(old_units, [_line(index, r) for r in range(len(index))])
+        before = _group(old_units, [index.doc_line(r) for r in range(len(index))])
         after = _group(new_units, [doc_line(d) for d in incoming])
         stats.added = len(set(after) - set(before))
         stats.deleted = len(set(before) - set(after))
@@ -217,19 +220,10 @@ def _units(index: Index) -> list[str]:
     return [p or i for p, i in zip(parents, index.ids, strict=True)]
 
 
-def _rows_of(units: Sequence[str], unit: str) -> list[int]:
-    return [r for r, u in enumerate(units) if u == unit]
-
-
-def _same_lines(index: Index, units: Sequence[str], unit: str, new: Sequence[Document]
-                ) -> bool:
-    rows = _rows_of(units, unit)
-    return len(rows) == len(new) and all(_line(index, r) == doc_line(d)
+def _same_lines(index: Index, rows: Sequence[int], new: Sequence[Document]) -> bool:
+    """Whether the live rows ``rows`` hold exactly ``new``'s docs.jsonl lines."""
+    return len(rows) == len(new) and all(index.doc_line(r) == doc_line(d)
                                          for r, d in zip(rows, new, strict=True))
-
-
-def _line(index: Index, row: int) -> bytes:
-    return index.doc_line(row)
 
 
 def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: bool,
