@@ -32,6 +32,11 @@ QUERIES = ["vitamin D and bone fractures", "stem cells in breast cancer",
 
 @pytest.fixture(scope="module")
 def scifact() -> list[Document]:
+    return abstracts_with_years()
+
+
+def abstracts_with_years() -> list[Document]:
+    """SciFact's first 260 abstracts, each with a ``year``."""
     docs = []
     for doc in iter_corpus(DATA / "scifact" / "corpus.jsonl.gz"):
         docs.append(replace(doc, metadata={"year": 2000 + len(docs) % 20}))

@@ -119,16 +119,22 @@ def write_current(path: Path, generation: str) -> None:
 def record_files(root: Path) -> dict[str, dict[str, Any]]:
     """Size and sha256 of every file under ``root`` (manifest and reader lock excepted);
     each file is fsynced on the way so the generation is durable before CURRENT names it."""
+    names = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*"))
+             if p.is_file() and not (p.parent == root and p.name in (MANIFEST, READERS_LOCK))]
+    return record_files_named(root, names)
+
+
+def record_files_named(root: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of the files ``names`` under ``root`` (fsynced, as
+    :func:`record_files`), and every directory under ``root`` fsynced."""
     out: dict[str, dict[str, Any]] = {}
-    for p in sorted(root.rglob("*")):
-        if not p.is_file() or (p.parent == root and p.name in (MANIFEST, READERS_LOCK)):
-            continue
+    for name in names:
+        p = root / name
         with open(p, "rb") as fh:
             digest = hashlib.file_digest(fh, "sha256")
             with contextlib.suppress(OSError):
                 os.fsync(fh.fileno())
-        out[p.relative_to(root).as_posix()] = {"size": p.stat().st_size,
-                                               "sha256": digest.hexdigest()}
+        out[name] = {"size": p.stat().st_size, "sha256": digest.hexdigest()}
     for d in {p.parent for p in root.rglob("*")} | {root}:
         fsync_dir(d)
     return out

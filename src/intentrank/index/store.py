@@ -13,6 +13,10 @@ the live one. Layout of a generation::
     bm25/shard-<i>/      with shards > 1: one bm25s index per row range (global statistics)
     tfidf/vectorizer.pkl, tfidf/matrix.npz
     graph/entities.json, graph/pagerank.npy, graph/edges.npy
+    terms/               each row's BM25 term frequencies and TF-IDF counts (updates)
+    deleted.npy          after a delete: the physical rows that are gone (tombstones; the
+                         other files are hard links to the previous generation's, see
+                         :mod:`intentrank.index.tombstones`)
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from intentrank.index.hits import (
 )
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
+from intentrank.index.tombstones import LiveRows, RowView, load_live
 from intentrank.types import Document
 
 FORMAT_VERSION = 2
@@ -121,15 +126,19 @@ class Index:
             raise IndexCorruptError(f"{shown} holds invalid settings or file records ({exc}); "
                                     f"{self._hint}") from exc
         layout.check_sizes(self.gen_dir, self._files)
-        n = self.manifest["n_docs"]
+        with self._reading("deleted.npy"):
+            self.live: LiveRows | None = load_live(self.gen_dir, self.manifest)
+        n = self.manifest["n_docs"] if self.live is None else self.manifest["rows"]
         with self._reading("doc_offsets.npy") as file:
-            self._offsets = np.load(file)
+            self._offsets = np.load(file)  # physical rows
         with self._reading("ids.json") as file:
             self.ids: list[str] = json.loads(file.read_text())
         if len(self.ids) != n or len(self._offsets) != n:
             raise IndexCorruptError(f"{self.gen_dir}: the manifest records {n} documents, "
                                     f"ids.json holds {len(self.ids)} and doc_offsets.npy "
                                     f"{len(self._offsets)}; {self._hint}")
+        if self.live is not None:
+            self.ids = [self.ids[r] for r in self.live.phys.tolist()]
         self._docs_fh = open(self.gen_dir / "docs.jsonl", "rb")  # noqa: SIM115 (kept open)
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
@@ -192,9 +201,24 @@ class Index:
     def __len__(self) -> int:
         return len(self.ids)
 
-    @property
+    @cached_property
     def corpus_sha256(self) -> str:
-        return self.manifest["corpus_sha256"]
+        """sha256 of the documents' docs.jsonl lines in row order (a generation with
+        tombstones computes it from its live lines when first asked)."""
+        recorded = self.manifest["corpus_sha256"]
+        if recorded is not None:
+            return recorded
+        import hashlib
+
+        digest = hashlib.sha256()
+        for row in range(len(self)):
+            digest.update(self.doc_line(row))
+        return digest.hexdigest()
+
+    @property
+    def rows_deleted(self) -> int:
+        """Rows this generation's files hold that are deleted (tombstones; 0 once merged)."""
+        return 0 if self.live is None else len(self.live.deleted)
 
     def has(self, leg: str) -> bool:
         return leg in self.settings.legs
@@ -226,6 +250,8 @@ class Index:
     def doc_line(self, row: int) -> bytes:
         """Row ``row``'s line of docs.jsonl, as stored (a positional read, no shared file
         position: safe from many threads at once)."""
+        if self.live is not None:
+            row = int(self.live.phys[row])
         start = int(self._offsets[row])
         end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
             os.fstat(self._docs_fh.fileno()).st_size
@@ -292,6 +318,10 @@ class Index:
             from intentrank.index.shards import bm25_shard_dir
 
             return [load(bm25_shard_dir(i)) for i in range(self.settings.shards)]
+        if self.live is not None:  # the live rows' statistics, as a fresh build computes them
+            from intentrank.index.terms import bm25_from_rows
+
+            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)
         return load("bm25")
 
     @property
@@ -303,7 +333,7 @@ class Index:
         """(start, end) rows of each shard (one range covering every row if unsharded)."""
         from intentrank.index.shards import shard_bounds
 
-        return shard_bounds(len(self), self.settings.shards)
+        return shard_bounds(len(self._offsets), self.settings.shards)  # physical rows
 
     @cached_property
     def ann(self) -> list[Any]:
@@ -315,7 +345,7 @@ class Index:
         for i, (start, end) in enumerate(self.shard_bounds):
             rel = ann_file(i if self.sharded else None)
             with self._reading(rel) as file:
-                out.append(AnnSearcher(file, self.embeddings[start:end], self.settings.dense.ann))
+                out.append(AnnSearcher(file, self._vectors[start:end], self.settings.dense.ann))
         return out
 
     def set_ann_search(self, **params: int | None) -> None:
@@ -329,12 +359,19 @@ class Index:
 
     @cached_property
     def embeddings(self) -> np.ndarray:
+        """The documents' vectors, row i = document i (memory-mapped)."""
+        return self._vectors if self.live is None else RowView(self._vectors, self.live)
+
+    @cached_property
+    def _vectors(self) -> np.ndarray:
+        """The vectors file's rows (with tombstones: the deleted rows' too)."""
         self._require("dense")
         with self._reading("dense/embeddings.npy") as file:
             vecs = np.load(file, mmap_mode="r")
-        if vecs.ndim != 2 or vecs.shape[0] != len(self):
+        if vecs.ndim != 2 or vecs.shape[0] != len(self._offsets):
             raise IndexCorruptError(f"{self.gen_dir / 'dense/embeddings.npy'} has shape "
-                                    f"{vecs.shape}, expected ({len(self)}, dim); {self._hint}")
+                                    f"{vecs.shape}, expected ({len(self._offsets)}, dim); "
+                                    f"{self._hint}")
         return vecs
 
     @cached_property
@@ -346,6 +383,11 @@ class Index:
         import scipy.sparse
 
         self._require("tfidf")
+        if self.live is not None:  # the live rows' idf and norms, as a fresh build's
+            from intentrank.index.terms import tfidf_from_rows
+
+            vectorizer, matrix = tfidf_from_rows(self.term_rows("tfidf"), self.settings.tfidf)
+            return vectorizer, matrix
         with self._reading("tfidf/vectorizer.pkl") as file:
             vectorizer = pickle.loads(file.read_bytes())
         with self._reading("tfidf/matrix.npz") as file:
@@ -356,15 +398,39 @@ class Index:
     def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
         """Inverted entity index (entity -> rows) and PageRank per row."""
         self._require("graph")
-        with self._reading("graph/entities.json") as file:
-            entities = json.loads(file.read_text())
-        with self._reading("graph/pagerank.npy") as file:
-            pr = np.load(file)
+        entities = self.entities()
+        if self.live is not None:  # the live rows' edges and PageRank, as a fresh build's
+            from intentrank.index.terms import graph_of
+
+            pr = graph_of(entities, self.settings.graph)[1]
+        else:
+            with self._reading("graph/pagerank.npy") as file:
+                pr = np.load(file)
         inverted: dict[str, list[int]] = {}
         for row, ents in enumerate(entities):
             for e in ents:
                 inverted.setdefault(e, []).append(row)
         return inverted, pr
+
+    def entities(self) -> list[list[str]]:
+        """Each document's entities (the graph leg's), in row order."""
+        self._require("graph")
+        with self._reading("graph/entities.json") as file:
+            entities = json.loads(file.read_text())
+        return entities if self.live is None else [entities[r] for r in self.live.phys.tolist()]
+
+    def term_rows(self, name: str) -> Any:
+        """The documents' kept term data (:class:`~intentrank.index.terms.TermRows`, ``bm25``
+        or ``tfidf``) in row order; None for an index built before it was kept."""
+        from intentrank.index.terms import TermRows
+
+        with self._reading(f"terms/{name}.npz"):
+            rows = TermRows.load(self.gen_dir, name)
+        if rows is None and self.live is not None:
+            raise IndexCorruptError(f"{self.gen_dir} has deleted rows but no terms/{name}.npz; "
+                                    f"{self._hint}")
+        return rows if rows is None or self.live is None else \
+            rows.take(self.live.phys).used_terms()
 
     # -- search (row indices and scores) -------------------------------------------------
     @property
@@ -407,20 +473,28 @@ class Index:
         check_k(k)
         allow = check_allow(allow, len(self))
         q = self.encode_queries(texts) if query_vectors is None else query_vectors
-        if q.ndim != 2 or q.shape[1] != self.embeddings.shape[1]:
+        if q.ndim != 2 or q.shape[1] != self._vectors.shape[1]:
             raise ValueError(f"query vectors of shape {q.shape} do not fit {self.path}'s "
-                             f"{self.embeddings.shape[1]}-dimensional embeddings")
+                             f"{self._vectors.shape[1]}-dimensional embeddings")
         if allow is not None and not allow.any():
             return [NO_HITS for _ in range(q.shape[0])]
+        if self.live is None:
+            return self._search_vectors(q, k, allow)
+        return self.live.virtual_hits(self._search_vectors(q, k,
+                                                           self.live.physical_allow(allow)))
+
+    def _search_vectors(self, q: np.ndarray, k: int, allow: np.ndarray | None) -> list[Hits]:
+        """Dense search over the vectors file's rows (``allow``: a mask over them)."""
+        vectors = self._vectors
         if self.settings.dense.ann.method == "exact" and not self.sharded \
-                and len(self) <= EXACT_BLOCK:
+                and len(vectors) <= EXACT_BLOCK:
             if allow is not None:  # the allowed rows' vectors only
                 rows = np.flatnonzero(allow)
-                scores = dense_scores(np.asarray(self.embeddings[rows]), q)
+                scores = dense_scores(np.asarray(vectors[rows]), q)
                 return [Hits(rows[h.rows], h.scores) for h in
                         (top_k(scores[:, j], k, positive_only=False)
                          for j in range(q.shape[0]))]
-            scores = dense_scores(self.embeddings, q)  # (n_docs, n_queries)
+            scores = dense_scores(vectors, q)  # (n_docs, n_queries)
             return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
         return self._search_dense_scaled(q, k, allow)
 
@@ -442,7 +516,7 @@ class Index:
             part = None if allow is None else allow[start:end]
             if part is not None and not part.any():
                 continue
-            vectors = self.embeddings[start:end]
+            vectors = self._vectors[start:end]
             exact = self.settings.dense.ann.method == "exact" or (
                 part is not None and part.mean() < ANN_EXACT_BELOW)
             if exact and part is not None and part.mean() < GATHER_BELOW:

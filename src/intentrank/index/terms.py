@@ -92,11 +92,15 @@ class TermRows:
         data = np.concatenate([b[2] for b in blocks] or [np.zeros(0, np.float32)])
         counts = sp.csr_matrix((data, (rows, cols)), shape=(int(offsets[-1]), len(vocab)),
                                dtype=np.float32)
-        used = np.bincount(counts.indices, minlength=len(vocab)) > 0
+        return TermRows(counts, vocab).used_terms()
+
+    def used_terms(self) -> TermRows:
+        """The same rows over the terms some row uses (in the same order)."""
+        used = np.bincount(self.counts.indices, minlength=len(self.vocab)) > 0
         if used.all():
-            return TermRows(counts, vocab)
+            return self
         keep = np.flatnonzero(used)
-        return TermRows(counts[:, keep], [vocab[i] for i in keep])
+        return TermRows(self.counts[:, keep], [self.vocab[i] for i in keep])
 
     def sorted_vocab(self) -> TermRows:
         """The same rows with the vocabulary in sorted order (scikit-learn's column order),
@@ -212,10 +216,17 @@ def save_graph(entities: Sequence[set[str] | Sequence[str]], s: GraphSettings, o
                ) -> dict[str, int]:
     """The graph leg of documents with these entities: edges, PageRank, the entity lists."""
     sets = [set(e) for e in entities]
-    edges = entity_edges(sets, window=s.window, min_shared=s.min_shared)
-    pr = pagerank_sparse(len(sets), edges, s.damping)
+    edges, pr = graph_of(sets, s)
     out.mkdir()
     (out / "entities.json").write_text(json.dumps([sorted(e) for e in sets]))
     np.save(out / "pagerank.npy", pr)
     np.save(out / "edges.npy", edges)
     return {"edges": int(len(edges)), "docs_with_entities": int(sum(1 for e in sets if e))}
+
+
+def graph_of(entities: Sequence[set[str] | Sequence[str]], s: GraphSettings
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The entity graph's edges and each document's PageRank."""
+    sets = [set(e) for e in entities]
+    edges = entity_edges(sets, window=s.window, min_shared=s.min_shared)
+    return edges, pagerank_sparse(len(sets), edges, s.damping)

@@ -49,6 +49,7 @@ from intentrank.index.terms import (
     tfidf_from_rows,
     tfidf_rows,
 )
+from intentrank.index.tombstones import MERGE_DELETED_SHARE, write_tombstones
 from intentrank.types import Document
 
 
@@ -62,6 +63,8 @@ class UpdateStats:
     deleted: int = 0
     passages: int = 0  # in the index afterwards
     encoded: int = 0  # passages whose text was new, tokenised and encoded
+    tombstones: int = 0  # a delete kept the files: rows now dead in them (0: compact)
+    merged: bool = False  # a delete crossed MERGE_DELETED_SHARE and wrote a compact generation
     seconds: float = 0.0
     generation: str = ""
     timings: dict[str, float] = field(default_factory=dict)
@@ -74,9 +77,11 @@ class UpdateStats:
         return asdict(self)
 
     def summary(self) -> str:
+        how = (f" ({self.tombstones} dead rows kept until a merge)" if self.tombstones else
+               " (merged: compact)" if self.merged else "")
         return (f"{self.added} added, {self.replaced} replaced, {self.unchanged} unchanged, "
-                f"{self.deleted} deleted; {self.passages} passages, {self.encoded} encoded, "
-                f"{self.seconds:.1f}s")
+                f"{self.deleted} deleted{how}; {self.passages} passages, {self.encoded} "
+                f"encoded, {self.seconds:.1f}s")
 
 
 def unit_of(doc: Document) -> str:
@@ -134,25 +139,61 @@ def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
            log: Progress | None = None, missing_ok: bool = False) -> UpdateStats:
     """Delete documents by id (a parent id deletes all its passages) and/or every passage a
     filter matches (:mod:`intentrank.filters`). An id the index does not hold is an error
-    unless ``missing_ok``."""
-    def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
-        old_units = _units(index)
-        gone = set(ids)
-        unknown = sorted(gone - set(old_units) - set(index.ids))
-        if unknown and not missing_ok:
-            raise IntentrankError(f"{path} holds no document {unknown[0]!r}"
-                                  + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1
-                                     else ""))
-        drop = np.array([u in gone or i in gone for u, i in zip(old_units, index.ids,
-                                                                strict=True)], dtype=bool)
+    unless ``missing_ok``.
+
+    The rows are tombstoned (:mod:`intentrank.index.tombstones`): the new generation links
+    the live one's files and lists the rows that are gone, so the delete costs what it
+    deletes. When more than ``MERGE_DELETED_SHARE`` of the rows would then be dead, it merges
+    instead: a compact generation of the live rows (:func:`merge`)."""
+    def plan_for(index: Index, stats: UpdateStats) -> Plan | np.ndarray | None:
+        drop = _rows_named(index, set(ids), missing_ok)
         if filter is not None:
             drop |= index.allowed_rows(filter)
-        stats.deleted = len({u for u, d in zip(old_units, drop, strict=True) if d})
         if not drop.any():
             return None
-        return [int(r) for r in np.flatnonzero(~drop)]
+        stats.deleted = len({json.loads(index.doc_line(r)).get("parent_id") or index.ids[r]
+                             for r in np.flatnonzero(drop).tolist()})
+        return drop
 
     return _update(path, plan_for, log, False)
+
+
+def merge(path: str | Path, *, log: Progress | None = None) -> UpdateStats:
+    """Write the index's live rows as a compact generation (no tombstones), the same index a
+    build of its documents gives. Deletes merge by themselves when tombstones pile up
+    (``MERGE_DELETED_SHARE``); this does it now. Nothing to do: nothing written."""
+    def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
+        stats.unchanged = len(set(_units(index)))
+        return list(range(len(index))) if index.rows_deleted else None
+
+    return _update(path, plan_for, log, False)
+
+
+def _rows_named(index: Index, gone: set[str], missing_ok: bool) -> np.ndarray:
+    """The rows ``gone`` names (passage ids, or parent ids: all their passages), as a mask.
+    Passage ids are looked up directly; only ids that are not passages' make it read every
+    row's parent."""
+    drop = np.zeros(len(index), dtype=bool)
+    rest = set()
+    for doc_id in gone:
+        row = index.row_of.get(doc_id)
+        if row is None:
+            rest.add(doc_id)
+        else:
+            drop[row] = True
+    if rest:
+        parents = index.parent_of_rows
+        found = set()
+        for row, parent in enumerate(parents):
+            if parent in rest:
+                drop[row] = True
+                found.add(parent)
+        unknown = sorted(rest - found)
+        if unknown and not missing_ok:
+            raise IntentrankError(f"{index.path} holds no document {unknown[0]!r}"
+                                  + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1
+                                     else ""))
+    return drop
 
 
 def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
@@ -247,6 +288,17 @@ def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: boo
         if plan is None:
             say(f"{path}: nothing to change ({stats.summary()})")
             return existing
+        if isinstance(plan, np.ndarray):  # a delete: these rows go
+            if plan.all():
+                raise IntentrankError(f"the update would leave {path} with no documents; "
+                                      f"delete the index directory instead")
+            if _tombstones_fit(existing, int(plan.sum())):
+                t = time.perf_counter()
+                stats.tombstones = write_tombstones(existing, plan, tmp)
+                stats.timings = {"tombstones": time.perf_counter() - t}
+                return None
+            stats.merged = True
+            plan = [int(r) for r in np.flatnonzero(~plan)]
         if not plan:
             raise IntentrankError(f"the update would leave {path} with no documents; "
                                   f"delete the index directory instead")
@@ -261,6 +313,15 @@ def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: boo
     index.close()
     say(f"{path}: {stats.summary()}")
     return stats
+
+
+def _tombstones_fit(index: Index, dropping: int) -> bool:
+    """Whether deleting ``dropping`` more rows may be tombstoned: the index keeps its term
+    data (built since updates exist) and the dead rows stay within MERGE_DELETED_SHARE."""
+    rows = len(index) + index.rows_deleted
+    lexical = [leg for leg in ("bm25", "tfidf") if index.has(leg)]
+    kept = all((index.gen_dir / "terms" / f"{leg}.npz").is_file() for leg in lexical)
+    return kept and index.rows_deleted + dropping <= MERGE_DELETED_SHARE * rows
 
 
 def _check_updatable(index: Index) -> None:
@@ -325,8 +386,7 @@ def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say
             rows.save(tmp, "tfidf")
             save_tfidf(*tfidf_from_rows(rows, settings.tfidf), tmp / "tfidf")
         elif leg == "graph":
-            with open(old.gen_dir / "graph" / "entities.json", encoding="utf-8") as fh:
-                kept = json.load(fh)
+            kept = old.entities()
             ents = [kept[r] for r in old_rows] + [sorted(extract_entities(x)) for x in texts]
             leg_stats["graph"] = save_graph([ents[i] for i in order], settings.graph,
                                             tmp / "graph")
@@ -364,7 +424,7 @@ def _split(old: Index, plan: Plan) -> tuple[list[int], list[Document], np.ndarra
 def _old_rows(old: Index, name: str) -> TermRows:
     """The live generation's term rows (recomputed from its documents if it was built before
     they were kept)."""
-    rows = TermRows.load(old.gen_dir, name)
+    rows = old.term_rows(name)
     if rows is not None:
         return rows
     texts = [old.doc_text(d) for d in old.ids]
