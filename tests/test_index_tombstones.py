@@ -5,6 +5,7 @@ their generation. Real SciFact abstracts."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -131,3 +132,18 @@ def test_dense_leg_skips_the_dead_rows(scifact, tmp_path, method):
                        for h in index.search_dense(QUERIES, 120))
     if method == "exact":
         assert_same_as_fresh(path, tmp_path, settings)
+
+
+def test_cli_delete_says_tombstones_and_merge_compacts(scifact, built):
+    from typer.testing import CliRunner
+
+    from intentrank.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["delete", str(built), scifact[4].id, scifact[9].id])
+    assert res.exit_code == 0 and "2 deleted (2 dead rows kept until a merge)" in res.output
+    res = runner.invoke(app, ["merge", str(built), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output[res.output.index("{"):])["passages"] == 98
+    with Index(built) as index:
+        assert index.rows_deleted == 0 and len(index) == 98

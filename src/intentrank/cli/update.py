@@ -97,13 +97,25 @@ def delete(
         False,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete documents by id and/or by filter."""
+    """Delete documents by id and/or by filter. The rows are tombstoned (the index's files
+    are kept, the rows marked gone) until more than a fifth of them are, when the delete
+    writes a compact index instead (or run `intentrank merge`)."""
     from intentrank.index.update import delete as delete_docs
 
     if not ids and not filter:
         raise ConfigError("name document ids to delete, or --filter")
     _report(delete_docs(index_dir, ids or [], filter, log=log, missing_ok=missing_ok),
             as_json)
+
+
+@app.command()
+@cli_errors
+def merge(index_dir: IndexArg, as_json: JsonOption = False) -> None:
+    """Write an index with deleted rows as a compact one (deletes do this by themselves
+    when a fifth of the rows are dead)."""
+    from intentrank.index.update import merge as merge_index
+
+    _report(merge_index(index_dir, log=log), as_json)
 
 
 @app.command()

@@ -100,12 +100,12 @@ class TermRows:
         if used.all():
             return self
         keep = np.flatnonzero(used)
-        return TermRows(self.counts[:, keep], [self.vocab[i] for i in keep])
+        return TermRows(self.counts[:, keep], [self.vocab[i] for i in keep.tolist()])
 
     def sorted_vocab(self) -> TermRows:
         """The same rows with the vocabulary in sorted order (scikit-learn's column order),
         indices sorted within each row."""
-        if all(a < b for a, b in zip(self.vocab, self.vocab[1:], strict=False)):
+        if sorted(self.vocab) == self.vocab:  # (distinct terms: sorted means ascending)
             return self
         order = sorted(range(len(self.vocab)), key=self.vocab.__getitem__)
         counts = self.counts[:, order].tocsr()

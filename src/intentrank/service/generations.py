@@ -197,9 +197,14 @@ def _trim_heap() -> None:
 
 
 def _warm(idx: Any) -> None:
-    """Load the query embedder and compile numba now, not on the first request."""
+    """Load the query embedder and compile numba now, not on the first request; after a
+    delete (tombstones), compute the lexical legs' statistics of the live rows now too."""
     has = getattr(idx, "has", lambda leg: False)
     if has("dense"):
         idx.encode_queries(["warm-up"])
-    if has("bm25") and idx.bm25_backend == "numba":
+    if has("bm25") and (idx.bm25_backend == "numba" or getattr(idx, "rows_deleted", 0)):
         idx.search_bm25(["warm-up"], 1)
+    if getattr(idx, "rows_deleted", 0):
+        for leg in ("tfidf", "graph"):
+            if has(leg):
+                getattr(idx, f"search_{leg}")(["warm-up"], 1)
