@@ -52,10 +52,12 @@ def _secs(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
 
 
 def updates() -> None:
-    """Build SciFact without its last 100 abstracts, add them, delete 1/10/100/1000; then
-    check the result against a fresh build of the final corpus."""
+    """Build SciFact without its last 100 abstracts, add them, delete 1/10/100/1000 (each on
+    a copy: tombstones) and 1,100 (past the merge share: a compact generation), merge; then
+    check the result against a fresh build of the final corpus and time each leg's first
+    search on both (a reader of tombstones recomputes the lexical statistics)."""
     from intentrank.index import Index, IndexSettings, build_index
-    from intentrank.index.update import delete, upsert
+    from intentrank.index.update import delete, merge, upsert
 
     docs = _tagged()
     work = Path(tempfile.mkdtemp(prefix="updates-", dir=ROOT / ".cache"))
@@ -76,16 +78,20 @@ def updates() -> None:
         with Index(path) as index:
             ids = list(index.ids)
         out["delete"] = {}
-        for n in (1, 10, 100, 1000):
+        for n in (1, 10, 100, 1000, 1100):
             copy = work / f"del{n}"
             shutil.copytree(path, copy)
             gone = [ids[int(i)] for i in rng.choice(len(ids), n, replace=False)]
             secs, stats = _secs(delete, copy, gone)
-            out["delete"][n] = {"s": secs, "timings": stats.timings}
+            out["delete"][n] = {"s": secs, "timings": stats.timings,
+                                "tombstones": stats.tombstones, "merged": stats.merged}
+            if n == 1000:
+                out["merge1000"] = {"s": _secs(merge, copy)[0]}
             shutil.rmtree(copy)
         log("delete by filter (bucket >= 95 OR year = 2003: about 460)")
         secs, stats = _secs(delete, path, filter="bucket >= 95 OR year = 2003")
-        out["delete_filter"] = {"s": secs, "deleted": stats.deleted}
+        out["delete_filter"] = {"s": secs, "deleted": stats.deleted,
+                                "tombstones": stats.tombstones}
         log("fresh build of the final corpus, compared leg by leg")
         with Index(path) as index:
             final = list(index.documents())
@@ -94,10 +100,26 @@ def updates() -> None:
             fresh = build_index(final, work / "fresh", IndexSettings())
             out["identical"] = _identical(index, fresh)
             fresh.close()
+        out["first_search"] = {name: _first_search(where) for name, where in
+                               (("tombstones", path), ("fresh build", work / "fresh"))}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out, indent=1))
     _save("updates", out)
+
+
+def _first_search(path: Path) -> dict[str, float]:
+    """Seconds of each leg's first search in a newly opened Index (the query embedder loaded
+    before): what a reader pays to load the leg."""
+    from intentrank.index import Index
+
+    out = {}
+    with Index(path) as index:
+        index.encode_queries(["warm-up"])
+        for leg in ("bm25", "dense", "tfidf", "graph"):
+            out[leg] = _secs(getattr(index, f"search_{leg}"), ["vitamin D and fractures"],
+                             10)[0]
+    return out
 
 
 def _identical(a: Any, b: Any) -> dict[str, bool]:
@@ -311,16 +333,24 @@ def render() -> None:
                 ["re-add the same 100 (unchanged)", f"{u['noop100']['s']:.2f}",
                  f"{u['noop100']['s'] / build:.3f}", "-"]]
         for n, d in u["delete"].items():
-            rows.append([f"delete {n} by id", f"{d['s']:.1f}", f"{d['s'] / build:.3f}",
+            how = "merged (compact)" if d["merged"] else f"tombstones ({d['tombstones']} rows)"
+            rows.append([f"delete {n} by id: {how}", f"{d['s']:.2f}", f"{d['s'] / build:.4f}",
                          _legs(d["timings"])])
-        rows.append([f"delete by filter ({u['delete_filter']['deleted']} documents)",
-                     f"{u['delete_filter']['s']:.1f}", f"{u['delete_filter']['s'] / build:.3f}",
-                     "-"])
+            if n == "1000":
+                m = u["merge1000"]["s"]
+                rows.append(["then merge those 1000", f"{m:.2f}", f"{m / build:.4f}", "-"])
+        f = u["delete_filter"]
+        rows.append([f"delete by filter ({f['deleted']} documents): tombstones", f"{f['s']:.2f}",
+                     f"{f['s'] / build:.4f}", "-"])
         parts += [u["header"], table(["operation", "seconds", "x full build", "per leg (s)"],
                                      rows)]
         same = u["identical"]
         parts.append(table(["compared with a fresh build", *same],
                            [["identical", *("yes" if v else "NO" for v in same.values())]]))
+        first = u["first_search"]
+        parts.append(table(["first search of a newly opened index, s", *first["tombstones"]],
+                           [[name, *(f"{v:.2f}" for v in legs.values())]
+                            for name, legs in first.items()]))
         values["add.ratio"] = f"{u['add100']['s'] / build:.1%}"
         values["updates.load"] = f"{u['load_average']:.1f}"
     if "filters" in data:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -147,3 +148,47 @@ def test_cli_delete_says_tombstones_and_merge_compacts(scifact, built):
     assert json.loads(res.output[res.output.index("{"):])["passages"] == 98
     with Index(built) as index:
         assert index.rows_deleted == 0 and len(index) == 98
+
+
+BLOCKING_DELETE = """
+    import pathlib, sys, time
+    import intentrank.index.tombstones as tombstones
+    from intentrank.index import layout
+    from intentrank.index.update import delete
+
+    path, marker, point, doc_id = sys.argv[1:5]
+
+    def pausing(real):
+        def wrapped(*args, **kwargs):
+            pathlib.Path(marker).touch()
+            while True:
+                time.sleep(1)
+        return wrapped
+
+    if point == "links":  # files linked, the dead rows and the manifest not yet written
+        tombstones.np.save = pausing(tombstones.np.save)
+    else:  # the generation written, CURRENT not yet replaced
+        layout.write_current = pausing(layout.write_current)
+    delete(path, [doc_id])
+"""
+
+
+@pytest.mark.parametrize("point", ["links", "current"])
+def test_kill_9_mid_delete_leaves_the_old_generation_intact(scifact, built, tmp_path, point):
+    from test_index_robustness import entries, run_script, wait_for
+
+    with Index(built) as index:
+        before = answers(index, LEXICAL.legs)
+    marker = tmp_path / "marker"
+    proc = run_script(tmp_path, BLOCKING_DELETE, str(built), str(marker), point, scifact[7].id)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    with Index(built) as index:  # the old generation: complete, unchanged, verified
+        assert index.verify()["files"] > 5 and len(index) == 100
+        assert answers(index, LEXICAL.legs) == before
+    assert delete(built, [scifact[7].id]).tombstones == 1  # the next writer cleans up
+    with Index(built) as index:
+        assert entries(built) == [".lock", "CURRENT", index.generation]
+        assert index.verify()["files"] > 5
+    assert_same_as_fresh(built, tmp_path, LEXICAL)
