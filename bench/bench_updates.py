@@ -352,6 +352,8 @@ def render() -> None:
                            [[name, *(f"{v:.2f}" for v in legs.values())]
                             for name, legs in first.items()]))
         values["add.ratio"] = f"{u['add100']['s'] / build:.1%}"
+        light = [d["s"] for d in u["delete"].values() if not d["merged"]]
+        values["delete.min"], values["delete.max"] = f"{min(light):.2f}", f"{max(light):.2f}"
         values["updates.load"] = f"{u['load_average']:.1f}"
     if "filters" in data:
         f = data["filters"]

@@ -192,3 +192,24 @@ def test_kill_9_mid_delete_leaves_the_old_generation_intact(scifact, built, tmp_
         assert entries(built) == [".lock", "CURRENT", index.generation]
         assert index.verify()["files"] > 5
     assert_same_as_fresh(built, tmp_path, LEXICAL)
+
+
+def test_parents_come_from_parents_json_or_from_the_lines_of_an_older_index(scifact, tmp_path):
+    path = tmp_path / "idx"
+    chunked = IndexSettings(legs=("bm25", "tfidf"), chunk_size=60, chunk_overlap=10)
+    build_index(scifact[:12], path, chunked).close()
+    with Index(path) as index:
+        parents = index.parent_of_rows
+        assert json.loads((index.gen_dir / "parents.json").read_text()) == parents
+        gen = index.gen_dir
+    assert parents[0] == scifact[0].id and len(set(parents)) == 12
+    manifest = json.loads((gen / "manifest.json").read_text())  # as an older build left it
+    del manifest["files"]["parents.json"]
+    (gen / "manifest.json").write_text(json.dumps(manifest))
+    (gen / "parents.json").unlink()
+    with Index(path) as index:
+        assert index.parent_of_rows == parents
+    assert delete(path, [scifact[3].id]).tombstones == parents.count(scifact[3].id)
+    with Index(path) as index:
+        assert index.parent_of_rows == [p for p in parents if p != scifact[3].id]
+    assert_same_as_fresh(path, tmp_path, chunked)

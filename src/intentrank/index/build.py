@@ -72,7 +72,8 @@ def corpus_sha256(docs: Iterable[Document], settings: IndexSettings | None = Non
 
 def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
                 ) -> tuple[list[Document], str]:
-    """Write docs.jsonl, doc_offsets.npy and ids.json; return the docs and the corpus hash."""
+    """Write docs.jsonl, doc_offsets.npy, ids.json and parents.json; return the docs and the
+    corpus hash."""
     digest = hashlib.sha256()
     kept: list[Document] = []
     offsets: list[int] = []
@@ -84,6 +85,7 @@ def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
             kept.append(doc)
     np.save(tmp / "doc_offsets.npy", np.asarray(offsets, dtype=np.int64))
     (tmp / "ids.json").write_text(json.dumps([d.id for d in kept]))
+    (tmp / "parents.json").write_text(json.dumps([d.parent_id for d in kept]))
     return kept, digest.hexdigest()
 
 

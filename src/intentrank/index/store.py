@@ -263,8 +263,16 @@ class Index:
 
     @cached_property
     def parent_of_rows(self) -> list[str | None]:
-        """Each row's parent document id (None for a passage without a parent)."""
-        return [json.loads(self.doc_line(r)).get("parent_id") for r in range(len(self))]
+        """Each row's parent document id (None for a passage without a parent): parents.json,
+        or each docs.jsonl line's for an index built before it was written."""
+        if "parents.json" not in self._files:
+            return [json.loads(self.doc_line(r)).get("parent_id") for r in range(len(self))]
+        with self._reading("parents.json") as file:
+            parents = json.loads(file.read_text())
+        if len(parents) != len(self._offsets):
+            raise IndexCorruptError(f"{file} holds {len(parents)} rows, not "
+                                    f"{len(self._offsets)}; {self._hint}")
+        return parents if self.live is None else [parents[r] for r in self.live.phys.tolist()]
 
     @cached_property
     def metadata_columns(self) -> Any:
@@ -288,7 +296,7 @@ class Index:
         """Passage id -> parent document id, for chunked indexes (empty otherwise)."""
         if not self.settings.chunk_size:
             return {}
-        return {d.id: d.parent_id for d in map(self.doc, self.ids) if d.parent_id}
+        return {i: p for i, p in zip(self.ids, self.parent_of_rows, strict=True) if p}
 
     @property
     def doc_and_parent_ids(self) -> set[str]:

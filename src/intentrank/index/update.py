@@ -344,6 +344,8 @@ def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say
     digest = hashlib.sha256()
     offsets = np.zeros(len(plan), dtype=np.int64)
     ids: list[str] = []
+    parents: list[str | None] = []
+    old_parents = old.parent_of_rows
     with open(tmp / "docs.jsonl", "wb") as fh:
         for i, entry in enumerate(plan):
             line = old.doc_line(entry) if isinstance(entry, int) else doc_line(entry)
@@ -351,8 +353,10 @@ def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say
             offsets[i] = fh.tell()
             fh.write(line)
             ids.append(old.ids[entry] if isinstance(entry, int) else entry.id)
+            parents.append(old_parents[entry] if isinstance(entry, int) else entry.parent_id)
     np.save(tmp / "doc_offsets.npy", offsets)
     (tmp / "ids.json").write_text(json.dumps(ids))
+    (tmp / "parents.json").write_text(json.dumps(parents))
     timings["docs"] = time.perf_counter() - t
     texts = [d.full_text(settings.dense.title_sep) for d in new_docs]
     stats.encoded = len(new_docs)
