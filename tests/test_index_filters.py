@@ -1,7 +1,8 @@
 """Pre-filtered search in every leg (Index.allowed_rows + allow=) on real SciFact abstracts:
 a filtered search returns exactly the top k of the matching documents (never fewer because
-candidates were cut first); approximate search (HNSW, IVF-PQ) keeps recall against exact
-search at 1%, 10% and 50% selectivity; deletes by filter."""
+candidates were cut first), as an index of the matching documents only would; approximate
+search (HNSW, IVF-PQ) keeps recall against exact search at 1%, 10% and 50% selectivity;
+deletes by filter."""
 
 from __future__ import annotations
 
@@ -56,25 +57,43 @@ def check_prefilter(index, leg: str, allow: np.ndarray, k: int = 10, **kwargs) -
 
 
 @pytest.mark.parametrize("text", FILTERS)
-@pytest.mark.parametrize("leg", ["bm25", "tfidf", "graph"])
-def test_lexical_legs_return_the_top_k_of_the_matching_documents(lexical, leg, text):
+def test_lexical_legs_equal_an_index_of_the_matching_documents(lexical, text, tmp_path):
+    """Every lexical leg's filtered search is the search of an index built from the matching
+    documents only: the same ids, ranks and scores (their statistics, not the whole index's)."""
     allow = lexical.allowed_rows(text)
     records = [dict(lexical.doc(i).metadata, id=i) for i in lexical.ids]
     assert allow.tolist() == [parse_filter(text).matches(r) for r in records]
-    check_prefilter(lexical, leg, allow)
+    matching = [lexical.doc(i) for i in lexical.id_array[allow].tolist()]
+    fresh = build_index(matching, tmp_path / "only", lexical.settings) if matching else None
+    for leg in ("bm25", "tfidf", "graph"):
+        got = getattr(lexical, f"search_{leg}")(QUERIES, 10, allow=allow)
+        want = getattr(fresh, f"search_{leg}")(QUERIES, 10) if fresh else [None] * len(got)
+        for g, w in zip(got, want, strict=True):
+            assert allow[g.rows].all(), leg
+            if w is None:
+                assert g.rows.size == 0
+                continue
+            assert lexical.id_array[g.rows].tolist() == fresh.id_array[w.rows].tolist(), leg
+            assert g.scores.tolist() == w.scores.tolist(), leg
+    if fresh is not None:
+        fresh.close()
 
 
-def test_bm25_numba_backend_filters_alike(lexical):
-    pytest.importorskip("numba")
-    allow = lexical.allowed_rows('team = "b"')
-    numpy_hits = lexical.search_bm25(QUERIES, 10, allow=allow)
-    lexical.set_bm25_backend("numba")
-    try:
-        numba_hits = lexical.search_bm25(QUERIES, 10, allow=allow)
-    finally:
-        lexical.set_bm25_backend("numpy")
-    for a, b in zip(numpy_hits, numba_hits, strict=True):
-        assert a.rows.tolist() == b.rows.tolist()
+def test_a_filter_s_statistics_are_its_own(lexical):
+    """Documents outside a filter change no filtered score: the allowed rows of a filter score
+    the same in an index that holds other documents too (a scope learns nothing of them)."""
+    allow = lexical.allowed_rows('team = "a"')
+    for leg in ("bm25", "tfidf", "graph"):
+        inside = getattr(lexical, f"search_{leg}")(QUERIES, 400, allow=allow)
+        whole = getattr(lexical, f"search_{leg}")(QUERIES, 400)
+        assert any(set(w.rows.tolist()) - set(np.flatnonzero(allow).tolist()) for w in whole)
+        differ = []
+        for i, w in zip(inside, whole, strict=True):  # the whole index's scores differ
+            both = np.intersect1d(i.rows, w.rows)
+            if len(both):
+                differ.append(not np.array_equal(i.scores[np.isin(i.rows, both)],
+                                                 w.scores[np.isin(w.rows, both)]))
+        assert differ and all(differ), leg
 
 
 def test_no_filter_and_bad_filters(lexical):

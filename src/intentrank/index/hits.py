@@ -66,9 +66,9 @@ def check_k(k: Any) -> None:
 
 def check_allow(allow: Any, n: int) -> np.ndarray | None:
     """A leg search's ``allow``: None, or a bool mask over the index's ``n`` rows. The
-    search then returns the top k among those rows (pre-filtering), by the scores they have
-    in the whole index (collection statistics are the index's, as in Lucene), never fewer
-    because candidates were cut before filtering."""
+    search then returns the top k among those rows (pre-filtering), never fewer because
+    candidates were cut before filtering, scored as an index of those rows only would score
+    them (:mod:`intentrank.index.subset`)."""
     if allow is None:
         return None
     allow = np.asarray(allow)

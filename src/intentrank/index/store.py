@@ -414,11 +414,7 @@ class Index:
         else:
             with self._reading("graph/pagerank.npy") as file:
                 pr = np.load(file)
-        inverted: dict[str, list[int]] = {}
-        for row, ents in enumerate(entities):
-            for e in ents:
-                inverted.setdefault(e, []).append(row)
-        return inverted, pr
+        return _inverted(entities), pr
 
     def entities(self) -> list[list[str]]:
         """Each document's entities (the graph leg's), in row order."""
@@ -432,13 +428,59 @@ class Index:
         or ``tfidf``) in row order; None for an index built before it was kept."""
         from intentrank.index.terms import TermRows
 
+        if name in self._term_rows:
+            return self._term_rows[name]
         with self._reading(f"terms/{name}.npz"):
             rows = TermRows.load(self.gen_dir, name)
         if rows is None and self.live is not None:
             raise IndexCorruptError(f"{self.gen_dir} has deleted rows but no terms/{name}.npz; "
                                     f"{self._hint}")
-        return rows if rows is None or self.live is None else \
-            rows.take(self.live.phys).used_terms()
+        if rows is not None and self.live is not None:
+            rows = rows.take(self.live.phys).used_terms()
+        self._term_rows[name] = rows
+        return rows
+
+    @cached_property
+    def _term_rows(self) -> dict[str, Any]:
+        return {}
+
+    @cached_property
+    def _bm25_postings(self) -> Any:
+        """BM25's postings with term frequencies, for filtered searches (None for an index
+        that kept no term rows: sharded, or built before they were kept)."""
+        from intentrank.index.subset import BM25Postings
+
+        rows = None if self.sharded else self.term_rows("bm25")
+        return None if rows is None else BM25Postings(rows, self.settings.bm25)
+
+    @cached_property
+    def _tfidf_subsets(self) -> Any:
+        from intentrank.index.subset import SubsetCache
+        from intentrank.index.terms import tfidf_from_rows
+
+        def make(rows: np.ndarray) -> Any:
+            kept = self.term_rows("tfidf")
+            if kept is None:
+                return None
+            try:
+                return rows, *tfidf_from_rows(kept.take(rows).used_terms(),
+                                             self.settings.tfidf)
+            except ValueError:  # the allowed documents have no term (only stop words)
+                return rows, None, None
+
+        return SubsetCache(make)
+
+    @cached_property
+    def _graph_subsets(self) -> Any:
+        from intentrank.index.subset import SubsetCache
+        from intentrank.index.terms import graph_of
+
+        def make(rows: np.ndarray) -> Any:
+            ents = self.entities()
+            kept = [ents[r] for r in rows.tolist()]
+            return rows, _inverted(kept), graph_of(kept, self.settings.graph)[1]
+
+        return SubsetCache(make)
 
     # -- search (row indices and scores) -------------------------------------------------
     @property
@@ -465,6 +507,8 @@ class Index:
         s = self.settings.bm25
         bm25 = self.bm25  # loading it checks the index's own backend
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
+        if allow is not None and self._bm25_postings is not None:
+            return self._bm25_postings.search(tokens, k, allow)
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
@@ -543,9 +587,16 @@ class Index:
                      ) -> list[Hits]:
         check_k(k)
         allow = check_allow(allow, len(self))
+        if allow is not None and (subset := self._tfidf_subsets.get(allow)) is not None:
+            rows, vectorizer, matrix = subset
+            if vectorizer is None:
+                return [NO_HITS for _ in texts]
+            scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+            return [Hits(rows[h.rows], h.scores) for h in (top_k(scores[j], k)
+                                                           for j in range(len(texts)))]
         vectorizer, matrix = self.tfidf
         scores = (vectorizer.transform(texts) @ matrix.T).toarray()
-        if allow is not None:
+        if allow is not None:  # an index without term rows: the whole index's statistics
             scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]
 
@@ -553,14 +604,12 @@ class Index:
                      ) -> list[Hits]:
         check_k(k)
         allow = check_allow(allow, len(self))
-        inverted, pr = self.graph
-        out: list[Hits] = []
-        for text in texts:  # score: shared entities * (1 + PageRank)
-            rows = [row for e in extract_entities(text) for row in inverted.get(e, ())]
-            shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(self))
-            scores = shared * (1.0 + pr)
-            out.append(top_k(scores if allow is None else scores * allow, k))
-        return out
+        if allow is not None:
+            if not allow.any():
+                return [NO_HITS for _ in texts]
+            rows, inverted, pr = self._graph_subsets.get(allow)
+            return [Hits(rows[h.rows], h.scores) for h in _graph_hits(texts, k, inverted, pr)]
+        return _graph_hits(texts, k, *self.graph)
 
     def close(self) -> None:
         """Close the documents file and release the generation (a later build may delete it;
@@ -571,6 +620,26 @@ class Index:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+
+
+def _inverted(entities: list[list[str]]) -> dict[str, list[int]]:
+    """Entity -> the rows that mention it."""
+    inverted: dict[str, list[int]] = {}
+    for row, ents in enumerate(entities):
+        for e in ents:
+            inverted.setdefault(e, []).append(row)
+    return inverted
+
+
+def _graph_hits(texts: list[str], k: int, inverted: dict[str, list[int]], pr: np.ndarray
+                ) -> list[Hits]:
+    """The graph leg's score: shared entities * (1 + PageRank)."""
+    out: list[Hits] = []
+    for text in texts:
+        rows = [row for e in extract_entities(text) for row in inverted.get(e, ())]
+        shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(pr))
+        out.append(top_k(shared * (1.0 + pr), k))
+    return out
 
 
 def _dated(settings: Any) -> Any:

@@ -1,0 +1,104 @@
+"""Filtered lexical search as a search of an index of the matching documents only.
+
+A filter (a leg search's ``allow`` mask) restricts a search to some documents. Dense scores
+do not depend on the other documents, so the dense leg only masks. The lexical legs' scores
+do: BM25's idf and average length, TF-IDF's idf and norms, the graph's PageRank are
+statistics of the collection. Here they are the matching documents' statistics, so a filtered
+search returns exactly what an index built from the matching documents returns (the same
+ids, ranks and scores), and a filter's documents are scored as if the others did not exist:
+no term statistic of a document outside it reaches a result (a scope's view, service
+keys, depends on that).
+
+- BM25 is scored at query time from each term's postings with raw term frequencies (the
+  generation's kept term rows, ``terms/bm25.npz``), with the document frequency, count and
+  average length of the allowed rows, element for element as bm25s computes its impact
+  scores (:func:`intentrank.index.terms.bm25_from_rows`): no per-filter precomputation.
+- TF-IDF and the graph recompute their corpus-wide parts over the allowed rows
+  (:func:`~intentrank.index.terms.tfidf_from_rows`, :func:`~intentrank.index.terms.graph_of`)
+  the first time a filter is seen, kept for the next :data:`SUBSETS_KEPT` filters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from intentrank.index.hits import NO_HITS, Hits, top_k
+from intentrank.index.settings import BM25Settings
+from intentrank.index.terms import TermRows
+
+SUBSETS_KEPT = 8
+
+
+class BM25Postings:
+    """Each term's postings (rows ascending) with raw term frequencies, and row lengths."""
+
+    def __init__(self, rows: TermRows, s: BM25Settings) -> None:
+        import bm25s
+        from bm25s import scoring
+
+        csc = rows.counts.tocsc()
+        csc.sort_indices()
+        self.indptr, self.rows, self.tf = csc.indptr, csc.indices.astype(np.int64), csc.data
+        self.term = {t: i for i, t in enumerate(rows.vocab)}
+        self.doc_len = np.asarray(rows.counts.sum(axis=1)).ravel().astype(np.int64)
+        retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
+        self._idf = scoring._select_idf_scorer(retriever.idf_method)
+        self._tfc = scoring._select_tfc_scorer(s.method)
+        self._dtype, self._delta, self._s = retriever.dtype, retriever.delta, s
+
+    def scores(self, tokens: list[str], allow: np.ndarray) -> np.ndarray:
+        """float32 BM25 scores of every row for one tokenised query, the allowed rows scored
+        as the only documents of the collection (others 0)."""
+        n = int(allow.sum())
+        out = np.zeros(len(allow), dtype=self._dtype)
+        if n == 0:
+            return out
+        avg_len = self.doc_len[allow].mean()  # np.mean of the lengths, as bm25s computes it
+        for token in tokens:  # in query order, repeats included, as bm25s sums them
+            term = self.term.get(token)
+            if term is None:
+                continue
+            lo, hi = self.indptr[term], self.indptr[term + 1]
+            rows = self.rows[lo:hi]
+            keep = allow[rows]
+            rows = rows[keep]
+            if not len(rows):
+                continue  # not a term of the allowed documents' vocabulary
+            idf = np.full(len(rows), self._idf(len(rows), N=n), dtype=self._dtype)
+            tfc = self._tfc(tf_array=self.tf[lo:hi][keep], l_d=self.doc_len[rows],
+                            l_avg=avg_len, k1=self._s.k1, b=self._s.b, delta=self._delta)
+            np.add.at(out, rows, (idf * tfc).astype(self._dtype))
+        return out
+
+    def search(self, tokens: list[list[str]], k: int, allow: np.ndarray) -> list[Hits]:
+        """Each query's positive top ``k`` among the allowed rows, ties by row."""
+        return [top_k(self.scores(t, allow), k) if t else NO_HITS for t in tokens]
+
+
+class SubsetCache:
+    """What a filter's allowed rows give (e.g. a TF-IDF leg over them), for the last
+    :data:`SUBSETS_KEPT` filters, computed once per filter even from many threads."""
+
+    def __init__(self, make: Callable[[np.ndarray], Any]) -> None:
+        self._make = make
+        self._kept: OrderedDict[bytes, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, allow: np.ndarray) -> Any:
+        key = hashlib.sha1(np.packbits(allow).tobytes()).digest() + len(allow).to_bytes(8,
+                                                                                       "big")
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+            value = self._make(np.flatnonzero(allow))
+            self._kept[key] = value
+            if len(self._kept) > SUBSETS_KEPT:
+                self._kept.popitem(last=False)
+            return value
