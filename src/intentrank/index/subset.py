@@ -73,7 +73,7 @@ class BM25Postings:
             idf = np.full(len(rows), self._idf(len(rows), N=n), dtype=self._dtype)
             tfc = self._tfc(tf_array=self.tf[lo:hi][keep], l_d=self.doc_len[rows],
                             l_avg=avg_len, k1=self._s.k1, b=self._s.b, delta=self._delta)
-            np.add.at(out, rows, (idf * tfc).astype(self._dtype))
+            out[rows] += (idf * tfc).astype(self._dtype)  # rows are distinct: np.add.at's sum
         return out
 
     def search(self, tokens: list[list[str]], k: int, allow: np.ndarray) -> list[Hits]:
