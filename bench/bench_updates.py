@@ -351,7 +351,9 @@ def render() -> None:
                 ["re-add the same 100 (unchanged)", f"{u['noop100']['s']:.2f}",
                  f"{u['noop100']['s'] / build:.3f}", "-"]]
         for n, d in u["delete"].items():
-            how = "merged (compact)" if d["merged"] else f"tombstones ({d['tombstones']} rows)"
+            dead = d["tombstones"]
+            how = ("merged (compact)" if d["merged"] else
+                   f"tombstones ({dead} dead row{'' if dead == 1 else 's'})")
             rows.append([f"delete {n} by id: {how}", f"{d['s']:.2f}", f"{d['s'] / build:.4f}",
                          _legs(d["timings"])])
             if n == "1000":
