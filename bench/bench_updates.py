@@ -6,6 +6,8 @@ and ANN recall by selectivity.
     python bench/bench_updates.py big       # 1M passages: BM25, exact, HNSW with filters
     python bench/bench_updates.py big-inputs --inputs F.npz   # what big needs, for another
     python bench/bench_updates.py big --inputs F.npz --no-render   # machine (no models)
+    python bench/bench_updates.py updates --no-render   # any part: store the numbers only
+    python bench/bench_updates.py filters --no-render
     python bench/bench_updates.py render    # docs/benchmarks.md section "updates"
 
 Every document carries ``bucket`` (row mod 100) and ``year``: ``bucket < 1`` keeps 1% of the

@@ -8,7 +8,18 @@
       gen-<id>/            one complete, immutable generation
         manifest.json      corpus hash, settings, versions, size + sha256 of every file below
         .readers.lock      readers hold a shared flock on it while an Index is open
-        docs.jsonl, doc_offsets.npy, ids.json, bm25/, dense/, tfidf/, graph/
+        docs.jsonl         one document per line (id, title, text, parent_id, metadata)
+        doc_offsets.npy    byte offset of each line in docs.jsonl
+        ids.json, parents.json   document ids and their parents' ids, row order
+        bm25/              bm25s index (bm25/shard-<i>/ with shards > 1: global statistics)
+        dense/             embeddings.npy (L2-normalised float32, row i = document i,
+                           memory-mapped); ann*.faiss with dense.ann.method hnsw / ivfpq
+        tfidf/             vectorizer.pkl, matrix.npz
+        graph/             entities.json, pagerank.npy, edges.npy
+        terms/             each row's BM25 term frequencies and TF-IDF counts (updates)
+        deleted.npy        after a delete: the rows that are gone (tombstones; the other
+                           files are hard links to the previous generation's,
+                           :mod:`intentrank.index.tombstones`)
       .tmp-<id>/           a generation being built (removed by the next build if left over)
       .trash-<id>/         an old generation being deleted
 
@@ -288,6 +299,28 @@ def remove_generation(path: Path, name: str, say: Callable[[str], None]) -> bool
             os.close(fd)
     shutil.rmtree(trash, ignore_errors=True)
     return True
+
+
+def pin_generation(path: Path) -> tuple[str, Path, IO[bytes] | bool]:
+    """Resolve CURRENT and take a shared lock on that generation (retrying if a writer
+    deleted it in between): its name, directory and the lock."""
+    import time
+
+    previous = None
+    for attempt in range(50):
+        name = read_current(path)
+        if name is None:
+            raise no_index_error(path)
+        gen_dir = path / name
+        lock = open_reader_lock(gen_dir)
+        if lock is not None:
+            return name, gen_dir, lock
+        if name == previous and not gen_dir.exists():
+            raise IndexCorruptError(f"{path / CURRENT} names {name}, which does not exist; "
+                                    f"{rebuild_hint(path)}")
+        previous = name
+        time.sleep(0.001 * attempt)
+    raise IndexCorruptError(f"{path}: the live generation kept disappearing while opening it")
 
 
 def load_manifest(gen_dir: Path) -> dict[str, Any]:

@@ -1,22 +1,7 @@
 """An on-disk hybrid index: documents, BM25, dense vectors, TF-IDF and the entity graph.
 
-An index directory holds generations (see :mod:`intentrank.index.layout`); ``CURRENT`` names
-the live one. Layout of a generation::
-
-    manifest.json        corpus hash, settings, versions, build times, size + sha256 per file
-    docs.jsonl           one document per line (id, title, text, parent_id, metadata)
-    doc_offsets.npy      byte offset of each line in docs.jsonl
-    ids.json             document ids, row order
-    bm25/                bm25s index
-    dense/embeddings.npy L2-normalised float32 vectors, row i = document i (memory-mapped)
-    dense/ann*.faiss     approximate search structure(s), with dense.ann.method hnsw / ivfpq
-    bm25/shard-<i>/      with shards > 1: one bm25s index per row range (global statistics)
-    tfidf/vectorizer.pkl, tfidf/matrix.npz
-    graph/entities.json, graph/pagerank.npy, graph/edges.npy
-    terms/               each row's BM25 term frequencies and TF-IDF counts (updates)
-    deleted.npy          after a delete: the physical rows that are gone (tombstones; the
-                         other files are hard links to the previous generation's, see
-                         :mod:`intentrank.index.tombstones`)
+An index directory holds generations; ``CURRENT`` names the live one. The files of a
+generation, and how writers and readers share them: :mod:`intentrank.index.layout`.
 """
 
 from __future__ import annotations
@@ -25,7 +10,6 @@ import contextlib
 import json
 import os
 import pickle
-import time
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -36,8 +20,6 @@ import numpy as np
 from intentrank.core.params import check_int
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
-from intentrank.index.ann import EXACT_BLOCK
-from intentrank.index.entities import extract_entities
 from intentrank.index.errors import (
     IndexCorruptError,
     IndexFormatError,
@@ -49,13 +31,13 @@ from intentrank.index.hits import (
     bm25_tokenize,
     check_allow,
     check_k,
-    dense_scores,
     filter_record,
     top_k,
 )
 from intentrank.index.layout import MANIFEST
 from intentrank.index.settings import IndexSettings
-from intentrank.index.tombstones import LiveRows, RowView, load_live
+from intentrank.index.subset import graph_hits, inverted
+from intentrank.index.tombstones import LiveRows, RowView, lines_sha256, load_live
 from intentrank.types import Document
 
 FORMAT_VERSION = 2
@@ -74,7 +56,7 @@ class Index:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._bm25_backend: str | None = None  # checked when set or when the leg loads
-        self.generation, self.gen_dir, lock = self._pin_generation()
+        self.generation, self.gen_dir, lock = layout.pin_generation(self.path)
         self._lock: IO[bytes] | None = lock or None
         try:
             self._load()
@@ -88,26 +70,6 @@ class Index:
         open, e.g. if it is damaged or of an older format: opening says why)."""
         path = Path(path)
         return (path / layout.CURRENT).is_file() or layout.is_legacy(path)
-
-    def _pin_generation(self) -> tuple[str, Path, IO[bytes] | bool]:
-        """Resolve CURRENT and take a shared lock on that generation (retrying if a writer
-        deleted it in between)."""
-        previous = None
-        for attempt in range(50):
-            name = layout.read_current(self.path)
-            if name is None:
-                raise layout.no_index_error(self.path)
-            gen_dir = self.path / name
-            lock = layout.open_reader_lock(gen_dir)
-            if lock is not None:
-                return name, gen_dir, lock
-            if name == previous and not gen_dir.exists():
-                raise IndexCorruptError(f"{self.path / layout.CURRENT} names {name}, which does "
-                                        f"not exist; {self._hint}")
-            previous = name
-            time.sleep(0.001 * attempt)
-        raise IndexCorruptError(f"{self.path}: the live generation kept disappearing while "
-                                f"opening it")
 
     def _load(self) -> None:
         self.manifest: dict[str, Any] = layout.load_manifest(self.gen_dir)
@@ -141,6 +103,7 @@ class Index:
             self.ids = [self.ids[r] for r in self.live.phys.tolist()]
         self._docs_fh = open(self.gen_dir / "docs.jsonl", "rb")  # noqa: SIM115 (kept open)
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
+        self._term_rows: dict[str, Any] = {}  # term_rows(name), once loaded
         self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
 
     @property
@@ -206,14 +169,8 @@ class Index:
         """sha256 of the documents' docs.jsonl lines in row order (a generation with
         tombstones computes it from its live lines when first asked)."""
         recorded = self.manifest["corpus_sha256"]
-        if recorded is not None:
-            return recorded
-        import hashlib
-
-        digest = hashlib.sha256()
-        for row in range(len(self)):
-            digest.update(self.doc_line(row))
-        return digest.hexdigest()
+        return recorded if recorded is not None else lines_sha256(map(self.doc_line,
+                                                                      range(len(self))))
 
     @property
     def rows_deleted(self) -> int:
@@ -414,7 +371,7 @@ class Index:
         else:
             with self._reading("graph/pagerank.npy") as file:
                 pr = np.load(file)
-        return _inverted(entities), pr
+        return inverted(entities), pr
 
     def entities(self) -> list[list[str]]:
         """Each document's entities (the graph leg's), in row order."""
@@ -441,46 +398,11 @@ class Index:
         return rows
 
     @cached_property
-    def _term_rows(self) -> dict[str, Any]:
-        return {}
+    def _subsets(self) -> Any:
+        """Filtered lexical searches with the allowed rows' statistics."""
+        from intentrank.index.subset import SubsetLegs
 
-    @cached_property
-    def _bm25_postings(self) -> Any:
-        """BM25's postings with term frequencies, for filtered searches (None for an index
-        that kept no term rows: sharded, or built before they were kept)."""
-        from intentrank.index.subset import BM25Postings
-
-        rows = None if self.sharded else self.term_rows("bm25")
-        return None if rows is None else BM25Postings(rows, self.settings.bm25)
-
-    @cached_property
-    def _tfidf_subsets(self) -> Any:
-        from intentrank.index.subset import SubsetCache
-        from intentrank.index.terms import tfidf_from_rows
-
-        def make(rows: np.ndarray) -> Any:
-            kept = self.term_rows("tfidf")
-            if kept is None:
-                return None
-            try:
-                return rows, *tfidf_from_rows(kept.take(rows).used_terms(),
-                                             self.settings.tfidf)
-            except ValueError:  # the allowed documents have no term (only stop words)
-                return rows, None, None
-
-        return SubsetCache(make)
-
-    @cached_property
-    def _graph_subsets(self) -> Any:
-        from intentrank.index.subset import SubsetCache
-        from intentrank.index.terms import graph_of
-
-        def make(rows: np.ndarray) -> Any:
-            ents = self.entities()
-            kept = [ents[r] for r in rows.tolist()]
-            return rows, _inverted(kept), graph_of(kept, self.settings.graph)[1]
-
-        return SubsetCache(make)
+        return SubsetLegs(self)
 
     # -- search (row indices and scores) -------------------------------------------------
     @property
@@ -507,8 +429,8 @@ class Index:
         s = self.settings.bm25
         bm25 = self.bm25  # loading it checks the index's own backend
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
-        if allow is not None and self._bm25_postings is not None:
-            return self._bm25_postings.search(tokens, k, allow)
+        if allow is not None and (hits := self._subsets.bm25(tokens, k, allow)) is not None:
+            return hits
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
@@ -530,70 +452,19 @@ class Index:
                              f"{self._vectors.shape[1]}-dimensional embeddings")
         if allow is not None and not allow.any():
             return [NO_HITS for _ in range(q.shape[0])]
+        from intentrank.index.dense_search import search_vectors
+
         if self.live is None:
-            return self._search_vectors(q, k, allow)
-        return self.live.virtual_hits(self._search_vectors(q, k,
-                                                           self.live.physical_allow(allow)))
-
-    def _search_vectors(self, q: np.ndarray, k: int, allow: np.ndarray | None) -> list[Hits]:
-        """Dense search over the vectors file's rows (``allow``: a mask over them)."""
-        vectors = self._vectors
-        if self.settings.dense.ann.method == "exact" and not self.sharded \
-                and len(vectors) <= EXACT_BLOCK:
-            if allow is not None:  # the allowed rows' vectors only
-                rows = np.flatnonzero(allow)
-                scores = dense_scores(np.asarray(vectors[rows]), q)
-                return [Hits(rows[h.rows], h.scores) for h in
-                        (top_k(scores[:, j], k, positive_only=False)
-                         for j in range(q.shape[0]))]
-            scores = dense_scores(vectors, q)  # (n_docs, n_queries)
-            return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
-        return self._search_dense_scaled(q, k, allow)
-
-    def _search_dense_scaled(self, q: np.ndarray, k: int, allow: np.ndarray | None
-                             ) -> list[Hits]:
-        """Exact search block by block over the memory map, or ANN, per shard, merged; with
-        ``allow``, exact over the allowed rows where they are few (ANN_EXACT_BELOW), else ANN
-        restricted to them."""
-        from intentrank.index.ann import (
-            ANN_EXACT_BELOW,
-            GATHER_BELOW,
-            exact_search,
-            exact_search_rows,
-        )
-        from intentrank.index.shards import merge_hits
-
-        per_shard: list[list[Hits]] = []
-        for i, (start, end) in enumerate(self.shard_bounds):
-            part = None if allow is None else allow[start:end]
-            if part is not None and not part.any():
-                continue
-            vectors = self._vectors[start:end]
-            exact = self.settings.dense.ann.method == "exact" or (
-                part is not None and part.mean() < ANN_EXACT_BELOW)
-            if exact and part is not None and part.mean() < GATHER_BELOW:
-                rows, scores = exact_search_rows(vectors, np.flatnonzero(part), q, k)
-            elif exact:
-                rows, scores = exact_search(vectors, q, k, allow=part)
-            else:
-                rows, scores = self.ann[i].search(q, k, allow=part,
-                                                  **getattr(self, "_ann_params", {}))
-            rows = np.where(rows >= 0, rows + start, -1)
-            per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
-                                                                               strict=True)])
-        return merge_hits(per_shard, k)
+            return search_vectors(self, q, k, allow)
+        return self.live.virtual_hits(search_vectors(self, q, k,
+                                                     self.live.physical_allow(allow)))
 
     def search_tfidf(self, texts: list[str], k: int, allow: np.ndarray | None = None
                      ) -> list[Hits]:
         check_k(k)
         allow = check_allow(allow, len(self))
-        if allow is not None and (subset := self._tfidf_subsets.get(allow)) is not None:
-            rows, vectorizer, matrix = subset
-            if vectorizer is None:
-                return [NO_HITS for _ in texts]
-            scores = (vectorizer.transform(texts) @ matrix.T).toarray()
-            return [Hits(rows[h.rows], h.scores) for h in (top_k(scores[j], k)
-                                                           for j in range(len(texts)))]
+        if allow is not None and (hits := self._subsets.tfidf(texts, k, allow)) is not None:
+            return hits
         vectorizer, matrix = self.tfidf
         scores = (vectorizer.transform(texts) @ matrix.T).toarray()
         if allow is not None:  # an index without term rows: the whole index's statistics
@@ -605,11 +476,8 @@ class Index:
         check_k(k)
         allow = check_allow(allow, len(self))
         if allow is not None:
-            if not allow.any():
-                return [NO_HITS for _ in texts]
-            rows, inverted, pr = self._graph_subsets.get(allow)
-            return [Hits(rows[h.rows], h.scores) for h in _graph_hits(texts, k, inverted, pr)]
-        return _graph_hits(texts, k, *self.graph)
+            return self._subsets.graph(texts, k, allow)
+        return graph_hits(texts, k, *self.graph)
 
     def close(self) -> None:
         """Close the documents file and release the generation (a later build may delete it;
@@ -620,26 +488,6 @@ class Index:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
-
-
-def _inverted(entities: list[list[str]]) -> dict[str, list[int]]:
-    """Entity -> the rows that mention it."""
-    inverted: dict[str, list[int]] = {}
-    for row, ents in enumerate(entities):
-        for e in ents:
-            inverted.setdefault(e, []).append(row)
-    return inverted
-
-
-def _graph_hits(texts: list[str], k: int, inverted: dict[str, list[int]], pr: np.ndarray
-                ) -> list[Hits]:
-    """The graph leg's score: shared entities * (1 + PageRank)."""
-    out: list[Hits] = []
-    for text in texts:
-        rows = [row for e in extract_entities(text) for row in inverted.get(e, ())]
-        shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(pr))
-        out.append(top_k(shared * (1.0 + pr), k))
-    return out
 
 
 def _dated(settings: Any) -> Any:

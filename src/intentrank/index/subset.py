@@ -102,3 +102,80 @@ class SubsetCache:
             if len(self._kept) > SUBSETS_KEPT:
                 self._kept.popitem(last=False)
             return value
+
+
+class SubsetLegs:
+    """An index's lexical legs searched with a filter's own statistics; each returns None
+    where the index kept no term rows (sharded, or built before they were kept): the caller
+    then masks the whole index's scores."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self._tfidf = SubsetCache(self._tfidf_of)
+        self._graph = SubsetCache(self._graph_of)
+        self._postings: BM25Postings | None | bool = False  # False: not loaded yet
+
+    def bm25(self, tokens: list[list[str]], k: int, allow: np.ndarray) -> list[Hits] | None:
+        if self._postings is False:
+            index = self.index
+            rows = None if index.sharded else index.term_rows("bm25")
+            self._postings = None if rows is None else BM25Postings(rows, index.settings.bm25)
+        return None if self._postings is None else self._postings.search(tokens, k, allow)
+
+    def tfidf(self, texts: list[str], k: int, allow: np.ndarray) -> list[Hits] | None:
+        subset = self._tfidf.get(allow)
+        if subset is None:
+            return None
+        rows, vectorizer, matrix = subset
+        if vectorizer is None:
+            return [NO_HITS for _ in texts]
+        scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+        return [Hits(rows[h.rows], h.scores) for h in (top_k(scores[j], k)
+                                                       for j in range(len(texts)))]
+
+    def graph(self, texts: list[str], k: int, allow: np.ndarray) -> list[Hits]:
+        if not allow.any():
+            return [NO_HITS for _ in texts]
+        rows, inverted_rows, pr = self._graph.get(allow)
+        return [Hits(rows[h.rows], h.scores) for h in graph_hits(texts, k, inverted_rows, pr)]
+
+    def _tfidf_of(self, rows: np.ndarray) -> Any:
+        from intentrank.index.terms import tfidf_from_rows
+
+        kept = self.index.term_rows("tfidf")
+        if kept is None:
+            return None
+        try:
+            return rows, *tfidf_from_rows(kept.take(rows).used_terms(),
+                                         self.index.settings.tfidf)
+        except ValueError:  # the allowed documents have no term (only stop words)
+            return rows, None, None
+
+    def _graph_of(self, rows: np.ndarray) -> Any:
+        from intentrank.index.terms import graph_of
+
+        ents = self.index.entities()
+        kept = [ents[r] for r in rows.tolist()]
+        return rows, inverted(kept), graph_of(kept, self.index.settings.graph)[1]
+
+
+def inverted(entities: list[list[str]]) -> dict[str, list[int]]:
+    """Entity -> the rows that mention it."""
+    out: dict[str, list[int]] = {}
+    for row, ents in enumerate(entities):
+        for e in ents:
+            out.setdefault(e, []).append(row)
+    return out
+
+
+def graph_hits(texts: list[str], k: int, inverted_rows: dict[str, list[int]], pr: np.ndarray
+               ) -> list[Hits]:
+    """The graph leg's score: shared entities * (1 + PageRank)."""
+    from intentrank.index.entities import extract_entities
+
+    out: list[Hits] = []
+    for text in texts:
+        rows = [row for e in extract_entities(text) for row in inverted_rows.get(e, ())]
+        shared = np.bincount(np.asarray(rows, dtype=np.int64), minlength=len(pr))
+        out.append(top_k(shared * (1.0 + pr), k))
+    return out

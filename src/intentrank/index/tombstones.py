@@ -20,9 +20,11 @@ atomically, and readers keep the generation they opened.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,15 @@ class RowView:
 
     def __matmul__(self, other: Any) -> np.ndarray:
         return np.asarray(self) @ other
+
+
+def lines_sha256(lines: Iterable[bytes]) -> str:
+    """The corpus hash of these docs.jsonl lines (a generation with tombstones computes its
+    live lines' hash when asked)."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line)
+    return digest.hexdigest()
 
 
 def load_live(gen_dir: Path, manifest: dict[str, Any]) -> LiveRows | None:

@@ -1,0 +1,59 @@
+"""The dense leg's search over a generation's vectors: exact (whole, or the allowed rows
+gathered) or approximate, per shard, merged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from intentrank.index.ann import (
+    ANN_EXACT_BELOW,
+    EXACT_BLOCK,
+    GATHER_BELOW,
+    exact_search,
+    exact_search_rows,
+)
+from intentrank.index.hits import Hits, dense_scores, top_k
+
+
+def search_vectors(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) -> list[Hits]:
+    """Each query's top ``k`` over the vectors file's rows (``allow``: a mask over them)."""
+    vectors = index._vectors
+    if index.settings.dense.ann.method == "exact" and not index.sharded \
+            and len(vectors) <= EXACT_BLOCK:
+        if allow is not None:  # the allowed rows' vectors only
+            rows = np.flatnonzero(allow)
+            scores = dense_scores(np.asarray(vectors[rows]), q)
+            return [Hits(rows[h.rows], h.scores) for h in
+                    (top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0]))]
+        scores = dense_scores(vectors, q)  # (n_docs, n_queries)
+        return [top_k(scores[:, j], k, positive_only=False) for j in range(q.shape[0])]
+    return _search_scaled(index, q, k, allow)
+
+
+def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) -> list[Hits]:
+    """Exact search block by block over the memory map, or ANN, per shard, merged; with
+    ``allow``, exact over the allowed rows where they are few (ANN_EXACT_BELOW), else ANN
+    restricted to them."""
+    from intentrank.index.shards import merge_hits
+
+    per_shard: list[list[Hits]] = []
+    for i, (start, end) in enumerate(index.shard_bounds):
+        part = None if allow is None else allow[start:end]
+        if part is not None and not part.any():
+            continue
+        vectors = index._vectors[start:end]
+        exact = index.settings.dense.ann.method == "exact" or (
+            part is not None and part.mean() < ANN_EXACT_BELOW)
+        if exact and part is not None and part.mean() < GATHER_BELOW:
+            rows, scores = exact_search_rows(vectors, np.flatnonzero(part), q, k)
+        elif exact:
+            rows, scores = exact_search(vectors, q, k, allow=part)
+        else:
+            rows, scores = index.ann[i].search(q, k, allow=part,
+                                               **getattr(index, "_ann_params", {}))
+        rows = np.where(rows >= 0, rows + start, -1)
+        per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
+                                                                           strict=True)])
+    return merge_hits(per_shard, k)
