@@ -164,6 +164,7 @@ def merge(path: str | Path, *, log: Progress | None = None) -> UpdateStats:
     (``MERGE_DELETED_SHARE``); this does it now. Nothing to do: nothing written."""
     def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
         stats.unchanged = len(set(_units(index)))
+        stats.merged = bool(index.rows_deleted)
         return list(range(len(index))) if index.rows_deleted else None
 
     return _update(path, plan_for, log, False)
