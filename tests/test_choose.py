@@ -149,6 +149,44 @@ def test_cheaper_candidate_wins_within_noise():
     assert select(sc, {"bm25": 0.3, "cascade": 200}, noise=0.0).chosen == "cascade"
 
 
+def test_a_tuned_variant_is_eligible_only_beyond_noise_of_its_base():
+    rng = np.random.default_rng(2)
+    sc = _scores(rng, {"rrf": 0.0, "bm25": -0.05})
+    sc["rrf-tuned"] = {q: s + 0.005 for q, s in sc["rrf"].items()}  # within noise
+    costs = {"bm25": 0.3, "rrf": 2.3, "rrf-tuned": 2.31}
+    sel = select(sc, costs, noise=0.01, bases={"rrf-tuned": "rrf"})
+    assert sel.chosen == sel.best == "rrf"
+    tuned = sel.estimate("rrf-tuned")
+    assert not tuned.eligible and tuned.p_best == 0.0 and tuned.mean > sel.estimate("rrf").mean
+    assert sum(e.p_best for e in sel.estimates) == approx(1.0)
+    # without the base named, the tuned one's higher mean wins
+    assert select(sc, costs, noise=0.01).chosen == "rrf-tuned"
+    # a held-out gain beyond noise makes it eligible
+    sc["rrf-tuned"] = {q: s + 0.03 for q, s in sc["rrf"].items()}
+    sel = select(sc, costs, noise=0.01, bases={"rrf-tuned": "rrf"})
+    assert sel.chosen == "rrf-tuned" and sel.estimate("rrf-tuned").eligible
+
+
+def test_grouped_bootstrap_shows_groups_that_disagree_as_doubt():
+    rng = np.random.default_rng(3)
+    a = _scores(rng, {"rrf": 0.06, "dense": 0.0}, n=100)  # group a: rrf far ahead
+    b = _scores(rng, {"rrf": 0.0, "dense": 0.04}, n=100)  # group b: dense ahead
+    sc = {n: {**{f"a{q}": v for q, v in a[n].items()}, **{f"b{q}": v for q, v in b[n].items()}}
+          for n in a}
+    groups = {q: q[0] for q in sc["rrf"]}
+    costs = {"rrf": 2.3, "dense": 1.4}
+    flat = select(sc, costs, noise=0.0)
+    grouped = select(sc, costs, noise=0.0, groups=groups)
+    assert flat.chosen == grouped.chosen == "rrf"
+    assert flat.confident and not grouped.confident
+    assert 0.5 < grouped.p_chosen_best < flat.p_chosen_best
+    # one group only: the plain bootstrap
+    assert select(sc, costs, noise=0.0, groups=dict.fromkeys(groups, "x")).estimates \
+        == flat.estimates
+    boot = bootstrap_means(np.ones((6, 2)), 10, groups=list("aabbcc"))
+    assert boot.shape == (10, 2) and np.allclose(boot, 1.0)
+
+
 def test_select_refuses_unpaired_scores():
     with pytest.raises(ValueError, match="other queries"):
         select({"a": {"q1": 1.0}, "b": {"q2": 1.0}}, {})

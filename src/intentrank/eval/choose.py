@@ -102,7 +102,7 @@ def known_item_set(index: Any, out: Path, settings: KnownItemSettings,
     docs = _docs(index)
     df = document_frequencies(f"{t} {x}" for _, t, x in docs)
     neighbours = None
-    if "neighbour" in settings.kinds and index.has("dense"):
+    if any(k.endswith("neighbour") for k in settings.kinds) and index.has("dense"):
         neighbours = WordNeighbours(vocabulary(df, settings.vocabulary, len(docs)),
                                     index.embedder.encode_queries)
     items = known_item_questions(docs, settings, neighbours, df)
@@ -216,8 +216,10 @@ def recommend(scored: Scored, qs: QuestionSet, settings: ChooseSettings, out: Pa
               seconds: float = 0.0) -> Recommendation:
     """Select from ``scored`` and (with ``out``) write the recommendation files."""
     costs = {n: cost(n, scored.family[n]) for n in scored.scores}
+    bases = {n: scored.family[n].name for n in scored.scores if n.endswith("-tuned")}
+    groups = {q: k.removesuffix("-pair") for q, k in qs.kinds.items()}
     sel = select(scored.scores, costs, settings.noise, settings.alpha, settings.confidence,
-                 seed=settings.seed)
+                 seed=settings.seed, groups=groups, bases=bases)
     sel.warnings = set_warnings(sel, qs.mean_copied, settings.noise, settings.alpha)
     fam = scored.family[sel.chosen]
     kinds = sorted(set(qs.kinds.values()))

@@ -24,7 +24,7 @@ import numpy as np
 from intentrank.core.params import ParameterError
 from intentrank.generate.filters import STOPWORDS, words
 
-KINDS = ("masked", "neighbour", "cooccur", "title")
+KINDS = ("masked", "neighbour", "cooccur", "title", "title-neighbour")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])|\n+")
 
 
@@ -211,11 +211,11 @@ def known_item_questions(
         doc_id, title, text = eligible[rng.randrange(len(eligible))]
         if doc_id in used:
             continue
-        if kind == "title" and len(title.split()) < 3:
-            kind = "masked"
-        if kind == "neighbour" and neighbours is None:
-            kind = "masked"
-        if kind == "title":
+        if kind.startswith("title") and len(title.split()) < 3:
+            kind = {"title": "masked", "title-neighbour": "neighbour"}[kind]
+        if kind.endswith("neighbour") and neighbours is None:
+            kind = "title" if kind.startswith("title") else "masked"
+        if kind.startswith("title"):
             tokens = title.split()[:settings.max_words]
         else:
             pool = [s.split() for s in sentences(text) if len(s.split()) >= settings.min_words]
@@ -224,7 +224,8 @@ def known_item_questions(
             tokens = _window(pool[rng.randrange(len(pool))], rng, settings)
         source = f"{title} {text}"
         replace = None
-        finder = {"neighbour": neighbours, "cooccur": cooccurring}.get(kind)
+        finder = {"neighbour": neighbours, "title-neighbour": neighbours,
+                  "cooccur": cooccurring}.get(kind)
         if finder is not None:
             exclude = set(words(source))
             replace = lambda w, ex=exclude, f=finder: f.nearest(w, ex)  # noqa: E731
