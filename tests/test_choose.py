@@ -167,6 +167,22 @@ def test_a_tuned_variant_is_eligible_only_beyond_noise_of_its_base():
     assert sel.chosen == "rrf-tuned" and sel.estimate("rrf-tuned").eligible
 
 
+def test_the_reference_stays_unless_beaten_beyond_noise_and_significantly():
+    rng = np.random.default_rng(4)
+    sc = _scores(rng, {"rrf": 0.0, "weighted": 0.0, "bm25": -0.1})
+    jitter = rng.normal(0, 0.3, len(sc["rrf"]))
+    sc["weighted"] = {q: s + 0.02 + jitter[i] - jitter.mean()
+                      for i, (q, s) in enumerate(sc["rrf"].items())}
+    costs = {"bm25": 0.3, "rrf": 2.3, "weighted": 2.9}
+    assert select(sc, costs, noise=0.01).chosen == "weighted"  # above noise, not significant
+    sel = select(sc, costs, noise=0.01, reference="rrf")
+    assert sel.best == "weighted" and sel.chosen == "rrf"
+    assert sel.reason.startswith("the reference pipeline: weighted is not better")
+    sc["weighted"] = {q: s + 0.05 + jitter[i] / 10  # a clear gain: it wins
+                      for i, (q, s) in enumerate(sc["rrf"].items())}
+    assert select(sc, costs, noise=0.01, reference="rrf").chosen == "weighted"
+
+
 def test_grouped_bootstrap_shows_groups_that_disagree_as_doubt():
     rng = np.random.default_rng(3)
     a = _scores(rng, {"rrf": 0.06, "dense": 0.0}, n=100)  # group a: rrf far ahead

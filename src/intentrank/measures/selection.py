@@ -9,7 +9,8 @@ runs the paired randomization test of the best against the runner-up, and picks 
 or the cheapest candidate that is within ``noise`` of the best and not significantly worse
 than it. A tuned variant may be picked only when it beats the setting it was tuned from by
 more than ``noise`` and significantly (its scores are cross-fitted, so this is a held-out
-gain). :func:`set_warnings` says when a question set is too weak to trust.
+gain), and any pick must so beat the reference pipeline (the one to run without choosing),
+which otherwise stays. :func:`set_warnings` says when a question set is too weak to trust.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def select(
     seed: int = 0,
     groups: Mapping[str, str] | None = None,
     bases: Mapping[str, str] | None = None,
+    reference: str | None = None,
 ) -> Selection:
     """Pick a candidate from ``scores`` (name -> query id -> score; the same queries each).
 
@@ -103,7 +105,9 @@ def select(
     ``confident`` when it is best in at least ``confidence`` of the resamples. ``groups``
     (query id -> group) makes the bootstrap two-stage (:func:`bootstrap_means`); a candidate
     of ``bases`` (tuned name -> the name of the setting it was tuned from) is eligible only
-    when its mean exceeds its base's by more than ``noise`` with paired p < ``alpha``."""
+    when its mean exceeds its base's by more than ``noise`` with paired p < ``alpha``. A
+    ``reference`` candidate (the pipeline to run without choosing) stays the pick unless the
+    pick so far beats it by more than ``noise`` with paired p < ``alpha``."""
     names = list(scores)
     if not names:
         raise ValueError("no candidates to choose from")
@@ -138,6 +142,14 @@ def select(
             reason = (f"within noise of {best.name} ({best.mean - e.mean:+.4f} below, not "
                       f"significant at {alpha}) and cheaper")
             break
+    ref = next((e for e in eligible if e.name == reference), None)
+    if ref is not None and chosen is not ref:
+        gain = chosen.mean - ref.mean
+        p_ref = paired_test(scores[ref.name], scores[chosen.name]).p_randomization
+        if gain <= noise or p_ref >= alpha:
+            reason = (f"the reference pipeline: {chosen.name} is not better beyond noise "
+                      f"({gain:+.4f}, p = {p_ref:.3f})")
+            chosen = ref
     return Selection(chosen.name, best.name, runner.name if runner else None, ests, p_value,
                      chosen.p_best, chosen.p_best >= confidence, reason, len(qids))
 
