@@ -103,7 +103,8 @@ def known_item_set(index: Any, out: Path, settings: KnownItemSettings,
     docs = _docs(index)
     df = document_frequencies(f"{t} {x}" for _, t, x in docs)
     neighbours = None
-    if any(k.endswith("neighbour") for k in settings.kinds) and index.has("dense"):
+    if any(k.endswith("neighbour") or k == "mixed" for k in settings.kinds) \
+            and index.has("dense"):
         neighbours = WordNeighbours(vocabulary(df, settings.vocabulary, len(docs)),
                                     index.embedder.encode_queries)
     items = known_item_questions(docs, settings, neighbours, df)

@@ -24,7 +24,7 @@ import numpy as np
 from intentrank.core.params import ParameterError
 from intentrank.generate.filters import STOPWORDS, words
 
-KINDS = ("masked", "neighbour", "cooccur", "title", "title-neighbour")
+KINDS = ("masked", "neighbour", "cooccur", "mixed", "title", "title-neighbour")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])|\n+")
 
 
@@ -149,6 +149,24 @@ class WordNeighbours:
         return None
 
 
+class _Alternate:
+    """Replacement words from two finders in turn (kind ``mixed``: the embedder's neighbour,
+    then the co-occurring word, ...), each falling back on the other."""
+
+    def __init__(self, *finders: WordNeighbours | CooccurringWords | None) -> None:
+        self.finders = [f for f in finders if f is not None]
+        self.turn = 0
+
+    def nearest(self, word: str, exclude: set[str]) -> str | None:
+        if not self.finders:
+            return None
+        first = self.finders[self.turn % len(self.finders)]
+        self.turn += 1
+        return first.nearest(word, exclude) or next(
+            (w for f in self.finders if f is not first and (w := f.nearest(word, exclude))),
+            None)
+
+
 def _unit(m: np.ndarray) -> np.ndarray:
     m = np.asarray(m, dtype=np.float32)
     return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
@@ -196,7 +214,7 @@ def known_item_questions(
     turn (a ``title`` draw of a passage without a title, or ``neighbour`` without
     ``neighbours``, becomes ``masked``; ``cooccur`` builds its own ``cooccurring``)."""
     df = df if df is not None else document_frequencies(f"{t} {x}" for _, t, x in docs)
-    if "cooccur" in settings.kinds and cooccurring is None:
+    if {"cooccur", "mixed"} & set(settings.kinds) and cooccurring is None:
         cooccurring = CooccurringWords([f"{t} {x}" for _, t, x in docs], df)
     eligible = [d for d in docs if len(words(d[2])) >= settings.min_doc_words]
     if not eligible:
@@ -223,9 +241,11 @@ def known_item_questions(
                 continue
             tokens = _window(pool[rng.randrange(len(pool))], rng, settings)
         source = f"{title} {text}"
+        if kind == "mixed" and neighbours is None:
+            kind = "cooccur"
         replace = None
         finder = {"neighbour": neighbours, "title-neighbour": neighbours,
-                  "cooccur": cooccurring}.get(kind)
+                  "cooccur": cooccurring, "mixed": _Alternate(neighbours, cooccurring)}.get(kind)
         if finder is not None:
             exclude = set(words(source))
             replace = lambda w, ex=exclude, f=finder: f.nearest(w, ex)  # noqa: E731
