@@ -183,7 +183,7 @@ class Recommendation:
         s = self.selection
         return {
             "chosen": s.chosen, "best": s.best, "runner_up": s.runner_up,
-            "reason": s.reason, "p_value_vs_runner_up": s.p_value,
+            "reason": s.reason, "reference": REFERENCE, "p_value_vs_runner_up": s.p_value,
             "p_chosen_best": s.p_chosen_best, "confident": s.confident,
             "warnings": s.warnings, "metric": METRIC, "questions": s.n_queries,
             "copied_share": round(self.questions.mean_copied, 4),
