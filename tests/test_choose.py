@@ -95,6 +95,27 @@ def test_known_items_are_reproducible_and_name_their_source(cranfield):
     assert [q.text for q in other] != [q.text for q in a]
 
 
+def test_mixed_and_title_neighbour_kinds_replace_with_words_not_in_the_source(cranfield):
+    docs = [(d.id, d.title, d.text) for d in cranfield.corpus()][:300]
+    text = {d: f"{t} {x}" for d, t, x in docs}
+    df = document_frequencies(text.values())
+    vocab = sorted(w for w, c in df.items() if c >= 3 and w.isalpha() and len(w) > 3)[:800]
+    nb = WordNeighbours(vocab, _fake_encoder)
+    s = KnownItemSettings(n=30, kinds=("mixed", "title-neighbour"), mask=0.5)
+    a = known_item_questions(docs, s, nb, df)
+    assert a == known_item_questions(docs, s, nb, df)
+    assert {q.kind for q in a} <= {"mixed", "title-neighbour", "neighbour"}
+    assert any(q.kind == "mixed" for q in a) and any(q.kind == "title-neighbour" for q in a)
+    for q in a:  # replacements are never words of the source, so some words are new
+        assert q.copied == approx(copied_share(q.text, text[q.doc_id]), abs=1e-4)
+        assert q.copied < 1.0
+    titles = {d: t.lower() for d, t, _ in docs}
+    for q in a:
+        if q.kind == "title-neighbour":  # kept title words come from the title
+            kept = [w for w in q.text.lower().split() if w in text[q.doc_id].lower().split()]
+            assert all(w in titles[q.doc_id].split() for w in kept)
+
+
 def test_known_item_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="mask"):
         KnownItemSettings(mask=1.0)
