@@ -7,7 +7,7 @@ For each collection and each question method (``copied``: plain sentence windows
 "before" of the lexical bias; ``default``: what `choose` draws, the rarest 70% of a window's
 content words replaced by embedding neighbours not in the source; and the variants tried
 against it: ``n05`` the same with half the words replaced, ``title`` a title's, ``cooccur``
-replaced by co-occurring words, ``mixed`` by both in turn, ``masked`` half dropped), the
+replaced by co-occurring words, ``mixed`` by both in turn), the
 candidates are scored on the generated questions exactly as `choose` scores them, and their
 settings (the tuned ones as tuned on all the generated questions) on the collection's real
 test queries. Two decision rules pick from the same scores: ``before``, the best mean or a
@@ -45,8 +45,7 @@ def methods() -> dict[str, Any]:
             "n05": replace(base, known_items=K(mask=0.5)),
             "title": replace(base, known_items=K(mask=0.5, kinds=("title-neighbour",))),
             "cooccur": replace(base, known_items=K(kinds=("cooccur",))),
-            "mixed": replace(base, known_items=K(kinds=("mixed",))),
-            "masked": replace(base, known_items=K(mask=0.5, kinds=("masked",)))}
+            "mixed": replace(base, known_items=K(kinds=("mixed",)))}
 
 
 def tau(a: list[float], b: list[float]) -> float:
