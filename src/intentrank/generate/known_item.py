@@ -6,7 +6,9 @@ best and a user who does not know the passage rarely has them. Each question the
 a window of a sentence (or the title) with the share ``mask`` of its content words, rarest
 first (document frequency in the corpus), either dropped (kind ``masked``) or replaced by
 the embedder's nearest word of the corpus vocabulary that is not in the source and shares
-no stem with the word (kind ``neighbour``; "semiconductor" may become "transistor"). Which
+no stem with the word (kind ``neighbour``; "semiconductor" may become "transistor"), by
+the word co-occurring most with it in other passages (``cooccur``), or by the two in turn
+(``mixed``); ``title`` and ``title-neighbour`` start from the title instead. Which
 passage, sentence, window and kind a question gets depends only on the seed and its number,
 so a set is the same on every run (:func:`known_item_questions`).
 """
