@@ -95,6 +95,27 @@ def test_known_items_are_reproducible_and_name_their_source(cranfield):
     assert [q.text for q in other] != [q.text for q in a]
 
 
+def test_mixed_and_title_neighbour_kinds_replace_with_words_not_in_the_source(cranfield):
+    docs = [(d.id, d.title, d.text) for d in cranfield.corpus()][:300]
+    text = {d: f"{t} {x}" for d, t, x in docs}
+    df = document_frequencies(text.values())
+    vocab = sorted(w for w, c in df.items() if c >= 3 and w.isalpha() and len(w) > 3)[:800]
+    nb = WordNeighbours(vocab, _fake_encoder)
+    s = KnownItemSettings(n=30, kinds=("mixed", "title-neighbour"), mask=0.5)
+    a = known_item_questions(docs, s, nb, df)
+    assert a == known_item_questions(docs, s, nb, df)
+    assert {q.kind for q in a} <= {"mixed", "title-neighbour", "neighbour"}
+    assert any(q.kind == "mixed" for q in a) and any(q.kind == "title-neighbour" for q in a)
+    for q in a:  # replacements are never words of the source, so some words are new
+        assert q.copied == approx(copied_share(q.text, text[q.doc_id]), abs=1e-4)
+        assert q.copied < 1.0
+    titles = {d: t.lower() for d, t, _ in docs}
+    for q in a:
+        if q.kind == "title-neighbour":  # kept title words come from the title
+            kept = [w for w in q.text.lower().split() if w in text[q.doc_id].lower().split()]
+            assert all(w in titles[q.doc_id].split() for w in kept)
+
+
 def test_known_item_settings_refuse_bad_values():
     with pytest.raises(ValueError, match="mask"):
         KnownItemSettings(mask=1.0)
@@ -147,6 +168,60 @@ def test_cheaper_candidate_wins_within_noise():
     assert any(w.startswith("candidates within noise") for w in warnings)
     # outside the noise margin the better one stays
     assert select(sc, {"bm25": 0.3, "cascade": 200}, noise=0.0).chosen == "cascade"
+
+
+def test_a_tuned_variant_is_eligible_only_beyond_noise_of_its_base():
+    rng = np.random.default_rng(2)
+    sc = _scores(rng, {"rrf": 0.0, "bm25": -0.05})
+    sc["rrf-tuned"] = {q: s + 0.005 for q, s in sc["rrf"].items()}  # within noise
+    costs = {"bm25": 0.3, "rrf": 2.3, "rrf-tuned": 2.31}
+    sel = select(sc, costs, noise=0.01, bases={"rrf-tuned": "rrf"})
+    assert sel.chosen == sel.best == "rrf"
+    tuned = sel.estimate("rrf-tuned")
+    assert not tuned.eligible and tuned.p_best == 0.0 and tuned.mean > sel.estimate("rrf").mean
+    assert sum(e.p_best for e in sel.estimates) == approx(1.0)
+    # without the base named, the tuned one's higher mean wins
+    assert select(sc, costs, noise=0.01).chosen == "rrf-tuned"
+    # a held-out gain beyond noise makes it eligible
+    sc["rrf-tuned"] = {q: s + 0.03 for q, s in sc["rrf"].items()}
+    sel = select(sc, costs, noise=0.01, bases={"rrf-tuned": "rrf"})
+    assert sel.chosen == "rrf-tuned" and sel.estimate("rrf-tuned").eligible
+
+
+def test_the_reference_stays_unless_beaten_beyond_noise_and_significantly():
+    rng = np.random.default_rng(4)
+    sc = _scores(rng, {"rrf": 0.0, "weighted": 0.0, "bm25": -0.1})
+    jitter = rng.normal(0, 0.3, len(sc["rrf"]))
+    sc["weighted"] = {q: s + 0.02 + jitter[i] - jitter.mean()
+                      for i, (q, s) in enumerate(sc["rrf"].items())}
+    costs = {"bm25": 0.3, "rrf": 2.3, "weighted": 2.9}
+    assert select(sc, costs, noise=0.01).chosen == "weighted"  # above noise, not significant
+    sel = select(sc, costs, noise=0.01, reference="rrf")
+    assert sel.best == "weighted" and sel.chosen == "rrf"
+    assert sel.reason.startswith("the reference pipeline: weighted is not better")
+    sc["weighted"] = {q: s + 0.05 + jitter[i] / 10  # a clear gain: it wins
+                      for i, (q, s) in enumerate(sc["rrf"].items())}
+    assert select(sc, costs, noise=0.01, reference="rrf").chosen == "weighted"
+
+
+def test_grouped_bootstrap_shows_groups_that_disagree_as_doubt():
+    rng = np.random.default_rng(3)
+    a = _scores(rng, {"rrf": 0.06, "dense": 0.0}, n=100)  # group a: rrf far ahead
+    b = _scores(rng, {"rrf": 0.0, "dense": 0.04}, n=100)  # group b: dense ahead
+    sc = {n: {**{f"a{q}": v for q, v in a[n].items()}, **{f"b{q}": v for q, v in b[n].items()}}
+          for n in a}
+    groups = {q: q[0] for q in sc["rrf"]}
+    costs = {"rrf": 2.3, "dense": 1.4}
+    flat = select(sc, costs, noise=0.0)
+    grouped = select(sc, costs, noise=0.0, groups=groups)
+    assert flat.chosen == grouped.chosen == "rrf"
+    assert flat.confident and not grouped.confident
+    assert 0.5 < grouped.p_chosen_best < flat.p_chosen_best
+    # one group only: the plain bootstrap
+    assert select(sc, costs, noise=0.0, groups=dict.fromkeys(groups, "x")).estimates \
+        == flat.estimates
+    boot = bootstrap_means(np.ones((6, 2)), 10, groups=list("aabbcc"))
+    assert boot.shape == (10, 2) and np.allclose(boot, 1.0)
 
 
 def test_select_refuses_unpaired_scores():

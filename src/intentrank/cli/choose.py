@@ -44,7 +44,9 @@ def choose_cmd(
     llm_minutes: Annotated[float, typer.Option(help="Time budget of the LLM generator "
                                                "(0 = no LLM questions).")] = 5.0,
     noise: Annotated[float, typer.Option(help="A cheaper candidate within this much nDCG@10 "
-                                         "of the best and not significantly worse wins.")]
+                                         "of the best and not significantly worse wins; a "
+                                         "tuned variant, or any pick over rrf, must gain "
+                                         "more than this, significantly.")]
         = 0.01,
     seed: Annotated[int, typer.Option(help="Random seed (questions, folds, bootstrap).")] = 0,
     index_dir: Annotated[Path | None, typer.Option("--index", help="Index of the corpus "
@@ -103,7 +105,8 @@ def choose_cmd(
     sel = rec.selection
     table = Table("candidate", "nDCG@10", "95% interval", "P(best)", "ms/query")
     for e in sel.estimates:
-        table.add_row(e.name + (" *" if e.name == sel.chosen else ""), f"{e.mean:.4f}",
+        mark = " *" if e.name == sel.chosen else "" if e.eligible else " (not eligible)"
+        table.add_row(e.name + mark, f"{e.mean:.4f}",
                       f"[{e.low:.4f}, {e.high:.4f}]", f"{e.p_best:.2f}", f"{e.cost:.1f}")
     console.print(table)
     for w in sel.warnings:

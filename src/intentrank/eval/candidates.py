@@ -28,6 +28,9 @@ from intentrank.tune.modality import SCORES, modality_rankings, simplex_grid
 from intentrank.types import Query
 
 METRIC = "nDCG@10"
+# the pipeline to run without choosing (README, the configs' headers): ``choose`` departs
+# from it only for a candidate that beats it beyond noise on the generated questions
+REFERENCE = "rrf"
 DEPTH = 100
 Params = dict[str, Any]
 # a part: query id -> ranked [doc id, score, ...] rows (what each family re-fuses)
@@ -275,6 +278,6 @@ def cost(name: str, fam: Family) -> float:
     return fam.cost_ms + (0.01 if name.endswith("-tuned") else 0.0)
 
 
-__all__ = ["DEPTH", "METRIC", "PARTS", "Family", "Scored", "cascade_node", "compute_parts",
-           "cost", "cross_fitted", "families", "grid_scores", "per_query", "score_candidates",
-           "score_settings"]
+__all__ = ["DEPTH", "METRIC", "PARTS", "REFERENCE", "Family", "Scored", "cascade_node",
+           "compute_parts", "cost", "cross_fitted", "families", "grid_scores", "per_query",
+           "score_candidates", "score_settings"]

@@ -31,6 +31,7 @@ import yaml
 from intentrank.data.trec import Qrels
 from intentrank.eval.candidates import (
     METRIC,
+    REFERENCE,
     Scored,
     compute_parts,
     cost,
@@ -102,7 +103,8 @@ def known_item_set(index: Any, out: Path, settings: KnownItemSettings,
     docs = _docs(index)
     df = document_frequencies(f"{t} {x}" for _, t, x in docs)
     neighbours = None
-    if "neighbour" in settings.kinds and index.has("dense"):
+    if any(k.endswith("neighbour") or k == "mixed" for k in settings.kinds) \
+            and index.has("dense"):
         neighbours = WordNeighbours(vocabulary(df, settings.vocabulary, len(docs)),
                                     index.embedder.encode_queries)
     items = known_item_questions(docs, settings, neighbours, df)
@@ -181,7 +183,7 @@ class Recommendation:
         s = self.selection
         return {
             "chosen": s.chosen, "best": s.best, "runner_up": s.runner_up,
-            "reason": s.reason, "p_value_vs_runner_up": s.p_value,
+            "reason": s.reason, "reference": REFERENCE, "p_value_vs_runner_up": s.p_value,
             "p_chosen_best": s.p_chosen_best, "confident": s.confident,
             "warnings": s.warnings, "metric": METRIC, "questions": s.n_queries,
             "copied_share": round(self.questions.mean_copied, 4),
@@ -212,12 +214,27 @@ def choose(index: Any, out: str | Path, settings: ChooseSettings | None = None,
     return recommend(scored, qs, settings, out, time.perf_counter() - t0)
 
 
+def selection(scored: Scored, qs: QuestionSet, settings: ChooseSettings,
+              qids: Sequence[str] | None = None, n_boot: int = 2000) -> Selection:
+    """:func:`~intentrank.measures.selection.select` on ``scored`` (on ``qids`` only, if
+    given): the questions grouped by kind (LLM pairs with LLM singles), each tuned variant
+    eligible only beyond noise of its family's shipped setting, and :data:`REFERENCE` kept
+    unless the pick beats it beyond noise."""
+    scores = scored.scores
+    if qids is not None:
+        scores = {n: {q: sc[q] for q in qids} for n, sc in scores.items()}
+    costs = {n: cost(n, scored.family[n]) for n in scores}
+    bases = {n: scored.family[n].name for n in scores if n.endswith("-tuned")}
+    groups = {q: k.removesuffix("-pair") for q, k in qs.kinds.items()}
+    return select(scores, costs, settings.noise, settings.alpha, settings.confidence,
+                  n_boot=n_boot, seed=settings.seed, groups=groups, bases=bases,
+                  reference=REFERENCE if REFERENCE in scores else None)
+
+
 def recommend(scored: Scored, qs: QuestionSet, settings: ChooseSettings, out: Path | None,
               seconds: float = 0.0) -> Recommendation:
     """Select from ``scored`` and (with ``out``) write the recommendation files."""
-    costs = {n: cost(n, scored.family[n]) for n in scored.scores}
-    sel = select(scored.scores, costs, settings.noise, settings.alpha, settings.confidence,
-                 seed=settings.seed)
+    sel = selection(scored, qs, settings)
     sel.warnings = set_warnings(sel, qs.mean_copied, settings.noise, settings.alpha)
     fam = scored.family[sel.chosen]
     kinds = sorted(set(qs.kinds.values()))
@@ -261,4 +278,5 @@ def write_recommendation(rec: Recommendation, out: Path) -> list[Path]:
 
 
 __all__ = ["ChooseSettings", "QuestionSet", "Recommendation", "choose", "known_item_set",
-           "llm_set", "merge", "question_set", "recommend", "write_recommendation"]
+           "llm_set", "merge", "question_set", "recommend", "selection",
+           "write_recommendation"]

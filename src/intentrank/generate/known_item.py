@@ -6,7 +6,9 @@ best and a user who does not know the passage rarely has them. Each question the
 a window of a sentence (or the title) with the share ``mask`` of its content words, rarest
 first (document frequency in the corpus), either dropped (kind ``masked``) or replaced by
 the embedder's nearest word of the corpus vocabulary that is not in the source and shares
-no stem with the word (kind ``neighbour``; "semiconductor" may become "transistor"). Which
+no stem with the word (kind ``neighbour``; "semiconductor" may become "transistor"), by
+the word co-occurring most with it in other passages (``cooccur``), or by the two in turn
+(``mixed``); ``title`` and ``title-neighbour`` start from the title instead. Which
 passage, sentence, window and kind a question gets depends only on the seed and its number,
 so a set is the same on every run (:func:`known_item_questions`).
 """
@@ -24,7 +26,7 @@ import numpy as np
 from intentrank.core.params import ParameterError
 from intentrank.generate.filters import STOPWORDS, words
 
-KINDS = ("masked", "neighbour", "cooccur", "title")
+KINDS = ("masked", "neighbour", "cooccur", "mixed", "title", "title-neighbour")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])|\n+")
 
 
@@ -149,6 +151,24 @@ class WordNeighbours:
         return None
 
 
+class _Alternate:
+    """Replacement words from two finders in turn (kind ``mixed``: the embedder's neighbour,
+    then the co-occurring word, ...), each falling back on the other."""
+
+    def __init__(self, *finders: WordNeighbours | CooccurringWords | None) -> None:
+        self.finders = [f for f in finders if f is not None]
+        self.turn = 0
+
+    def nearest(self, word: str, exclude: set[str]) -> str | None:
+        if not self.finders:
+            return None
+        first = self.finders[self.turn % len(self.finders)]
+        self.turn += 1
+        return first.nearest(word, exclude) or next(
+            (w for f in self.finders if f is not first and (w := f.nearest(word, exclude))),
+            None)
+
+
 def _unit(m: np.ndarray) -> np.ndarray:
     m = np.asarray(m, dtype=np.float32)
     return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
@@ -196,7 +216,7 @@ def known_item_questions(
     turn (a ``title`` draw of a passage without a title, or ``neighbour`` without
     ``neighbours``, becomes ``masked``; ``cooccur`` builds its own ``cooccurring``)."""
     df = df if df is not None else document_frequencies(f"{t} {x}" for _, t, x in docs)
-    if "cooccur" in settings.kinds and cooccurring is None:
+    if {"cooccur", "mixed"} & set(settings.kinds) and cooccurring is None:
         cooccurring = CooccurringWords([f"{t} {x}" for _, t, x in docs], df)
     eligible = [d for d in docs if len(words(d[2])) >= settings.min_doc_words]
     if not eligible:
@@ -211,11 +231,11 @@ def known_item_questions(
         doc_id, title, text = eligible[rng.randrange(len(eligible))]
         if doc_id in used:
             continue
-        if kind == "title" and len(title.split()) < 3:
-            kind = "masked"
-        if kind == "neighbour" and neighbours is None:
-            kind = "masked"
-        if kind == "title":
+        if kind.startswith("title") and len(title.split()) < 3:
+            kind = {"title": "masked", "title-neighbour": "neighbour"}[kind]
+        if kind.endswith("neighbour") and neighbours is None:
+            kind = "title" if kind.startswith("title") else "masked"
+        if kind.startswith("title"):
             tokens = title.split()[:settings.max_words]
         else:
             pool = [s.split() for s in sentences(text) if len(s.split()) >= settings.min_words]
@@ -223,8 +243,11 @@ def known_item_questions(
                 continue
             tokens = _window(pool[rng.randrange(len(pool))], rng, settings)
         source = f"{title} {text}"
+        if kind == "mixed" and neighbours is None:
+            kind = "cooccur"
         replace = None
-        finder = {"neighbour": neighbours, "cooccur": cooccurring}.get(kind)
+        finder = {"neighbour": neighbours, "title-neighbour": neighbours,
+                  "cooccur": cooccurring, "mixed": _Alternate(neighbours, cooccurring)}.get(kind)
         if finder is not None:
             exclude = set(words(source))
             replace = lambda w, ex=exclude, f=finder: f.nearest(w, ex)  # noqa: E731

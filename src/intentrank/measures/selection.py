@@ -1,16 +1,21 @@
 """Choosing one system from per-query scores, and how sure the choice is.
 
 Every candidate is scored on the same queries. :func:`select` bootstraps the queries (the
-same resample for every candidate, so the comparison stays paired), gives each candidate's
-mean with a percentile interval and the share of resamples in which it is best, runs the
-paired randomization test of the best against the runner-up, and picks the best, or the
-cheapest candidate that is within ``noise`` of the best and not significantly worse than
-it. :func:`set_warnings` says when a question set is too weak to trust.
+same resample for every candidate, so the comparison stays paired; with question groups,
+e.g. the ways the questions were made, the groups are resampled first and then the
+questions within each, so disagreement between the groups shows as doubt), gives each
+candidate's mean with a percentile interval and the share of resamples in which it is best,
+runs the paired randomization test of the best against the runner-up, and picks the best,
+or the cheapest candidate that is within ``noise`` of the best and not significantly worse
+than it. A tuned variant may be picked only when it beats the setting it was tuned from by
+more than ``noise`` and significantly (its scores are cross-fitted, so this is a held-out
+gain), and any pick must so beat the reference pipeline (the one to run without choosing),
+which otherwise stays. :func:`set_warnings` says when a question set is too weak to trust.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,8 +34,9 @@ class Estimate:
     mean: float
     low: float
     high: float
-    p_best: float
+    p_best: float  # among the eligible candidates (0 for one that is not)
     cost: float
+    eligible: bool = True  # False: a tuned variant not beyond noise of its base
 
 
 @dataclass
@@ -52,11 +58,25 @@ class Selection:
         return next(e for e in self.estimates if e.name == name)
 
 
-def bootstrap_means(matrix: np.ndarray, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
-    """``(n_boot, candidates)`` means over query resamples (rows of ``matrix``: queries)."""
+def bootstrap_means(matrix: np.ndarray, n_boot: int = 2000, seed: int = 0,
+                    groups: Sequence[str] | None = None) -> np.ndarray:
+    """``(n_boot, candidates)`` means over query resamples (rows of ``matrix``: queries).
+
+    With ``groups`` (one label per row) of two or more labels, a two-stage bootstrap: as
+    many groups as there are are drawn with replacement, the rows of each drawn group are
+    resampled, and a resample's mean is the mean of its groups' means."""
     rng = np.random.default_rng(seed)
-    rows = rng.integers(0, matrix.shape[0], size=(n_boot, matrix.shape[0]))
-    return matrix[rows].mean(axis=1)
+    labels = sorted(set(groups)) if groups is not None else []
+    if len(labels) < 2:
+        rows = rng.integers(0, matrix.shape[0], size=(n_boot, matrix.shape[0]))
+        return matrix[rows].mean(axis=1)
+    members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
+    out = np.empty((n_boot, matrix.shape[1]))
+    for b in range(n_boot):
+        drawn = rng.integers(0, len(labels), len(labels))
+        out[b] = np.mean([matrix[rng.choice(members[g], len(members[g]))].mean(axis=0)
+                          for g in drawn], axis=0)
+    return out
 
 
 def p_best(boot: np.ndarray) -> np.ndarray:
@@ -74,12 +94,20 @@ def select(
     confidence: float = 0.8,
     n_boot: int = 2000,
     seed: int = 0,
+    groups: Mapping[str, str] | None = None,
+    bases: Mapping[str, str] | None = None,
+    reference: str | None = None,
 ) -> Selection:
     """Pick a candidate from ``scores`` (name -> query id -> score; the same queries each).
 
     The best mean wins unless a cheaper candidate (``costs``, lower is cheaper) is within
     ``noise`` of it and the paired test does not separate them at ``alpha``; the pick is
-    ``confident`` when it is best in at least ``confidence`` of the resamples."""
+    ``confident`` when it is best in at least ``confidence`` of the resamples. ``groups``
+    (query id -> group) makes the bootstrap two-stage (:func:`bootstrap_means`); a candidate
+    of ``bases`` (tuned name -> the name of the setting it was tuned from) is eligible only
+    when its mean exceeds its base's by more than ``noise`` with paired p < ``alpha``. A
+    ``reference`` candidate (the pipeline to run without choosing) stays the pick unless the
+    pick so far beats it by more than ``noise`` with paired p < ``alpha``."""
     names = list(scores)
     if not names:
         raise ValueError("no candidates to choose from")
@@ -90,19 +118,23 @@ def select(
         if set(scores[n]) != set(qids):
             raise ValueError(f"candidate {n!r} was scored on other queries than {names[0]!r}")
     matrix = np.array([[scores[n][q] for n in names] for q in qids], dtype=np.float64)
-    boot = bootstrap_means(matrix, n_boot, seed)
-    pb = p_best(boot)
-    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
+    boot = bootstrap_means(matrix, n_boot, seed,
+                           [groups.get(q, "") for q in qids] if groups else None)
     means = matrix.mean(axis=0)
+    ok = [_beats_base(n, scores, bases or {}, noise, alpha) for n in names]
+    pb = np.zeros(len(names))
+    pb[ok] = p_best(boot[:, ok])
+    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
     ests = sorted((Estimate(n, float(means[i]), float(low[i]), float(high[i]), float(pb[i]),
-                            float(costs.get(n, 0.0))) for i, n in enumerate(names)),
+                            float(costs.get(n, 0.0)), ok[i]) for i, n in enumerate(names)),
                   key=lambda e: (-e.mean, e.cost, e.name))
-    best = ests[0]
-    runner = ests[1] if len(ests) > 1 else None
+    eligible = [e for e in ests if e.eligible]
+    best = eligible[0]
+    runner = eligible[1] if len(eligible) > 1 else None
     p_value = paired_test(scores[runner.name], scores[best.name]).p_randomization \
         if runner else 1.0
     chosen, reason = best, "highest estimated score"
-    for e in sorted(ests[1:], key=lambda e: (e.cost, -e.mean)):
+    for e in sorted(eligible[1:], key=lambda e: (e.cost, -e.mean)):
         if e.cost >= chosen.cost or best.mean - e.mean > noise:
             continue
         if paired_test(scores[e.name], scores[best.name]).p_randomization >= alpha:
@@ -110,8 +142,26 @@ def select(
             reason = (f"within noise of {best.name} ({best.mean - e.mean:+.4f} below, not "
                       f"significant at {alpha}) and cheaper")
             break
+    ref = next((e for e in eligible if e.name == reference), None)
+    if ref is not None and chosen is not ref:
+        gain = chosen.mean - ref.mean
+        p_ref = paired_test(scores[ref.name], scores[chosen.name]).p_randomization
+        if gain <= noise or p_ref >= alpha:
+            reason = (f"the reference pipeline: {chosen.name} is not better beyond noise "
+                      f"({gain:+.4f}, p = {p_ref:.3f})")
+            chosen = ref
     return Selection(chosen.name, best.name, runner.name if runner else None, ests, p_value,
                      chosen.p_best, chosen.p_best >= confidence, reason, len(qids))
+
+
+def _beats_base(name: str, scores: Mapping[str, Mapping[str, float]],
+                bases: Mapping[str, str], noise: float, alpha: float) -> bool:
+    base = bases.get(name)
+    if base is None or base not in scores:
+        return True
+    a, b = scores[base], scores[name]
+    gain = (sum(b.values()) - sum(a.values())) / max(len(b), 1)
+    return gain > noise and paired_test(a, b).p_randomization < alpha
 
 
 def set_warnings(selection: Selection, copied: float, noise: float = 0.01,

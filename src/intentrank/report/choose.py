@@ -17,7 +17,8 @@ def _rows(rec: Recommendation) -> list[list[str]]:
     s = rec.selection
     rows = []
     for e in s.estimates:
-        mark = " (chosen)" if e.name == s.chosen else ""
+        mark = " (chosen)" if e.name == s.chosen else "" if e.eligible else \
+            " (not beyond noise of its base: not eligible)"
         params = rec.scored.params[e.name]
         rows.append([f"{e.name}{mark}", f"{e.mean:.4f}", f"[{e.low:.4f}, {e.high:.4f}]",
                      f"{e.p_best:.2f}", f"{e.cost:.1f}",
