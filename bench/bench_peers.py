@@ -390,12 +390,13 @@ def measure(collections: Sequence[str], n_sample: int, bm25_only: bool = False) 
     return out
 
 
-def bm25_only(collections: Sequence[str], write: bool) -> None:
-    """Run the BM25 parts alone and splice their rows into the stored section (the other
+def bm25_only(collections: Sequence[str], write: bool, again: bool = False) -> None:
+    """Run the BM25 parts alone (``again``: take the last such run's results,
+    runs/peers/results-bm25.json) and splice their rows into the stored section (the other
     tables stay the last full run's; the prose says which run each comes from)."""
     from datetime import UTC, datetime
 
-    from peers_render import bm25_tables, bm25_values, splice_bm25
+    from peers_render import bm25_tables, bm25_values, scaled, splice_bm25
     from report import machine
 
     from intentrank.report.sections import (
@@ -407,20 +408,27 @@ def bm25_only(collections: Sequence[str], write: bool) -> None:
         write_docs_section,
     )
 
-    results = measure(collections, 0, bm25_only=True)
-    save_json(WORK / "results-bm25.json", results)
+    path = WORK / "results-bm25.json"
+    if again:
+        results = json.loads(path.read_text())
+    else:
+        results = measure(collections, 0, bm25_only=True)
+        results["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        save_json(path, results)
+    # a run saved before the date was recorded: the time its results were written
+    date = results.get("date") or datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime(
+        "%Y-%m-%d %H:%M UTC")
     if not write:
         for table in bm25_tables(results):
             print(table_markdown(table), end="\n\n")
-        print(bm25_values(results))
+        print(bm25_values(scaled(json.loads(json.dumps(results)))))
         return
     load_ = results["load"]
     note = (f" The BM25 rows (the BM25 index builds and the BM25 table) are from a later run "
-            f"of those parts alone, `python bench/bench_peers.py --only bm25` "
-            f"({datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}, {machine()}, load "
-            f"average {min(load_):.1f}-{max(load_):.1f}; its BM25 limits at the "
-            f"{results['limits']['gbps']:.1f} GB/s measured in it); the other tables are "
-            f"the full run's.")
+            f"of those parts alone, `python bench/bench_peers.py --only bm25` ({date}, "
+            f"{machine()}, load average {min(load_):.1f}-{max(load_):.1f}; its BM25 limits "
+            f"at the {results['limits']['gbps']:.1f} GB/s measured in it); the other tables "
+            f"are the full run's.")
     stored, template = load(ROOT, "peers")
     stored = splice_bm25(stored, results, note)
     body = render(stored, template)
@@ -438,6 +446,8 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print, do not publish")
     ap.add_argument("--only", choices=["bm25"], help="only the BM25 parts (the BM25 index "
                     "builds and the BM25 table), their rows spliced into the stored section")
+    ap.add_argument("--again", action="store_true", help="with --only bm25: splice the last "
+                    "BM25-only run's results (runs/peers/results-bm25.json) again, no measuring")
     ap.add_argument("--setup", action="store_true", help="install the peers (pip) and stop")
     ap.add_argument("--build", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -452,7 +462,7 @@ def main() -> None:
     from peers_render import section
 
     if args.only == "bm25":
-        bm25_only(args.collections, write=not args.no_write)
+        bm25_only(args.collections, write=not args.no_write, again=args.again)
         return
     results = measure(args.collections, args.queries)
     save_json(WORK / "results.json", results)

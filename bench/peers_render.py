@@ -146,7 +146,8 @@ def _span(ratios: list[float]) -> str:
 def bm25_values(results: dict[str, Any]) -> dict[str, str]:
     """The ratios the prose of the BM25 rows quotes, as ranges over the collections: the
     numpy and numba backends against bm25s direct and against the fastest peer (single,
-    batched); the BM25 build's speed and peak RSS against bm25s and tantivy."""
+    batched); the BM25 build's speed and peak RSS against bm25s and tantivy; the batched
+    rows' fractions of their limit (``results`` with its limits scaled: :func:`scaled`)."""
     rows = results["bm25"]
     builds = [b for b in results["builds"] if b["leg"] == "BM25"]
     names = list(dict.fromkeys(r["collection"] for r in rows))
@@ -170,6 +171,8 @@ def bm25_values(results: dict[str, Any]) -> dict[str, str]:
                                            of(builds, n, "intentrank", "wall_s") for n in names])
         out[f"bm25_rss_{peer}"] = _span([of(builds, n, "intentrank", "rss_mib") /
                                          of(builds, n, peer, "rss_mib") for n in names])
+    fractions = [r["qps_batched"] / r["bound_qps"] for r in rows]
+    out["bm25_of_limit"] = f"{100 * min(fractions):.1f}-{100 * max(fractions):.1f}%"
     return out
 
 
@@ -194,5 +197,6 @@ def splice_bm25(stored: dict[str, Any], results: dict[str, Any], note: str) -> d
         raise ValueError("the stored peers tables have other columns; run the whole bench")
     old["rows"] = builds["rows"] + [r for r in old["rows"] if r[leg] != "BM25"]
     stored["tables"][1] = bm25
-    stored["values"] = {**stored["values"], **bm25_values(results), "bm25_note": note}
+    stored["values"] = {**stored["values"], **bm25_values(scaled(json.loads(json.dumps(results)))),
+                        "bm25_note": note}
     return stored
