@@ -157,13 +157,14 @@ def bm25_token_ids(texts: list[str], stopwords: str | None, stemmer: str | None,
 
         texts = tqdm(texts, desc="BM25 tokens", unit="text")  # type: ignore[assignment]
     seen = _FirstSeen()
-    split, words, counts = _SPLIT[tokens], [], []
-    for text in texts:
+    number_word = seen.__getitem__
+    split, numbers, counts = _SPLIT[tokens], [], []
+    for text in texts:  # numbered text by text: no list of every word's string at once
         found = split(text.lower())
         counts.append(len(found))
-        words += found
-    word_ids = np.fromiter(map(seen.__getitem__, words), dtype=np.int64, count=len(words))
-    del words
+        numbers += map(number_word, found)
+    word_ids = np.array(numbers, dtype=np.int64)
+    del numbers
     distinct = list(seen)
     terms = distinct if stem is None else stem.stemWords(distinct)
     vocab: dict[str, int] = {}
