@@ -171,8 +171,8 @@ def bm25_values(results: dict[str, Any]) -> dict[str, str]:
                                            of(builds, n, "intentrank", "wall_s") for n in names])
         out[f"bm25_rss_{peer}"] = _span([of(builds, n, "intentrank", "rss_mib") /
                                          of(builds, n, peer, "rss_mib") for n in names])
-    fractions = [r["qps_batched"] / r["bound_qps"] for r in rows]
-    out["bm25_of_limit"] = f"{100 * min(fractions):.1f}-{100 * max(fractions):.1f}%"
+    fractions = [r["qps_batched"] / r["bound_qps"] for r in rows if _ours(r["system"])]
+    out["bm25_of_limit"] = f"{100 * min(fractions):.2f}-{100 * max(fractions):.2f}%"
     return out
 
 
