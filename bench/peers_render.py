@@ -132,5 +132,71 @@ def section(results: dict[str, Any]) -> tuple[str, dict[str, str]]:
               dense_table(results["dense"]),
               rerank_table(results["rerank"], results["rerank_bm25"]), e2e_table(results["e2e"])]
     values = {"gflops": _f(lim["gflops"], 0), "gbps": _f(lim["gbps"], 1),
-              "load": f"{min(load):.1f}-{max(load):.1f}", "sample": str(results["sample"])}
+              "load": f"{min(load):.1f}-{max(load):.1f}", "sample": str(results["sample"]),
+              **bm25_values(results), "bm25_note": ""}
     return "\n\n".join(tables), values
+
+
+# -- the BM25 parts alone (bench_peers.py --only bm25) ---------------------------------------
+def _span(ratios: list[float]) -> str:
+    lo, hi = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
+    return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
+
+
+def bm25_values(results: dict[str, Any]) -> dict[str, str]:
+    """The ratios the prose of the BM25 rows quotes, as ranges over the collections: the
+    numpy and numba backends against bm25s direct and against the fastest peer (single,
+    batched); the BM25 build's speed and peak RSS against bm25s and tantivy; the batched
+    rows' fractions of their limit (``results`` with its limits scaled: :func:`scaled`)."""
+    rows = results["bm25"]
+    builds = [b for b in results["builds"] if b["leg"] == "BM25"]
+    names = list(dict.fromkeys(r["collection"] for r in rows))
+
+    def of(table: list[dict], name: str, system: str, key: str) -> float:
+        return next(r[key] for r in table if r["collection"] == name and r["system"] == system)
+
+    def fastest_peer(name: str, key: str) -> float:
+        return max(r[key] for r in rows if r["collection"] == name and not _ours(r["system"]))
+
+    out = {}
+    for key, mode in (("qps_single", "single"), ("qps_batched", "batched")):
+        for backend in ("numpy", "numba"):
+            ours = [of(rows, n, f"intentrank {backend}", key) for n in names]
+            out[f"bm25_{backend}_bm25s_{mode}"] = _span(
+                [o / of(rows, n, "bm25s", key) for o, n in zip(ours, names, strict=True)])
+            out[f"bm25_{backend}_best_{mode}"] = _span(
+                [o / fastest_peer(n, key) for o, n in zip(ours, names, strict=True)])
+    for peer in ("bm25s", "tantivy"):
+        out[f"bm25_build_{peer}"] = _span([of(builds, n, peer, "wall_s") /
+                                           of(builds, n, "intentrank", "wall_s") for n in names])
+        out[f"bm25_rss_{peer}"] = _span([of(builds, n, "intentrank", "rss_mib") /
+                                         of(builds, n, peer, "rss_mib") for n in names])
+    fractions = [r["qps_batched"] / r["bound_qps"] for r in rows if _ours(r["system"])]
+    out["bm25_of_limit"] = f"{100 * min(fractions):.2f}-{100 * max(fractions):.2f}%"
+    return out
+
+
+def bm25_tables(results: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The BM25 rows of the builds table and the BM25 table of a BM25-only run, as stored
+    tables (intentrank.report.sections)."""
+    from intentrank.report.sections import split
+
+    results = scaled(json.loads(json.dumps(results)))
+    stored, _ = split(builds_table(results["builds"]) + "\n\n" + bm25_table(results["bm25"]))
+    return stored["tables"][0], stored["tables"][1]
+
+
+def splice_bm25(stored: dict[str, Any], results: dict[str, Any], note: str) -> dict[str, Any]:
+    """The stored section with a BM25-only run's rows in place of its BM25 rows: the BM25
+    rows of the builds table (the dense rows kept) and the whole BM25 table; the prose's
+    BM25 values and ``note`` (which run the BM25 rows come from) updated."""
+    builds, bm25 = bm25_tables(results)
+    old = stored["tables"][0]
+    leg = old["header"].index("leg")
+    if builds["header"] != old["header"] or bm25["header"] != stored["tables"][1]["header"]:
+        raise ValueError("the stored peers tables have other columns; run the whole bench")
+    old["rows"] = builds["rows"] + [r for r in old["rows"] if r[leg] != "BM25"]
+    stored["tables"][1] = bm25
+    stored["values"] = {**stored["values"], **bm25_values(scaled(json.loads(json.dumps(results)))),
+                        "bm25_note": note}
+    return stored

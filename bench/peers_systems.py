@@ -115,13 +115,14 @@ class Tantivy:
 
 
 def lucene_like_bm25() -> Any:
-    """intentrank's BM25 settings nearest Anserini's today: Porter (Lucene's PorterStemFilter;
-    PyStemmer ``porter``), k1 0.9, b 0.4; the ``en`` stopwords are Lucene's 33 already."""
+    """intentrank's BM25 settings nearest Anserini's: Lucene's one-character words
+    (``bm25.tokens: lucene``), Porter (Lucene's PorterStemFilter; PyStemmer ``porter``),
+    k1 0.9, b 0.4; the ``en`` stopwords are Lucene's 33 already."""
     from dataclasses import replace
 
     from intentrank.index.settings import BM25Settings
 
-    return replace(BM25Settings(), stemmer="porter", k1=0.9, b=0.4)
+    return replace(BM25Settings(), tokens="lucene", stemmer="porter", k1=0.9, b=0.4)
 
 
 def peak_rss_mib() -> float:

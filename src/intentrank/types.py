@@ -125,9 +125,10 @@ class Document:
         return f"{self.title}{sep}{self.text}" if self.title else self.text
 
 
-@dataclass
+@dataclass(slots=True)
 class ScoredDoc:
-    """One candidate in a ranking, with the score each stage gave it."""
+    """One candidate in a ranking, with the score each stage gave it (slots: a retriever's
+    ranking builds one per hit, and slots make that cheaper)."""
 
     doc_id: str
     score: float
@@ -167,7 +168,9 @@ class Ranking:
     def docs(self) -> list[ScoredDoc]:
         if self._docs is None:
             ids, scores, stage = (*map(_as_list, self._hits[:2]), self._hits[2])  # type: ignore[index]
-            self._docs = [ScoredDoc(i, s, {stage: s}) for i, s in zip(ids, scores, strict=True)]
+            if len(ids) != len(scores):
+                raise ValueError(f"{len(ids)} document ids for {len(scores)} scores")
+            self._docs = list(map(ScoredDoc, ids, scores, [{stage: s} for s in scores]))
             self._hits = None
         return self._docs
 

@@ -6,22 +6,32 @@ sparse matrices: memory ~ edges, no Python object per node).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 _CAPITALISED = re.compile(r"\b[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*\b")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?%?")
 
 
+@functools.cache
+def _stop_words() -> frozenset[str]:
+    """scikit-learn's English stop words, imported on first use: importing scikit-learn
+    costs an index that has no graph leg (a BM25-only build) seconds and tens of MiB."""
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return ENGLISH_STOP_WORDS
+
+
 def extract_entities(text: str) -> set[str]:
     """Capitalised phrases and numbers, lower-cased; leading stopwords ("The ...") are cut."""
     found = {m.group(0) for m in _NUMBER.finditer(text)}
+    stop = _stop_words()
     for m in _CAPITALISED.finditer(text):
         words = m.group(0).lower().split()
-        while words and words[0] in ENGLISH_STOP_WORDS:
+        while words and words[0] in stop:
             words.pop(0)
         if words:
             found.add(" ".join(words))

@@ -85,6 +85,10 @@ def filter_record(rec: dict[str, Any]) -> dict[str, Any]:
 
 # bm25s's default token pattern, and Lucene's StandardTokenizer's one-character words too
 WORDS = {"bm25s": re.compile(r"(?u)\b\w\w+\b"), "lucene": re.compile(r"(?u)\b\w+\b")}
+# The same words found faster: a run of word characters is matched whole (greedy, and a
+# match starts only where the previous ended or at a non-word character), so the word
+# boundaries hold by themselves and findall gives the same list (tests/test_bm25_tokens.py).
+_SPLIT = {"bm25s": re.compile(r"\w{2,}").findall, "lucene": re.compile(r"\w+").findall}
 
 
 def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
@@ -93,17 +97,16 @@ def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
     with ``return_ids=False``: lower case, words of two or more characters, the stopword
     list, then the stemmer; ``tokens="lucene"``: words of one character too), here without
     bm25s's per-call progress bars, which cost a short query more than its tokens (the same
-    tokens: tests/test_bm25_tokens.py)."""
-    from bm25s.tokenization import _infer_stopwords
-
-    stop = frozenset(_infer_stopwords(stopwords)) if stopwords else frozenset()
+    tokens: tests/test_bm25_tokens.py). An index's corpus goes through
+    :func:`bm25_token_ids` instead: the same terms, as ids, in one pass."""
+    stop = _stopwords(stopwords)
     stem = pystemmer(stemmer, threading.get_ident())
     stems: dict[str, str] = {}
     if progress:
         from tqdm.auto import tqdm
 
         texts = tqdm(texts, desc="BM25 tokens", unit="text")  # type: ignore[assignment]
-    out, split = [], WORDS[tokens].findall
+    out, split = [], _SPLIT[tokens]
     for text in texts:
         words = [w for w in split(text.lower()) if w not in stop]
         if stem is not None:
@@ -113,6 +116,78 @@ def bm25_tokenize(texts: list[str], stopwords: str | None, stemmer: str | None,
             words = [stems[w] for w in words]
         out.append(words)
     return out
+
+
+class TokenIds(NamedTuple):
+    """A corpus as BM25 term ids: :func:`bm25_tokenize`'s terms of every text, numbered in
+    order of first appearance (``vocab``: term -> id), all texts' ids one after another
+    (``ids``) and each text's number of them (``lengths``)."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    vocab: dict[str, int]
+
+    def docs(self) -> list[list[int]]:
+        """Each text's ids as a list (bm25s's ``Tokenized.ids``)."""
+        ends = np.cumsum(self.lengths).tolist()
+        flat = self.ids.tolist()
+        return [flat[a:e] for a, e in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+class _FirstSeen(dict):
+    """word -> its number in order of first sight (a new word's first lookup numbers it)."""
+
+    def __missing__(self, word: str) -> int:
+        i = self[word] = len(self)
+        return i
+
+
+def bm25_token_ids(texts: list[str], stopwords: str | None, stemmer: str | None,
+                   progress: bool = False, tokens: str = "bm25s") -> TokenIds:
+    """:func:`bm25_tokenize`'s terms of ``texts`` as ids, in one pass over the words: each
+    word is numbered through a word table (``map`` over a dict, in C; only a new word runs
+    Python); then each distinct word is checked against the stopwords and stemmed once (one
+    ``stemWords`` call), and the words' numbers are turned into term ids by one array
+    lookup. The terms and their order are those of :func:`bm25_tokenize`, numbered by first
+    appearance (tests/test_bm25_tokens.py)."""
+    stop = _stopwords(stopwords)
+    stem = pystemmer(stemmer, threading.get_ident())
+    if progress:
+        from tqdm.auto import tqdm
+
+        texts = tqdm(texts, desc="BM25 tokens", unit="text")  # type: ignore[assignment]
+    seen = _FirstSeen()
+    number_word = seen.__getitem__
+    split, numbers, counts = _SPLIT[tokens], [], []
+    for text in texts:  # numbered text by text: no list of every word's string at once
+        found = split(text.lower())
+        counts.append(len(found))
+        numbers += map(number_word, found)
+    word_ids = np.array(numbers, dtype=np.int64)
+    del numbers
+    distinct = list(seen)
+    terms = distinct if stem is None else stem.stemWords(distinct)
+    vocab: dict[str, int] = {}
+    number = vocab.setdefault  # in the words' order of first sight: the terms' order
+    term_of = np.fromiter((-1 if w in stop else number(t, len(vocab))
+                           for w, t in zip(distinct, terms, strict=True)),
+                          dtype=np.int64, count=len(distinct))
+    ids = term_of[word_ids]
+    lengths = np.asarray(counts, dtype=np.int64)
+    dropped = ids < 0
+    if dropped.any():  # the stopwords go; each text keeps what is left
+        doc = np.repeat(np.arange(len(lengths)), lengths)
+        lengths = lengths - np.bincount(doc[dropped], minlength=len(lengths))
+        ids = ids[~dropped]
+    return TokenIds(ids, lengths, vocab)
+
+
+@functools.lru_cache(maxsize=16)
+def _stopwords(stopwords: str | None) -> frozenset[str]:
+    """bm25s's stopword list of that name (``en``, ``en_plus``, ...) as a set."""
+    from bm25s.tokenization import _infer_stopwords
+
+    return frozenset(_infer_stopwords(stopwords)) if stopwords else frozenset()
 
 
 @functools.lru_cache(maxsize=64)

@@ -15,9 +15,8 @@ import numpy as np
 from intentrank.index.embedding_cache import EmbeddingCache, model_key
 from intentrank.index.entities import extract_entities
 from intentrank.index.settings import IndexSettings
-from intentrank.index.shards import build_bm25_shards, no_terms_error, shard_bounds, token_ids
-from intentrank.index.store import bm25_tokenize
-from intentrank.index.terms import TermRows, save_graph, save_tfidf, tfidf_from_rows, tfidf_rows
+from intentrank.index.shards import build_bm25_shards, shard_bounds
+from intentrank.index.terms import save_graph, save_tfidf, tfidf_from_rows, tfidf_rows
 
 # Encodes passages into L2-normalised float32 vectors, one row per passage in order (the
 # dense leg's model by default; intentrank.scale passes a Ray Data encoder).
@@ -42,20 +41,13 @@ def build_leg(leg: str, texts: list[str], settings: IndexSettings, gen: Path, pr
 
 def _build_bm25(texts: list[str], settings: IndexSettings, out: Path, progress: bool
                 ) -> dict[str, Any] | None:
-    import bm25s
+    from intentrank.index.bm25 import build_bm25
 
     s = settings.bm25
     if settings.shards > 1:
         return build_bm25_shards(texts, s, out.parent, shard_bounds(len(texts),
                                                                     settings.shards), progress)
-    tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, progress=progress,
-                           tokens=s.tokens)
-    if not any(tokens):
-        raise no_terms_error(s)
-    TermRows.from_tokens(tokens).save(out.parent, "bm25")  # what updates start from
-    retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-    retriever.index(bm25s.tokenization.Tokenized(*token_ids(tokens)), show_progress=progress)
-    retriever.save(str(out))
+    build_bm25(texts, s, out, progress)  # with its term rows, what updates start from
     return None
 
 

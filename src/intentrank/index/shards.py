@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.errors import DataError
-from intentrank.index.hits import NO_HITS, Hits, bm25_tokenize
+from intentrank.index.bm25 import no_terms_error
+from intentrank.index.hits import NO_HITS, Hits, TokenIds, bm25_token_ids
 from intentrank.index.settings import BM25Settings, IndexSettingsError
 
 
@@ -43,25 +43,18 @@ def token_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]
     return [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens], vocab
 
 
-def no_terms_error(s: BM25Settings) -> DataError:
-    """The error of a corpus in which no document keeps a BM25 term."""
-    return DataError(f"no document has a BM25 term after tokenising (stopwords "
-                     f"{s.stopwords!r}, stemmer {s.stemmer!r}); the corpus text is empty or "
-                     f"only stopwords")
-
-
 class _ShardTokens:
-    """One shard's corpus as token ids (shard-local vocabulary) and its document
-    frequencies."""
+    """One shard's corpus as token ids (shard-local vocabulary, :func:`bm25_token_ids`), its
+    documents' lengths and its document frequencies."""
 
-    def __init__(self, tokens: list[list[str]]) -> None:
-        self.ids, self.vocab = token_ids(tokens)
-        df = np.zeros(len(self.vocab), dtype=np.int64)
-        for doc in self.ids:
-            if doc:
-                df[np.unique(np.asarray(doc, dtype=np.int64))] += 1
-        self.df = df
-        self.total_len = sum(len(doc) for doc in self.ids)
+    def __init__(self, tok: TokenIds) -> None:
+        self.ids, self.vocab, self.lengths = tok.docs(), tok.vocab, tok.lengths
+        n_terms = len(self.vocab)
+        doc = np.repeat(np.arange(len(tok.lengths), dtype=np.int64), tok.lengths)
+        pairs = np.unique(doc * n_terms + tok.ids)  # each (document, term) once
+        self.df = np.bincount(pairs % n_terms, minlength=n_terms) if n_terms else \
+            np.zeros(0, dtype=np.int64)
+        self.total_len = int(tok.lengths.sum())
 
 
 def _global_bm25(k1: float, b: float, method: str, global_df: dict[str, int], n_docs: int,
@@ -106,8 +99,8 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
     index scored with them; return the statistics the manifest records."""
     import bm25s
 
-    shards = [_ShardTokens(bm25_tokenize(list(texts[a:e]), s.stopwords, s.stemmer,
-                                         progress=progress, tokens=s.tokens))
+    shards = [_ShardTokens(bm25_token_ids(list(texts[a:e]), s.stopwords, s.stemmer,
+                                          progress=progress, tokens=s.tokens))
               for a, e in bounds]
     if not any(sh.total_len for sh in shards):
         raise no_terms_error(s)
@@ -117,7 +110,7 @@ def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
             global_df[token] += int(sh.df[i])
     n_docs = sum(e - a for a, e in bounds)
     # np.mean of the lengths, as bm25s computes it for one index
-    avg_len = float(np.array([len(d) for sh in shards for d in sh.ids]).mean())
+    avg_len = float(np.concatenate([sh.lengths for sh in shards]).mean())
     for i, sh in enumerate(shards):
         retriever = _global_bm25(s.k1, s.b, s.method, global_df, n_docs, avg_len)
         retriever._shard_vocab = sh.vocab

@@ -62,8 +62,10 @@ class Retriever(Stage):
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]
         groups: dict[Filter | None, list[int]] = {}
-        for i, r in enumerate(rankings):
-            groups.setdefault(and_filters(self.filter, r.query.filter), []).append(i)
+        own = self.filter
+        for i, r in enumerate(rankings):  # Query.filter is a Filter or None already
+            both = r.query.filter if own is None else and_filters(own, r.query.filter)
+            groups.setdefault(both, []).append(i)
         hits: list[Hits] = [NO_HITS] * len(rankings)
         for filt, members in groups.items():
             found = self.search_rows([texts[i] for i in members], filt)
