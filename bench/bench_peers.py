@@ -2,11 +2,14 @@
 
     python bench/bench_peers.py --setup && python bench/bench_peers.py   # `intentrank bench peers`
     python bench/bench_peers.py --collections cranfield --queries 8 --no-write   # a look
+    python bench/bench_peers.py --parts rerank service   # only these; other tables kept
 
 For SciFact, Cranfield and Vaswani: index builds (wall, peak RSS; each in its own process),
 BM25 (nDCG@10 on every test query, queries/s one at a time and batched), dense (passages/s,
-queries/s, nDCG@10 over a pool), reranking BM25's top 30 (pairs/s, nDCG@10) and retrieve ->
-rerank end to end. Query-side timings interleave the systems chunk by chunk, so a busy
+queries/s, nDCG@10 over a pool), reranking BM25's top 30 (pairs/s, nDCG@10 on a sample and
+on every test query), retrieve -> rerank end to end, and the service's /v1/rerank and
+/v1/embeddings beside Infinity at 1 and 8 clients (bench/peers_service.py). Query-side
+timings interleave the systems chunk by chunk, so a busy
 machine slows them alike; every row is also a ratio intentrank / peer. The peers and what
 each runs: bench/peers_systems.py; the section's text: bench/sections/peers.md.
 """
@@ -14,6 +17,7 @@ each runs: bench/peers_systems.py; the section's text: bench/sections/peers.md.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -338,13 +342,24 @@ def rerank_quality(name: str, ir: Any, queries: list, qrels: dict, out: dict) ->
     model file are the same (scoring every pair at every precision takes minutes)."""
     import hashlib
 
-    from intentrank.models.cross_encoder import bundled_reranker_dir, load_cross_encoder
+    from intentrank.models.cross_encoder import bundled_reranker_dir
 
     path = WORK / name / "rerank-quality.json"
     model = (bundled_reranker_dir() / "model_int8.onnx").read_bytes()
     stamp = hashlib.sha256(json.dumps([ir.corpus_sha256, ir.manifest["settings"].get("bm25"),
                                        hashlib.sha256(model).hexdigest()], sort_keys=True,
                                       default=str).encode()).hexdigest()
+    with open(path.with_suffix(".lock"), "w") as lock:  # one process scores, others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _rerank_quality(name, ir, queries, qrels, path, stamp)
+    old = json.loads(path.read_text())
+    out.setdefault("rerank_all", {})[name] = {k: old[k] for k in ("queries", "ndcg", "bm25")}
+
+
+def _rerank_quality(name: str, ir: Any, queries: list, qrels: dict, path: Path, stamp: str
+                    ) -> None:
+    from intentrank.models.cross_encoder import load_cross_encoder
+
     old = json.loads(path.read_text()) if path.is_file() else {}
     if old.get("stamp") != stamp or set(old.get("ndcg", {})) != set(CE_PRECISIONS):
         texts = {d.id: d.full_text() for d in _corpus(name)}
@@ -361,8 +376,6 @@ def rerank_quality(name: str, ir: Any, queries: list, qrels: dict, out: dict) ->
             result["ndcg"][p] = ndcg(as_run(queries, found), qrels, queries)
             log(f"{name}: rerank quality {p} {result['ndcg'][p]:.4f}")
         save_json(path, result)
-        old = result
-    out.setdefault("rerank_all", {})[name] = {k: old[k] for k in ("queries", "ndcg", "bm25")}
 
 
 def end_to_end_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) -> None:
@@ -418,31 +431,55 @@ def service_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) -> No
                                WORK / name, out, ndcg)
 
 
-def measure(collections: Sequence[str], n_sample: int) -> dict:
+PARTS = ("bm25", "dense", "rerank", "e2e", "service")
+
+
+def _bm25_index(name: str) -> Any:
+    """intentrank's BM25 index of ``name`` for a run without the BM25 part (built if absent),
+    with the Lucene index the end-to-end part reads."""
+    from intentrank.index import Index
+
+    folder = WORK / name
+    for system in ("intentrank", "lucene"):
+        if not (folder / f"bm25-{system}").is_dir():
+            build(system, name, folder / f"bm25-{system}")
+    return Index.open(folder / "bm25-intentrank")
+
+
+def measure(collections: Sequence[str], n_sample: int, parts: Sequence[str] = PARTS) -> dict:
     from intentrank.data.dataset import load_dataset
 
     limits = Limits.measure()
     out: dict[str, Any] = {"builds": [], "bm25": [], "dense": [], "rerank": [], "e2e": [],
-                           "rerank_bm25": {}, "service": [],
+                           "rerank_bm25": {}, "service": [], "parts": list(parts),
                            "load": [os.getloadavg()[0]], "sample": n_sample}
+    quality: list[tuple[str, Any, list, dict]] = []
     for name in collections:  # limits are kept as the best measured so far
         queries, qrels = load_dataset(DATA / name).split("test")
         sample = random.Random(0).sample(queries, min(n_sample, len(queries)))
         (WORK / name).mkdir(parents=True, exist_ok=True)
         limits = limits.best(Limits.measure())
         log(f"{name}: BM25")
-        ir = bm25_part(name, queries, qrels, UNIT, out)
-        log(f"{name}: dense")
-        dense_part(name, ir, sample, qrels, UNIT, out)
-        log(f"{name}: rerank")
-        rerank_part(name, ir, sample, qrels, UNIT, out)
-        rerank_quality(name, ir, queries, qrels, out)
-        log(f"{name}: end to end")
-        end_to_end_part(name, ir, sample[: max(4, n_sample // 2)], qrels, out)
-        if name == collections[0]:
+        ir = bm25_part(name, queries, qrels, UNIT, out) if "bm25" in parts else \
+            _bm25_index(name)
+        if "dense" in parts or ("service" in parts and name == collections[0]
+                                and not (WORK / name / "dense-intentrank").is_dir()):
+            log(f"{name}: dense")
+            dense_part(name, ir, sample, qrels, UNIT, out)
+        if "rerank" in parts:
+            log(f"{name}: rerank")
+            rerank_part(name, ir, sample, qrels, UNIT, out)
+            quality.append((name, ir, queries, qrels))
+        if "e2e" in parts:
+            log(f"{name}: end to end")
+            end_to_end_part(name, ir, sample[: max(4, n_sample // 2)], qrels, out)
+        if "service" in parts and name == collections[0]:
             log(f"{name}: service")
             service_part(name, ir, sample, qrels, out)
         out["load"].append(os.getloadavg()[0])
+    for name, ir, queries, qrels in quality:  # untimed, so after the timed parts
+        log(f"{name}: rerank quality, every test query")
+        rerank_quality(name, ir, queries, qrels, out)
     out["limits"] = limits.facts()
     return out
 
@@ -454,6 +491,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=12, help="sampled test queries of the "
                     "dense, rerank and end-to-end parts (BM25: every test query)")
     ap.add_argument("--no-write", action="store_true", help="print, do not publish")
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
+                    help="measure only these parts; the section keeps the other parts' "
+                    "tables from its stored result (and says so)")
     ap.add_argument("--setup", action="store_true", help="install the peers (pip) and stop")
     ap.add_argument("--build", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)  # intentrank's server
@@ -471,9 +511,12 @@ def main() -> None:
         return
     from peers_render import section
 
-    results = measure(args.collections, args.queries)
-    save_json(WORK / "results.json", results)
-    markdown, values = section(results)
+    results = measure(args.collections, args.queries, args.parts)
+    save_json(WORK / ("results.json" if set(args.parts) == set(PARTS) else
+                      f"results-{'-'.join(args.parts)}.json"), results)
+    markdown, values = section(results, None if set(args.parts) == set(PARTS) else
+                               json.loads((ROOT / "bench" / "results" / "peers.json")
+                                          .read_text()))
     publish_tables("peers", header() + "\n" + markdown, values, write=not args.no_write)
 
 

@@ -27,15 +27,22 @@ from report import ROOT, free_port, wait_healthy
 INFINITY_VENV = Path(os.environ.get("PEERS_INFINITY_VENV", ROOT / ".cache" / "infinity-venv"))
 INFINITY_VERSION = "0.0.78"
 LEVELS = (1, 8)
-ROUNDS = 2
+ROUNDS = 1
 # requests per system, round and level: (rerank, embeddings); whichever of these or
 # SECONDS ends first
-REQUESTS = {1: (6, 100), 8: (16, 200)}
+REQUESTS = {1: (4, 40), 8: (8, 80)}
 SECONDS = 60.0
 KEY = "bench-key"
 RERANKERS = {"int8": {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}},
              "fp32": {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128,
-                                        "precision": "fp32", "batch_size": 8}}}
+                                        "precision": "fp32"}}}
+
+
+def rounds() -> str:
+    """How the service rows are bounded, in words."""
+    return (f"{ROUNDS} rounds; per system and round, rerank {REQUESTS[1][0]} requests at 1 "
+            f"client and {REQUESTS[8][0]} at 8, embeddings {REQUESTS[1][1]} and "
+            f"{REQUESTS[8][1]}")
 
 
 def setup_infinity(venv: Path = INFINITY_VENV) -> dict[str, str]:
@@ -164,6 +171,7 @@ def service_part(name: str, sample: list, cands: list[list[str]], texts: dict[st
     servers: dict[str, tuple[subprocess.Popen, str]] = {}
     why = infinity_missing()
     out.setdefault("service_skipped", {})["infinity"] = why
+    out["service_rounds"] = rounds()
     try:
         servers["intentrank"] = start_intentrank(dense_index, work / "intentrank-serve.log")
         if why is None:
