@@ -168,17 +168,23 @@ def section(results: dict[str, Any], stored: dict[str, Any] | None = None
     measure are kept from it, with its limits and load, and the ``runs`` value says so."""
     results = json.loads(json.dumps(results))
     parts = set(results.get("parts", TABLE_PARTS))
-    values: dict[str, str] = {"sample": str(results["sample"])}
+    values: dict[str, str] = {"sample": str(results["sample"]),
+                              "rerank_sample": str(results["sample"])}
     if stored is not None:
         old = stored["values"]
         results["limits"] = {**results["limits"], "gflops": float(old["gflops"]),
                              "gbps": float(old["gbps"])}
-        date = dict(stored["meta"]).get("date", "an earlier run")
+        # a stored partial run names the run its kept tables come from
+        date = old.get("kept_from") or dict(stored["meta"]).get("date", "an earlier run")
         values.update({k: old[k] for k in ("gflops", "gbps", "load")})
-        values["runs"] = (f"The {', '.join(sorted(set(TABLE_PARTS) - parts))} tables are "
-                          f"from the run of {date} (its load and limits); the "
-                          f"{', '.join(p for p in TABLE_PARTS if p in parts)} tables from "
-                          f"this one (`--parts {' '.join(sorted(parts))}`).")
+        if "dense" not in parts:  # the kept dense table's sample
+            values["sample"] = old["sample"]
+        values["kept_from"] = date
+        kept = [p for p in dict.fromkeys(TABLE_PARTS) if p not in parts]
+        values["runs"] = (f"The {', '.join(kept)} tables are from the run of {date} (its "
+                          f"load and limits); the "
+                          f"{', '.join(p for p in dict.fromkeys(TABLE_PARTS) if p in parts)} "
+                          f"tables from this one (`--parts {' '.join(sorted(parts))}`).")
     results = scaled(results)
     lim, load = results["limits"], results["load"]
     values.setdefault("gflops", _f(lim["gflops"], 0))
