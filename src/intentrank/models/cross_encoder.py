@@ -9,9 +9,11 @@ Two backends share one ``predict(pairs, batch_size)`` interface:
 No pretrained cross-encoder is on PyPI, so intentrank ships its own inside the package: the
 MiniLM cross-encoder trained here on SciFact's train qrels (int8 ONNX, 128 tokens; its
 ``training.json`` says how), at :func:`bundled_reranker_dir`. It is the default model (also
-named ``bundled``). ``intentrank train-reranker`` fine-tunes one for your data and saves it
-under :func:`default_reranker_dir` unless told otherwise; point the stage at it with
-``model: DIR``.
+named ``bundled``). Its ``precision`` (:data:`PRECISIONS`): ``int8`` as shipped, or
+``fp32``, the same int8 weights dequantised, with fp32 activations
+(:mod:`intentrank.models.onnx_precision`; the quality and speed of each: docs/benchmarks.md,
+"peers"). ``intentrank train-reranker`` fine-tunes one for your data and saves it under
+:func:`default_reranker_dir` unless told otherwise; point the stage at it with ``model: DIR``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from intentrank.paths import cache_dir
 
 ONNX_FILES = ("model_int8.onnx", "model.onnx", "onnx/model_int8.onnx", "onnx/model.onnx")
 Pair = tuple[str, str]
+PRECISIONS = ("int8", "fp32")
+"""How the onnx backend runs a dynamically quantised model: ``int8`` as the file is (int8
+activations), ``fp32`` with its weight products turned back into fp32 ``MatMul`` over the
+dequantised int8 weights (fp32 activations); both one pair per run."""
 
 
 BUNDLED = "bundled"
@@ -119,15 +125,24 @@ class OnnxCrossEncoder:
     several runs at once (:class:`~intentrank.models.onnx_embedder.ItemRunner`), so a pair's
     score never depends on the other pairs of the call (see ``batch_dependent``)."""
 
-    def __init__(self, model: str | Path, max_length: int = 256, threads: int | None = None
-                 ) -> None:
+    def __init__(self, model: str | Path, max_length: int = 256, threads: int | None = None,
+                 precision: str = "int8") -> None:
         from intentrank.models.onnx_embedder import ItemRunner, load_tokenizer, ort_session
+        from intentrank.models.onnx_precision import dequantize
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if precision not in PRECISIONS:
+            raise ModelError(f"unknown cross-encoder precision {precision!r}; use "
+                             f"{' or '.join(PRECISIONS)}")
         self.onnx_path = find_onnx(model)
         self.name = str(model)
+        self.precision = precision
         self.tokenizer = load_tokenizer(self.onnx_path.parent, max_length)
-        self.session, self.per_pair = ort_session(self.onnx_path, threads)
+        fp32 = precision == "fp32"  # one pair per single-threaded run, as many runs as cores:
+        # 1.3x the pairs/s of batches on two threads (no padding, no sync inside an operator)
+        self.session, self.per_pair = ort_session(
+            self.onnx_path, threads, per_item=True if fp32 else None,
+            transform=dequantize if fp32 else None)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.items = ItemRunner(self.session, self.input_names, threads) \
             if self.per_pair else None
@@ -165,13 +180,14 @@ def trained_max_length(model: str | Path, default: int = 256) -> int:
 
 def load_cross_encoder(
     model: str | Path | None = None, backend: str | None = None,
-    max_length: int | None = None, threads: int | None = None,
+    max_length: int | None = None, threads: int | None = None, precision: str | None = None,
 ) -> PairScorer:
     """A cross-encoder by backend; ``model`` defaults to the bundled one
     (:func:`bundled_reranker_dir`, also named ``"bundled"``).
 
     ``backend`` defaults to ``onnx`` for a local directory with an ONNX file, else ``torch``.
-    ``max_length`` defaults to the length the model was trained at, else 256."""
+    ``max_length`` defaults to the length the model was trained at, else 256. ``precision``
+    (onnx only, :data:`PRECISIONS`) defaults to ``int8``, the file as it is."""
     bundled = model is None or str(model) == BUNDLED
     model = str(bundled_reranker_dir() if bundled else model)
     local = Path(model).expanduser() if _looks_local(model) else None
@@ -187,7 +203,10 @@ def load_cross_encoder(
                          "for backend 'torch'")
     max_length = max_length or trained_max_length(model)
     if backend == "torch":
+        if precision not in (None, "fp32"):
+            raise ModelError(f"backend 'torch' runs fp32; precision {precision!r} is for "
+                             f"backend 'onnx'")
         return TorchCrossEncoder(str(local or model), max_length)
     if backend == "onnx":
-        return OnnxCrossEncoder(model, max_length, threads)
+        return OnnxCrossEncoder(model, max_length, threads, precision or "int8")
     raise ModelError(f"unknown cross-encoder backend {backend!r}; use 'torch' or 'onnx'")

@@ -8,7 +8,7 @@ Vectors are mean-pooled over the attention mask and L2-normalised, like sentence
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
@@ -39,13 +39,14 @@ def minilm_int8_onnx_path() -> Path:
                      f"reinstall it")
 
 
-def ort_session(path: str | Path, threads: int | None = None, per_item: bool | None = None
-                ) -> tuple[Any, bool]:
-    """A CPU onnxruntime session for the ONNX file at ``path`` (read once) and whether it
-    runs one item per run: ``per_item``, or by default whether the model is
-    :func:`batch_dependent`; ``threads`` caps intra-op threads (default: all cores). A
-    per-item session is single-threaded: :class:`ItemRunner` runs its texts one per run,
-    several runs at once. External data files are looked up next to ``path``."""
+def ort_session(path: str | Path, threads: int | None = None, per_item: bool | None = None,
+                transform: Callable[[bytes], bytes] | None = None) -> tuple[Any, bool]:
+    """A CPU onnxruntime session for the ONNX file at ``path`` (read once, then passed
+    through ``transform`` if given) and whether it runs one item per run: ``per_item``, or
+    by default whether the model is :func:`batch_dependent`; ``threads`` caps intra-op
+    threads (default: all cores). A per-item session is single-threaded: :class:`ItemRunner`
+    runs its texts one per run, several runs at once. External data files are looked up next
+    to ``path``."""
     import onnxruntime as ort
 
     path = Path(path)
@@ -53,6 +54,8 @@ def ort_session(path: str | Path, threads: int | None = None, per_item: bool | N
         model = path.read_bytes()
     except OSError as exc:
         raise ModelError(f"cannot load ONNX model {path}: {exc}") from exc
+    if transform is not None:
+        model = transform(model)
     per_item = batch_dependent(model) if per_item is None else per_item
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1 if per_item else threads or 0

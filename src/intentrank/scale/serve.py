@@ -33,12 +33,14 @@ class ScorerSpec:
     backend: str | None = None
     max_length: int | None = None
     threads: int | None = None
+    precision: str | None = None  # the onnx backend's (models/cross_encoder.py PRECISIONS)
 
     def matches(self, params: dict[str, Any]) -> bool:
         """Whether a ``cross_encoder`` step with ``params`` uses this model."""
         return (str(params.get("model")) == self.model
                 and params.get("backend") == self.backend
-                and params.get("max_length") == self.max_length)
+                and params.get("max_length") == self.max_length
+                and params.get("precision") == self.precision)
 
 
 class BatchedScorer:
@@ -81,7 +83,7 @@ def route_cross_encoder(node: Any, scorer: Any, spec: ScorerSpec,
         seen.append(step)
         if spec.matches(step):
             params = {k: v for k, v in step.items()
-                      if k not in ("backend", "max_length", "threads")}
+                      if k not in ("backend", "max_length", "threads", "precision")}
             return {"cross_encoder": params | {"model": scorer}}, 1
     by_key = {key: route_cross_encoder(value, scorer, spec, seen) for key, value in node.items()}
     return {key: new for key, (new, _) in by_key.items()}, sum(k for _, k in by_key.values())
@@ -133,7 +135,7 @@ class _Scorer:
 
             torch.set_num_threads(spec.threads)
         self.scorer = load_cross_encoder(spec.model, spec.backend, spec.max_length,
-                                         spec.threads)
+                                         spec.threads, spec.precision)
         self.pair_batch_size = pair_batch_size  # (batch limits: set by scorer_deployment)
         self.batches: list[int] = []  # calls scored in each model call
 
