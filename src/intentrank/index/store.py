@@ -351,8 +351,7 @@ class Index:
         if self.live is not None:  # the live rows' idf and norms, as a fresh build's
             from intentrank.index.terms import tfidf_from_rows
 
-            vectorizer, matrix = tfidf_from_rows(self.term_rows("tfidf"), self.settings.tfidf)
-            return vectorizer, matrix
+            return tfidf_from_rows(self.term_rows("tfidf"), self.settings.tfidf)
         with self._reading("tfidf/vectorizer.pkl") as file:
             vectorizer = pickle.loads(file.read_bytes())
         with self._reading("tfidf/matrix.npz") as file:

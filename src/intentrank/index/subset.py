@@ -52,14 +52,12 @@ class BM25Postings:
         self._tfc = scoring._select_tfc_scorer(s.method)
         self._dtype, self._delta, self._s = retriever.dtype, retriever.delta, s
 
-    def scores(self, tokens: list[str], allow: np.ndarray) -> np.ndarray:
-        """float32 BM25 scores of every row for one tokenised query, the allowed rows scored
-        as the only documents of the collection (others 0)."""
-        n = int(allow.sum())
+    def scores(self, tokens: list[str], allow: np.ndarray, n: int, avg_len: float
+               ) -> np.ndarray:
+        """float32 BM25 scores of every row for one tokenised query, the allowed rows (``n``
+        of them, of average length ``avg_len``) scored as the only documents of the
+        collection (others 0)."""
         out = np.zeros(len(allow), dtype=self._dtype)
-        if n == 0:
-            return out
-        avg_len = self.doc_len[allow].mean()  # np.mean of the lengths, as bm25s computes it
         for token in tokens:  # in query order, repeats included, as bm25s sums them
             term = self.term.get(token)
             if term is None:
@@ -78,7 +76,11 @@ class BM25Postings:
 
     def search(self, tokens: list[list[str]], k: int, allow: np.ndarray) -> list[Hits]:
         """Each query's positive top ``k`` among the allowed rows, ties by row."""
-        return [top_k(self.scores(t, allow), k) if t else NO_HITS for t in tokens]
+        n = int(allow.sum())
+        if n == 0:
+            return [NO_HITS for _ in tokens]
+        avg_len = self.doc_len[allow].mean()  # np.mean of the lengths, as bm25s computes it
+        return [top_k(self.scores(t, allow, n, avg_len), k) if t else NO_HITS for t in tokens]
 
 
 class SubsetCache:
