@@ -2,6 +2,7 @@
 
     python bench/bench_speed.py
     python bench/bench_speed.py --queries      # section "query-speed" only
+    python bench/bench_speed.py --graph        # section "onnx-graph" only
 
 Each way of running a model is timed interleaved with the others, in chunks (wall-clock
 medians and CPU seconds per item); the ways compared: bench/sections/speed.md and
@@ -11,11 +12,12 @@ bench/sections/query-speed.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,18 +83,10 @@ def dense_rows(timers: dict[str, Timer], runs: dict[str, Any], vectors: dict[str
 def cross_encoder_rows() -> tuple[list[list[str]], str, int]:
     import onnxruntime as ort
 
-    from intentrank.data.dataset import load_dataset
-    from intentrank.index import Index
     from intentrank.models.cross_encoder import load_cross_encoder
     from intentrank.models.onnx_embedder import pad_encodings
 
-    ds = load_dataset(DATA / "scifact")
-    texts = {d.id: d.full_text() for d in ds.corpus()}
-    queries = random.Random(1).sample(ds.split("test")[0], PAIRS_QUERIES)
-    index = Index.open(Path("indexes/scifact"))
-    hits = index.search_bm25([q.text for q in queries], 30)
-    pairs = [(q.text, texts[index.ids[r]]) for q, h in zip(queries, hits, strict=True)
-             for r in h.rows.tolist()]
+    pairs = scifact_pairs()[0]
     now = load_cross_encoder()  # the bundled model: one pair per run, ItemRunner
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = 2, 1
@@ -163,12 +157,83 @@ def query_rows(rounds: int = 4) -> tuple[list[list[str]], str]:
     return rows, load
 
 
+@contextlib.contextmanager
+def nan_guards_kept() -> Iterator[None]:
+    """Models loaded inside keep their softmax NaN guards (the sessions before
+    :mod:`intentrank.models.onnx_graph`)."""
+    import intentrank.models.onnx_embedder as onnx_embedder
+
+    dropping = onnx_embedder.drop_softmax_nan_guards
+    onnx_embedder.drop_softmax_nan_guards = lambda model: model
+    try:
+        yield
+    finally:
+        onnx_embedder.drop_softmax_nan_guards = dropping
+
+
+def graph_rows(n_texts: int = 1000) -> tuple[list[list[str]], str, int, int]:
+    """Each model with its softmax NaN guards (before) and without (now), interleaved: the
+    bundled reranker at both precisions on :func:`scifact_pairs`, the packaged int8 MiniLM
+    (``--backend onnx``) on ``n_texts`` SciFact abstracts."""
+    from intentrank.models.cross_encoder import load_cross_encoder
+    from intentrank.models.embedder import load_embedder
+
+    pairs, texts = scifact_pairs()
+    texts = texts[:n_texts]
+    rows, loads = [], []
+    for label, load_model, items, chunk in (
+            ("reranker int8 (default)", lambda: load_cross_encoder(), pairs, 60),
+            ("reranker fp32 (`precision: fp32`)", lambda: load_cross_encoder(precision="fp32"),
+             pairs, 60),
+            ("packaged int8 MiniLM (`--backend onnx`)", lambda: load_embedder(backend="onnx"),
+             texts, CHUNK)):
+        with nan_guards_kept():
+            before = load_model()
+        now = load_model()
+        run = (lambda m: m.predict) if "reranker" in label else \
+            (lambda m: lambda c: m.encode_passages(c, batch_size=64))
+        timers, load = interleave({"guards kept (before)": run(before),
+                                   "guards dropped (now)": run(now)}, items, chunk)
+        loads.append(load)
+        ref, base = timers["guards kept (before)"], None
+        for name, timer in timers.items():
+            out = np.concatenate(timer.outputs) if "reranker" in label else \
+                np.vstack(timer.outputs)
+            base = out if base is None else base
+            rows.append(timer.row(f"{label}, {name}", ref,
+                                  [f"{np.abs(out - base).max():.2g}"]))
+    return rows, ", ".join(loads), len(pairs), len(texts)
+
+
+def scifact_pairs() -> tuple[list[tuple[str, str]], list[str]]:
+    """BM25's top 30 of :data:`PAIRS_QUERIES` SciFact test queries (seed 1) as (query,
+    passage) pairs, and every abstract's text."""
+    from intentrank.data.dataset import load_dataset
+    from intentrank.index import Index
+
+    ds = load_dataset(DATA / "scifact")
+    texts = {d.id: d.full_text() for d in ds.corpus()}
+    queries = random.Random(1).sample(ds.split("test")[0], PAIRS_QUERIES)
+    index = Index.open(Path("indexes/scifact"))
+    hits = index.search_bm25([q.text for q in queries], 30)
+    return [(q.text, texts[index.ids[r]]) for q, h in zip(queries, hits, strict=True)
+            for r in h.rows.tolist()], list(texts.values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--queries", action="store_true", help="only the query encoders (section "
                     "query-speed)")
+    ap.add_argument("--graph", action="store_true", help="only the softmax NaN guards, kept "
+                    "and dropped (section onnx-graph)")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.graph:
+        rows, load, n_pairs, n_texts = graph_rows()
+        publish_tables("onnx-graph", header() + "\n" + table(
+            ["model, session", *SPEED, "max abs diff"], rows),
+            {"load": load, "pairs": str(n_pairs), "texts": f"{n_texts:,}"})
+        return
     if args.queries:
         rows, load = query_rows()
         publish_tables("query-speed", header() + "\n" + table(
