@@ -148,6 +148,22 @@ def test_cli_delete_says_tombstones_and_merge_compacts(scifact, built):
     assert json.loads(res.output[res.output.index("{"):])["passages"] == 98
     with Index(built) as index:
         assert index.rows_deleted == 0 and len(index) == 98
+    not_an_index = built.parent / "empty"
+    not_an_index.mkdir()
+    res = runner.invoke(app, ["merge", str(not_an_index)])
+    assert res.exit_code != 0 and "holds no index to update" in res.output
+
+
+def test_a_damaged_list_of_dead_rows_is_named(scifact, built):
+    from intentrank.index.errors import IndexCorruptError
+
+    delete(built, [scifact[3].id])
+    with Index(built) as index:
+        dead = index.gen_dir / DELETED_FILE
+    os.unlink(dead)  # a hard link of nothing else: write a damaged copy in its place
+    dead.write_bytes(b"\x93NUMPY damaged")
+    with pytest.raises(IndexCorruptError, match=DELETED_FILE), Index(built) as index:
+        index.verify()
 
 
 BLOCKING_DELETE = """

@@ -73,3 +73,52 @@ def test_edit_remove_add_then_sync_equals_a_fresh_index(tmp_path):
     assert f"skipped {pages[2]}" in " ".join(res.output.split())
     with Index(path) as index:  # its passages stay
         assert any(index.doc(i).metadata["path"] == pages[2] for i in index.ids)
+
+
+def test_sync_reads_the_folder_as_index_did(tmp_path):
+    """`index` records its folder options; `sync` without them reads the folder the same
+    way (a sync with other globs or chunk sizes would otherwise rewrite the index), and
+    options given to `sync` replace the recorded ones."""
+    folder = tmp_path / "docs"
+    shutil.copytree(debian_doc("usr/share/doc/shared-mime-info"), folder,
+                    ignore=shutil.ignore_patterns("*.gz", "copyright", "*.pdf"))
+    path = tmp_path / "idx"
+    given = ["--include", "**/*.html", "--chunk-tokens", "96", "--chunk-overlap", "8"]
+    res = runner.invoke(app, ["index", str(folder), str(path), *LEGS, *given])
+    assert res.exit_code == 0, res.output
+    recorded = json.loads((path / "folder.json").read_text())
+    assert recorded == {"include": ["**/*.html"], "exclude": None, "chunk_tokens": 96,
+                        "overlap": 8}
+    before = _answers(path)
+    with Index(path) as index:
+        assert {index.doc(i).metadata["path"] for i in index.ids} <= {
+            p.relative_to(folder).as_posix() for p in folder.rglob("*.html")}
+
+    res = runner.invoke(app, ["sync", str(path), str(folder), "--json"])
+    assert res.exit_code == 0, res.output
+    stats = _json(res.output)
+    assert (stats["added"], stats["replaced"], stats["deleted"], stats["encoded"]) == \
+        (0, 0, 0, 0), stats
+    assert _answers(path) == before
+
+    res = runner.invoke(app, ["sync", str(path), str(folder), "--chunk-tokens", "200",
+                              "--json"])  # re-cut: every file's passages change
+    assert res.exit_code == 0, res.output
+    assert _json(res.output)["replaced"] > 0
+    assert json.loads((path / "folder.json").read_text())["chunk_tokens"] == 200
+    fresh = tmp_path / "fresh"
+    res = runner.invoke(app, ["index", str(folder), str(fresh), *LEGS, "--include",
+                              "**/*.html", "--chunk-tokens", "200", "--chunk-overlap", "8"])
+    assert res.exit_code == 0, res.output
+    assert _answers(path) == _answers(fresh)
+
+    (path / "folder.json").write_text("{not json")
+    res = runner.invoke(app, ["sync", str(path), str(folder)])
+    assert res.exit_code != 0
+    assert "folder.json" in res.output and "cannot read the folder options" in res.output
+
+    corpus_file = tmp_path / "c.jsonl"
+    corpus_file.write_text('{"_id": "a", "text": "MIME glob patterns"}\n')
+    res = runner.invoke(app, ["index", str(corpus_file), str(path), *LEGS, "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert not (path / "folder.json").exists()  # a corpus file: nothing to read as a folder

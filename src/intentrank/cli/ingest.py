@@ -3,15 +3,79 @@ reading it with the index options, and printing what was skipped."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from intentrank.cli.common import console, warn
 from intentrank.core.params import ParameterError
-from intentrank.errors import DataError
+from intentrank.errors import ConfigError, DataError
 
 SHOWN = 20  # skipped files listed by name; the rest are counted
+FOLDER_OPTIONS = "folder.json"  # in an index directory built from a folder of documents
+
+
+@dataclass(frozen=True)
+class FolderOptions:
+    """How a folder of documents is read: ``--include``/``--exclude`` globs (None: the
+    defaults), ``--chunk-tokens`` (0: the default) and ``--chunk-overlap`` (None: the
+    default). ``intentrank index`` records them in the index (:data:`FOLDER_OPTIONS`);
+    ``add`` and ``sync`` of a folder read it the same way unless told otherwise."""
+
+    include: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] | None = None
+    chunk_tokens: int = 0
+    overlap: int | None = None
+
+    def over(self, recorded: FolderOptions) -> FolderOptions:
+        """These options, each one not given taken from ``recorded``."""
+        return FolderOptions(self.include if self.include is not None else recorded.include,
+                             self.exclude if self.exclude is not None else recorded.exclude,
+                             self.chunk_tokens or recorded.chunk_tokens,
+                             self.overlap if self.overlap is not None else recorded.overlap)
+
+    def chunking_only(self) -> FolderOptions:
+        """Without the globs (for one document file)."""
+        return replace(self, include=None, exclude=None)
+
+
+def folder_options(include: list[str] | None, exclude: list[str] | None, chunk_tokens: int,
+                   overlap: int | None) -> FolderOptions:
+    """The options as a command was given them."""
+    return FolderOptions(tuple(include) if include else None,
+                         tuple(exclude) if exclude else None, chunk_tokens, overlap)
+
+
+def recorded_options(index_dir: Path) -> FolderOptions:
+    """The folder options recorded in ``index_dir`` (none recorded: the defaults)."""
+    path = index_dir / FOLDER_OPTIONS
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return FolderOptions(
+            tuple(raw["include"]) if raw.get("include") is not None else None,
+            tuple(raw["exclude"]) if raw.get("exclude") is not None else None,
+            int(raw.get("chunk_tokens") or 0),
+            int(raw["overlap"]) if raw.get("overlap") is not None else None)
+    except FileNotFoundError:
+        return FolderOptions()
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"{path}: cannot read the folder options recorded there ({exc}); "
+                          f"delete the file and give --include/--exclude/--chunk-tokens/"
+                          f"--chunk-overlap again") from exc
+
+
+def record_options(index_dir: Path, options: FolderOptions | None) -> None:
+    """Record how the index's folder was read (None: it was not a folder; forget them)."""
+    path = index_dir / FOLDER_OPTIONS
+    if options is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(f".{FOLDER_OPTIONS}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(options), indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def is_document_folder(source: Path) -> bool:
@@ -24,8 +88,7 @@ def is_document_folder(source: Path) -> bool:
     return source.suffix.lower() in PARSERS
 
 
-def read_documents(source: Path, include: list[str] | None, exclude: list[str] | None,
-                   chunk_tokens: int, overlap: int | None, strict: bool, chunk_size: int
+def read_documents(source: Path, options: FolderOptions, strict: bool, chunk_size: int = 0
                    ) -> Any:
     """:func:`~intentrank.data.ingest.read_folder` of ``source`` with the command's
     options; its documents raise a DataError, with the summary, if there are none."""
@@ -34,10 +97,11 @@ def read_documents(source: Path, include: list[str] | None, exclude: list[str] |
     if chunk_size:
         raise ParameterError(f"--chunk-size counts words in a corpus file's documents; "
                              f"{source} is a folder of documents: use --chunk-tokens")
-    chunking = ChunkSettings(max_tokens=chunk_tokens or None,
-                             **({} if overlap is None else {"overlap_tokens": overlap}))
-    read = read_folder(source, include=tuple(include or DEFAULT_INCLUDE),
-                       exclude=tuple(exclude or ()), chunking=chunking, strict=strict,
+    chunking = ChunkSettings(max_tokens=options.chunk_tokens or None,
+                             **({} if options.overlap is None
+                                else {"overlap_tokens": options.overlap}))
+    read = read_folder(source, include=options.include or DEFAULT_INCLUDE,
+                       exclude=options.exclude or (), chunking=chunking, strict=strict,
                        progress=True)
     if not read.files:
         raise DataError("no documents to read (the folder has no file the --include globs "

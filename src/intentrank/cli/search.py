@@ -24,7 +24,13 @@ from intentrank.cli.common import (
     warn,
     warn_if_nothing_passes,
 )
-from intentrank.cli.ingest import is_document_folder, print_skipped, read_documents
+from intentrank.cli.ingest import (
+    folder_options,
+    is_document_folder,
+    print_skipped,
+    read_documents,
+    record_options,
+)
 from intentrank.cli.options import (
     CorpusArg,
     FilterOption,
@@ -120,10 +126,11 @@ def index(
     from intentrank.index import IndexSettings, build_index
     from intentrank.index.settings import AnnSettings
 
-    folder = None
+    folder, read_as = None, None
     if is_document_folder(source):
-        folder = read_documents(source, include, exclude, chunk_tokens, chunk_overlap,
-                                strict or settings_of(ctx).strict, chunk_size)
+        read_as = folder_options(include, exclude, chunk_tokens, chunk_overlap)
+        folder = read_documents(source, read_as, strict or settings_of(ctx).strict,
+                                chunk_size)
     elif chunk_tokens or include or exclude:
         raise ParameterError("--chunk-tokens, --include and --exclude are for a folder of "
                              f"documents; {source} is a corpus (use --chunk-size)")
@@ -155,6 +162,7 @@ def index(
     idx = build_index(docs, out_dir, settings, overwrite=overwrite,
                       progress=True, log=log, encoder=encoder)
     secs = time.perf_counter() - start
+    record_options(out_dir, read_as)  # a corpus: none (a rebuild forgets a folder's)
     if folder is not None:
         print_skipped(folder)
     times = ", ".join(f"{k} {v:.1f}s" for k, v in idx.manifest["build_seconds"].items())

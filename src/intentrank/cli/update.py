@@ -10,37 +10,49 @@ from typing import Annotated
 import typer
 
 from intentrank.cli.common import app, cli_errors, console, corpus, log, settings_of
-from intentrank.cli.ingest import is_document_folder, print_skipped, read_documents
+from intentrank.cli.ingest import (
+    folder_options,
+    is_document_folder,
+    print_skipped,
+    read_documents,
+    record_options,
+    recorded_options,
+)
 from intentrank.cli.options import CorpusArg, panel
 from intentrank.errors import ConfigError
 
 IndexArg = Annotated[Path, typer.Argument(help="Index directory (built by `intentrank index`).")]
 EncodingOption = Annotated[str, typer.Option(help="Text encoding of the corpus file.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print what changed as JSON.")]
-FolderPanel = panel("A folder of documents (as `intentrank index` reads it)")
+FolderPanel = panel("A folder of documents (each option not given: as the index "
+                    "recorded it when `intentrank index` or the last `sync` read its folder)")
 IncludeOption = Annotated[list[str] | None, FolderPanel(help="Glob of the files to read "
                                                         "(repeatable).")]
 ExcludeOption = Annotated[list[str] | None, FolderPanel(help="Glob of files or folders to "
                                                         "leave out (repeatable).")]
 ChunkTokensOption = Annotated[int, FolderPanel(help="Passages of at most this many MiniLM "
-                                               "tokens (0 = the default, as at indexing).")]
+                                               "tokens (0 = as recorded, else the "
+                                               "default).")]
 OverlapOption = Annotated[int | None, FolderPanel(help="Tokens shared by consecutive "
-                                                  "passages (default 32).")]
+                                                  "passages (as recorded, else 32).")]
 StrictOption = Annotated[bool, FolderPanel("--strict", help="Fail on the first file that "
                                            "cannot be read.")]
 
 
 class Source:
     """The documents of a corpus file, a BEIR directory or a folder of documents (then
-    also the files it skipped)."""
+    also the files it skipped). A folder is read with the options given, each one not
+    given as the index recorded it (:func:`~intentrank.cli.ingest.recorded_options`)."""
 
-    def __init__(self, ctx: typer.Context, source: Path, encoding: str,
+    def __init__(self, ctx: typer.Context, index_dir: Path, source: Path, encoding: str,
                  include: list[str] | None, exclude: list[str] | None, chunk_tokens: int,
                  overlap: int | None, strict: bool) -> None:
-        self.folder = None
+        self.folder, self.options = None, None
         if is_document_folder(source):
-            self.folder = read_documents(source, include, exclude, chunk_tokens, overlap,
-                                         strict or settings_of(ctx).strict, 0)
+            given = folder_options(include, exclude, chunk_tokens, overlap)
+            self.options = given.over(recorded_options(index_dir))
+            read_as = self.options if source.is_dir() else self.options.chunking_only()
+            self.folder = read_documents(source, read_as, strict or settings_of(ctx).strict)
             self.docs = list(self.folder.documents)
         else:
             if include or exclude or chunk_tokens:
@@ -78,7 +90,8 @@ def add(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
     encoded."""
     from intentrank.index.update import upsert
 
-    src = Source(ctx, source, encoding, include, exclude, chunk_tokens, chunk_overlap, strict)
+    src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
+                 chunk_overlap, strict)
     stats = upsert(index_dir, src.docs, log=log, progress=True)
     src.done()
     _report(stats, as_json)
@@ -131,7 +144,10 @@ def sync(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
     it had."""
     from intentrank.index.update import sync as sync_docs
 
-    src = Source(ctx, source, encoding, include, exclude, chunk_tokens, chunk_overlap, strict)
+    src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
+                 chunk_overlap, strict)
     stats = sync_docs(index_dir, src.docs, log=log, progress=True, keep=src.skipped_units)
+    if src.options is not None and source.is_dir():  # the index is now this folder, so read
+        record_options(index_dir, src.options)  # as it was this time
     src.done()
     _report(stats, as_json)

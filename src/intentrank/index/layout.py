@@ -5,6 +5,8 @@
     DIR/
       CURRENT              the live generation's name ("gen-..."), replaced atomically
       .lock                writer lock (flock, exclusive, non-blocking); holds the writer's pid
+      folder.json          built from a folder of documents: how the CLI read it (globs,
+                           chunking; ``intentrank.cli.ingest.FolderOptions``), for `sync`
       gen-<id>/            one complete, immutable generation
         manifest.json      corpus hash, settings, versions, size + sha256 of every file below
         .readers.lock      readers hold a shared flock on it while an Index is open
