@@ -79,4 +79,5 @@ def _tokenizer(max_length: int):
 
     tok = Tokenizer.from_file(str(Path(minilm_path()) / "tokenizer.json"))
     tok.enable_truncation(max_length)
+    tok.no_padding()  # the file pads to 128: a text's FLOPs are those of its own tokens
     return tok
