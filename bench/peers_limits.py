@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -73,11 +72,9 @@ class Limits:
 
 
 def _tokenizer(max_length: int):
-    from tokenizers import Tokenizer
-
+    """MiniLM's tokenizer as intentrank's models load it: truncated, not padded (the file
+    pads to 128), so a text's FLOPs are those of its own tokens."""
     from intentrank.models.inputs import minilm_path
+    from intentrank.models.onnx_embedder import load_tokenizer
 
-    tok = Tokenizer.from_file(str(Path(minilm_path()) / "tokenizer.json"))
-    tok.enable_truncation(max_length)
-    tok.no_padding()  # the file pads to 128: a text's FLOPs are those of its own tokens
-    return tok
+    return load_tokenizer(minilm_path(), max_length)

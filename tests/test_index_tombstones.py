@@ -12,6 +12,7 @@ import signal
 import numpy as np
 import pytest
 from test_index_update import (
+    CHUNKED,
     LEXICAL,
     QUERIES,
     abstracts_with_years,
@@ -212,8 +213,7 @@ def test_kill_9_mid_delete_leaves_the_old_generation_intact(scifact, built, tmp_
 
 def test_parents_come_from_parents_json_or_from_the_lines_of_an_older_index(scifact, tmp_path):
     path = tmp_path / "idx"
-    chunked = IndexSettings(legs=("bm25", "tfidf"), chunk_size=60, chunk_overlap=10)
-    build_index(scifact[:12], path, chunked).close()
+    build_index(scifact[:12], path, CHUNKED).close()
     with Index(path) as index:
         parents = index.parent_of_rows
         assert json.loads((index.gen_dir / "parents.json").read_text()) == parents
@@ -228,4 +228,4 @@ def test_parents_come_from_parents_json_or_from_the_lines_of_an_older_index(scif
     assert delete(path, [scifact[3].id]).tombstones == parents.count(scifact[3].id)
     with Index(path) as index:
         assert index.parent_of_rows == [p for p in parents if p != scifact[3].id]
-    assert_same_as_fresh(path, tmp_path, chunked)
+    assert_same_as_fresh(path, tmp_path, CHUNKED)

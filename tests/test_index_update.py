@@ -26,6 +26,7 @@ from intentrank.index.update import delete, sync, upsert
 from intentrank.types import Document
 
 LEXICAL = IndexSettings(legs=("bm25", "tfidf", "graph"))
+CHUNKED = IndexSettings(legs=("bm25", "tfidf"), chunk_size=60, chunk_overlap=10)  # parents
 QUERIES = ["vitamin D and bone fractures", "stem cells in breast cancer",
            "gene expression of mice", "HIV infection 2009 trial", "insulin resistance obesity"]
 
@@ -100,8 +101,7 @@ def test_metadata_only_change_rewrites_the_line_but_reuses_leg_data(scifact, tmp
 
 def test_delete_by_id_and_parent(tmp_path, scifact):
     path = tmp_path / "idx"
-    chunked = IndexSettings(legs=("bm25", "tfidf"), chunk_size=60, chunk_overlap=10)
-    build_index(scifact[:20], path, chunked).close()
+    build_index(scifact[:20], path, CHUNKED).close()
     with Index(path) as index:
         passages = [i for i in index.ids if i.startswith(f"{scifact[2].id}#")]
     assert len(passages) > 1
@@ -112,7 +112,7 @@ def test_delete_by_id_and_parent(tmp_path, scifact):
     with pytest.raises(IntentrankError, match="holds no document 'nope'"):
         delete(path, ["nope"])
     assert delete(path, ["nope"], missing_ok=True).deleted == 0
-    assert_same_as_fresh(path, tmp_path, chunked)
+    assert_same_as_fresh(path, tmp_path, CHUNKED)
 
 
 def test_sync_equals_a_build_of_the_new_corpus_order_included(scifact, tmp_path):

@@ -42,12 +42,13 @@ def minilm_int8_onnx_path() -> Path:
 
 def ort_session(path: str | Path, threads: int | None = None, per_item: bool | None = None,
                 transform: Callable[[bytes], bytes] | None = None) -> tuple[Any, bool]:
-    """A CPU onnxruntime session for the ONNX file at ``path`` (read once, then passed
-    through ``transform`` if given) and whether it runs one item per run: ``per_item``, or
-    by default whether the model is :func:`batch_dependent`; ``threads`` caps intra-op
-    threads (default: all cores). A per-item session is single-threaded: :class:`ItemRunner`
-    runs its texts one per run, several runs at once. External data files are looked up next
-    to ``path``."""
+    """A CPU onnxruntime session for the ONNX file at ``path`` (read once, passed through
+    ``transform`` if given, its softmax NaN guards dropped:
+    :func:`~intentrank.models.onnx_graph.drop_softmax_nan_guards`) and whether it runs one
+    item per run: ``per_item``, or by default whether the model is :func:`batch_dependent`;
+    ``threads`` caps intra-op threads (default: all cores). A per-item session is
+    single-threaded: :class:`ItemRunner` runs its texts one per run, several runs at once.
+    External data files are looked up next to ``path``."""
     import onnxruntime as ort
 
     path = Path(path)
