@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from report import ROOT, header, log, table, write_section
+from lib.results import ROOT, header, log, table, write_section
 
 PLACES = (ROOT / ".cache" / "debian-docs" / "root", Path("/"))
 MIME = "usr/share/doc/shared-mime-info"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_ingest import VALGRIND, doc
-from report import header, log, p_value, table, write_section
+from lib.results import header, log, p_value, table, write_section
 
 WORD_SETTINGS = ((200, 50), (120, 30))  # chunk_documents' default, and one near 221 tokens
 STRUCTURE = (None, 32)  # ChunkSettings' defaults: 221 tokens, 32 of overlap

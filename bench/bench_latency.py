@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench_service import percentiles
-from report import DATA, ROOT, free_port, header, log, publish_tables, table, wait_healthy
+from lib.results import DATA, ROOT, header, log, publish_tables, table
+from lib.server import free_port, wait_healthy
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")

@@ -11,8 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -20,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import report
-from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
+from lib.results import DATA, ROOT, header, publish_tables, save_json, table
+from lib.server import bench_keys, free_port, running, serve
+from lib.timing import RSSSampler
+from lib.timing import percentiles as pct
 
 KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"
 LEVELS = (1, 4, 16, 64)
@@ -40,26 +40,17 @@ BOUNDS = {"bm25": (400, 8.0), "rrf": (300, 15.0), "cascade-ce": (24, 25.0)}
 
 def serve_child(port: int, access_log: Path) -> None:
     """The server process."""
-    import uvicorn
+    from intentrank.service import ServiceSettings
 
-    from intentrank.service import ServiceSettings, create_app
-    from intentrank.service.auth import ApiKey, KeyStore, hash_key
-
-    settings = ServiceSettings(indexes={"scifact": INDEX}, pipelines=dict(PIPELINES),
-                               keys=KeyStore([ApiKey("bench", hash_key(KEY))]),
-                               workers=2, queue_limit=32, timeout_s=300,  # as service.md says
-                               retry_after_s=1, access_log=access_log)
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False)
+    serve(ServiceSettings(indexes={"scifact": INDEX}, pipelines=dict(PIPELINES),
+                          keys=bench_keys(KEY), workers=2, queue_limit=32,
+                          timeout_s=300,  # as service.md says
+                          retry_after_s=1, access_log=access_log), port)
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
     """p50, p95 and p99 in milliseconds."""
-    if len(seconds) < 2:
-        return dict.fromkeys(("p50", "p95", "p99"), 1000 * seconds[0] if seconds else
-                             float("nan"))
-    q = statistics.quantiles(seconds, n=100, method="inclusive")
-    return {"p50": 1000 * q[49], "p95": 1000 * q[94], "p99": 1000 * q[98]}
+    return pct(seconds, (50, 95, 99), 1000)
 
 
 async def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
@@ -164,13 +155,11 @@ def main() -> None:
     from intentrank.pipelines import build_context
 
     queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
-    port = free_port()
-    load_before, url = os.getloadavg()[0], f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(
-        Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl")])
-    try:
-        wait_healthy(url, server, 150)
-        rss, results = report.RSSSampler(server.pid, 0.1), []
+    port, load_before = free_port(), os.getloadavg()[0]
+    access = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl"
+    with running([sys.executable, __file__, "--serve", str(port), str(access)], port,
+                 seconds=150) as (server, url):
+        rss, results = RSSSampler(server.pid, 0.1), []
         ctx = build_context(Index.open(INDEX))  # as the service serves it (no lock)
         for name, source in PIPELINES.items():
             stage = build_pipeline(load_config(resolve_pipeline(source))["pipeline"]
@@ -188,9 +177,6 @@ def main() -> None:
                                 "inproc": inproc, "rss_mib": peak / 2**20})
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         rss.stop.set()
-    finally:
-        server.terminate()
-        server.wait(30)
     meta = {"queries": len(queries), "documents": len(ctx.index), "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "peak_rss_mib": max(r["rss_mib"] for r in results)}

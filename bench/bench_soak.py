@@ -30,7 +30,9 @@ import psutil
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("bench", "tests")]
 import fake_openai  # the scripted OpenAI-compatible LLM of the tests
-from report import DATA, ROOT, RSSSampler, free_port, table, wait_healthy
+from lib.results import DATA, ROOT, table
+from lib.server import free_port, wait_healthy
+from lib.timing import RSSSampler
 
 fake_openai.MAX_REQUESTS = sys.maxsize  # its cap guards tests; a soak is long
 REPLY = "The passages describe how the flow behaves [1]."
