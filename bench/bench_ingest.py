@@ -197,6 +197,6 @@ if __name__ == "__main__":
     elif args.chunking:
         from bench_ingest_chunking import chunking
 
-        chunking()
+        chunking(doc(VALGRIND))
     else:
         parsers()
