@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lib.results import DATA, ROOT, header, publish_tables, save_json, table
-from lib.server import bench_keys, free_port, running, serve
+from lib.server import bench_keys, free_port, load, running, serve
 from lib.timing import RSSSampler
 from lib.timing import percentiles as pct
 
@@ -53,43 +53,20 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return pct(seconds, (50, 95, 99), 1000)
 
 
-async def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
-                seconds: float) -> dict:
-    import httpx
-
-    latencies, codes, sent = [], {}, 0
-    stop_at = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits,
-                                 headers={"Authorization": f"Bearer {KEY}"}) as http:
-        async def client() -> None:
-            nonlocal sent
-            while sent < count and time.perf_counter() < stop_at:
-                q = queries[sent % len(queries)]
-                sent += 1
-                t = time.perf_counter()
-                try:
-                    code = (await http.post("/search", json={
-                        "query": q, "pipeline": pipeline, "top_k": 10,
-                        "include_text": False})).status_code
-                except httpx.HTTPError as exc:
-                    code = -1
-                    if codes.get(-1, 0) < 3:
-                        print(f"[bench] {type(exc).__name__}: {exc}", file=sys.stderr)
-                codes[code] = codes.get(code, 0) + 1
-                if code == 200:
-                    latencies.append(time.perf_counter() - t)
-                elif code == 503:
-                    await asyncio.sleep(0.1)
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        wall = time.perf_counter() - start
+def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
+          seconds: float) -> dict:
+    """Searches of ``queries`` in turn by ``clients`` clients; a client pauses 0.1 s on a
+    503: requests, successes, requests/s, 503s, errors and latency percentiles."""
+    bodies = [{"query": q, "pipeline": pipeline, "top_k": 10, "include_text": False}
+              for q in queries]
+    got = asyncio.run(load(url, "/search", bodies, clients, count, seconds,
+                           {"Authorization": f"Bearer {KEY}"}, busy_pause=0.1))
+    codes, wall = got["codes"], got["wall_s"]
     ok, total = codes.get(200, 0), sum(codes.values())
     bad = total - ok - codes.get(503, 0)
     return {"requests": total, "ok": ok, "rps": ok / wall, "wall_s": wall,
             "n503": codes.get(503, 0), "errors": bad, "codes": codes,
-            "error_rate": bad / max(total, 1), **percentiles(latencies)}
+            "error_rate": bad / max(total, 1), **percentiles(got["latencies"])}
 
 
 def _in_process(stage: Any, queries: list[str], threads: int, count: int,
@@ -166,12 +143,12 @@ def main() -> None:
                                    if isinstance(source, str) else source, ctx)
             count, seconds = BOUNDS[name]
             _in_process(stage, queries, 2, 4, 60)  # warm both sides
-            asyncio.run(_load(url, name, queries, 2, 4, 60))
+            _load(url, name, queries, 2, 4, 60)
             for clients in LEVELS:
                 print(f"[bench] {name} x{clients}", file=sys.stderr, flush=True)
                 inproc = _in_process(stage, queries, clients, count, seconds)
                 mark = len(rss.samples)  # the server's peak during the HTTP load
-                http = asyncio.run(_load(url, name, queries, clients, count, seconds))
+                http = _load(url, name, queries, clients, count, seconds)
                 peak = max((b for _, b in rss.samples[mark:]), default=0)
                 results.append({"pipeline": name, "clients": clients, "http": http,
                                 "inproc": inproc, "rss_mib": peak / 2**20})

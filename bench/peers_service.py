@@ -17,12 +17,11 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from lib.results import ROOT
-from lib.server import bench_keys, free_port, serve, start, stop
+from lib.server import bench_keys, free_port, load, serve, start, stop
 from lib.timing import percentiles
 
 INFINITY_VENV = Path(os.environ.get("PEERS_INFINITY_VENV", ROOT / ".cache" / "infinity-venv"))
@@ -98,43 +97,6 @@ def start_infinity(reranker: Path, log: Path) -> tuple[subprocess.Popen, str]:
                   str(minilm_path()), "--model-id", str(reranker), "--served-model-name",
                   "minilm", "--served-model-name", "reranker", "--engine", "torch", "--device",
                   "cpu", "--host", "127.0.0.1", "--port", str(port)], port, log, env=env)
-
-
-async def load(url: str, path: str, bodies: list[dict], clients: int, count: int,
-               seconds: float, headers: dict[str, str], start_at: int = 0) -> dict[str, Any]:
-    """``clients`` concurrent clients posting ``bodies`` in turn (from ``start_at``) until
-    ``count`` requests are sent or ``seconds`` pass: latencies of the 200s, the wall time,
-    the other status codes, and the first answer to each body."""
-    import httpx
-
-    latencies: list[float] = []
-    codes: dict[int, int] = {}
-    answers: dict[int, Any] = {}
-    sent = 0
-    stop_at = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits,
-                                 headers=headers) as http:
-        async def client() -> None:
-            nonlocal sent
-            while sent < count and time.perf_counter() < stop_at:
-                i = (start_at + sent) % len(bodies)
-                sent += 1
-                t = time.perf_counter()
-                try:
-                    reply = await http.post(path, json=bodies[i])
-                    code = reply.status_code
-                except httpx.HTTPError:
-                    code = -1
-                codes[code] = codes.get(code, 0) + 1
-                if code == 200:
-                    latencies.append(time.perf_counter() - t)
-                    answers.setdefault(i, reply.json())
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        wall = time.perf_counter() - start
-    return {"latencies": latencies, "wall_s": wall, "codes": codes, "answers": answers}
 
 
 def service_part(name: str, sample: list, cands: list[list[str]], texts: dict[str, str],

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import subprocess
@@ -77,6 +78,50 @@ def running(command: Sequence[str], port: int, log: Path | None = None, seconds:
         yield proc, url
     finally:
         stop(proc, 60)
+
+
+async def load(url: str, path: str, bodies: list[dict], clients: int, count: int,
+               seconds: float, headers: dict[str, str], start_at: int = 0,
+               busy_pause: float = 0.0) -> dict[str, Any]:
+    """``clients`` concurrent clients (keep-alive) posting ``bodies`` in turn (from
+    ``start_at``) until ``count`` requests are sent or ``seconds`` pass: latencies of the
+    200s, the wall time, every status code (-1: no answer) and the first answer to each
+    body. A client that gets a 503 waits ``busy_pause`` seconds before its next request."""
+    import httpx
+
+    latencies: list[float] = []
+    codes: dict[int, int] = {}
+    answers: dict[int, Any] = {}
+    sent = 0
+    stop_at = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits,
+                                 headers=headers) as http:
+        async def client() -> None:
+            nonlocal sent
+            while sent < count and time.perf_counter() < stop_at:
+                i = (start_at + sent) % len(bodies)
+                sent += 1
+                t = time.perf_counter()
+                try:
+                    reply = await http.post(path, json=bodies[i])
+                    code = reply.status_code
+                except httpx.HTTPError as exc:
+                    code = -1
+                    if codes.get(-1, 0) < 3:
+                        print(f"[bench] {type(exc).__name__}: {exc}", file=sys.stderr)
+                codes[code] = codes.get(code, 0) + 1
+                if code == 200:
+                    latencies.append(time.perf_counter() - t)
+                    if i not in answers:
+                        answers[i] = reply.json()
+                elif code == 503 and busy_pause:
+                    await asyncio.sleep(busy_pause)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        wall = time.perf_counter() - start
+    return {"latencies": latencies, "wall_s": wall, "codes": codes, "answers": answers}
 
 
 def serve(settings: Any, port: int) -> None:
