@@ -34,6 +34,7 @@ to it (sharing the actors); requests already running on the old one finish on it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -79,7 +80,55 @@ class ReplicaPool:
     timeout_s: float
     executor: ThreadPoolExecutor
     rotation: list[int] = field(default_factory=list)
+    root: str = ""
+    cpus: float = 0.25
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def maintain(self, every_s: float) -> None:
+        """Every ``every_s`` seconds until closed, :meth:`repair` (a daemon thread)."""
+        def loop() -> None:
+            while not self.stop.wait(every_s):
+                with contextlib.suppress(Exception):
+                    self.repair()
+
+        threading.Thread(target=loop, name="irshard-repair", daemon=True).start()
+
+    def spawn(self, shard: int, replica: int) -> Any:
+        """A replica actor of ``shard`` in bundle ``replica`` of the shard's placement
+        group (restarted by Ray wherever the bundle is rescheduled)."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from intentrank.scale.replica import ShardReplica
+
+        return ray.remote(ShardReplica).options(
+            name=f"irshard-{self.name}-{shard}-{replica}", namespace=NAMESPACE,
+            num_cpus=self.cpus, max_restarts=-1, max_task_retries=0, max_concurrency=4,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                self.groups[shard], placement_group_bundle_index=replica),
+        ).remote(self.root, shard, replica)
+
+    def repair(self, timeout_s: float = 5.0) -> list[tuple[int, int]]:
+        """Replace the replicas that are dead for good (killed without restart, or out of
+        restarts) in their bundles; the (shard, replica) replaced. Replicas Ray is
+        restarting are left to it."""
+        import ray
+        from ray.exceptions import ActorDiedError
+
+        replaced = []
+        for reps in self.shards:
+            for rep in reps:
+                try:
+                    ray.get(rep.actor.ping.remote(), timeout=timeout_s)
+                except ActorDiedError:
+                    with contextlib.suppress(Exception):
+                        ray.kill(rep.actor, no_restart=True)
+                    rep.actor = self.spawn(rep.shard, rep.replica)
+                    replaced.append((rep.shard, rep.replica))
+                except Exception:  # noqa: BLE001, S110 (restarting, or slow: not dead)
+                    pass
+        return replaced
 
     def preference(self, shard: int) -> list[Replica]:
         """The shard's replicas in the order to try: round robin among those without a
@@ -97,6 +146,9 @@ class ClusterIndex:
     """An index whose shards are Ray actors (see the module). Open with :meth:`open`."""
 
     sharded = True
+    bm25_backend = "numpy"  # the shards score BM25 from postings (index/shard_api.py)
+    rows_deleted = 0
+    DOC_CACHE = 4096  # documents kept by id (a pinned cluster's documents never change)
 
     def __init__(self, manifest: ClusterManifest, pool: ReplicaPool, pins: list[str],
                  order: list[str]) -> None:
@@ -109,6 +161,8 @@ class ClusterIndex:
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self.id_array = np.array(self.ids, dtype=object)
         self.metrics = _metrics()
+        self._doc_cache: dict[str, Document] = {}
+        self._doc_lock = threading.Lock()
         # each shard's local rows -> the cluster's rows (at the pinned generation)
         local_ids = self._all("ids", [(p,) for p in self.pins])
         self.local_to_global = [np.array([self.row_of[d] for d in ids], dtype=np.int64)
@@ -123,18 +177,17 @@ class ClusterIndex:
     def open(cls, root: str | Path, *, address: str | None = None,
              replicas: int | None = None, cpus_per_replica: float = 0.25,
              hedge_s: float = 0.5, timeout_s: float = 10.0, start_timeout_s: float = 300.0,
-             name: str | None = None) -> ClusterIndex:
+             name: str | None = None, repair_every_s: float = 5.0) -> ClusterIndex:
         """Place ``replicas`` (default: the manifest's) replicas of every shard of the
         cluster directory ``root`` on Ray (joined at ``address``, or a local Ray), each
-        shard's on different hosts, wait until each answers, and pin the generations."""
+        shard's on different hosts, wait until each answers, and pin the generations.
+        Every ``repair_every_s`` seconds (0: never) a replica dead for good is replaced in
+        its bundle (Ray itself restarts those lost with their host)."""
         from intentrank.scale.cluster import connect
 
         manifest = ClusterManifest.load(root)
         ray = connect(address)
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from intentrank.scale.replica import ShardReplica
 
         n_rep = replicas or manifest.replicas
         alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -142,22 +195,16 @@ class ClusterIndex:
             raise IntentrankError(f"{n_rep} replicas per shard need {n_rep} hosts; the Ray "
                                   f"cluster has {len(alive)} alive")
         name = name or f"{manifest.root.name}-{uuid.uuid4().hex[:6]}"
-        remote = ray.remote(ShardReplica)
-        groups, shards = [], []
-        for s in range(manifest.shards):
-            pg = placement_group([{"CPU": cpus_per_replica}] * n_rep, strategy="STRICT_SPREAD",
-                                 name=f"irshard-{name}-{s}")
-            groups.append(pg)
-            shards.append([Replica(s, r, remote.options(
-                name=f"irshard-{name}-{s}-{r}", namespace=NAMESPACE, num_cpus=cpus_per_replica,
-                max_restarts=-1, max_task_retries=0, max_concurrency=4,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=r)).remote(str(manifest.root), s, r))
-                for r in range(n_rep)])
-        pool = ReplicaPool(name, shards, groups, hedge_s, timeout_s,
+        groups = [placement_group([{"CPU": cpus_per_replica}] * n_rep, strategy="STRICT_SPREAD",
+                                  name=f"irshard-{name}-{s}") for s in range(manifest.shards)]
+        pool = ReplicaPool(name, [], groups, hedge_s, timeout_s,
                            ThreadPoolExecutor(max(4, 2 * manifest.shards),
                                               thread_name_prefix="irshard"),
-                           [0] * manifest.shards)
+                           [0] * manifest.shards, root=str(manifest.root),
+                           cpus=cpus_per_replica)
+        pool.shards = [[Replica(s, r, pool.spawn(s, r)) for r in range(n_rep)]
+                       for s in range(manifest.shards)]
+        shards = pool.shards
         infos = ray.get([r.actor.info.remote() for rs in shards for r in rs],
                         timeout=start_timeout_s)
         pins = []
@@ -167,6 +214,8 @@ class ClusterIndex:
                 raise IntentrankError(f"shard {s}'s replicas opened different generations "
                                       f"{sorted(gens)}; retry")
             pins.append(gens.pop())
+        if repair_every_s:
+            pool.maintain(repair_every_s)
         return cls(manifest, pool, pins, manifest.order())
 
     def close(self) -> None:
@@ -174,6 +223,7 @@ class ClusterIndex:
         import ray
         from ray.util.placement_group import remove_placement_group
 
+        self.pool.stop.set()
         for rs in self.pool.shards:
             for r in rs:
                 ray.kill(r.actor, no_restart=True)
@@ -207,7 +257,15 @@ class ClusterIndex:
         return self.embedder.encode_queries(texts)
 
     def doc(self, doc_id: str) -> Document:
-        return self.docs([doc_id])[0]
+        with self._doc_lock:
+            found = self._doc_cache.get(doc_id)
+        if found is None:
+            found = self.docs([doc_id])[0]
+            with self._doc_lock:
+                self._doc_cache[doc_id] = found
+                while len(self._doc_cache) > self.DOC_CACHE:
+                    self._doc_cache.pop(next(iter(self._doc_cache)))
+        return found
 
     def doc_text(self, doc_id: str) -> str:
         return self.doc(doc_id).full_text(self.settings.dense.title_sep)
