@@ -76,6 +76,18 @@ def test_replicas_of_a_shard_are_on_different_nodes(bm25_pair):
     assert sum(r["documents"] for r in status["replicas"]) == 2 * len(cluster)
 
 
+def test_cluster_status_finds_the_served_index(bm25_pair):
+    from intentrank.scale.status import describe, find_served
+
+    _, cluster = bm25_pair
+    found = [st for st in find_served("auto") if st["index"] == cluster.pool.name]
+    assert len(found) == 1 and found[0]["replication"] == "full"
+    assert {(r["shard"], r["replica"]) for r in found[0]["replicas"]} == \
+        {(s, r) for s in range(SHARDS) for r in range(2)}
+    text = describe(found[0])()
+    assert "replication full" in text and text.count(" up ") == 2 * SHARDS
+
+
 def test_bm25_equals_one_index_bit_for_bit(bm25_pair, queries):
     single, cluster = bm25_pair
     for q in queries:  # all 225, one at a time, then a batch

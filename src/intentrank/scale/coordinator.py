@@ -23,7 +23,8 @@ shard, in parallel:
 A call to a replica that fails (actor died, host lost) is retried on the shard's next
 replica; a replica that has not answered within ``hedge_s`` is hedged (the next replica is
 asked too, the first answer wins), and one that answers nothing within ``timeout_s`` counts
-as failed. Per replica latency, errors, retries and hedges: :mod:`intentrank.scale.metrics`.
+as failed (:mod:`intentrank.scale.pool`). Per replica latency, errors, retries and hedges:
+:mod:`intentrank.scale.metrics`; where the replicas are: :mod:`intentrank.scale.status`.
 
 Consistency: a :class:`ClusterIndex` is pinned to one generation per shard (read from the
 replicas when it opens); every call names it, and replicas keep recent generations open.
@@ -34,14 +35,12 @@ to it (sharing the actors); requests already running on the old one finish on it
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -50,96 +49,9 @@ import numpy as np
 
 from intentrank.errors import IntentrankError
 from intentrank.index.hits import NO_HITS, Hits, check_allow, check_k
+from intentrank.scale.pool import NAMESPACE, Replica, ReplicaPool, ShardUnavailable
 from intentrank.scale.shardset import ClusterManifest, shard_of, unit_of, write_order
 from intentrank.types import Document
-
-NAMESPACE = "intentrank"
-
-
-class ShardUnavailable(IntentrankError):  # noqa: N818
-    """No replica of a shard answered (every one failed or timed out)."""
-
-
-@dataclass
-class Replica:
-    shard: int
-    replica: int
-    actor: Any
-    failures: int = 0  # consecutive
-    last_failure: float = 0.0
-
-
-@dataclass
-class ReplicaPool:
-    """Every shard's replicas (actor handles), the placement groups, and the call policy."""
-
-    name: str
-    shards: list[list[Replica]]
-    groups: list[Any]
-    hedge_s: float
-    timeout_s: float
-    executor: ThreadPoolExecutor
-    rotation: list[int] = field(default_factory=list)
-    root: str = ""
-    cpus: float = 0.25
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def maintain(self, every_s: float) -> None:
-        """Every ``every_s`` seconds until closed, :meth:`repair` (a daemon thread)."""
-        def loop() -> None:
-            while not self.stop.wait(every_s):
-                with contextlib.suppress(Exception):
-                    self.repair()
-
-        threading.Thread(target=loop, name="irshard-repair", daemon=True).start()
-
-    def spawn(self, shard: int, replica: int) -> Any:
-        """A replica actor of ``shard`` in bundle ``replica`` of the shard's placement
-        group (restarted by Ray wherever the bundle is rescheduled)."""
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from intentrank.scale.replica import ShardReplica
-
-        return ray.remote(ShardReplica).options(
-            name=f"irshard-{self.name}-{shard}-{replica}", namespace=NAMESPACE,
-            num_cpus=self.cpus, max_restarts=-1, max_task_retries=0, max_concurrency=4,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                self.groups[shard], placement_group_bundle_index=replica),
-        ).remote(self.root, shard, replica)
-
-    def repair(self, timeout_s: float = 5.0) -> list[tuple[int, int]]:
-        """Replace the replicas that are dead for good (killed without restart, or out of
-        restarts) in their bundles; the (shard, replica) replaced. Replicas Ray is
-        restarting are left to it."""
-        import ray
-        from ray.exceptions import ActorDiedError
-
-        replaced = []
-        for reps in self.shards:
-            for rep in reps:
-                try:
-                    ray.get(rep.actor.ping.remote(), timeout=timeout_s)
-                except ActorDiedError:
-                    with contextlib.suppress(Exception):
-                        ray.kill(rep.actor, no_restart=True)
-                    rep.actor = self.spawn(rep.shard, rep.replica)
-                    replaced.append((rep.shard, rep.replica))
-                except Exception:  # noqa: BLE001, S110 (restarting, or slow: not dead)
-                    pass
-        return replaced
-
-    def preference(self, shard: int) -> list[Replica]:
-        """The shard's replicas in the order to try: round robin among those without a
-        recent failure, the recently failed last."""
-        reps = self.shards[shard]
-        with self.lock:
-            start = self.rotation[shard] % len(reps)
-            self.rotation[shard] += 1
-        turned = reps[start:] + reps[:start]
-        now = time.monotonic()
-        return sorted(turned, key=lambda r: r.failures > 0 and now - r.last_failure < 5.0)
 
 
 class ClusterIndex:
@@ -160,7 +72,6 @@ class ClusterIndex:
         self.ids = list(order)
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self.id_array = np.array(self.ids, dtype=object)
-        self.metrics = _metrics()
         self._doc_cache: dict[str, Document] = {}
         self._doc_lock = threading.Lock()
         # each shard's local rows -> the cluster's rows (at the pinned generation)
@@ -388,93 +299,12 @@ class ClusterIndex:
     search_graph = search_tfidf
 
     # -- calls to replicas ----------------------------------------------------------------
-    def _all(self, method: str, args: list[tuple], shards: list[int] | None = None
-             ) -> list[Any]:
-        """``method(*args[i])`` on a replica of each of ``shards`` (default: all, in
-        order), in parallel; each with retries and hedging (:meth:`_call`)."""
-        shards = list(range(self.manifest.shards)) if shards is None else shards
-        if len(shards) == 1:
-            return [self._call(shards[0], method, args[0])]
-        futures = [self.pool.executor.submit(self._call, s, method, a)
-                   for s, a in zip(shards, args, strict=True)]
-        return [f.result() for f in futures]
-
-    def _call(self, shard: int, method: str, args: tuple) -> Any:
-        """One shard's answer: the first replica in :meth:`ReplicaPool.preference` order;
-        on its failure the next (a retry); if it has not answered in ``hedge_s``, the next
-        too (a hedge); the first good answer wins. ``timeout_s`` bounds the whole call."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayError
-
-        pool = self.pool
-        order = pool.preference(shard)
-        deadline = time.monotonic() + pool.timeout_s
-        pending: dict[Any, tuple[Replica, float]] = {}
-        errors: list[str] = []
-        nxt = 0
-
-        def launch(kind: str | None) -> None:
-            nonlocal nxt
-            rep = order[nxt]
-            nxt += 1
-            if kind is not None:
-                self._count(kind, rep)
-            pending[getattr(rep.actor, method).remote(*args)] = (rep, time.monotonic())
-
-        launch(None)
-        while pending:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            wait = deadline - now if nxt >= len(order) else min(pool.hedge_s, deadline - now)
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
-            if not ready:
-                if nxt < len(order):
-                    launch("hedges")
-                continue
-            ref = ready[0]
-            rep, started = pending.pop(ref)
-            try:
-                value = ray.get(ref)
-            except (RayActorError, GetTimeoutError) as exc:
-                self._failed(rep, errors, exc)
-            except RayError as exc:  # raised inside the replica
-                cause = getattr(exc, "cause", None)
-                if type(cause).__name__ != "StaleGeneration":
-                    raise (cause if isinstance(cause, Exception) else exc) from None
-                self._failed(rep, errors, exc)
-            else:
-                self._ok(rep, time.monotonic() - started)
-                return value
-            if not pending and nxt < len(order):
-                launch("retries")
-        for rep, _ in pending.values():
-            self._failed(rep, errors, TimeoutError(f"no answer in {pool.timeout_s:g} s"))
-        raise ShardUnavailable(f"shard {shard} of {self.path}: no replica answered "
-                               f"{method} ({'; '.join(errors)[:800]})")
-
-    def _labels(self, rep: Replica) -> dict[str, str]:
-        return {"index": self.pool.name, "shard": str(rep.shard), "replica": str(rep.replica)}
-
-    def _count(self, kind: str, rep: Replica) -> None:
-        self.metrics[kind].labels(**self._labels(rep)).inc()
-
-    def _ok(self, rep: Replica, seconds: float) -> None:
-        rep.failures = 0
-        self.metrics["latency"].labels(**self._labels(rep)).observe(seconds)
-        self.metrics["up"].labels(**self._labels(rep)).set(1)
-
-    def _failed(self, rep: Replica, errors: list[str], exc: BaseException) -> None:
-        rep.failures += 1
-        rep.last_failure = time.monotonic()
-        self._count("errors", rep)
-        self.metrics["up"].labels(**self._labels(rep)).set(0)
-        errors.append(f"replica {rep.replica}: {type(exc).__name__}: {str(exc)[:200]}")
-
     # -- operating -----------------------------------------------------------------------
     def status(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """Shards, their replicas (host, state, generation) and the hosts, as Ray sees
         them now; ``replication`` is "full" when every replica answers."""
+        from intentrank.scale.status import cluster_status
+
         return cluster_status(self.pool.shards, self.pool.groups, timeout_s) | {
             "index": self.pool.name, "generation": self.generation}
 
@@ -523,50 +353,23 @@ class ClusterIndex:
             write_order(self.manifest.root, order)
         return ClusterIndex(self.manifest, self.pool, pins, order)
 
-
-def _metrics() -> dict[str, Any]:
-    from intentrank.scale.metrics import replica_metrics
-
-    return replica_metrics()
-
-
-def cluster_status(shards: list[list[Replica]], groups: list[Any], timeout_s: float
-                   ) -> dict[str, Any]:
-    """Each replica's answer to ``info`` (or why not), the hosts Ray knows, and whether
-    every shard has all its replicas answering on distinct hosts."""
-    import ray
-    from ray.util.placement_group import placement_group_table
-
-    refs = {(r.shard, r.replica): r.actor.info.remote() for rs in shards for r in rs}
-    ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
-    rows, full = [], True
-    for (s, r), ref in refs.items():
-        try:
-            info = ray.get(ref, timeout=0.01)
-            rows.append({**info, "state": "up"})
-        except Exception as exc:  # noqa: BLE001 (a replica's state, whatever Ray says)
-            rows.append({"shard": s, "replica": r, "state": "down",
-                         "reason": type(exc).__name__})
-    for s in range(len(shards)):
-        mine = [x for x in rows if x["shard"] == s]
-        hosts = {x.get("node_id") for x in mine if x["state"] == "up"}
-        full = full and len(hosts) == len(mine)
-    groups_state = [placement_group_table(pg).get("state") for pg in groups]
-    nodes = [{"node_id": n["NodeID"], "host": n["NodeManagerAddress"], "alive": n["Alive"]}
-             for n in ray.nodes()]
-    return {"shards": len(shards), "replicas": rows, "placement_groups": groups_state,
-            "hosts": nodes, "replication": "full" if full else "degraded"}
+    def _all(self, method: str, args: list[tuple], shards: list[int] | None = None
+             ) -> list[Any]:
+        """``method(*args[i])`` on a replica of each of ``shards`` (default: all)."""
+        shards = list(range(self.manifest.shards)) if shards is None else shards
+        return self.pool.call_all(method, args, shards, self.path)
 
 
-def describe(status: dict[str, Any]) -> Callable[[], str]:
-    """A plain-text table of :func:`cluster_status` (for ``intentrank cluster status``)."""
-    def text() -> str:
-        lines = [f"index {status.get('index', '?')}: {status['shards']} shards, replication "
-                 f"{status['replication']}", "shard replica state host generation"]
-        for x in sorted(status["replicas"], key=lambda x: (x["shard"], x["replica"])):
-            lines.append(f"{x['shard']:>5} {x['replica']:>7} {x['state']:<5} "
-                         f"{x.get('host', '-'):<15} {x.get('generation', '-')}")
-        lines.append("hosts: " + ", ".join(f"{n['host']} ({'alive' if n['alive'] else 'dead'})"
-                                           for n in status["hosts"]))
-        return "\n".join(lines)
-    return text
+def open_clusters(indexes: dict[str, Any], address: str | None, **options: Any
+                  ) -> dict[str, Any]:
+    """``indexes`` (name -> directory or index) with every cluster directory opened as a
+    :class:`ClusterIndex` on the Ray cluster at ``address`` (``options``: those of
+    :meth:`ClusterIndex.open`); other entries as given."""
+    from intentrank.scale.shardset import is_cluster
+
+    return {name: ClusterIndex.open(where, address=address, **options)
+            if isinstance(where, (str, Path)) and is_cluster(where) else where
+            for name, where in indexes.items()}
+
+
+__all__ = ["NAMESPACE", "ClusterIndex", "Replica", "ShardUnavailable", "open_clusters"]
