@@ -6,11 +6,14 @@ hosts"). Talks to the test through files in WORK:
    of the cluster (fan-out over Ray to one replica per shard, two-phase BM25) against the
    same shards in this process and one index of the whole corpus; throughput with 1 and 8
    client threads -> ``measure.json``;
-2. ``ready1.json`` (where the replicas are), then a stream of queries for ``--stream-s``
+2. ``readyS.json``, then queries for ``--slow-s`` while the test stops one replica (SIGSTOP,
+   ``stoppedS.json``) for 8 s: answered by the other replica within the hedge delay ->
+   ``slow.json``;
+3. ``ready1.json`` (where the replicas are), then a stream of queries for ``--stream-s``
    (the test SIGKILLs a host meanwhile and writes ``killed1.json``), every answer checked
    against the one index; the replication state sampled every second until full again ->
    ``stream1.json``;
-3. waits for ``restored.json`` (the lost host's Ray node started again), then the same with
+4. waits for ``restored.json`` (the lost host's Ray node started again), then the same with
    the other worker host killed (``ready2.json``, ``killed2.json`` -> ``stream2.json``):
    the replicas it held must restart on the host that came back.
 
@@ -119,19 +122,16 @@ def measure(ci: Any, single: Any, queries: list[str], args: argparse.Namespace
 
 def _placement(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"shard": r["shard"], "replica": r["replica"], "state": r["state"],
-             "host": r.get("host")} for r in status["replicas"]]
+             "host": r.get("host"), "pid": r.get("pid")} for r in status["replicas"]]
 
 
-def stream(ci: Any, expected: dict[str, tuple], queries: list[str], args: argparse.Namespace,
-           n: int, work: Path) -> dict[str, Any]:
-    """Queries from ``args.clients`` threads for ``args.stream_s`` while a host is killed;
-    then wait (bounded) for full replication, sampling it every second."""
-    _write(work / f"ready{n}.json", {"wall": time.time(), "placement": _placement(ci.status())})
+def _clients(ci: Any, expected: dict[str, tuple], queries: list[str], args: argparse.Namespace,
+             seconds: float) -> list[dict[str, Any]]:
+    """``args.clients`` threads sending queries back to back for ``seconds``; each answer
+    checked against the one index's (ids and scores)."""
     records: list[dict[str, Any]] = []
-    samples: list[dict[str, Any]] = []
     lock = threading.Lock()
-    stop = time.monotonic() + args.stream_s
-    done = threading.Event()
+    stop = time.monotonic() + seconds
 
     def client(i: int) -> None:
         j = i
@@ -147,6 +147,37 @@ def stream(ci: Any, expected: dict[str, tuple], queries: list[str], args: argpar
             with lock:
                 records.append({"wall": t, "s": time.time() - t, "same": same, "error": err})
 
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return records
+
+
+def slow(ci: Any, expected: dict[str, tuple], queries: list[str], args: argparse.Namespace,
+         work: Path) -> dict[str, Any]:
+    """Queries for ``args.slow_s`` while the test stops one replica (SIGSTOP) for a while:
+    the answers, and the latency of those sent while it was stopped."""
+    _write(work / "readyS.json", {"wall": time.time(), "placement": _placement(ci.status())})
+    records = _clients(ci, expected, queries, args, args.slow_s)
+    stopped = _wait_file(work / "stoppedS.json", 60)
+    during = [r["s"] for r in records if stopped["stop"] <= r["wall"] <= stopped["cont"]]
+    return {"stopped": stopped, "queries": len(records), "during": len(during),
+            "errors": sum(r["error"] is not None for r in records),
+            "wrong": sum(not r["same"] and r["error"] is None for r in records),
+            "latency_during_ms": _pct(during or [0.0]),
+            "max_during_ms": 1000 * max(during or [0.0]), "load": os.getloadavg()[0]}
+
+
+def stream(ci: Any, expected: dict[str, tuple], queries: list[str], args: argparse.Namespace,
+           n: int, work: Path) -> dict[str, Any]:
+    """Queries for ``args.stream_s`` while a host is killed; then wait (bounded) for full
+    replication, sampling it every second."""
+    _write(work / f"ready{n}.json", {"wall": time.time(), "placement": _placement(ci.status())})
+    samples: list[dict[str, Any]] = []
+    done = threading.Event()
+
     def monitor() -> None:
         while not done.is_set():
             t = time.time()
@@ -160,11 +191,7 @@ def stream(ci: Any, expected: dict[str, tuple], queries: list[str], args: argpar
 
     mon = threading.Thread(target=monitor, daemon=True)
     mon.start()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    records = _clients(ci, expected, queries, args, args.stream_s)
     killed = _wait_file(work / f"killed{n}.json", 60)
     deadline = time.monotonic() + args.recover_s
     while time.monotonic() < deadline:  # full again after the kill: by itself, bounded
@@ -202,6 +229,7 @@ def main() -> None:
     p.add_argument("--throughput-s", type=float, default=8.0)
     p.add_argument("--stream-s", type=float, default=45.0)
     p.add_argument("--clients", type=int, default=2)
+    p.add_argument("--slow-s", type=float, default=20.0)
     p.add_argument("--recover-s", type=float, default=240.0)
     p.add_argument("--hedge-ms", type=float, default=300.0)
     args = p.parse_args()
@@ -222,6 +250,7 @@ def main() -> None:
     _write(work / "measure.json", {"open_s": opened_s, **m, "shards": ci.manifest.shards,
                                    "replicas": len(ci.pool.shards[0]), "k": args.k,
                                    "hedge_ms": args.hedge_ms})
+    _write(work / "slow.json", slow(ci, expected, queries, args, work))
     _write(work / "stream1.json", stream(ci, expected, queries, args, 1, work))
     _wait_file(work / "restored.json", 400)
     _write(work / "stream2.json", stream(ci, expected, queries, args, 2, work))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAM_S = float(os.environ.get("INTENTRANK_SHARDS_STREAM_S", "45"))
+HEDGE_MS = 300.0  # a replica silent this long is hedged (the next one asked too)
 
 
 def _env(cache: Path) -> dict[str, str]:
@@ -76,6 +78,22 @@ def _kill_during_stream(hosts: Hosts, work: Path, n: int, proc, log: Path,
     return killed
 
 
+def _stop_a_replica(work: Path, proc, log: Path) -> dict:
+    """At 4 s into the slow phase, SIGSTOP shard 0's first replica for 8 s (then SIGCONT)."""
+    ready = _wait(work / "readyS.json", proc, 900, log)
+    pid = next(r["pid"] for r in ready["placement"] if (r["shard"], r["replica"]) == (0, 0))
+    time.sleep(max(0.0, ready["wall"] + 4 - time.time()))
+    stop = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(8)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    stopped = {"pid": pid, "stop": stop, "cont": time.time(), "hedge_ms": HEDGE_MS}
+    (work / "stoppedS.json").write_text(json.dumps(stopped))
+    return stopped
+
+
 def _check(result: dict, killed: dict) -> None:
     assert result["queries"] > 0
     assert result["errors"] == 0, [r for r in result["records"] if r["error"]][:5]
@@ -113,8 +131,15 @@ def test_a_cluster_index_answers_through_a_lost_host_and_heals(data_dir, tmp_pat
             sys.executable, str(ROOT / "bench" / "cluster_driver.py"), "--address",
             hosts.ray_address or "", "--cluster", str(tmp_path / "cluster"), "--single",
             str(tmp_path / "single"), "--queries", str(data_dir / "cranfield" / "queries.jsonl"),
-            "--work", str(work), "--stream-s", str(STREAM_S)], log=log,
+            "--work", str(work), "--stream-s", str(STREAM_S), "--hedge-ms", str(HEDGE_MS)],
+            log=log,
             **_env(tmp_path / "cache"))
+        _stop_a_replica(work, proc, log)
+        slow = _wait(work / "slow.json", proc, 300, log)
+        assert slow["errors"] == 0 and slow["wrong"] == 0 and slow["during"] > 0, slow
+        # bypassed within the deadline: the hedge delay for each of BM25's two phases, plus
+        # a generous allowance for 2 contended cores (pass/fail on answers, not on speed)
+        assert slow["max_during_ms"] < 2 * HEDGE_MS + 3000, slow
         first = _kill_during_stream(hosts, work, 1, proc, log, ["w1", "w2"])
         one = _wait(work / "stream1.json", proc, 600, log)
         _check(one, first)
@@ -131,8 +156,16 @@ def test_a_cluster_index_answers_through_a_lost_host_and_heals(data_dir, tmp_pat
     out = os.environ.get("INTENTRANK_CLUSTER_OUT")
     if out:
         slim = {k: {x: y for x, y in v.items() if x not in ("records", "samples")}
-                for k, v in (("stream1", one), ("stream2", two))}
-        Path(out).write_text(json.dumps({"measure": measured, **slim,
-                                         "date": time.strftime("%Y-%m-%d %H:%M UTC",
-                                                               time.gmtime())},
-                                        indent=1) + "\n")
+                for k, v in (("slow", slow), ("stream1", one), ("stream2", two))}
+        Path(out).write_text(json.dumps({
+            "measure": measured, **slim, "command": "bash scripts/faults.sh --shards",
+            "machine": _machine(), "load_average_end": os.getloadavg()[0],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1) + "\n")
+
+
+def _machine() -> str:
+    model = next((ln.split(":", 1)[1].strip() for ln in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if ln.startswith("model name")), "unknown CPU")
+    gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({model}), {gib:.0f} GiB RAM"

@@ -1,0 +1,58 @@
+"""Markdown tables of the cluster index across namespace hosts (tests/test_faults_shards.py
+writes $INTENTRANK_CLUSTER_OUT; ``bash scripts/faults.sh --shards`` passes
+bench/cluster_results.json). docs/scale.md "Across hosts" quotes them.
+
+    .venv/bin/python bench/cluster_table.py bench/cluster_results.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from report import table
+
+
+def main() -> None:
+    r = json.loads(Path(sys.argv[1]).read_text())
+    m = r["measure"]
+    print(f"- command: `{r['command']}`\n- machine: {r['machine']}\n- date: {r['date']}\n"
+          f"- load average: {m['load_before']:.1f} before the measurements, "
+          f"{m['load_after']:.1f} after, {r['load_average_end']:.1f} at the end\n")
+    names = {"one_index": "one index, in process",
+             "in_process_shards": f"{m['shards']} shards, in process (two-phase BM25, merge)",
+             "cluster": f"{m['shards']} shards x {m['replicas']} replicas on Ray actors across "
+                        f"3 hosts"}
+    rows = [[names[k], v["n"], f"{v['mean']:.2f}", f"{v['p50']:.2f}", f"{v['p95']:.2f}",
+             f"{v['p99']:.2f}"] for k, v in m["latency_ms"].items()]
+    print(table(["BM25 top 10, one query at a time", "queries", "mean ms", "p50", "p95",
+                 "p99"], rows, "|---|---:|---:|---:|---:|---:|") + "\n")
+    print(table(["clients", "queries/s (cluster)"],
+                [[c, f"{q:.1f}"] for c, q in m["throughput"].items()], "|---:|---:|") + "\n")
+    if sl := r.get("slow"):
+        st = sl["stopped"]
+        print(table(["replica stopped (SIGSTOP)", "hedge delay", "queries while stopped",
+                     "failed", "wrong", "p50 / p99 / max ms while stopped"],
+                    [[f"shard 0 replica 0 for {st['cont'] - st['stop']:.0f} s",
+                      f"{st['hedge_ms']:.0f} ms", sl["during"], sl["errors"], sl["wrong"],
+                      f"{sl['latency_during_ms']['p50']:.0f} / "
+                      f"{sl['latency_during_ms']['p99']:.0f} / {sl['max_during_ms']:.0f}"]],
+                    "|---|---:|---:|---:|---:|---:|") + "\n")
+    rows = []
+    for key in ("stream1", "stream2"):
+        s = r[key]
+        k = s["killed"]
+        rows.append([key[-1], f"{k['host']} ({k['replicas_held']} replicas, {k['pids']} "
+                     f"processes) at {k['at_s']:.0f} s", s["queries"], s["errors"], s["wrong"],
+                     f"{s['latency_after_kill_ms']['p50']:.0f} / "
+                     f"{s['latency_after_kill_ms']['p99']:.0f}",
+                     f"{s['detected_s']:.1f}" if s["detected_s"] is not None else "-",
+                     f"{s['full_replication_s']:.1f}" if s["full_replication_s"] else "-"])
+    print(table(["kill", "host SIGKILLed", "queries", "failed", "wrong", "p50 / p99 ms after",
+                 "degraded seen after s", "full replication after s"], rows,
+                "|---|---|---:|---:|---:|---:|---:|---:|"))
+
+
+if __name__ == "__main__":
+    main()
