@@ -147,11 +147,13 @@ def test_a_killed_replica_is_answered_for_and_restarts(bm25_pair, queries):
             ray.kill(victim, no_restart=True)  # dead for good: replaced by the repair loop
         _same(cluster.search_bm25([q], 20)[0], expected[q])
     after = _scrape()
-    errors = after.get(("intentrank_shard_replica_errors_total", "0", "0"), 0) - \
-        before.get(("intentrank_shard_replica_errors_total", "0", "0"), 0)
-    retried = after.get(("intentrank_shard_replica_retries_total", "0", "1"), 0) - \
-        before.get(("intentrank_shard_replica_retries_total", "0", "1"), 0)
-    assert errors >= 1 and retried >= 1, (errors, retried)
+    def delta(name: str, replica: str) -> float:
+        key = (f"intentrank_shard_replica_{name}_total", "0", replica)
+        return after.get(key, 0) - before.get(key, 0)
+
+    # the dead replica's calls went to the other one: retried after its error, or hedged
+    # first when the error came later than the hedge delay (a loaded machine)
+    assert delta("retries", "1") + delta("hedges", "1") >= 1, after
     assert cluster.wait_full_replication(120) < 120  # the replica replaced in its bundle
     assert cluster.pool.shards[0][0].actor is not victim
     assert after[("intentrank_shard_replica_latency_seconds_count", "1", "0")] > 0

@@ -19,6 +19,8 @@ from typing import Any
 
 from intentrank.errors import IntentrankError
 
+AVOID_S = 5.0  # a replica that failed or was hedged is tried last for this long
+
 NAMESPACE = "intentrank"
 
 
@@ -33,6 +35,7 @@ class Replica:
     actor: Any
     failures: int = 0  # consecutive
     last_failure: float = 0.0
+    last_slow: float = -1e9  # when a call to it was last hedged (it had not answered)
 
 
 @dataclass
@@ -99,14 +102,15 @@ class ReplicaPool:
 
     def preference(self, shard: int) -> list[Replica]:
         """The shard's replicas in the order to try: round robin among those without a
-        recent failure, the recently failed last."""
+        recent failure or hedge (:data:`AVOID_S`), the recently failed or slow last."""
         reps = self.shards[shard]
         with self.lock:
             start = self.rotation[shard] % len(reps)
             self.rotation[shard] += 1
         turned = reps[start:] + reps[:start]
         now = time.monotonic()
-        return sorted(turned, key=lambda r: r.failures > 0 and now - r.last_failure < 5.0)
+        return sorted(turned, key=lambda r: (r.failures > 0 and now - r.last_failure < AVOID_S)
+                      or now - r.last_slow < AVOID_S)
 
     def call_all(self, method: str, args: list[tuple], shards: list[int], where: Any
                  ) -> list[Any]:
@@ -149,6 +153,8 @@ class ReplicaPool:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
             if not ready:
                 if nxt < len(order):
+                    for slow, _ in pending.values():  # tried last for a while
+                        slow.last_slow = time.monotonic()
                     launch("hedges")
                 continue
             ref = ready[0]
