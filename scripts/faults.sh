@@ -28,7 +28,7 @@ fi
 if [ "$what" = all ] || [ "$what" = --shards ]; then
     INTENTRANK_CLUSTER_OUT=$PWD/bench/cluster_results.json \
         "$VENV/bin/pytest" -q -s -m cluster tests/test_faults_shards.py -p no:cacheprovider
-    "$VENV/bin/python" bench/cluster_table.py bench/cluster_results.json
+    "$VENV/bin/python" bench/bench_cluster.py table bench/cluster_results.json
 fi
 if [ "$what" = all ] || [ "$what" = --soak ]; then
     INTENTRANK_SOAK_OUT=$PWD/bench/soak_results.json INTENTRANK_SOAK_ARGS="$*" \

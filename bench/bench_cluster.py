@@ -1,21 +1,46 @@
-"""Markdown tables of the cluster index across namespace hosts (tests/test_faults_shards.py
-writes $INTENTRANK_CLUSTER_OUT; ``bash scripts/faults.sh --shards`` passes
-bench/cluster_results.json). docs/scale.md "Across hosts" quotes them.
+"""The cluster index across namespace hosts (issue 57): ``run`` runs
+tests/test_faults_shards.py (root; it writes $INTENTRANK_CLUSTER_OUT =
+bench/cluster_results.json) and prints the tables; ``table FILE`` prints the Markdown tables
+of a result file. docs/scale.md "Across hosts" quotes them.
 
-    .venv/bin/python bench/cluster_table.py bench/cluster_results.json
+    python bench/bench_cluster.py run
+    python bench/bench_cluster.py table bench/cluster_results.json
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
-from report import table
+from report import ROOT, table
+
+RESULTS = ROOT / "bench" / "cluster_results.json"
+
+
+def run() -> None:
+    env = {**os.environ, "INTENTRANK_CLUSTER_OUT": str(RESULTS),
+           "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-m", "cluster",
+                    "tests/test_faults_shards.py", "-p", "no:cacheprovider"], cwd=ROOT,
+                   env=env, check=True, timeout=1800)
+    tables(RESULTS)
 
 
 def main() -> None:
-    r = json.loads(Path(sys.argv[1]).read_text())
+    if sys.argv[1:2] == ["run"]:
+        run()
+    elif sys.argv[1:2] == ["table"] and len(sys.argv) == 3:
+        tables(Path(sys.argv[2]))
+    else:
+        sys.exit(__doc__)
+
+
+def tables(path: Path) -> None:
+    r = json.loads(path.read_text())
     m = r["measure"]
     print(f"- command: `{r['command']}`\n- machine: {r['machine']}\n- date: {r['date']}\n"
           f"- load average: {m['load_before']:.1f} before the measurements, "
