@@ -9,6 +9,7 @@ of a result file. docs/scale.md "Across hosts" quotes them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -31,12 +32,16 @@ def run() -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["run"]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="part", required=True)
+    sub.add_parser("run", help="run the test on namespace hosts, then print the tables")
+    table_parser = sub.add_parser("table", help="print the tables of a result file")
+    table_parser.add_argument("path", type=Path)
+    args = parser.parse_args()
+    if args.part == "run":
         run()
-    elif sys.argv[1:2] == ["table"] and len(sys.argv) == 3:
-        tables(Path(sys.argv[2]))
     else:
-        sys.exit(__doc__)
+        tables(args.path)
 
 
 def tables(path: Path) -> None:
