@@ -9,13 +9,17 @@ hosts"). Talks to the test through files in WORK:
 2. ``readyS.json``, then queries for ``--slow-s`` while the test stops one replica (SIGSTOP,
    ``stoppedS.json``) for 8 s: answered by the other replica within the hedge delay ->
    ``slow.json``;
-3. ``ready1.json`` (where the replicas are), then a stream of queries for ``--stream-s``
+3. upserts a new document and a replaced one (acknowledged: committed on the owning shard,
+   every replica refreshed), and the same into a copy of the one index the answers are
+   checked against from then on;
+4. ``ready1.json`` (where the replicas are), then a stream of queries for ``--stream-s``
    (the test SIGKILLs a host meanwhile and writes ``killed1.json``), every answer checked
    against the one index; the replication state sampled every second until full again ->
    ``stream1.json``;
-4. waits for ``restored.json`` (the lost host's Ray node started again), then the same with
+5. waits for ``restored.json`` (the lost host's Ray node started again), then the same with
    the other worker host killed (``ready2.json``, ``killed2.json`` -> ``stream2.json``):
-   the replicas it held must restart on the host that came back.
+   the replicas it held must restart on the host that came back. After each kill every
+   replica (restarted ones too) must hold the updated generation and serve the update.
 
     python bench/cluster_driver.py --address HEAD:6379 --cluster DIR --single DIR \\
         --queries QUERIES.jsonl --work WORK
@@ -122,7 +126,8 @@ def measure(ci: Any, single: Any, queries: list[str], args: argparse.Namespace
 
 def _placement(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"shard": r["shard"], "replica": r["replica"], "state": r["state"],
-             "host": r.get("host"), "pid": r.get("pid")} for r in status["replicas"]]
+             "host": r.get("host"), "pid": r.get("pid"), "generation": r.get("generation")}
+            for r in status["replicas"]]
 
 
 def _clients(ci: Any, expected: dict[str, tuple], queries: list[str], args: argparse.Namespace,
@@ -206,7 +211,11 @@ def stream(ci: Any, expected: dict[str, tuple], queries: list[str], args: argpar
     degraded = [s["wall"] for s in after if s["replication"] == "degraded"]
     full_again = next((s["wall"] for s in after if degraded and s["wall"] > degraded[0]
                        and s["replication"] == "full"), None)
+    final = after[-1].get("placement") or [] if after else []
     return {"killed": killed, "records": records, "samples": samples,
+            "generations_match": bool(final) and all(
+                r["generation"] == ci.pins[r["shard"]] for r in final if r["state"] == "up"),
+            "update_found": _update_found(ci),
             "queries": len(records), "errors": sum(r["error"] is not None for r in records),
             "wrong": sum(not r["same"] and r["error"] is None for r in records),
             "detected_s": degraded[0] - killed["wall"] if degraded else None,
@@ -215,6 +224,31 @@ def stream(ci: Any, expected: dict[str, tuple], queries: list[str], args: argpar
             "latency_after_kill_ms": _pct([r["s"] for r in records
                                            if r["wall"] >= killed["wall"]] or [0.0]),
             "load": os.getloadavg()[0]}
+
+
+UPDATE = [("upd-1", "hypersonic boundary layer transition on a heated cone at mach 8"),
+          ("5", "a replaced abstract: ablation of heat shields in hypersonic re-entry")]
+
+
+def _update_found(ci: Any) -> bool:
+    """Whether the added document is the top hit of its own text (the update is served)."""
+    h = ci.search_bm25([UPDATE[0][1]], 1)[0]
+    return bool(len(h.rows)) and ci.ids[int(h.rows[0])] == UPDATE[0][0]
+
+
+def updated(ci: Any, single_dir: str, work: Path) -> tuple[Any, Any]:
+    """Upsert :data:`UPDATE` into the cluster (acknowledged: committed on the owning shards,
+    every replica refreshed) and into a copy of the one index; both."""
+    import shutil
+
+    from intentrank.index import Index
+    from intentrank.index.update import upsert
+    from intentrank.types import Document
+
+    docs = [Document(i, t) for i, t in UPDATE]
+    shutil.copytree(single_dir, work / "single-updated")
+    upsert(work / "single-updated", docs)
+    return ci.upsert(docs), Index(work / "single-updated")
 
 
 def main() -> None:
@@ -251,6 +285,10 @@ def main() -> None:
                                    "replicas": len(ci.pool.shards[0]), "k": args.k,
                                    "hedge_ms": args.hedge_ms})
     _write(work / "slow.json", slow(ci, expected, queries, args, work))
+    ci, single = updated(ci, args.single, work)  # then a host is lost: it must survive
+    expected = {q: tuple(x.tolist() for x in single.search_bm25([q], args.k)[0])
+                for q in [*queries, UPDATE[0][1]]}
+    queries = [*queries, UPDATE[0][1]]
     _write(work / "stream1.json", stream(ci, expected, queries, args, 1, work))
     _wait_file(work / "restored.json", 400)
     _write(work / "stream2.json", stream(ci, expected, queries, args, 2, work))

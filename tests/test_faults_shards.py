@@ -5,7 +5,8 @@ runs in the head's namespace, as a service on the head node would:
 
 * measures the fan-out (latency per query against the same shards in one process and one
   index; throughput with 1 and 8 clients);
-* streams queries while the worker host holding the most replicas is SIGKILLed: every query
+* upserts a document (acknowledged: on the owning shard's disk, every replica refreshed),
+  then streams queries while the worker host holding the most replicas is SIGKILLed: every query
   is answered (retried or hedged on the surviving replica) and every answer equals the one
   index's (ids and scores bit for bit); the lost replicas restart on the surviving hosts and
   the cluster is fully replicated again by itself (bounded wait);
@@ -107,6 +108,8 @@ def _check(result: dict, killed: dict) -> None:
         assert r["host"] != killed["address"]
         hosts_of.setdefault(r["shard"], set()).add(r["host"])
     assert all(len(h) == 2 for h in hosts_of.values()), result["final_placement"]
+    # the update acknowledged before the kill: every replica, restarted or not, serves it
+    assert result["generations_match"] and result["update_found"], result["final_placement"]
 
 
 def test_a_cluster_index_answers_through_a_lost_host_and_heals(data_dir, tmp_path):
