@@ -96,3 +96,12 @@ def test_bad_clusters_are_refused_naming_the_problem(built, tmp_path, cranfield)
         build_cluster(docs, tmp_path / "y", 50, IndexSettings(legs=("bm25",)))
     with pytest.raises(ConfigError, match="already holds a cluster"):
         build_cluster(docs, built, 2, IndexSettings(legs=("bm25",)))
+
+
+def test_serve_refuses_a_cluster_under_ray_serve(built):
+    from intentrank.cli import app
+
+    res = CliRunner().invoke(app, ["serve", "--ray", "--no-keys", "--index", f"c={built}",
+                                   "--pipeline", "bm25"])
+    assert res.exit_code == 2, res.output
+    assert "shards are Ray actors already" in res.output
