@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from report import ROOT, table
+from lib.results import ROOT, table
 
 RESULTS = ROOT / "bench" / "cluster_results.json"
 
