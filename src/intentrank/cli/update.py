@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -77,24 +79,37 @@ def _report(stats: object, as_json: bool) -> None:
         console.print(f"[green]updated[/] {stats.summary()}")  # type: ignore[attr-defined]
 
 
-@app.command()
-@cli_errors
-def add(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
-        encoding: EncodingOption = "utf-8", include: IncludeOption = None,
-        exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
-        chunk_overlap: OverlapOption = None, strict: StrictOption = False,
-        as_json: JsonOption = False) -> None:
+def source_command(write: Callable[[Path, Path, Source], object]) -> Callable[..., None]:
+    """Register ``write`` as the command of its name with the options of a source read into
+    an index (``add`` and ``sync``): the command reads the source as :class:`Source` does,
+    ``write(index_dir, source, documents)`` changes the index and returns its stats, which
+    are printed; ``--help`` is ``write``'s docstring."""
+
+    @app.command(write.__name__, help=inspect.getdoc(write))
+    @cli_errors
+    def command(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
+                encoding: EncodingOption = "utf-8", include: IncludeOption = None,
+                exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
+                chunk_overlap: OverlapOption = None, strict: StrictOption = False,
+                as_json: JsonOption = False) -> None:
+        src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
+                     chunk_overlap, strict)
+        stats = write(index_dir, source, src)
+        src.done()
+        _report(stats, as_json)
+
+    return command
+
+
+@source_command
+def add(index_dir: Path, source: Path, src: Source) -> object:
     """Add or update documents (an upsert) from a corpus file, a BEIR directory, a folder of
     documents or one document file: new ids are added, changed ones replaced in place (a
     file's passages together), unchanged ones skipped; only new and changed passages are
     encoded."""
     from intentrank.index.update import upsert
 
-    src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
-                 chunk_overlap, strict)
-    stats = upsert(index_dir, src.docs, log=log, progress=True)
-    src.done()
-    _report(stats, as_json)
+    return upsert(index_dir, src.docs, log=log, progress=True)
 
 
 @app.command()
@@ -131,23 +146,15 @@ def merge(index_dir: IndexArg, as_json: JsonOption = False) -> None:
     _report(merge_index(index_dir, log=log), as_json)
 
 
-@app.command()
-@cli_errors
-def sync(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
-         encoding: EncodingOption = "utf-8", include: IncludeOption = None,
-         exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
-         chunk_overlap: OverlapOption = None, strict: StrictOption = False,
-         as_json: JsonOption = False) -> None:
+@source_command
+def sync(index_dir: Path, source: Path, src: Source) -> object:
     """Make an index hold exactly a source's documents (a folder: its files now), in its
     order: new and changed ones in (only they are encoded), removed ones out; the result
     equals a fresh build of the source. A file that cannot be read now keeps the passages
     it had."""
     from intentrank.index.update import sync as sync_docs
 
-    src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
-                 chunk_overlap, strict)
     stats = sync_docs(index_dir, src.docs, log=log, progress=True, keep=src.skipped_units)
     if src.options is not None and source.is_dir():  # the index is now this folder, so read
         record_options(index_dir, src.options)  # as it was this time
-    src.done()
-    _report(stats, as_json)
+    return stats

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from intentrank.errors import FilterError
-from intentrank.filters.columns import RANGE_OPS, MetadataColumns
+from intentrank.filters.columns import RANGE_OPS, Column, MetadataColumns
 from intentrank.filters.values import (
     BOOL,
     DATE_PATTERN,
@@ -52,10 +52,7 @@ class Filter:
 
     def fields(self) -> frozenset[str]:
         """The fields the filter reads."""
-        if isinstance(self, _Junction):
-            return frozenset().union(*(p.fields() for p in self.parts))
-        return self.part.fields() if isinstance(self, Not) \
-            else frozenset({self.field})  # type: ignore[attr-defined]
+        raise NotImplementedError
 
     def __and__(self, other: Filter) -> Filter:
         return And((self, other))
@@ -79,21 +76,37 @@ class Filter:
         return f"({self})" if self.precedence < outer else str(self)
 
 
-def _check_field(field: Any) -> None:
-    if not isinstance(field, str) or not field:
-        raise FilterError(f"a filter field must be a non-empty string, got {field!r}")
+@dataclass(frozen=True)
+class _OnField(Filter):
+    """A test of one field's elements (:class:`Compare`, :class:`In`, :class:`Prefix`): the
+    field is checked, and :meth:`mask` hands the field's column to :meth:`rows`."""
+
+    field: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.field, str) or not self.field:
+            raise FilterError(f"a filter field must be a non-empty string, got {self.field!r}")
+
+    def fields(self) -> frozenset[str]:
+        return frozenset({self.field})
+
+    def mask(self, columns: MetadataColumns) -> np.ndarray:
+        return self.rows(columns.column(self.field))
+
+    def rows(self, col: Column) -> np.ndarray:
+        """Which rows pass, given the field's column."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class Compare(Filter):
+class Compare(_OnField):
     """``field op value``, ``op`` one of ``= != < <= > >=``."""
 
-    field: str
     op: str
     value: Value
 
     def __post_init__(self) -> None:
-        _check_field(self.field)
+        super().__post_init__()
         if self.op not in COMPARISONS:
             raise FilterError(f"unknown comparison {self.op!r}; known: {' '.join(COMPARISONS)}")
         value = check_value(self.value, f"{format_field(self.field)} {self.op}")
@@ -114,8 +127,7 @@ class Compare(Filter):
             return key not in got
         return any(RANGE_OPS[self.op](g, key) for g in got)
 
-    def mask(self, columns: MetadataColumns) -> np.ndarray:
-        col = columns.column(self.field)
+    def rows(self, col: Column) -> np.ndarray:
         if self.op in ("=", "!="):
             hit = col.to_rows(col.equal(self.value))
             return hit if self.op == "=" else col.present & ~hit
@@ -126,14 +138,13 @@ class Compare(Filter):
 
 
 @dataclass(frozen=True)
-class In(Filter):
+class In(_OnField):
     """``field IN (v1, v2, ...)``: an element equals one of the values."""
 
-    field: str
     values: tuple[Value, ...]
 
     def __post_init__(self) -> None:
-        _check_field(self.field)
+        super().__post_init__()
         if isinstance(self.values, str | bytes) or not isinstance(self.values, Iterable):
             raise FilterError(f"{format_field(self.field)} IN: the values must be a list, "
                               f"got {self.values!r}")
@@ -143,8 +154,7 @@ class In(Filter):
     def matches(self, record: Mapping[str, Any]) -> bool:
         return any(Compare(self.field, "=", v).matches(record) for v in self.values)
 
-    def mask(self, columns: MetadataColumns) -> np.ndarray:
-        col = columns.column(self.field)
+    def rows(self, col: Column) -> np.ndarray:
         return col.to_rows(col.equal_any(self.values))
 
     def __str__(self) -> str:
@@ -152,14 +162,13 @@ class In(Filter):
 
 
 @dataclass(frozen=True)
-class Prefix(Filter):
+class Prefix(_OnField):
     """``field PREFIX "text"``: a string element starts with ``prefix``."""
 
-    field: str
     prefix: str
 
     def __post_init__(self) -> None:
-        _check_field(self.field)
+        super().__post_init__()
         if not isinstance(self.prefix, str):
             raise FilterError(f"{format_field(self.field)} PREFIX: the prefix must be a "
                               f"string, got {self.prefix!r}")
@@ -168,8 +177,7 @@ class Prefix(Filter):
         return any(isinstance(x, str) and x.startswith(self.prefix)
                    for x in elements(lookup(record, self.field)))
 
-    def mask(self, columns: MetadataColumns) -> np.ndarray:
-        col = columns.column(self.field)
+    def rows(self, col: Column) -> np.ndarray:
         return col.to_rows(col.prefix(self.prefix))
 
     def __str__(self) -> str:
@@ -204,6 +212,9 @@ class _Junction(Filter):
             flat.extend(p.parts if isinstance(p, type(self)) else (p,))
         object.__setattr__(self, "parts", tuple(flat))
 
+    def fields(self) -> frozenset[str]:
+        return frozenset().union(*(p.fields() for p in self.parts))
+
     def matches(self, record: Mapping[str, Any]) -> bool:
         return self.test(p.matches(record) for p in self.parts)
 
@@ -231,6 +242,9 @@ class Not(Filter):
     def __post_init__(self) -> None:
         if not isinstance(self.part, Filter):
             raise FilterError(f"Not takes a filter, got {self.part!r}")
+
+    def fields(self) -> frozenset[str]:
+        return self.part.fields()
 
     def matches(self, record: Mapping[str, Any]) -> bool:
         return not self.part.matches(record)
