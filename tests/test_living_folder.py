@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 from debian_docs import debian_doc
 from typer.testing import CliRunner
@@ -86,7 +87,8 @@ def test_sync_reads_the_folder_as_index_did(tmp_path):
     given = ["--include", "**/*.html", "--chunk-tokens", "96", "--chunk-overlap", "8"]
     res = runner.invoke(app, ["index", str(folder), str(path), *LEGS, *given])
     assert res.exit_code == 0, res.output
-    recorded = json.loads((path / "folder.json").read_text())
+    assert not (path / "folder.json").exists()  # in the commit: a kill cannot split them
+    recorded = _recorded(path)
     assert recorded == {"include": ["**/*.html"], "exclude": None, "chunk_tokens": 96,
                         "overlap": 8}
     before = _answers(path)
@@ -105,20 +107,26 @@ def test_sync_reads_the_folder_as_index_did(tmp_path):
                               "--json"])  # re-cut: every file's passages change
     assert res.exit_code == 0, res.output
     assert _json(res.output)["replaced"] > 0
-    assert json.loads((path / "folder.json").read_text())["chunk_tokens"] == 200
+    assert _recorded(path)["chunk_tokens"] == 200
     fresh = tmp_path / "fresh"
     res = runner.invoke(app, ["index", str(folder), str(fresh), *LEGS, "--include",
                               "**/*.html", "--chunk-tokens", "200", "--chunk-overlap", "8"])
     assert res.exit_code == 0, res.output
     assert _answers(path) == _answers(fresh)
 
-    (path / "folder.json").write_text("{not json")
-    res = runner.invoke(app, ["sync", str(path), str(folder)])
-    assert res.exit_code != 0
-    assert "folder.json" in res.output and "cannot read the folder options" in res.output
-
     corpus_file = tmp_path / "c.jsonl"
     corpus_file.write_text('{"_id": "a", "text": "MIME glob patterns"}\n')
     res = runner.invoke(app, ["index", str(corpus_file), str(path), *LEGS, "--overwrite"])
     assert res.exit_code == 0, res.output
-    assert not (path / "folder.json").exists()  # a corpus file: nothing to read as a folder
+    assert _recorded(path) is None  # a corpus file: nothing to read as a folder
+
+    (path / "folder.json").write_text("{not json")  # as an index before commits held them
+    res = runner.invoke(app, ["sync", str(path), str(folder)])
+    assert res.exit_code != 0
+    assert "folder.json" in res.output and "cannot read the folder options" in res.output
+
+
+def _recorded(path: Path) -> dict | None:
+    """The folder options the live commit records."""
+    with Index(path) as index:
+        return index.manifest.get("folder")

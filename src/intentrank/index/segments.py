@@ -253,9 +253,13 @@ def merge_candidates(entries: Sequence[SegmentEntry]) -> list[int] | None:
 
 
 def describe(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each segment of a commit as a user sees it: name, rows, deleted, live, tier."""
+    """Each segment of a commit as a user sees it: name, rows, deleted, live, bytes (its
+    files'), tier."""
+    files = manifest["files"]
     return [{"segment": e.name, "dir": e.dir, "rows": e.rows, "deleted": e.deleted,
-             "live": e.live, "tier": tier_of(e.live)} for e in entries_of(manifest)]
+             "live": e.live, "tier": tier_of(e.live),
+             "bytes": sum(int(r["size"]) for r in segment_records(e, files).values())}
+            for e in entries_of(manifest)]
 
 
 def dump(obj: Any) -> str:

@@ -305,6 +305,7 @@ def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: boo
     if due:
         merged = merge_tiers(path, log=log)
         stats.generation, stats.segments = merged.generation, merged.segments
+        stats.merged = merged.merged
         stats.timings["merge"] = merged.seconds
         stats.seconds = time.perf_counter() - t0
     return stats
