@@ -156,3 +156,54 @@ def test_ann_per_segment_with_small_segments_searched_exactly(scifact, tmp_path)
         for j, h in enumerate(hits):
             top = np.argsort(-exact[:, j], kind="stable")[:10]
             assert len(set(h.rows.tolist()) & set(top.tolist())) >= 9
+
+
+BLOCKING_MERGE = """
+    import pathlib, sys, time
+    import intentrank.index.writer as writer
+    from intentrank.index import layout
+    from intentrank.index.update import merge
+
+    path, marker, point = sys.argv[1:4]
+
+    def pausing(real):
+        def wrapped(*args, **kwargs):
+            pathlib.Path(marker).touch()
+            while True:
+                time.sleep(1)
+        return wrapped
+
+    if point == "manifest":  # the merged segment written, its manifest not yet
+        writer.write_manifest = pausing(writer.write_manifest)
+    else:  # the generation written, CURRENT not yet replaced
+        layout.write_current = pausing(layout.write_current)
+    merge(path)
+"""
+
+
+@pytest.mark.parametrize("point", ["manifest", "current"])
+def test_kill_9_mid_merge_leaves_the_segments_as_they_were(scifact, tmp_path, point):
+    import signal
+
+    from test_index_robustness import entries, run_script, wait_for
+
+    path = tmp_path / "idx"
+    build_index(scifact[:40], path, LEXICAL).close()
+    upsert(path, scifact[40:44])
+    delete(path, [scifact[2].id])
+    with Index(path) as index:
+        before = scores_by_id(index, LEXICAL.legs)
+        generation = index.generation
+    marker = tmp_path / "marker"
+    proc = run_script(tmp_path, BLOCKING_MERGE, str(path), str(marker), point)
+    wait_for(marker, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    with Index(path) as index:  # the commit before the merge: complete, verified
+        assert index.generation == generation and len(index.segments) == 2
+        assert index.verify()["files"] > 5
+        assert scores_by_id(index, LEXICAL.legs) == before
+    assert merge(path).segments == 1  # the next writer cleans up and merges
+    with Index(path) as index:
+        assert entries(path) == [".lock", "CURRENT", index.generation]
+    assert_same_as_fresh(path, tmp_path, LEXICAL)

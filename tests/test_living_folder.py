@@ -14,7 +14,7 @@ from debian_docs import debian_doc
 from typer.testing import CliRunner
 
 from intentrank.cli import app
-from intentrank.index import Index
+from intentrank.index import Index, build_index
 
 runner = CliRunner()
 LEGS = ["--legs", "bm25,tfidf,graph"]
@@ -29,6 +29,16 @@ def _answers(path) -> tuple:
         hits = index.search_bm25(["MIME type database", "glob patterns", "magic rules"], 10)
         return (index.corpus_sha256, list(index.ids),
                 [(h.rows.tolist(), h.scores.tolist()) for h in hits])
+
+
+def _by_id(path) -> tuple:
+    """The documents and every BM25 score by id, whatever the row order."""
+    with Index(path) as index:
+        hits = index.search_bm25(["MIME type database", "glob patterns", "magic rules"],
+                                 len(index))
+        return (sorted(index.doc_line(r) for r in range(len(index))),
+                [dict(zip(index.id_array[h.rows].tolist(), h.scores.tolist(), strict=True))
+                 for h in hits])
 
 
 def test_edit_remove_add_then_sync_equals_a_fresh_index(tmp_path):
@@ -64,9 +74,13 @@ def test_edit_remove_add_then_sync_equals_a_fresh_index(tmp_path):
             index.doc(i).text for i in index.ids if index.doc(i).metadata["path"] == pages[0])
     assert stats["encoded"] <= new_passages  # unchanged passages of the edited page reused
 
-    fresh = tmp_path / "fresh"
+    fresh = tmp_path / "fresh"  # the folder's index: the same documents and scores
     assert runner.invoke(app, ["index", str(folder), str(fresh), *LEGS]).exit_code == 0
-    assert _answers(path) == _answers(fresh)
+    assert _by_id(path) == _by_id(fresh)
+    with Index(path) as index:  # and in the synced index's row order, the same index
+        in_order = build_index(list(index.documents()), tmp_path / "in-order", index.settings)
+    in_order.close()
+    assert _answers(path) == _answers(tmp_path / "in-order")
 
     (folder / pages[2]).write_bytes(b"\x00\x01binary now")  # unreadable this time
     res = runner.invoke(app, ["sync", str(path), str(folder), "--json"])
