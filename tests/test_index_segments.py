@@ -207,3 +207,21 @@ def test_kill_9_mid_merge_leaves_the_segments_as_they_were(scifact, tmp_path, po
     with Index(path) as index:
         assert entries(path) == [".lock", "CURRENT", index.generation]
     assert_same_as_fresh(path, tmp_path, LEXICAL)
+
+
+def test_a_filter_over_segments_scores_as_an_index_of_the_matching_documents(scifact, tmp_path):
+    path = tmp_path / "idx"
+    build_index(scifact[:50], path, LEXICAL).close()
+    upsert(path, scifact[50:70])
+    upsert(path, [scifact[60].__class__(**{**scifact[4].__dict__, "text": "insulin mice"})])
+    delete(path, [scifact[7].id, scifact[55].id])
+    with Index(path) as index:
+        assert len(index.segments) == 3
+        allow = index.allowed_rows("year >= 2010")
+        matching = [d for d, keep in zip(index.documents(), allow, strict=True) if keep]
+        got = {leg: [dict(zip(index.id_array[h.rows].tolist(), h.scores.tolist(),
+                              strict=True))
+                     for h in getattr(index, f"search_{leg}")(QUERIES, len(index), allow=allow)]
+               for leg in LEXICAL.legs}
+    with build_index(matching, tmp_path / "only", LEXICAL) as only:
+        assert scores_by_id(only, LEXICAL.legs) == got
