@@ -150,9 +150,10 @@ def segments(index_dir: IndexArg, as_json: JsonOption = False) -> None:
         typer.echo(json.dumps({"generation": generation, "segments": rows}, indent=1))
         return
     console.print(f"{index_dir} ({generation}): {len(rows)} segment(s)")
+    console.print(f"  {'segment':<17}{'rows':>9}{'deleted':>9}{'live':>9}{'MB':>9}{'tier':>6}")
     for r in rows:
-        console.print(f"  {r['segment']:<18} {r['rows']:>9} rows {r['deleted']:>8} deleted "
-                      f"{r['live']:>9} live {r['bytes'] / 1e6:>9.2f} MB  tier {r['tier']}")
+        console.print(f"  {r['segment']:<17}{r['rows']:>9}{r['deleted']:>9}{r['live']:>9}"
+                      f"{r['bytes'] / 1e6:>9.2f}{r['tier']:>6}")
 
 
 @app.command()
