@@ -68,10 +68,12 @@ class UpdateStats:
 
     def summary(self) -> str:
         how = (f" ({self.tombstones} dead rows kept until a merge)" if self.tombstones else
-               " (merged: compact)" if self.merged else "")
+               " (segments merged)" if self.merged else "")
         return (f"{self.added} added, {self.replaced} replaced, {self.unchanged} unchanged, "
                 f"{self.deleted} deleted{how}; {self.passages} passages, {self.encoded} "
-                f"encoded, {self.seconds:.1f}s")
+                f"encoded, {self.seconds:.1f}s" + (f"; {self.segments} segment"
+                                                   f"{'' if self.segments == 1 else 's'}"
+                                                   if self.segments else ""))
 
 
 @dataclass
