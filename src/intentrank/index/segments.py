@@ -151,9 +151,10 @@ def link(src: Path, dst: Path) -> None:
             os.fsync(fh.fileno())
 
 
-def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[str], list[Any]]:
+def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[str],
+                                       list[Any], list[int]]:
     """Read every segment of an Index being opened: its deleted rows (as physical rows),
-    doc offsets, ids and open docs.jsonl."""
+    doc offsets, ids, open docs.jsonl and its size."""
     dead, offsets, ids, fhs = [], [], [], []
     try:
         for entry, start in zip(index.segments, index._seg_start.tolist(), strict=False):
@@ -170,7 +171,7 @@ def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[
         for fh in fhs:
             fh.close()
         raise
-    return dead, offsets, ids, fhs
+    return dead, offsets, ids, fhs, [os.fstat(fh.fileno()).st_size for fh in fhs]
 
 
 def segment_vectors(index: Any) -> list[np.ndarray]:

@@ -107,13 +107,10 @@ class Index:
                                     f"{self._hint}") from exc
         self._seg_start = np.cumsum([0] + [e.rows for e in self.segments])
         self._n_phys = int(self._seg_start[-1])
-        dead, self._seg_offsets, ids, self._docs_fhs = open_segments(self)
-        self._docs_sizes = [os.fstat(fh.fileno()).st_size for fh in self._docs_fhs]
+        dead, self._seg_offsets, ids, self._docs_fhs, self._docs_sizes = open_segments(self)
         self.live: LiveRows | None = (LiveRows(np.concatenate(dead), self._n_phys) if dead
                                       else None)
-        self.ids: list[str] = ids
-        if self.live is not None:
-            self.ids = [self.ids[r] for r in self.live.phys.tolist()]
+        self.ids: list[str] = ids if self.live is None else [ids[r] for r in self.live.phys]
         if len(self.ids) != self.manifest["n_docs"]:
             raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
                                     f"its segments hold {len(self.ids)} live; {self._hint}")
@@ -231,9 +228,8 @@ class Index:
 
     @property
     def flat(self) -> bool:
-        """One top-level segment without deletes (a build's, a merge's): its whole-corpus files
-        (bm25/, tfidf/, graph/pagerank.npy) are the live corpus's. Otherwise the lexical
-        legs' corpus-wide parts come from every segment's term data on first use."""
+        """One top-level segment without deletes: its whole-corpus files (bm25/, tfidf/, graph/)
+        are the live corpus's (else the lexical legs' come from every segment's term data)."""
         return self.live is None and len(self.segments) == 1 and self.segments[0].dir == BASE
 
     def documents(self) -> Iterator[Document]:
@@ -303,7 +299,7 @@ class Index:
         if not self.flat:  # the live rows' statistics, as a fresh build computes them
             from intentrank.index.terms import bm25_from_rows
 
-            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)
+            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)  # (API only)
         return load("bm25")
 
     @property
@@ -428,10 +424,14 @@ class Index:
         check_k(k)
         allow = check_allow(allow, len(self))
         s = self.settings.bm25
-        bm25 = self.bm25  # loading it checks the index's own backend
+        self._require("bm25")
+        self.set_bm25_backend(self.bm25_backend)  # checks that it is usable here
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
-        if allow is not None and (hits := self._subsets.bm25(tokens, k, allow)) is not None:
+        every = np.ones(len(self), dtype=bool) if allow is None else allow
+        if (allow is not None or not self.flat) and (  # segments, deletes: from the postings
+                hits := self._subsets.bm25(tokens, k, every)) is not None:
             return hits
+        bm25 = self.bm25
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
