@@ -22,7 +22,7 @@ from intentrank.errors import IntentrankError
 from intentrank.index import IndexSettings, build_index
 from intentrank.index.errors import IndexBusyError
 from intentrank.index.store import Index
-from intentrank.index.update import delete, sync, upsert
+from intentrank.index.update import delete, merge, sync, upsert
 from intentrank.types import Document
 
 LEXICAL = IndexSettings(legs=("bm25", "tfidf", "graph"))
@@ -72,17 +72,21 @@ def assert_same_as_fresh(path: Path, tmp: Path, settings: IndexSettings) -> None
 
 
 # -- the semantics, against a model of the corpus ----------------------------------------
-def test_upsert_adds_replaces_in_place_and_skips_unchanged(scifact, tmp_path):
+def test_upsert_writes_one_segment_of_the_new_and_changed(scifact, tmp_path):
     path = tmp_path / "idx"
     build_index(scifact[:40], path, LEXICAL).close()
     changed = replace(scifact[3], text=scifact[3].text + " vitamin D fractures")
     stats = upsert(path, [changed, scifact[4], *scifact[40:45]])
     assert (stats.added, stats.replaced, stats.unchanged, stats.deleted) == (5, 1, 1, 0)
     assert stats.encoded == 6 and stats.passages == 45
-    with Index(path) as index:
-        assert index.ids == [d.id for d in scifact[:45]]  # replaced in place, new appended
+    with Index(path) as index:  # the changed one moved to the new segment, after the others
+        assert index.ids == [d.id for d in (*scifact[:3], *scifact[4:40], scifact[3],
+                                            *scifact[40:45])]
         assert index.doc(scifact[3].id).text.endswith("vitamin D fractures")
         assert index.manifest["update"]["replaced"] == 1
+        assert [(e.rows, e.deleted) for e in index.segments] == [(40, 1), (6, 0)]
+        new = index.gen_dir / index.segments[1].dir
+        assert len((new / "docs.jsonl").read_bytes().splitlines()) == 6
     again = upsert(path, [changed])
     assert not again.changed and again.unchanged == 1  # nothing to write: same generation
     assert again.generation == stats.generation
@@ -123,8 +127,11 @@ def test_sync_equals_a_build_of_the_new_corpus_order_included(scifact, tmp_path)
     stats = sync(path, target)
     assert (stats.added, stats.deleted, stats.replaced, stats.unchanged) == (10, 25, 1, 24)
     assert stats.encoded == 11
-    with Index(path) as index:
-        assert index.ids == [d.id for d in target]
+    with Index(path) as index:  # unchanged rows stay, new and changed ones follow in order
+        kept = [d.id for d in scifact[:50] if d.id in {t.id for t in target[4:]} | {
+            t.id for t in target[:3]}]
+        assert index.ids == kept + [target[3].id] + [d.id for d in target[20:30]]
+        assert sorted(index.ids) == sorted(d.id for d in target)
     assert_same_as_fresh(path, tmp_path, LEXICAL)
     assert not sync(path, target).changed
 
@@ -144,7 +151,8 @@ def test_updates_refuse_what_they_cannot_do_exactly(scifact, tmp_path):
 
 
 # -- the property: any sequence of operations equals a fresh build -------------------------
-OPS = st.lists(st.tuples(st.sampled_from(["add", "change", "meta", "delete", "sync"]),
+OPS = st.lists(st.tuples(st.sampled_from(["add", "change", "meta", "delete", "sync",
+                                          "merge"]),
                          st.integers(0, 10_000)), min_size=1, max_size=4)
 
 
@@ -166,10 +174,10 @@ def test_random_update_sequences_equal_a_fresh_build(scifact, tmp_path_factory, 
             model += new
         elif op in ("change", "meta"):
             i = int(rng.integers(len(model)))
-            doc = model[i]
-            model[i] = (replace(doc, text=doc.text + " " + pool[n % len(pool)].text[:80])
-                        if op == "change" else replace(doc, metadata={"year": n}))
-            upsert(path, [model[i]])
+            doc = model.pop(i)  # to the new segment, after every other row
+            model.append(replace(doc, text=doc.text + " " + pool[n % len(pool)].text[:80])
+                         if op == "change" else replace(doc, metadata={"year": n}))
+            upsert(path, [model[-1]])
         elif op == "delete" and len(model) > 5:
             gone = {model[int(j)].id for j in rng.choice(len(model), 1 + n % 4, replace=False)}
             delete(path, sorted(gone))
@@ -177,8 +185,13 @@ def test_random_update_sequences_equal_a_fresh_build(scifact, tmp_path_factory, 
         elif op == "sync":
             both = model + [d for d in pool if d.id not in held][:n % 9]
             keep = rng.permutation(len(both))[:max(5, len(both) - n % 11)]
-            model = [both[int(j)] for j in keep]
-            sync(path, model)
+            target = [both[int(j)] for j in keep]
+            sync(path, target)
+            wanted = {d.id for d in target}
+            stays = [d for d in model if d.id in wanted]  # unchanged: keep their rows
+            model = stays + [d for d in target if d.id not in {s.id for s in stays}]
+        elif op == "merge":
+            merge(path)
         with Index(path) as index:
             assert [d.id for d in index.documents()] == [d.id for d in model]
             assert list(index.documents()) == model
@@ -187,7 +200,7 @@ def test_random_update_sequences_equal_a_fresh_build(scifact, tmp_path_factory, 
 
 @pytest.mark.slow
 def test_dense_leg_encodes_only_new_and_changed_passages(scifact, tmp_path, monkeypatch):
-    import intentrank.index.update as update_module
+    import intentrank.index.writer as update_module
 
     settings = IndexSettings()  # every leg, the default dense model
     path = tmp_path / "idx"
@@ -212,6 +225,7 @@ BLOCKING_UPDATE = """
     import pathlib, sys, time
     import intentrank.index.build as build
     import intentrank.index.update as update
+    import intentrank.index.writer as writer
     from intentrank.index import layout
     from intentrank.types import Document
 
@@ -229,9 +243,9 @@ BLOCKING_UPDATE = """
         return wrapped
 
     if point == "legs":
-        update.save_tfidf = pausing(update.save_tfidf)
+        writer.tfidf_rows = pausing(writer.tfidf_rows)
     elif point == "manifest":
-        update.write_manifest = pausing(update.write_manifest)
+        writer.write_commit_manifest = pausing(writer.write_commit_manifest)
     elif point == "current":
         layout.write_current = pausing(layout.write_current)
     elif point == "cleanup":

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 from debian_docs import debian_doc
 from typer.testing import CliRunner
 
 from intentrank.cli import app
-from intentrank.index import Index
+from intentrank.index import Index, build_index
 
 runner = CliRunner()
 LEGS = ["--legs", "bm25,tfidf,graph"]
@@ -28,6 +29,16 @@ def _answers(path) -> tuple:
         hits = index.search_bm25(["MIME type database", "glob patterns", "magic rules"], 10)
         return (index.corpus_sha256, list(index.ids),
                 [(h.rows.tolist(), h.scores.tolist()) for h in hits])
+
+
+def _by_id(path) -> tuple:
+    """The documents and every BM25 score by id, whatever the row order."""
+    with Index(path) as index:
+        hits = index.search_bm25(["MIME type database", "glob patterns", "magic rules"],
+                                 len(index))
+        return (sorted(index.doc_line(r) for r in range(len(index))),
+                [dict(zip(index.id_array[h.rows].tolist(), h.scores.tolist(), strict=True))
+                 for h in hits])
 
 
 def test_edit_remove_add_then_sync_equals_a_fresh_index(tmp_path):
@@ -63,9 +74,13 @@ def test_edit_remove_add_then_sync_equals_a_fresh_index(tmp_path):
             index.doc(i).text for i in index.ids if index.doc(i).metadata["path"] == pages[0])
     assert stats["encoded"] <= new_passages  # unchanged passages of the edited page reused
 
-    fresh = tmp_path / "fresh"
+    fresh = tmp_path / "fresh"  # the folder's index: the same documents and scores
     assert runner.invoke(app, ["index", str(folder), str(fresh), *LEGS]).exit_code == 0
-    assert _answers(path) == _answers(fresh)
+    assert _by_id(path) == _by_id(fresh)
+    with Index(path) as index:  # and in the synced index's row order, the same index
+        in_order = build_index(list(index.documents()), tmp_path / "in-order", index.settings)
+    in_order.close()
+    assert _answers(path) == _answers(tmp_path / "in-order")
 
     (folder / pages[2]).write_bytes(b"\x00\x01binary now")  # unreadable this time
     res = runner.invoke(app, ["sync", str(path), str(folder), "--json"])
@@ -86,7 +101,8 @@ def test_sync_reads_the_folder_as_index_did(tmp_path):
     given = ["--include", "**/*.html", "--chunk-tokens", "96", "--chunk-overlap", "8"]
     res = runner.invoke(app, ["index", str(folder), str(path), *LEGS, *given])
     assert res.exit_code == 0, res.output
-    recorded = json.loads((path / "folder.json").read_text())
+    assert not (path / "folder.json").exists()  # in the commit: a kill cannot split them
+    recorded = _recorded(path)
     assert recorded == {"include": ["**/*.html"], "exclude": None, "chunk_tokens": 96,
                         "overlap": 8}
     before = _answers(path)
@@ -105,20 +121,26 @@ def test_sync_reads_the_folder_as_index_did(tmp_path):
                               "--json"])  # re-cut: every file's passages change
     assert res.exit_code == 0, res.output
     assert _json(res.output)["replaced"] > 0
-    assert json.loads((path / "folder.json").read_text())["chunk_tokens"] == 200
+    assert _recorded(path)["chunk_tokens"] == 200
     fresh = tmp_path / "fresh"
     res = runner.invoke(app, ["index", str(folder), str(fresh), *LEGS, "--include",
                               "**/*.html", "--chunk-tokens", "200", "--chunk-overlap", "8"])
     assert res.exit_code == 0, res.output
     assert _answers(path) == _answers(fresh)
 
-    (path / "folder.json").write_text("{not json")
-    res = runner.invoke(app, ["sync", str(path), str(folder)])
-    assert res.exit_code != 0
-    assert "folder.json" in res.output and "cannot read the folder options" in res.output
-
     corpus_file = tmp_path / "c.jsonl"
     corpus_file.write_text('{"_id": "a", "text": "MIME glob patterns"}\n')
     res = runner.invoke(app, ["index", str(corpus_file), str(path), *LEGS, "--overwrite"])
     assert res.exit_code == 0, res.output
-    assert not (path / "folder.json").exists()  # a corpus file: nothing to read as a folder
+    assert _recorded(path) is None  # a corpus file: nothing to read as a folder
+
+    (path / "folder.json").write_text("{not json")  # as an index before commits held them
+    res = runner.invoke(app, ["sync", str(path), str(folder)])
+    assert res.exit_code != 0
+    assert "folder.json" in res.output and "cannot read the folder options" in res.output
+
+
+def _recorded(path: Path) -> dict | None:
+    """The folder options the live commit records."""
+    with Index(path) as index:
+        return index.manifest.get("folder")

@@ -12,7 +12,7 @@ from typing import Any
 
 from intentrank.cli.common import console, warn
 from intentrank.core.params import ParameterError
-from intentrank.errors import ConfigError, DataError
+from intentrank.errors import ConfigError, DataError, IntentrankError
 
 SHOWN = 20  # skipped files listed by name; the rest are counted
 FOLDER_OPTIONS = "folder.json"  # in an index directory built from a folder of documents
@@ -50,10 +50,14 @@ def folder_options(include: list[str] | None, exclude: list[str] | None, chunk_t
 
 
 def recorded_options(index_dir: Path) -> FolderOptions:
-    """The folder options recorded in ``index_dir`` (none recorded: the defaults)."""
+    """The folder options recorded in the live commit of ``index_dir`` (its manifest's
+    ``folder``; an index from before they were kept there: ``folder.json``; none recorded:
+    the defaults)."""
     path = index_dir / FOLDER_OPTIONS
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = _committed_options(index_dir)
+        if raw is None:
+            raw = json.loads(path.read_text(encoding="utf-8"))
         return FolderOptions(
             tuple(raw["include"]) if raw.get("include") is not None else None,
             tuple(raw["exclude"]) if raw.get("exclude") is not None else None,
@@ -65,6 +69,23 @@ def recorded_options(index_dir: Path) -> FolderOptions:
         raise ConfigError(f"{path}: cannot read the folder options recorded there ({exc}); "
                           f"delete the file and give --include/--exclude/--chunk-tokens/"
                           f"--chunk-overlap again") from exc
+
+
+def _committed_options(index_dir: Path) -> dict | None:
+    """The ``folder`` entry of the live commit's manifest (None: none, or no index)."""
+    from intentrank.index import layout
+
+    try:
+        name = layout.read_current(index_dir)
+        manifest = layout.load_manifest(index_dir / name) if name else {}
+    except IntentrankError:
+        return None
+    return manifest.get("folder")
+
+
+def options_record(options: FolderOptions | None) -> dict | None:
+    """How a commit records folder options (None: not a folder)."""
+    return None if options is None else asdict(options)
 
 
 def record_options(index_dir: Path, options: FolderOptions | None) -> None:

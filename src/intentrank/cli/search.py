@@ -27,6 +27,7 @@ from intentrank.cli.common import (
 from intentrank.cli.ingest import (
     folder_options,
     is_document_folder,
+    options_record,
     print_skipped,
     read_documents,
     record_options,
@@ -160,9 +161,10 @@ def index(
     start = time.perf_counter()
     docs = folder.documents if folder is not None else corpus(source, encoding)
     idx = build_index(docs, out_dir, settings, overwrite=overwrite,
-                      progress=True, log=log, encoder=encoder)
+                      progress=True, log=log, encoder=encoder, folder=options_record(read_as))
     secs = time.perf_counter() - start
-    record_options(out_dir, read_as)  # a corpus: none (a rebuild forgets a folder's)
+    in_commit = idx.manifest.get("folder") is not None  # else a reused older index
+    record_options(out_dir, None if in_commit else read_as)  # the commit holds them
     if folder is not None:
         print_skipped(folder)
     times = ", ".join(f"{k} {v:.1f}s" for k, v in idx.manifest["build_seconds"].items())

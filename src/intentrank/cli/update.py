@@ -15,9 +15,9 @@ from intentrank.cli.common import app, cli_errors, console, corpus, log, setting
 from intentrank.cli.ingest import (
     folder_options,
     is_document_folder,
+    options_record,
     print_skipped,
     read_documents,
-    record_options,
     recorded_options,
 )
 from intentrank.cli.options import CorpusArg, panel
@@ -138,12 +138,37 @@ def delete(
 
 @app.command()
 @cli_errors
-def merge(index_dir: IndexArg, as_json: JsonOption = False) -> None:
-    """Write an index with deleted rows as a compact one (deletes do this by themselves
-    when a fifth of the rows are dead)."""
+def merge(index_dir: IndexArg, as_json: JsonOption = False,
+          policy: Annotated[bool, typer.Option("--policy", help="Only the merges the tiered "
+                                               "merge policy asks for now.")] = False) -> None:
+    """Rewrite an index of several segments or with deleted rows as one segment (adds
+    merge small segments by the tiered policy, deletes merge when a fifth of the rows are
+    dead)."""
     from intentrank.index.update import merge as merge_index
+    from intentrank.index.update import merge_tiers
 
-    _report(merge_index(index_dir, log=log), as_json)
+    _report((merge_tiers if policy else merge_index)(index_dir, log=log), as_json)
+
+
+@app.command()
+@cli_errors
+def segments(index_dir: IndexArg, as_json: JsonOption = False) -> None:
+    """List the segments of an index's live commit: rows, deleted rows, live rows, bytes
+    on disk and size tier."""
+    from intentrank.index.segments import describe
+    from intentrank.index.store import Index
+
+    with Index(index_dir) as index:
+        rows = describe(index.manifest)
+        generation = index.generation
+    if as_json:
+        typer.echo(json.dumps({"generation": generation, "segments": rows}, indent=1))
+        return
+    console.print(f"{index_dir} ({generation}): {len(rows)} segment(s)")
+    console.print(f"  {'segment':<17}{'rows':>9}{'deleted':>9}{'live':>9}{'MB':>9}{'tier':>6}")
+    for r in rows:
+        console.print(f"  {r['segment']:<17}{r['rows']:>9}{r['deleted']:>9}{r['live']:>9}"
+                      f"{r['bytes'] / 1e6:>9.2f}{r['tier']:>6}")
 
 
 @source_command
@@ -154,7 +179,7 @@ def sync(index_dir: Path, source: Path, src: Source) -> object:
     it had."""
     from intentrank.index.update import sync as sync_docs
 
-    stats = sync_docs(index_dir, src.docs, log=log, progress=True, keep=src.skipped_units)
-    if src.options is not None and source.is_dir():  # the index is now this folder, so read
-        record_options(index_dir, src.options)  # as it was this time
-    return stats
+    folder = options_record(src.options) if src.options is not None and source.is_dir() \
+        else None  # the index is now this folder: read it as this time (in the commit)
+    return sync_docs(index_dir, src.docs, log=log, progress=True, keep=src.skipped_units,
+                     folder=folder)

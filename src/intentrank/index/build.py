@@ -99,6 +99,7 @@ def build_index(
     embedding_cache: bool = True,
     log: Progress | None = None,
     encoder: Encoder | None = None,
+    folder: dict[str, Any] | None = None,
 ) -> Index:
     """Build (or reuse) the index at ``path`` from ``docs``.
 
@@ -111,6 +112,7 @@ def build_index(
     temporary generation and any directory this call created. ``encoder`` replaces the
     dense leg's own model for passages (it must encode with the same model: the manifest
     records ``settings.dense``), e.g. :func:`intentrank.scale.encode.ray_encoder`.
+    ``folder``: how a folder of documents was read, recorded in the commit (for ``sync``).
     """
     settings = settings or IndexSettings()
     if not isinstance(settings, IndexSettings):
@@ -123,18 +125,18 @@ def build_index(
     with _sigterm_raises(path) as guard:
         return _build_locked(docs, path, settings, guard, overwrite=overwrite,
                              progress=progress, embedding_cache=embedding_cache, say=say,
-                             encoder=encoder)
+                             encoder=encoder, folder=folder)
 
 
 def _build_locked(
     docs: Iterable[Document], path: Path, settings: IndexSettings, guard: _Guard, *,
     overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
-    encoder: Encoder | None = None,
+    encoder: Encoder | None = None, folder: dict[str, Any] | None = None,
 ) -> Index:
     def write(tmp: Path, existing: Index | None) -> Index | None:
         return _build_generation(docs, tmp, settings, existing, overwrite=overwrite,
                                  progress=progress, embedding_cache=embedding_cache, say=say,
-                                 encoder=encoder)
+                                 encoder=encoder, folder=folder)
 
     return commit_generation(path, guard, write, say, overwrite=overwrite)
 
@@ -309,7 +311,7 @@ def _existing_index(path: Path, overwrite: bool, say: Progress) -> tuple[Index |
 def _build_generation(
     docs: Iterable[Document], tmp: Path, settings: IndexSettings, existing: Index | None, *,
     overwrite: bool, progress: bool, embedding_cache: bool, say: Progress,
-    encoder: Encoder | None = None,
+    encoder: Encoder | None = None, folder: dict[str, Any] | None = None,
 ) -> Index | None:
     """Write a complete generation into ``tmp``; return ``existing`` instead if it is up to
     date (and we do not overwrite)."""
@@ -346,7 +348,8 @@ def _build_generation(
         if leg_stats:
             stats[leg] = leg_stats
         timings[leg] = time.perf_counter() - t
-    write_manifest(tmp, corpus_hash, len(kept), settings, timings, stats)
+    write_manifest(tmp, corpus_hash, len(kept), settings, timings, stats,
+                   **({"folder": folder} if folder is not None else {}))
     return None
 
 

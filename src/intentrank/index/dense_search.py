@@ -1,5 +1,5 @@
 """The dense leg's search over a generation's vectors: exact (whole, or the allowed rows
-gathered) or approximate, per shard, merged."""
+gathered) or approximate, per part (a shard or a segment), merged."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from intentrank.index.hits import Hits, dense_scores, top_k
 def search_vectors(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) -> list[Hits]:
     """Each query's top ``k`` over the vectors file's rows (``allow``: a mask over them)."""
     vectors = index._vectors
-    if index.settings.dense.ann.method == "exact" and not index.sharded \
+    if index.settings.dense.ann.method == "exact" and len(index.shard_bounds) == 1 \
             and len(vectors) <= EXACT_BLOCK:
         if allow is not None:  # the allowed rows' vectors only
             rows = np.flatnonzero(allow)
@@ -33,9 +33,10 @@ def search_vectors(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
 
 
 def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) -> list[Hits]:
-    """Exact search block by block over the memory map, or ANN, per shard, merged; with
-    ``allow``, exact over the allowed rows where they are few (ANN_EXACT_BELOW), else ANN
-    restricted to them."""
+    """Exact search block by block over the memory map, or ANN, per part (a shard or a
+    segment), merged; with ``allow``, exact over the allowed rows where they are few
+    (ANN_EXACT_BELOW), else ANN restricted to them. A segment too small for an ANN structure
+    is searched exactly."""
     from intentrank.index.shards import merge_hits
 
     per_shard: list[list[Hits]] = []
@@ -44,7 +45,7 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
         if part is not None and not part.any():
             continue
         vectors = index._vectors[start:end]
-        exact = index.settings.dense.ann.method == "exact" or (
+        exact = index.settings.dense.ann.method == "exact" or index.ann[i] is None or (
             part is not None and part.mean() < ANN_EXACT_BELOW)
         if exact and part is not None and part.mean() < GATHER_BELOW:
             rows, scores = exact_search_rows(vectors, np.flatnonzero(part), q, k)
@@ -57,3 +58,39 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
         per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
                                                                            strict=True)])
     return merge_hits(per_shard, k)
+
+
+def part_bounds(index: Any) -> list[tuple[int, int]]:
+    """(start, end) physical rows of each dense part of ``index``: each shard of its
+    top-level segment (one range if unsharded), then each other segment."""
+    from intentrank.index.segments import BASE
+    from intentrank.index.shards import shard_bounds
+
+    out = []
+    for entry, start in zip(index.segments, index._seg_start.tolist(), strict=False):
+        shards = index.settings.shards if entry.dir == BASE else 1
+        out += [(start + a, start + b) for a, b in shard_bounds(entry.rows, shards)]
+    return out
+
+
+def ann_searchers(index: Any) -> list[Any]:
+    """One faiss searcher per dense part (None for a segment without an ANN file)."""
+    from intentrank.index.ann import AnnSearcher, ann_file
+    from intentrank.index.segments import BASE
+
+    files: list[str | None] = []
+    for entry in index.segments:
+        if entry.dir == BASE:
+            files += [ann_file(i if index.sharded else None)
+                      for i in range(index.settings.shards)]
+        else:
+            rel = f"{entry.dir}/{ann_file(None)}"
+            files.append(rel if rel in index._files else None)
+    out: list[Any] = []
+    for (start, end), rel in zip(index.shard_bounds, files, strict=True):
+        if rel is None:
+            out.append(None)
+            continue
+        with index._reading(rel) as file:
+            out.append(AnnSearcher(file, index._vectors[start:end], index.settings.dense.ann))
+    return out

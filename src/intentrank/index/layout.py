@@ -5,10 +5,13 @@
     DIR/
       CURRENT              the live generation's name ("gen-..."), replaced atomically
       .lock                writer lock (flock, exclusive, non-blocking); holds the writer's pid
-      folder.json          built from a folder of documents: how the CLI read it (globs,
-                           chunking; ``intentrank.cli.ingest.FolderOptions``), for `sync`
-      gen-<id>/            one complete, immutable generation
-        manifest.json      corpus hash, settings, versions, size + sha256 of every file below
+      folder.json          an index from before the commit recorded them: how the CLI read
+                           its folder (now the manifest's ``folder``)
+      gen-<id>/            one complete, immutable generation (a commit point)
+        manifest.json      corpus hash, settings, versions, its segments and their deleted
+                           rows (:mod:`intentrank.index.segments`), the folder options (globs,
+                           chunking; ``intentrank.cli.ingest.FolderOptions``), for `sync`),
+                           size + sha256 of every file below
         .readers.lock      readers hold a shared flock on it while an Index is open
         docs.jsonl         one document per line (id, title, text, parent_id, metadata)
         doc_offsets.npy    byte offset of each line in docs.jsonl
@@ -19,9 +22,11 @@
         tfidf/             vectorizer.pkl, matrix.npz
         graph/             entities.json, pagerank.npy, edges.npy
         terms/             each row's BM25 term frequencies and TF-IDF counts (updates)
-        deleted.npy        after a delete: the rows that are gone (tombstones; the other
-                           files are hard links to the previous generation's,
-                           :mod:`intentrank.index.tombstones`)
+        segments/seg-<id>/ a segment an update wrote: docs, ids, parents, terms/, dense/
+                           (embeddings, ann.faiss from 1024 rows), graph/entities.json
+        deleted.npy, deletes/seg-<id>.npy   each segment's deleted rows
+                           (every file of a segment an update kept is a hard link to the
+                           previous generation's)
       .tmp-<id>/           a generation being built (removed by the next build if left over)
       .trash-<id>/         an old generation being deleted
 

@@ -35,12 +35,23 @@ from intentrank.index.hits import (
     top_k,
 )
 from intentrank.index.layout import MANIFEST
+from intentrank.index.segments import (
+    BASE,
+    SegmentVectors,
+    entries_of,
+    load_term_rows,
+    open_segments,
+    segment_files,
+    segment_lists,
+    segment_vectors,
+)
 from intentrank.index.settings import IndexSettings
 from intentrank.index.subset import graph_hits, inverted
-from intentrank.index.tombstones import LiveRows, RowView, lines_sha256, load_live
+from intentrank.index.tombstones import LiveRows, RowView, lines_sha256
 from intentrank.types import Document
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_FORMATS = (2, 3)  # 2: one segment at the top level, before segments were listed
 _MANIFEST_KEYS = ("format", "corpus_sha256", "n_docs", "settings", "files")
 
 
@@ -74,9 +85,10 @@ class Index:
     def _load(self) -> None:
         self.manifest: dict[str, Any] = layout.load_manifest(self.gen_dir)
         shown = self.gen_dir / MANIFEST
-        if self.manifest.get("format") != FORMAT_VERSION:
+        if self.manifest.get("format") not in READABLE_FORMATS:
             raise IndexFormatError(f"{shown}: index format {self.manifest.get('format')!r} is "
-                                   f"not supported (expected {FORMAT_VERSION}); {self._hint}")
+                                   f"not supported (this version reads {list(READABLE_FORMATS)}"
+                                   f"); {self._hint}")
         missing = [k for k in _MANIFEST_KEYS if k not in self.manifest]
         if missing or not isinstance(self.manifest["files"], dict):
             raise IndexCorruptError(f"{shown} lacks {missing or ['files']}; {self._hint}")
@@ -88,20 +100,20 @@ class Index:
             raise IndexCorruptError(f"{shown} holds invalid settings or file records ({exc}); "
                                     f"{self._hint}") from exc
         layout.check_sizes(self.gen_dir, self._files)
-        with self._reading("deleted.npy"):
-            self.live: LiveRows | None = load_live(self.gen_dir, self.manifest)
-        n = self.manifest["n_docs"] if self.live is None else self.manifest["rows"]
-        with self._reading("doc_offsets.npy") as file:
-            self._offsets = np.load(file)  # physical rows
-        with self._reading("ids.json") as file:
-            self.ids: list[str] = json.loads(file.read_text())
-        if len(self.ids) != n or len(self._offsets) != n:
-            raise IndexCorruptError(f"{self.gen_dir}: the manifest records {n} documents, "
-                                    f"ids.json holds {len(self.ids)} and doc_offsets.npy "
-                                    f"{len(self._offsets)}; {self._hint}")
-        if self.live is not None:
-            self.ids = [self.ids[r] for r in self.live.phys.tolist()]
-        self._docs_fh = open(self.gen_dir / "docs.jsonl", "rb")  # noqa: SIM115 (kept open)
+        try:
+            self.segments = entries_of(self.manifest)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise IndexCorruptError(f"{shown} holds invalid segment records ({exc}); "
+                                    f"{self._hint}") from exc
+        self._seg_start = np.cumsum([0] + [e.rows for e in self.segments])
+        self._n_phys = int(self._seg_start[-1])
+        dead, self._seg_offsets, ids, self._docs_fhs, self._docs_sizes = open_segments(self)
+        self.live: LiveRows | None = (LiveRows(np.concatenate(dead), self._n_phys) if dead
+                                      else None)
+        self.ids: list[str] = ids if self.live is None else [ids[r] for r in self.live.phys]
+        if len(self.ids) != self.manifest["n_docs"]:
+            raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
+                                    f"its segments hold {len(self.ids)} live; {self._hint}")
         self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self._term_rows: dict[str, Any] = {}  # term_rows(name), once loaded
         self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
@@ -196,10 +208,9 @@ class Index:
         try:
             rec = json.loads(line)
             if rec["id"] != doc_id:
-                raise ValueError(f"line at offset {int(self._offsets[row])} holds id "
-                                 f"{rec['id']!r}, not {doc_id!r}")
+                raise ValueError(f"row {row}'s line holds id {rec['id']!r}, not {doc_id!r}")
         except (ValueError, KeyError, TypeError) as exc:
-            raise IndexCorruptError(f"{self.gen_dir / 'docs.jsonl'} is damaged ({exc}); "
+            raise IndexCorruptError(f"{self.gen_dir}'s docs.jsonl is damaged ({exc}); "
                                     f"{self._hint}") from exc
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"), metadata=rec.get("metadata") or {})
@@ -209,10 +220,17 @@ class Index:
         position: safe from many threads at once)."""
         if self.live is not None:
             row = int(self.live.phys[row])
-        start = int(self._offsets[row])
-        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else \
-            os.fstat(self._docs_fh.fileno()).st_size
-        return os.pread(self._docs_fh.fileno(), end - start, start)
+        seg = int(np.searchsorted(self._seg_start, row, side="right")) - 1
+        offsets, row = self._seg_offsets[seg], row - int(self._seg_start[seg])
+        start = int(offsets[row])
+        end = int(offsets[row + 1]) if row + 1 < len(offsets) else self._docs_sizes[seg]
+        return os.pread(self._docs_fhs[seg].fileno(), end - start, start)
+
+    @property
+    def flat(self) -> bool:
+        """One top-level segment without deletes: its whole-corpus files (bm25/, tfidf/, graph/)
+        are the live corpus's (else the lexical legs' come from every segment's term data)."""
+        return self.live is None and len(self.segments) == 1 and self.segments[0].dir == BASE
 
     def documents(self) -> Iterator[Document]:
         """Every document, in row order."""
@@ -222,13 +240,9 @@ class Index:
     def parent_of_rows(self) -> list[str | None]:
         """Each row's parent document id (None for a passage without a parent): parents.json,
         or each docs.jsonl line's for an index built before it was written."""
-        if "parents.json" not in self._files:
+        if any(rel not in self._files for rel in segment_files(self.segments, "parents.json")):
             return [json.loads(self.doc_line(r)).get("parent_id") for r in range(len(self))]
-        with self._reading("parents.json") as file:
-            parents = json.loads(file.read_text())
-        if len(parents) != len(self._offsets):
-            raise IndexCorruptError(f"{file} holds {len(parents)} rows, not "
-                                    f"{len(self._offsets)}; {self._hint}")
+        parents = segment_lists(self, "parents.json")
         return parents if self.live is None else [parents[r] for r in self.live.phys.tolist()]
 
     @cached_property
@@ -260,8 +274,7 @@ class Index:
         """Every id a judgment may name: passage ids and their parents' ids."""
         return set(self.ids) | set(self.parent_of.values())
 
-    def doc_text(self, doc_id: str) -> str:
-        """Title and text as the dense leg encodes them."""
+    def doc_text(self, doc_id: str) -> str:  # title and text as the dense leg encodes them
         return self.doc(doc_id).full_text(self.settings.dense.title_sep)
 
     # -- legs ---------------------------------------------------------------------------
@@ -283,10 +296,10 @@ class Index:
             from intentrank.index.shards import bm25_shard_dir
 
             return [load(bm25_shard_dir(i)) for i in range(self.settings.shards)]
-        if self.live is not None:  # the live rows' statistics, as a fresh build computes them
+        if not self.flat:  # the live rows' statistics, as a fresh build computes them
             from intentrank.index.terms import bm25_from_rows
 
-            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)
+            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)  # (API only)
         return load("bm25")
 
     @property
@@ -295,23 +308,20 @@ class Index:
 
     @cached_property
     def shard_bounds(self) -> list[tuple[int, int]]:
-        """(start, end) rows of each shard (one range covering every row if unsharded)."""
-        from intentrank.index.shards import shard_bounds
+        """(start, end) physical rows of each dense part: each shard of the top-level segment
+        (one range if unsharded), then each other segment."""
+        from intentrank.index.dense_search import part_bounds
 
-        return shard_bounds(len(self._offsets), self.settings.shards)  # physical rows
+        return part_bounds(self)
 
     @cached_property
     def ann(self) -> list[Any]:
-        """One faiss searcher per shard (dense.ann.method hnsw / ivfpq)."""
-        from intentrank.index.ann import AnnSearcher, ann_file
+        """One faiss searcher per dense part (dense.ann.method hnsw / ivfpq; None: a segment
+        too small for one, searched exactly)."""
+        from intentrank.index.dense_search import ann_searchers
 
         self._require("dense")
-        out = []
-        for i, (start, end) in enumerate(self.shard_bounds):
-            rel = ann_file(i if self.sharded else None)
-            with self._reading(rel) as file:
-                out.append(AnnSearcher(file, self._vectors[start:end], self.settings.dense.ann))
-        return out
+        return ann_searchers(self)
 
     def set_ann_search(self, **params: int | None) -> None:
         """Search-time ANN parameters (``ef_search``, ``nprobe``, ``refine``) overriding the
@@ -331,13 +341,8 @@ class Index:
     def _vectors(self) -> np.ndarray:
         """The vectors file's rows (with tombstones: the deleted rows' too)."""
         self._require("dense")
-        with self._reading("dense/embeddings.npy") as file:
-            vecs = np.load(file, mmap_mode="r")
-        if vecs.ndim != 2 or vecs.shape[0] != len(self._offsets):
-            raise IndexCorruptError(f"{self.gen_dir / 'dense/embeddings.npy'} has shape "
-                                    f"{vecs.shape}, expected ({len(self._offsets)}, dim); "
-                                    f"{self._hint}")
-        return vecs
+        parts = segment_vectors(self)
+        return parts[0] if len(parts) == 1 else SegmentVectors(parts)
 
     @cached_property
     def embedder(self) -> Any:
@@ -348,7 +353,7 @@ class Index:
         import scipy.sparse
 
         self._require("tfidf")
-        if self.live is not None:  # the live rows' idf and norms, as a fresh build's
+        if not self.flat:  # the live rows' idf and norms, as a fresh build's
             from intentrank.index.terms import tfidf_from_rows
 
             return tfidf_from_rows(self.term_rows("tfidf"), self.settings.tfidf)
@@ -363,7 +368,7 @@ class Index:
         """Inverted entity index (entity -> rows) and PageRank per row."""
         self._require("graph")
         entities = self.entities()
-        if self.live is not None:  # the live rows' edges and PageRank, as a fresh build's
+        if not self.flat:  # the live rows' edges and PageRank, as a fresh build's
             from intentrank.index.terms import graph_of
 
             pr = graph_of(entities, self.settings.graph)[1]
@@ -375,22 +380,15 @@ class Index:
     def entities(self) -> list[list[str]]:
         """Each document's entities (the graph leg's), in row order."""
         self._require("graph")
-        with self._reading("graph/entities.json") as file:
-            entities = json.loads(file.read_text())
+        entities = segment_lists(self, "graph/entities.json")
         return entities if self.live is None else [entities[r] for r in self.live.phys.tolist()]
 
     def term_rows(self, name: str) -> Any:
         """The documents' kept term data (:class:`~intentrank.index.terms.TermRows`, ``bm25``
         or ``tfidf``) in row order; None for an index built before it was kept."""
-        from intentrank.index.terms import TermRows
-
         if name in self._term_rows:
             return self._term_rows[name]
-        with self._reading(f"terms/{name}.npz"):
-            rows = TermRows.load(self.gen_dir, name)
-        if rows is None and self.live is not None:
-            raise IndexCorruptError(f"{self.gen_dir} has deleted rows but no terms/{name}.npz; "
-                                    f"{self._hint}")
+        rows = load_term_rows(self, name)
         if rows is not None and self.live is not None:
             rows = rows.take(self.live.phys).used_terms()
         self._term_rows[name] = rows
@@ -426,10 +424,14 @@ class Index:
         check_k(k)
         allow = check_allow(allow, len(self))
         s = self.settings.bm25
-        bm25 = self.bm25  # loading it checks the index's own backend
+        self._require("bm25")
+        self.set_bm25_backend(self.bm25_backend)  # checks that it is usable here
         tokens = bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
-        if allow is not None and (hits := self._subsets.bm25(tokens, k, allow)) is not None:
+        every = np.ones(len(self), dtype=bool) if allow is None else allow
+        if (allow is not None or not self.flat) and (  # segments, deletes: from the postings
+                hits := self._subsets.bm25(tokens, k, every)) is not None:
             return hits
+        bm25 = self.bm25
         if self.sharded:
             from intentrank.index.shards import search_bm25_shards
 
@@ -481,8 +483,7 @@ class Index:
     def close(self) -> None:
         """Close the documents file and release the generation (a later build may delete it;
         legs already loaded stay usable)."""
-        fh = getattr(self, "_docs_fh", None)
-        if fh is not None:
+        for fh in getattr(self, "_docs_fhs", ()):
             fh.close()
         if self._lock is not None:
             self._lock.close()
@@ -496,3 +497,4 @@ def _dated(settings: Any) -> Any:
     if isinstance(dense, dict) and "precision" not in dense:
         return {**settings, "dense": {**dense, "precision": "fp32"}}
     return settings
+

@@ -1,4 +1,5 @@
-"""Filtered lexical search as a search of an index of the matching documents only.
+"""Filtered lexical search as a search of an index of the matching documents only (and BM25
+of an index of several segments or with deleted rows: its live rows are the "filter").
 
 A filter (a leg search's ``allow`` mask) restricts a search to some documents. Dense scores
 do not depend on the other documents, so the dense leg only masks. The lexical legs' scores

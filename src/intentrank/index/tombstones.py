@@ -1,36 +1,25 @@
-"""Deletes as tombstones: a generation that shares its files with the one before it.
+"""Deleted rows: an index whose segments hold rows that are gone.
 
-A delete does not rewrite the index. It commits a generation whose files are hard links to
-the live generation's (docs, vectors, ANN graph, term rows, ...) plus ``deleted.npy``, the
-sorted *physical* rows that are gone. So a delete writes what it deletes: a list of rows and
-a manifest, whatever the index's size. An :class:`~intentrank.index.store.Index` opened on
-such a generation shows only the live rows, renumbered ``0..n-1`` in physical order (exactly
-the rows, ids and order of a build of the remaining documents): :class:`LiveRows` maps
-between the two numberings. The dense leg searches the shared vectors with the dead rows
-masked out; the lexical legs' corpus-wide statistics (BM25's document frequencies and
-average length, TF-IDF's idf and norms, the graph's edges and PageRank) are recomputed from
-the live rows' kept term data when a reader first uses the leg
-(:mod:`intentrank.index.terms`), so every leg returns what a fresh build returns.
-
-When deletes pile up (more than :data:`MERGE_DELETED_SHARE` of the physical rows), the delete
-that crosses the line merges instead: it writes a compact generation from the live rows, as
-any update does (:func:`intentrank.index.update.merge`). Like every update it is committed
-atomically, and readers keep the generation they opened.
+A delete does not rewrite a segment: the commit lists each segment's deleted rows
+(:mod:`intentrank.index.segments`). An :class:`~intentrank.index.store.Index` shows only the
+live rows, renumbered ``0..n-1`` in physical order (segment after segment): exactly the rows,
+ids and order of a build of the remaining documents. :class:`LiveRows` maps between the two
+numberings. The dense leg searches the shared vectors with the dead rows masked out; the
+lexical legs' corpus-wide statistics are recomputed from the live rows' kept term data when a
+reader first uses the leg (:mod:`intentrank.index.terms`), so every leg returns what a fresh
+build returns. When deletes pile up (more than :data:`MERGE_DELETED_SHARE` of the rows the
+segments hold), the delete that crosses the line rewrites the live rows as one segment
+instead (:func:`intentrank.index.update.merge`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import shutil
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from intentrank.index import layout
 from intentrank.index.hits import Hits
 
 DELETED_FILE = "deleted.npy"
@@ -104,45 +93,3 @@ def lines_sha256(lines: Iterable[bytes]) -> str:
     for line in lines:
         digest.update(line)
     return digest.hexdigest()
-
-
-def load_live(gen_dir: Path, manifest: dict[str, Any]) -> LiveRows | None:
-    """The generation's live rows, or None if it has no tombstones."""
-    if not manifest.get("deleted"):
-        return None
-    deleted = np.load(gen_dir / DELETED_FILE)
-    return LiveRows(deleted, int(manifest["rows"]))
-
-
-def write_tombstones(existing: Any, drop: np.ndarray, tmp: Path) -> int:
-    """Fill ``tmp`` with a generation that is ``existing`` (an open Index) without its
-    virtual rows ``drop`` (a bool mask): hard links to its files, the dead physical rows and
-    a manifest. Returns how many rows are dead in the new generation."""
-    live = existing.live or LiveRows(np.zeros(0, dtype=np.int64), len(existing))
-    dead = np.union1d(live.deleted, live.phys[drop])
-    records = dict(existing.manifest["files"])
-    records.pop(DELETED_FILE, None)
-    for rel in records:
-        _link(existing.gen_dir / rel, tmp / rel)
-    np.save(tmp / DELETED_FILE, dead)
-    records.update(layout.record_files_named(tmp, [DELETED_FILE]))
-    manifest = {**existing.manifest, "corpus_sha256": None,
-                "n_docs": live.n_phys - len(dead), "rows": live.n_phys,
-                "deleted": int(len(dead)), "files": records}
-    layout.fsync_dir(tmp)
-    with open(tmp / layout.MANIFEST, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(manifest, indent=2))
-        fh.flush()
-        os.fsync(fh.fileno())
-    return int(len(dead))
-
-
-def _link(src: Path, dst: Path) -> None:
-    """``dst`` as a hard link to ``src`` (a copy where the file system has no hard links)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-        with open(dst, "rb") as fh:
-            os.fsync(fh.fileno())

@@ -1,27 +1,30 @@
 """Update an index in place: upsert, delete and sync, each committed as a new generation.
 
-An update writes a complete generation, like a build, but from the live one: documents it
-keeps are copied (their docs.jsonl lines, dense vectors, BM25 term frequencies, TF-IDF counts
-and entities; see :mod:`intentrank.index.terms`), only new and changed passages are
-tokenised and encoded, and the corpus-wide parts of the lexical legs (BM25 impact scores with
-the corpus's document frequencies and average length, TF-IDF weights, the entity graph) are
-computed from those rows. So every leg of the updated index returns exactly what an index
-built from scratch on the final corpus (in the index's row order) returns, and its corpus hash
-is that index's. The commit is the build's (:func:`intentrank.index.build.commit_generation`):
+An index is a list of immutable segments (:mod:`intentrank.index.segments`). An add, an
+upsert or a sync writes one new segment holding only the new and changed passages, and marks
+the rows they replace or remove as deleted; a delete writes only the deleted rows. Only the
+new passages are tokenised and encoded (a passage whose id and text the index already holds
+reuses that row's vectors, term data and entities). Every other file of the new generation
+is a hard link to the live generation's. The lexical legs' corpus-wide statistics (BM25's
+document frequencies and average length, TF-IDF's idf and norms, the entity graph) are
+those of every live row of every segment (:class:`~intentrank.index.store.Index`), so every
+leg returns exactly what an index built from scratch on the live documents, in the index's
+row order (segment by segment), returns. A tiered merge policy merges small segments after an
+add (:func:`intentrank.index.segments.merge_candidates`); :func:`merge` rewrites the index
+as one segment. The commit is the build's (:func:`intentrank.index.build.commit_generation`):
 one writer per directory, the new generation swapped in atomically, readers keep the
 generation they opened, a crash at any point leaves the previous or the new generation.
 
 The unit of an update is a document: passages with a ``parent_id`` (chunks, or the passages
-of an ingested file) are replaced and deleted together with their siblings.
+of an ingested file) are replaced and deleted together with their siblings, and a changed
+document's passages all move to the new segment.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,59 +32,12 @@ import numpy as np
 
 from intentrank.data.corpus import chunk_documents
 from intentrank.errors import IntentrankError
-from intentrank.index.build import (
-    Progress,
-    _sigterm_raises,
-    commit_generation,
-    doc_line,
-    embedding_cache_for,
-    write_manifest,
-)
-from intentrank.index.entities import extract_entities
-from intentrank.index.hits import bm25_tokenize
-from intentrank.index.legs import encode_passages, write_dense
+from intentrank.index.build import Progress, _sigterm_raises, commit_generation, doc_line
+from intentrank.index.segments import merge_candidates
 from intentrank.index.store import Index
-from intentrank.index.terms import (
-    TermRows,
-    bm25_from_rows,
-    save_graph,
-    save_tfidf,
-    tfidf_from_rows,
-    tfidf_rows,
-)
-from intentrank.index.tombstones import MERGE_DELETED_SHARE, write_tombstones
+from intentrank.index.tombstones import MERGE_DELETED_SHARE
+from intentrank.index.writer import Change, Plan, UpdateStats, write_commit, write_generation
 from intentrank.types import Document
-
-
-@dataclass
-class UpdateStats:
-    """What an update did, counted in documents (a document's passages count once)."""
-
-    added: int = 0
-    replaced: int = 0
-    unchanged: int = 0
-    deleted: int = 0
-    passages: int = 0  # in the index afterwards
-    encoded: int = 0  # passages whose text was new, tokenised and encoded
-    tombstones: int = 0  # a delete kept the files: rows now dead in them (0: compact)
-    merged: bool = False  # a delete crossed MERGE_DELETED_SHARE and wrote a compact generation
-    seconds: float = 0.0
-    generation: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.added or self.replaced or self.deleted)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        how = (f" ({self.tombstones} dead rows kept until a merge)" if self.tombstones else
-               " (merged: compact)" if self.merged else "")
-        return (f"{self.added} added, {self.replaced} replaced, {self.unchanged} unchanged, "
-                f"{self.deleted} deleted{how}; {self.passages} passages, {self.encoded} "
-                f"encoded, {self.seconds:.1f}s")
 
 
 def unit_of(doc: Document) -> str:
@@ -89,17 +45,16 @@ def unit_of(doc: Document) -> str:
     return doc.parent_id or doc.id
 
 
-# The new generation's rows: an int is a row of the live generation kept as it is, a
-# Document a passage written anew (its leg data reused when the live generation holds the
-# same id with the same text).
-Plan = list[int | Document]
 
 
 def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
-           progress: bool = False, embedding_cache: bool = True) -> UpdateStats:
-    """Add new documents, replace changed ones (in place: their rows keep their position) and
-    skip unchanged ones (same docs.jsonl lines). Chunked indexes chunk ``docs`` first."""
-    def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
+           progress: bool = False, embedding_cache: bool = True,
+           folder: dict[str, Any] | None = None) -> UpdateStats:
+    """Add new documents, replace changed ones and skip unchanged ones (same docs.jsonl
+    lines): one new segment holds the new and changed documents, the rows they replace are
+    deleted. Chunked indexes chunk ``docs`` first. ``folder``: how a folder was read, kept
+    in the commit (``intentrank.cli.ingest.FolderOptions``)."""
+    def plan_for(index: Index, stats: UpdateStats) -> Change | None:
         incoming = list(docs)
         if index.settings.chunk_size:
             incoming = list(chunk_documents(incoming, index.settings.chunk_size,
@@ -108,31 +63,22 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
         for doc in incoming:
             units.setdefault(unit_of(doc), []).append(doc)
         _check_unique(incoming)
-        old_units = _units(index)
-        rows_of: dict[str, list[int]] = {}
-        for row, unit in enumerate(old_units):
-            rows_of.setdefault(unit, []).append(row)
-        plan: Plan = []
-        placed: set[str] = set()
-        for row, unit in enumerate(old_units):
-            if unit not in units:
-                plan.append(row)
-            elif unit not in placed:
-                placed.add(unit)
-                new = units[unit]
-                if _same_lines(index, rows_of[unit], new):
-                    stats.unchanged += 1
-                    plan.extend(rows_of[unit])
-                else:
-                    stats.replaced += 1
-                    plan.extend(new)
+        rows_of = _rows_of_units(index)
+        change = Change(np.zeros(len(index), dtype=bool))
         for unit, new in units.items():
-            if unit not in placed:
+            old = rows_of.get(unit)
+            if old is not None and _same_lines(index, old, new):
+                stats.unchanged += 1
+                continue
+            if old is None:
                 stats.added += 1
-                plan.extend(new)
-        return plan if (stats.added or stats.replaced) else None
+            else:
+                stats.replaced += 1
+                change.drop[old] = True
+            change.add += new
+        return change if change.add else None
 
-    return _update(path, plan_for, log, progress, embedding_cache)
+    return _update(path, plan_for, log, progress, embedding_cache, folder=folder)
 
 
 def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
@@ -141,11 +87,11 @@ def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
     filter matches (:mod:`intentrank.filters`). An id the index does not hold is an error
     unless ``missing_ok``.
 
-    The rows are tombstoned (:mod:`intentrank.index.tombstones`): the new generation links
-    the live one's files and lists the rows that are gone, so the delete costs what it
+    The rows are marked deleted in their segments: the new generation links every segment's
+    files and writes the changed segments' deleted rows, so the delete costs what it
     deletes. When more than ``MERGE_DELETED_SHARE`` of the rows would then be dead, it merges
-    instead: a compact generation of the live rows (:func:`merge`)."""
-    def plan_for(index: Index, stats: UpdateStats) -> Plan | np.ndarray | None:
+    instead: one segment of the live rows (:func:`merge`)."""
+    def plan_for(index: Index, stats: UpdateStats) -> Change | None:
         drop = _rows_named(index, set(ids), missing_ok)
         if filter is not None:
             drop |= index.allowed_rows(filter)
@@ -153,21 +99,63 @@ def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
             return None
         stats.deleted = len({json.loads(index.doc_line(r)).get("parent_id") or index.ids[r]
                              for r in np.flatnonzero(drop).tolist()})
-        return drop
+        return Change(drop)
 
     return _update(path, plan_for, log, False)
 
 
 def merge(path: str | Path, *, log: Progress | None = None) -> UpdateStats:
-    """Write the index's live rows as a compact generation (no tombstones), the same index a
-    build of its documents gives. Deletes merge by themselves when tombstones pile up
-    (``MERGE_DELETED_SHARE``); this does it now. Nothing to do: nothing written."""
+    """Rewrite the index's live rows as one segment without deletes, the same index a build
+    of its documents (in its row order) gives. Nothing to do (one segment, nothing
+    deleted): nothing written."""
     def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
         stats.unchanged = len(set(_units(index)))
-        stats.merged = bool(index.rows_deleted)
-        return list(range(len(index))) if index.rows_deleted else None
+        stats.merged = not index.flat
+        return list(range(len(index))) if not index.flat else None
 
     return _update(path, plan_for, log, False)
+
+
+def merge_tiers(path: str | Path, *, log: Progress | None = None) -> UpdateStats:
+    """Merge what the tiered merge policy asks for now
+    (:func:`~intentrank.index.segments.merge_candidates`), repeatedly, each merge its own
+    commit; nothing to merge: nothing written."""
+    total = UpdateStats()
+    while True:
+        stats = _update(path, _policy_plan, log, False, policy=False)
+        if not stats.merged:
+            total.passages = total.passages or stats.passages
+            total.generation = total.generation or stats.generation
+            total.segments = stats.segments
+            return total
+        total.merged, total.passages = True, stats.passages
+        total.generation, total.segments = stats.generation, stats.segments
+        total.seconds += stats.seconds
+
+
+def _policy_plan(index: Index, stats: UpdateStats) -> Change | None:
+    picked = merge_candidates(index.segments)
+    if picked is None:
+        return None
+    stats.merged = True
+    rows = np.concatenate([_segment_rows(index, i) for i in picked]).tolist()
+    return Change(np.zeros(len(index), dtype=bool), list(rows), picked)
+
+
+def _segment_rows(index: Index, seg: int) -> np.ndarray:
+    """The live (virtual) rows of segment ``seg``."""
+    start, end = int(index._seg_start[seg]), int(index._seg_start[seg + 1])
+    if index.live is None:
+        return np.arange(start, end)
+    virt = index.live.virt_of[start:end]
+    return virt[virt >= 0]
+
+
+def _rows_of_units(index: Index) -> dict[str, list[int]]:
+    rows_of: dict[str, list[int]] = {}
+    for row, unit in enumerate(_units(index)):
+        rows_of.setdefault(unit, []).append(row)
+    return rows_of
 
 
 def _rows_named(index: Index, gone: set[str], missing_ok: bool) -> np.ndarray:
@@ -199,15 +187,15 @@ def _rows_named(index: Index, gone: set[str], missing_ok: bool) -> np.ndarray:
 
 def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
          progress: bool = False, embedding_cache: bool = True,
-         keep: Iterable[str] = ()) -> UpdateStats:
+         keep: Iterable[str] = (), folder: dict[str, Any] | None = None) -> UpdateStats:
     """Make the index hold exactly ``docs`` (e.g. a folder read by
-    :func:`intentrank.data.ingest.read_folder`), in their order: the result is the index a
-    build of ``docs`` gives, while only new and changed passages are encoded. Documents
-    named in ``keep`` (e.g. files that could not be read this time) keep their passages,
-    after the others."""
+    :func:`intentrank.data.ingest.read_folder`): documents whose passages are unchanged keep
+    their rows, new and changed ones go to one new segment (in ``docs``' order), the others
+    are deleted; only new and changed passages are encoded. Documents named in ``keep``
+    (e.g. files that could not be read this time) keep their passages."""
     keep = set(keep)
 
-    def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
+    def plan_for(index: Index, stats: UpdateStats) -> Change | None:
         incoming = list(docs)
         if index.settings.chunk_size:
             incoming = list(chunk_documents(incoming, index.settings.chunk_size,
@@ -216,30 +204,29 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
         if not incoming:
             raise IntentrankError("sync with no documents would empty the index; delete it "
                                   "instead")
-        old_units = _units(index)
-        old_line = {doc_id: row for row, doc_id in enumerate(index.ids)}
-        plan: Plan = []
+        units: dict[str, list[Document]] = {}
         for doc in incoming:
-            row = old_line.get(doc.id)
-            plan.append(row if row is not None and index.doc_line(row) == doc_line(doc)
-                        else doc)
-        new_units = [unit_of(d) for d in incoming]
-        present = set(new_units)
-        kept = [r for r, u in enumerate(old_units) if u in keep and u not in present]
-        plan += kept
-        new_units += [old_units[r] for r in kept]
-        incoming = incoming + [index.doc(index.ids[r]) for r in kept]
-        before = _group(old_units, [index.doc_line(r) for r in range(len(index))])
-        after = _group(new_units, [doc_line(d) for d in incoming])
-        stats.added = len(set(after) - set(before))
-        stats.deleted = len(set(before) - set(after))
-        stats.replaced = sum(1 for u in after if u in before and after[u] != before[u])
-        stats.unchanged = sum(1 for u in after if u in before and after[u] == before[u])
-        if plan == list(range(len(index))):
-            return None
-        return plan
+            units.setdefault(unit_of(doc), []).append(doc)
+        rows_of = _rows_of_units(index)
+        change = Change(np.zeros(len(index), dtype=bool))
+        for unit, old in rows_of.items():
+            if unit not in units and unit not in keep:
+                stats.deleted += 1
+                change.drop[old] = True
+        for unit, new in units.items():
+            old = rows_of.get(unit)
+            if old is not None and _same_lines(index, old, new):
+                stats.unchanged += 1
+                continue
+            if old is None:
+                stats.added += 1
+            else:
+                stats.replaced += 1
+                change.drop[old] = True
+            change.add += new
+        return change if (change.add or change.drop.any()) else None
 
-    return _update(path, plan_for, log, progress, embedding_cache)
+    return _update(path, plan_for, log, progress, embedding_cache, folder=folder)
 
 
 def _check_unique(docs: Sequence[Document]) -> None:
@@ -248,13 +235,6 @@ def _check_unique(docs: Sequence[Document]) -> None:
         if doc.id in seen:
             raise IntentrankError(f"duplicate document id {doc.id!r} in the update")
         seen.add(doc.id)
-
-
-def _group(units: Sequence[str], lines: Sequence[bytes]) -> dict[str, str]:
-    digests: dict[str, Any] = {}
-    for unit, line in zip(units, lines, strict=True):
-        digests.setdefault(unit, hashlib.sha256()).update(line)
-    return {u: d.hexdigest() for u, d in digests.items()}
 
 
 def _units(index: Index) -> list[str]:
@@ -269,10 +249,13 @@ def _same_lines(index: Index, rows: Sequence[int], new: Sequence[Document]) -> b
 
 
 def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: bool,
-            embedding_cache: bool = True) -> UpdateStats:
-    """Commit the generation ``plan_for(live index, stats)`` describes (None: no change).
-    ``embedding_cache=False`` encodes new passages instead of looking them up in the shared
-    embedding cache (as :func:`~intentrank.index.build.build_index`)."""
+            embedding_cache: bool = True, *, folder: dict[str, Any] | None = None,
+            policy: bool = True) -> UpdateStats:
+    """Commit what ``plan_for(live index, stats)`` describes (None: no change; a Change: a
+    new segment and deletes; a Plan: a rewrite into one segment), then, after an add (and
+    ``policy``), what the tiered merge policy asks for. ``embedding_cache=False`` encodes
+    new passages instead of looking them up in the shared embedding cache (as
+    :func:`~intentrank.index.build.build_index`). ``folder``: recorded in the commit."""
     path = Path(path)
     say = log or (lambda msg: None)
     stats = UpdateStats()
@@ -286,43 +269,66 @@ def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: boo
             raise IntentrankError(f"{path} holds no index to update")
         _check_updatable(existing)
         plan = plan_for(existing, stats)
+        extra = _folder_record(existing, folder)
         if plan is None:
-            say(f"{path}: nothing to change ({stats.summary()})")
-            return existing
-        if isinstance(plan, np.ndarray):  # a delete: these rows go
-            if plan.all():
+            if folder is None or extra.get("folder") == existing.manifest.get("folder"):
+                say(f"{path}: nothing to change ({stats.summary()})")
+                return existing
+            plan = Change(np.zeros(len(existing), dtype=bool))  # the folder options alone
+        if isinstance(plan, Change):
+            dropping = int(plan.drop.sum())
+            if dropping == len(existing) and not plan.add:
                 raise IntentrankError(f"the update would leave {path} with no documents; "
                                       f"delete the index directory instead")
-            if _tombstones_fit(existing, int(plan.sum())):
+            kept = _terms_kept(existing)
+            if kept and (plan.add or plan.merged or _deletes_fit(existing, dropping)):
                 t = time.perf_counter()
-                stats.tombstones = write_tombstones(existing, plan, tmp)
-                stats.timings = {"tombstones": time.perf_counter() - t}
+                stats.tombstones = write_commit(existing, plan, tmp, stats, say, progress,
+                                                embedding_cache, extra)
+                stats.timings.setdefault("commit", time.perf_counter() - t)
                 return None
-            stats.merged = True
-            plan = [int(r) for r in np.flatnonzero(~plan)]
-        if not plan:
-            raise IntentrankError(f"the update would leave {path} with no documents; "
-                                  f"delete the index directory instead")
-        _write_generation(existing, plan, tmp, stats, say, progress, embedding_cache)
+            # deletes past the share, or an index built before term data was kept: rewrite
+            stats.merged = not plan.add
+            plan = [int(r) for r in np.flatnonzero(~plan.drop)] + plan.add
+        write_generation(existing, plan, tmp, stats, say, progress, embedding_cache, extra)
         return None
 
     with _sigterm_raises(path) as guard:
         index = commit_generation(path, guard, write, say)
     stats.passages = len(index)
     stats.generation = index.generation
-    stats.seconds = time.perf_counter() - t0
+    stats.segments = len(index.segments)
+    due = policy and stats.added + stats.replaced and merge_candidates(index.segments)
     index.close()
+    stats.seconds = time.perf_counter() - t0
     say(f"{path}: {stats.summary()}")
+    if due:
+        merged = merge_tiers(path, log=log)
+        stats.generation, stats.segments = merged.generation, merged.segments
+        stats.merged = merged.merged
+        stats.timings["merge"] = merged.seconds
+        stats.seconds = time.perf_counter() - t0
     return stats
 
 
-def _tombstones_fit(index: Index, dropping: int) -> bool:
-    """Whether deleting ``dropping`` more rows may be tombstoned: the index keeps its term
-    data (built since updates exist) and the dead rows stay within MERGE_DELETED_SHARE."""
-    rows = len(index) + index.rows_deleted
+def _folder_record(index: Index, folder: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest's ``folder`` entry for the new commit: the given options, else the live
+    commit's."""
+    recorded = folder if folder is not None else index.manifest.get("folder")
+    return {} if recorded is None else {"folder": recorded}
+
+
+def _terms_kept(index: Index) -> bool:
+    """Whether every segment keeps its term data (built since updates exist)."""
     lexical = [leg for leg in ("bm25", "tfidf") if index.has(leg)]
-    kept = all((index.gen_dir / "terms" / f"{leg}.npz").is_file() for leg in lexical)
-    return kept and index.rows_deleted + dropping <= MERGE_DELETED_SHARE * rows
+    return all(f"{e.dir}/terms/{leg}.npz".removeprefix("./") in index._files
+               for e in index.segments for leg in lexical)
+
+
+def _deletes_fit(index: Index, dropping: int) -> bool:
+    """Whether deleting ``dropping`` more rows may just mark them: the dead rows stay within
+    MERGE_DELETED_SHARE of the rows the segments hold."""
+    return index.rows_deleted + dropping <= MERGE_DELETED_SHARE * index._n_phys
 
 
 def _check_updatable(index: Index) -> None:
@@ -333,114 +339,3 @@ def _check_updatable(index: Index) -> None:
     if "bm25" in s.legs and s.bm25.method in ("bm25l", "bm25+"):
         raise IntentrankError(f"{index.path} uses bm25.method {s.bm25.method!r}; updates "
                               f"support lucene, robertson and atire")
-
-
-def _write_generation(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Progress,
-                      progress: bool, embedding_cache: bool) -> None:
-    """Write the generation ``plan`` describes into ``tmp``."""
-    settings = old.settings
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    old_rows, new_docs, order = _split(old, plan)
-    digest = hashlib.sha256()
-    offsets = np.zeros(len(plan), dtype=np.int64)
-    ids: list[str] = []
-    parents: list[str | None] = []
-    old_parents = old.parent_of_rows
-    with open(tmp / "docs.jsonl", "wb") as fh:
-        for i, entry in enumerate(plan):
-            line = old.doc_line(entry) if isinstance(entry, int) else doc_line(entry)
-            digest.update(line)
-            offsets[i] = fh.tell()
-            fh.write(line)
-            ids.append(old.ids[entry] if isinstance(entry, int) else entry.id)
-            parents.append(old_parents[entry] if isinstance(entry, int) else entry.parent_id)
-    np.save(tmp / "doc_offsets.npy", offsets)
-    (tmp / "ids.json").write_text(json.dumps(ids))
-    (tmp / "parents.json").write_text(json.dumps(parents))
-    timings["docs"] = time.perf_counter() - t
-    texts = [d.full_text(settings.dense.title_sep) for d in new_docs]
-    stats.encoded = len(new_docs)
-    say(f"updating {old.path}: {len(old_rows)} passages kept, {len(new_docs)} to encode")
-    leg_stats: dict[str, Any] = {}
-    for leg in settings.legs:
-        t = time.perf_counter()
-        if leg == "bm25":
-            s = settings.bm25
-            tokens = (bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens) if texts
-                      else [])
-            rows = _stacked(_old_rows(old, "bm25"), old_rows, TermRows.from_tokens(tokens),
-                            order)
-            rows.save(tmp, "bm25")
-            bm25_from_rows(rows, s).save(str(tmp / "bm25"), show_progress=False)
-        elif leg == "dense":
-            cache = embedding_cache_for(say) if embedding_cache and texts else None
-            try:
-                vecs, enc = encode_passages(texts, settings, progress, cache)
-            finally:
-                if cache is not None:
-                    cache.close()
-            dim = old.embeddings.shape[1]
-            both = np.concatenate([np.asarray(old.embeddings[old_rows], dtype=np.float32),
-                                   vecs.reshape(-1, dim)])
-            leg_stats["dense"] = write_dense(np.ascontiguousarray(both[order]), settings,
-                                             tmp / "dense", enc)
-        elif leg == "tfidf":
-            rows = _stacked(_old_rows(old, "tfidf"), old_rows,
-                            tfidf_rows(texts, settings.tfidf), order)
-            rows.save(tmp, "tfidf")
-            save_tfidf(*tfidf_from_rows(rows, settings.tfidf), tmp / "tfidf")
-        elif leg == "graph":
-            kept = old.entities()
-            ents = [kept[r] for r in old_rows] + [sorted(extract_entities(x)) for x in texts]
-            leg_stats["graph"] = save_graph([ents[i] for i in order], settings.graph,
-                                            tmp / "graph")
-        timings[leg] = time.perf_counter() - t
-    stats.timings = timings
-    write_manifest(tmp, digest.hexdigest(), len(plan), settings, timings, leg_stats,
-                   update={k: v for k, v in stats.to_dict().items()
-                           if k not in ("timings", "generation", "seconds", "passages")})
-
-
-def _split(old: Index, plan: Plan) -> tuple[list[int], list[Document], np.ndarray]:
-    """The live rows whose leg data is reused, the passages to encode, and the order that
-    puts ``old rows + new passages`` into plan order. A planned Document whose id and text
-    the live generation already holds reuses that row's leg data."""
-    sep = old.settings.dense.title_sep
-    old_rows: list[int] = []
-    new_docs: list[Document] = []
-    where: list[tuple[int, int]] = []  # (0, i): old_rows[i]; (1, j): new_docs[j]
-    for entry in plan:
-        if isinstance(entry, Document):
-            row = old.row_of.get(entry.id)
-            if row is not None and old.doc(entry.id).full_text(sep) == entry.full_text(sep):
-                entry = row
-        if isinstance(entry, int):
-            where.append((0, len(old_rows)))
-            old_rows.append(entry)
-        else:
-            where.append((1, len(new_docs)))
-            new_docs.append(entry)
-    order = np.array([i if part == 0 else len(old_rows) + i for part, i in where],
-                     dtype=np.int64)
-    return old_rows, new_docs, order
-
-
-def _old_rows(old: Index, name: str) -> TermRows:
-    """The live generation's term rows (recomputed from its documents if it was built before
-    they were kept)."""
-    rows = old.term_rows(name)
-    if rows is not None:
-        return rows
-    texts = [old.doc_text(d) for d in old.ids]
-    if name == "bm25":
-        s = old.settings.bm25
-        return TermRows.from_tokens(bm25_tokenize(texts, s.stopwords, s.stemmer,
-                                                  tokens=s.tokens))
-    return tfidf_rows(texts, old.settings.tfidf)
-
-
-def _stacked(old: TermRows, old_rows: list[int], new: TermRows, order: np.ndarray
-             ) -> TermRows:
-    return TermRows.stack([old.take(old_rows), new]).take(order)
-

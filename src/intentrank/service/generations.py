@@ -197,14 +197,16 @@ def _trim_heap() -> None:
 
 
 def _warm(idx: Any) -> None:
-    """Load the query embedder and compile numba now, not on the first request; after a
-    delete (tombstones), compute the lexical legs' statistics of the live rows now too."""
+    """Load the query embedder and compile numba now, not on the first request; for an
+    index of several segments or with deleted rows, compute the lexical legs' statistics of
+    the live rows now too."""
     has = getattr(idx, "has", lambda leg: False)
+    combined = not getattr(idx, "flat", True)
     if has("dense"):
         idx.encode_queries(["warm-up"])
-    if has("bm25") and (idx.bm25_backend == "numba" or getattr(idx, "rows_deleted", 0)):
+    if has("bm25") and (idx.bm25_backend == "numba" or combined):
         idx.search_bm25(["warm-up"], 1)
-    if getattr(idx, "rows_deleted", 0):
+    if combined:
         for leg in ("tfidf", "graph"):
             if has(leg):
                 getattr(idx, f"search_{leg}")(["warm-up"], 1)
