@@ -173,10 +173,10 @@ def segments(index_dir: IndexArg, as_json: JsonOption = False) -> None:
 
 @source_command
 def sync(index_dir: Path, source: Path, src: Source) -> object:
-    """Make an index hold exactly a source's documents (a folder: its files now), in its
-    order: new and changed ones in (only they are encoded), removed ones out; the result
-    equals a fresh build of the source. A file that cannot be read now keeps the passages
-    it had."""
+    """Make an index hold exactly a source's documents (a folder: its files now): new and
+    changed ones in, as one new segment (only they are encoded), removed ones out; every leg
+    then answers as a fresh build of those documents in the index's row order. A file that
+    cannot be read now keeps the passages it had."""
     from intentrank.index.update import sync as sync_docs
 
     folder = options_record(src.options) if src.options is not None and source.is_dir() \
