@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from report import DATA, ROOT, header, log, open_index, save_json, table
+from lib.results import DATA, ROOT, header, log, open_index, save_json, table
 
 OUT = ROOT / "runs" / "answers"
 SUMMED = ("abstained", "cites_gold", "cited", "cited_gold", "unsupported")  # over questions

@@ -28,7 +28,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from report import ROOT, header, log, open_index, publish_tables, save_json, table
+from lib.results import ROOT, header, log, open_index, publish_tables, save_json, table
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
 RESAMPLES = 20
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    from report import DATA
+    from lib.results import DATA
 
     from intentrank.data.dataset import load_dataset
 

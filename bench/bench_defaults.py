@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from report import ROOT, machine, p_value, publish_tables, table
+from lib.results import ROOT, machine, p_value, publish_tables, table
 
 DEFAULTS = ROOT / "runs" / "defaults"
 REFORMULATION = ROOT / "runs" / "reformulation"

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from report import ROOT, header, open_index, publish, table
+from lib.results import ROOT, header, open_index, publish, table
 
 SET = "runs/generated/cranfield"
 MADE_UP = "The value is 42 kilograms per second, measured on Mars in 1850."

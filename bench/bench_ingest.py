@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from report import ROOT, header, log, table, write_section
+from lib.results import ROOT, header, log, table, write_section
 
 PLACES = (ROOT / ".cache" / "debian-docs" / "root", Path("/"))
 MIME = "usr/share/doc/shared-mime-info"
@@ -197,6 +197,6 @@ if __name__ == "__main__":
     elif args.chunking:
         from bench_ingest_chunking import chunking
 
-        chunking()
+        chunking(doc(VALGRIND))
     else:
         parsers()

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_ingest import VALGRIND, doc
-from report import header, log, p_value, table, write_section
+from lib.results import header, log, p_value, table, write_section
 
 WORD_SETTINGS = ((200, 50), (120, 30))  # chunk_documents' default, and one near 221 tokens
 STRUCTURE = (None, 32)  # ChunkSettings' defaults: 221 tokens, 32 of overlap
@@ -26,12 +25,12 @@ class Page:
     sections: list[tuple[int, int, str]]  # (start, end, section id) over the body
 
 
-def pages() -> list[Page]:
+def pages(manual: Path) -> list[Page]:
     from intentrank.data.ingest.chunking import extracted_text
     from intentrank.data.ingest.html import parse_html
 
     out = []
-    for path in sorted(Path(doc(VALGRIND)).glob("*.html")):
+    for path in sorted(manual.glob("*.html")):
         blocks = parse_html(path.read_bytes()).blocks
         text, starts = extracted_text(blocks)
         body = list(text)
@@ -133,8 +132,9 @@ def evaluate(passages: list[tuple[str, str, str]], qs: dict[str, tuple[str, str]
     return scores, stats
 
 
-def chunking() -> None:
-    ps = pages()
+def chunking(manual: Path) -> None:
+    """The section from the HTML pages of the manual in the folder ``manual``."""
+    ps = pages(manual)
     qs = queries(ps)
     tokens = sum(len(p.body.split()) for p in ps)
     log(f"{len(ps)} pages, {tokens} words, {len(qs)} queries")

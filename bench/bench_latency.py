@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_service import percentiles
-from report import DATA, ROOT, free_port, header, log, publish_tables, table, wait_healthy
+from lib.results import DATA, ROOT, header, log, publish_tables, table
+from lib.server import free_port, running
+from lib.timing import percentiles as _percentiles
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
@@ -39,6 +40,11 @@ def queries(n: int, offset: int = 0) -> list[str]:
     texts = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
     random.Random(0).shuffle(texts)
     return texts[offset:offset + n]
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 in milliseconds."""
+    return _percentiles(seconds, (50, 95, 99), 1000)
 
 
 def timings(seconds: list[float], stages: list[dict[str, float]]) -> dict[str, Any]:
@@ -143,16 +149,11 @@ def through_service(load_clients: int) -> dict:
            "--no-keys", "--port", str(port), "--access-log", str(cache / "access.log")]
     for p in (*PIPELINES, "conversation"):
         cmd += ["-p", p]
-    with open(cache / "serve.log", "w") as serve_log:
-        server = subprocess.Popen(cmd, env={**os.environ, "INTENTRANK_CACHE": str(cache)},
-                                  stdout=subprocess.DEVNULL, stderr=serve_log)
-        try:
-            wait_healthy(f"http://127.0.0.1:{port}", server, 300, cache / "serve.log")
-            log("service ...")
-            return asyncio.run(_service(f"http://127.0.0.1:{port}", server.pid, load_clients))
-        finally:
-            server.terminate()
-            server.wait(60)
+    with running(cmd, port, cache / "serve.log", env={**os.environ,
+                                                      "INTENTRANK_CACHE": str(cache)}) as (
+            server, url):
+        log("service ...")
+        return asyncio.run(_service(url, server.pid, load_clients))
 
 
 def index_memory() -> dict:

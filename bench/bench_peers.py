@@ -2,7 +2,7 @@
 
     python bench/bench_peers.py --setup && python bench/bench_peers.py   # `intentrank bench peers`
     python bench/bench_peers.py --collections cranfield --queries 8 --no-write   # a look
-    python bench/bench_peers.py --parts rerank service   # only these; other tables kept
+    python bench/bench_peers.py --parts rerank service   # only these, printed
 
 For SciFact, Cranfield and Vaswani: index builds (wall, peak RSS; each in its own process),
 BM25 (nDCG@10 on every test query, queries/s one at a time and batched), dense (passages/s,
@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import peers_service
 import peers_systems as ps
+from lib.results import DATA, ROOT, header, log, publish_tables, save_json
+from lib.timing import interleaved
 from peers_limits import Limits
-from report import DATA, ROOT, header, log, publish_tables, save_json
 
 WORK = ROOT / "runs" / "peers"
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
@@ -131,30 +132,7 @@ def build(system: str, name: str, out: Path) -> dict:
     return {"wall_s": time.perf_counter() - start, **json.loads(stdout.strip().splitlines()[-1])}
 
 
-# -- timing ----------------------------------------------------------------------------------
-def interleaved(ways: dict[str, Callable[[list], Any]], items: Sequence, chunk: int
-                ) -> dict[str, dict]:
-    """Each way run on each chunk in turn: summed seconds and the outputs in order. The
-    garbage collector runs between calls, not during them (as timeit does): the outputs
-    kept for nDCG would otherwise make a collection's cost depend on what ran before."""
-    import gc
-
-    out = {w: {"s": 0.0, "out": []} for w in ways}
-    for start in range(0, len(items), chunk):
-        part = list(items[start:start + chunk])
-        for way, fn in ways.items():
-            gc.collect()
-            gc.disable()
-            try:
-                t = time.perf_counter()
-                found = fn(part)
-                out[way]["s"] += time.perf_counter() - t
-            finally:
-                gc.enable()
-            out[way]["out"].extend(found)
-    return out
-
-
+# -- scoring ---------------------------------------------------------------------------------
 def ndcg(run: dict[str, dict[str, float]], qrels: dict, queries: Sequence[Any]) -> float:
     from intentrank.measures.metrics import evaluate
 
@@ -492,53 +470,6 @@ def measure(collections: Sequence[str], n_sample: int, parts: Sequence[str] = PA
     return out
 
 
-def bm25_only(collections: Sequence[str], write: bool, again: bool = False) -> None:
-    """Run the BM25 parts alone (``again``: take the last such run's results,
-    runs/peers/results-bm25.json) and splice their rows into the stored section (the other
-    tables stay the last full run's; the prose says which run each comes from)."""
-    from datetime import UTC, datetime
-
-    from peers_render import bm25_tables, bm25_values, scaled, splice_bm25
-    from report import machine
-
-    from intentrank.report.sections import (
-        DOCS_FILE,
-        load,
-        render,
-        save,
-        table_markdown,
-        write_docs_section,
-    )
-
-    path = WORK / "results-bm25.json"
-    if again:
-        results = json.loads(path.read_text())
-    else:
-        results = measure(collections, 0, ("bm25",))
-        results["date"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        save_json(path, results)
-    # a run saved before the date was recorded: the time its results were written
-    date = results.get("date") or datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime(
-        "%Y-%m-%d %H:%M UTC")
-    if not write:
-        for table in bm25_tables(results):
-            print(table_markdown(table), end="\n\n")
-        print(bm25_values(scaled(json.loads(json.dumps(results)))))
-        return
-    load_ = results["load"]
-    note = (f" The BM25 rows (the BM25 index builds and the BM25 table) are from a later run "
-            f"of those parts alone, `python bench/bench_peers.py --only bm25` ({date}, "
-            f"{machine()}, load average {min(load_):.1f}-{max(load_):.1f}; its BM25 limits "
-            f"at the {results['limits']['gbps']:.1f} GB/s measured in it); the other tables "
-            f"are the full run's.")
-    stored, template = load(ROOT, "peers")
-    stored = splice_bm25(stored, results, note)
-    body = render(stored, template)
-    save(ROOT, "peers", stored, template)
-    write_docs_section(ROOT / DOCS_FILE, "peers", body)
-    print(body)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS),
@@ -546,16 +477,11 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=12, help="sampled test queries of the "
                     "dense, rerank and end-to-end parts (BM25: every test query)")
     ap.add_argument("--no-write", action="store_true", help="print, do not publish")
-    ap.add_argument("--only", choices=["bm25"], help="only the BM25 parts (the BM25 index "
-                    "builds and the BM25 table), their rows spliced into the stored section")
-    ap.add_argument("--again", action="store_true", help="with --only bm25: splice the last "
-                    "BM25-only run's results (runs/peers/results-bm25.json) again, no measuring")
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS,
-                    help="measure only these parts; the section keeps the other parts' "
-                    "tables from its stored result (and says so)")
+                    help="measure only these parts and print their tables (a look: the "
+                    "section is published from a run of every part)")
     ap.add_argument("--setup", action="store_true", help="install the peers (pip) and stop")
     ap.add_argument("--build", nargs=3, help=argparse.SUPPRESS)
-    ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)  # intentrank's server
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -565,21 +491,17 @@ def main() -> None:
     if args.build:
         build_child(args.build[0], args.build[1], Path(args.build[2]))
         return
-    if args.serve:
-        peers_service.serve_intentrank(int(args.serve[0]), Path(args.serve[1]))
-        return
-    from peers_render import section
+    from peers_render import section, tables
 
-    if args.only == "bm25":
-        bm25_only(args.collections, write=not args.no_write, again=args.again)
-        return
+    every = set(args.parts) == set(PARTS)
     results = measure(args.collections, args.queries, args.parts)
-    save_json(WORK / ("results.json" if set(args.parts) == set(PARTS) else
-                      f"results-{'-'.join(args.parts)}.json"), results)
-    markdown, values = section(results, None if set(args.parts) == set(PARTS) else
-                               json.loads((ROOT / "bench" / "results" / "peers.json")
-                                          .read_text()))
-    publish_tables("peers", header() + "\n" + markdown, values, write=not args.no_write)
+    save_json(WORK / ("results.json" if every else f"results-{'-'.join(args.parts)}.json"),
+              results)
+    if not every:
+        print("\n\n".join(tables(results)))
+        return
+    publish_tables("peers", header() + "\n" + "\n\n".join(tables(results)),
+                   section(results), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from report import DATA, ROOT, header, log, p_value, publish_tables, save_json, table
+from lib.results import DATA, ROOT, header, log, p_value, publish_tables, save_json, table
 
 from intentrank.query.reformulate import METHODS as LLM
 from intentrank.query.reformulate import NO_LLM_METHODS

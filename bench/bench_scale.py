@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from report import DATA, ROOT, free_port, header, publish_tables, table
+from lib.results import DATA, ROOT, load_parts, publish_tables, recall, save_part, table
+from lib.server import free_port
+from lib.timing import interleaved, percentiles, secs, timed_ms
 
 RESULTS = ROOT / "bench" / "scale_results.json"
 INDEXES = ROOT / "indexes"
@@ -40,43 +42,16 @@ SERVE_RUNS = {"batching on (max_batch_size 8)": 8, "batching off (max_batch_size
               "plain service (cross-encoder in each replica)": 0}
 
 
-def _load() -> dict:
-    return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-
-
-def _save(key: str, value: dict) -> None:
-    data = _load()
-    data[key] = value | {"header": header(), "load_average": os.getloadavg()[0]}
-    RESULTS.write_text(json.dumps(data, indent=1))
-
-
 def _rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def _recall(exact_rows: np.ndarray, rows: np.ndarray, k: int = 100) -> float:
-    return float(np.mean([len(set(e[:k].tolist()) & set(r[:k].tolist())) / k
-                          for e, r in zip(exact_rows, rows, strict=True)]))
-
-
-def _secs(fn: Callable, *args: Any, **kwargs: Any) -> float:
-    t = time.perf_counter()
-    fn(*args, **kwargs)
-    return time.perf_counter() - t
-
-
-def _timed(fn: Callable[[Any], Any], items: Iterable) -> list[float]:
-    """Milliseconds of ``fn(x)`` for each item, one at a time (latency, not throughput)."""
-    return [_secs(fn, x) * 1000 for x in items]
-
-
 def _per_query_ms(search: Callable[[np.ndarray], Any], q: np.ndarray) -> float:
-    return float(np.mean(_timed(lambda j: search(q[j:j + 1]), range(len(q)))))
+    return float(np.mean(timed_ms(lambda j: search(q[j:j + 1]), range(len(q)))))
 
 
 def _stats(ms: list[float]) -> dict:
-    return {"ms/query": float(np.mean(ms)), "p50_ms": float(np.percentile(ms, 50)),
-            "p95_ms": float(np.percentile(ms, 95))}
+    return {"ms/query": float(np.mean(ms)), **{f"{k}_ms": v for k, v in percentiles(ms).items()}}
 
 
 def _rrf(*ranked: np.ndarray) -> list[tuple[int, float]]:
@@ -92,7 +67,7 @@ def _ann(method: str, vecs: np.ndarray, path: Path, **settings: int) -> tuple[An
     from intentrank.index.settings import AnnSettings
 
     s = AnnSettings(method, **settings)
-    build_s = _secs(build_ann, vecs, s, path)
+    build_s = secs(build_ann, vecs, s, path)[0]
     return AnnSearcher(path, vecs, s), {"build_s": build_s, "size": path.stat().st_size}
 
 
@@ -115,7 +90,7 @@ def _shipped(name: str) -> dict:
         rows, scores = search(q)
         run = {x.id: {idx.ids[r]: float(s) for r, s in zip(rr, ss, strict=True) if r >= 0}
                for x, rr, ss in zip(queries, rows, scores, strict=True)}
-        return {"recall@100": _recall(ex_rows, rows),
+        return {"recall@100": recall(ex_rows, rows),
                 "nDCG@10": evaluate(run, qrels, ["nDCG@10"]).aggregate["nDCG@10"],
                 "ms/query": _per_query_ms(search, q), "bytes/doc": nbytes / len(vecs),
                 "build_s": build_s}
@@ -135,7 +110,7 @@ def _shipped(name: str) -> dict:
 def shipped() -> None:
     out = {name: _shipped(name) for name in ("scifact", "vaswani")}
     print(json.dumps(out, indent=1), flush=True)
-    _save("shipped", out)
+    save_part(RESULTS, "shipped", out)
 
 
 # -- the 1M corpus --------------------------------------------------------------------------
@@ -224,7 +199,7 @@ def big(n: int = 1_000_000) -> None:
             return bm.retrieve([qtok[j] or [""]], k=100, show_progress=False,
                                n_threads=1).documents[0]
 
-        out["bm25"]["ms/query"] = float(np.mean(_timed(bm25, range(len(q)))))
+        out["bm25"]["ms/query"] = float(np.mean(timed_ms(bm25, range(len(q)))))
         t = time.perf_counter()
         ex_rows, _ = exact_search(vecs, q, 100)
         out["exact"] = {"ms/query": _per_query_ms(lambda x: exact_search(vecs, x, 100), q[:40]),
@@ -234,33 +209,30 @@ def big(n: int = 1_000_000) -> None:
             s, built = _ann(method, vecs, work / f"{method}.faiss")
             what, points = SWEEP[method]
             out[method] = {
-                "build_s": built["build_s"], "recall@100": _recall(ex_rows, s.search(q, 100)[0]),
+                "build_s": built["build_s"], "recall@100": recall(ex_rows, s.search(q, 100)[0]),
                 "ms/query": _per_query_ms(lambda x, s=s: s.search(x, 100), q),
                 "bytes/doc": built["size"] / n + (0 if method == "hnsw" else vecs.shape[1] * 4),
-                "sweep": {p: {"recall@100": _recall(ex_rows, s.search(q, 100, **{what: p})[0]),
+                "sweep": {p: {"recall@100": recall(ex_rows, s.search(q, 100, **{what: p})[0]),
                               "ms/query": _per_query_ms(
                                   lambda x, s=s, kw={what: p}: s.search(x, 100, **kw), q[:100])}
                           for p in points}}
             print(method, json.dumps(out[method], indent=1), flush=True)
-            out[f"hybrid_{method}_ms/query"] = float(np.mean(_timed(
+            out[f"hybrid_{method}_ms/query"] = float(np.mean(timed_ms(
                 lambda j, s=s: _rrf(bm25(j), s.search(q[j:j + 1], 100)[0][0]), range(len(q)))))
         out["rss_gib"] = _rss_gib()
     print(json.dumps(out, indent=1), flush=True)
-    _save("big", out)
+    save_part(RESULTS, "big", out)
 
 
 def _interleaved(fn: Callable[[Any, str], Any], items: Iterable, ways: tuple[str, ...]
                  ) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
-    """``fn(item, way)`` timed for each item, the ways in turn (so all see the same load)."""
-    ms: dict[str, list[float]] = {w: [] for w in ways}
-    results = []
-    for x in items:
-        results.append({w: None for w in ways})
-        for w in ways:
-            t = time.perf_counter()
-            results[-1][w] = fn(x, w)
-            ms[w].append((time.perf_counter() - t) * 1000)
-    return ms, results
+    """``fn(item, way)`` timed for each item, the ways in turn (so all see the same load):
+    milliseconds per way and item, and each item's results by way."""
+    items = list(items)
+    got = interleaved({w: lambda part, w=w: [fn(part[0], w)] for w in ways}, items, 1,
+                      quiet_gc=False)
+    return ({w: [1000 * s for s in got[w]["each"]] for w in ways},
+            [{w: got[w]["out"][i] for w in ways} for i in range(len(items))])
 
 
 def hybrid(n: int = 1_000_000, ef_search: int = 512) -> None:
@@ -271,7 +243,7 @@ def hybrid(n: int = 1_000_000, ef_search: int = 512) -> None:
     out: dict = {"ef_search": ef_search, "backends": list(BACKENDS)}
     with _perturbed(n, out) as (vecs, bm, qtok, q, work):
         # the first query of the process: numba compiles here
-        out["first_query_s"] = {b: _timed(lambda t, b=b: retrieve(bm, [t], 100, b), qtok[:1])[0]
+        out["first_query_s"] = {b: timed_ms(lambda t, b=b: retrieve(bm, [t], 100, b), qtok[:1])[0]
                                 / 1000 for b in BACKENDS}
         ms, hits = _interleaved(lambda t, b: retrieve(bm, [t], 100, b)[0], qtok, BACKENDS)
         out["bm25_alone"] = {b: _stats(ms[b]) for b in BACKENDS}
@@ -292,7 +264,7 @@ def hybrid(n: int = 1_000_000, ef_search: int = 512) -> None:
         out |= {"dense_hnsw": _stats(ms["dense"]), "hybrid": {b: _stats(ms[b]) for b in BACKENDS},
                 "rss_gib": _rss_gib()}
         print(json.dumps(out, indent=1), flush=True)
-    _save("hybrid", out)
+    save_part(RESULTS, "hybrid", out)
 
 
 def bm25_sizes(sizes: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000)) -> None:
@@ -302,11 +274,11 @@ def bm25_sizes(sizes: tuple[int, ...] = (100_000, 200_000, 500_000, 1_000_000)) 
     out = {}
     for n in sizes:
         bm = _bm25(src, vocab, n, np.random.default_rng(0))
-        out[n] = float(np.mean(_timed(lambda t, bm=bm: bm.retrieve(
+        out[n] = float(np.mean(timed_ms(lambda t, bm=bm: bm.retrieve(
             [t or [""]], k=100, show_progress=False, n_threads=1), qtok)))
         print(n, out[n], flush=True)
         del bm
-    _save("bm25_sizes", {"ms/query": out, "queries": len(qtok)})
+    save_part(RESULTS, "bm25_sizes", {"ms/query": out, "queries": len(qtok)})
 
 
 # -- Ray ------------------------------------------------------------------------------------
@@ -325,10 +297,10 @@ def ray_part(n_queries: int | None = None, passages: int = 600) -> None:
     t = time.perf_counter()
     emb = load_embedder()
     local = {"encode_load_s": time.perf_counter() - t,
-             "encode_p/s": len(texts) / _secs(emb.encode_passages, texts)}
+             "encode_p/s": len(texts) / secs(emb.encode_passages, texts)[0]}
     pipe = build_pipeline_for("rrf", idx)
     pipe.run(queries[:5])
-    local["eval_q/s"] = len(queries) / _secs(pipe.run, queries)
+    local["eval_q/s"] = len(queries) / secs(pipe.run, queries)[0]
     out: dict = {"passages": len(texts), "queries": len(queries), "pipeline": "rrf",
                  "local": local}
     print(out, flush=True)
@@ -337,17 +309,17 @@ def ray_part(n_queries: int | None = None, passages: int = 600) -> None:
     out["cluster_start_s"] = time.perf_counter() - t
     try:
         for w in (1, 2):
-            encode_s = _secs(ray_encode, texts, workers=w, batch_size=64)
+            encode_s = secs(ray_encode, texts, workers=w, batch_size=64)[0]
             # the first run starts the worker processes (import, load models), the next reuses
-            cold, warm, eight = (_secs(ray_run, "rrf", idx.path, qs, tasks=w)
+            cold, warm, eight = (secs(ray_run, "rrf", idx.path, qs, tasks=w)[0]
                                  for qs in (queries, queries, queries[:8]))
             out[f"ray{w}"] = {"encode_p/s": len(texts) / encode_s, "eval_q/s": len(queries) / warm,
                               "eval_cold_q/s": len(queries) / cold, "eval_8_queries_s": eight}
             print(w, out[f"ray{w}"], flush=True)
     finally:
         cluster.shutdown()
-    local["eval_8_queries_s"] = _secs(pipe.run, queries[:8])
-    _save("ray", out)
+    local["eval_8_queries_s"] = secs(pipe.run, queries[:8])[0]
+    save_part(RESULTS, "ray", out)
 
 
 # -- Ray Serve: cross-encoder batching across requests --------------------------------------
@@ -433,7 +405,7 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
         serve.shutdown()
         cluster.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    _save("serve_batch", out)
+    save_part(RESULTS, "serve_batch", out)
 
 
 # -- rendering (the prose is in bench/sections/scale.md) -----------------------------------
@@ -533,7 +505,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("part", choices=list(parts))
     parts[ap.parse_args().part]()
-    md, values = _rows(_load())
+    md, values = _rows(load_parts(RESULTS))
     publish_tables("scale", "\n\n".join(md), values)
 
 

@@ -11,8 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -20,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import report
-from report import DATA, ROOT, free_port, header, publish_tables, save_json, table, wait_healthy
+from lib.results import DATA, ROOT, header, publish_tables, save_json, table
+from lib.server import bench_keys, free_port, load, running, serve
+from lib.timing import RSSSampler
+from lib.timing import percentiles as pct
 
 KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"
 LEVELS = (1, 4, 16, 64)
@@ -40,65 +40,33 @@ BOUNDS = {"bm25": (400, 8.0), "rrf": (300, 15.0), "cascade-ce": (24, 25.0)}
 
 def serve_child(port: int, access_log: Path) -> None:
     """The server process."""
-    import uvicorn
+    from intentrank.service import ServiceSettings
 
-    from intentrank.service import ServiceSettings, create_app
-    from intentrank.service.auth import ApiKey, KeyStore, hash_key
-
-    settings = ServiceSettings(indexes={"scifact": INDEX}, pipelines=dict(PIPELINES),
-                               keys=KeyStore([ApiKey("bench", hash_key(KEY))]),
-                               workers=2, queue_limit=32, timeout_s=300,  # as service.md says
-                               retry_after_s=1, access_log=access_log)
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False)
+    serve(ServiceSettings(indexes={"scifact": INDEX}, pipelines=dict(PIPELINES),
+                          keys=bench_keys(KEY), workers=2, queue_limit=32,
+                          timeout_s=300,  # as service.md says
+                          retry_after_s=1, access_log=access_log), port)
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
     """p50, p95 and p99 in milliseconds."""
-    if len(seconds) < 2:
-        return dict.fromkeys(("p50", "p95", "p99"), 1000 * seconds[0] if seconds else
-                             float("nan"))
-    q = statistics.quantiles(seconds, n=100, method="inclusive")
-    return {"p50": 1000 * q[49], "p95": 1000 * q[94], "p99": 1000 * q[98]}
+    return pct(seconds, (50, 95, 99), 1000)
 
 
-async def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
-                seconds: float) -> dict:
-    import httpx
-
-    latencies, codes, sent = [], {}, 0
-    stop_at = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits,
-                                 headers={"Authorization": f"Bearer {KEY}"}) as http:
-        async def client() -> None:
-            nonlocal sent
-            while sent < count and time.perf_counter() < stop_at:
-                q = queries[sent % len(queries)]
-                sent += 1
-                t = time.perf_counter()
-                try:
-                    code = (await http.post("/search", json={
-                        "query": q, "pipeline": pipeline, "top_k": 10,
-                        "include_text": False})).status_code
-                except httpx.HTTPError as exc:
-                    code = -1
-                    if codes.get(-1, 0) < 3:
-                        print(f"[bench] {type(exc).__name__}: {exc}", file=sys.stderr)
-                codes[code] = codes.get(code, 0) + 1
-                if code == 200:
-                    latencies.append(time.perf_counter() - t)
-                elif code == 503:
-                    await asyncio.sleep(0.1)
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        wall = time.perf_counter() - start
+def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
+          seconds: float) -> dict:
+    """Searches of ``queries`` in turn by ``clients`` clients; a client pauses 0.1 s on a
+    503: requests, successes, requests/s, 503s, errors and latency percentiles."""
+    bodies = [{"query": q, "pipeline": pipeline, "top_k": 10, "include_text": False}
+              for q in queries]
+    got = asyncio.run(load(url, "/search", bodies, clients, count, seconds,
+                           {"Authorization": f"Bearer {KEY}"}, busy_pause=0.1))
+    codes, wall = got["codes"], got["wall_s"]
     ok, total = codes.get(200, 0), sum(codes.values())
     bad = total - ok - codes.get(503, 0)
     return {"requests": total, "ok": ok, "rps": ok / wall, "wall_s": wall,
             "n503": codes.get(503, 0), "errors": bad, "codes": codes,
-            "error_rate": bad / max(total, 1), **percentiles(latencies)}
+            "error_rate": bad / max(total, 1), **percentiles(got["latencies"])}
 
 
 def _in_process(stage: Any, queries: list[str], threads: int, count: int,
@@ -164,33 +132,28 @@ def main() -> None:
     from intentrank.pipelines import build_context
 
     queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
-    port = free_port()
-    load_before, url = os.getloadavg()[0], f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), str(
-        Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl")])
-    try:
-        wait_healthy(url, server, 150)
-        rss, results = report.RSSSampler(server.pid, 0.1), []
+    port, load_before = free_port(), os.getloadavg()[0]
+    access = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl"
+    with running([sys.executable, __file__, "--serve", str(port), str(access)], port,
+                 seconds=150) as (server, url):
+        rss, results = RSSSampler(server.pid, 0.1), []
         ctx = build_context(Index.open(INDEX))  # as the service serves it (no lock)
         for name, source in PIPELINES.items():
             stage = build_pipeline(load_config(resolve_pipeline(source))["pipeline"]
                                    if isinstance(source, str) else source, ctx)
             count, seconds = BOUNDS[name]
             _in_process(stage, queries, 2, 4, 60)  # warm both sides
-            asyncio.run(_load(url, name, queries, 2, 4, 60))
+            _load(url, name, queries, 2, 4, 60)
             for clients in LEVELS:
                 print(f"[bench] {name} x{clients}", file=sys.stderr, flush=True)
                 inproc = _in_process(stage, queries, clients, count, seconds)
                 mark = len(rss.samples)  # the server's peak during the HTTP load
-                http = asyncio.run(_load(url, name, queries, clients, count, seconds))
+                http = _load(url, name, queries, clients, count, seconds)
                 peak = max((b for _, b in rss.samples[mark:]), default=0)
                 results.append({"pipeline": name, "clients": clients, "http": http,
                                 "inproc": inproc, "rss_mib": peak / 2**20})
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         rss.stop.set()
-    finally:
-        server.terminate()
-        server.wait(30)
     meta = {"queries": len(queries), "documents": len(ctx.index), "load_before": load_before,
             "load_after": os.getloadavg()[0],
             "peak_rss_mib": max(r["rss_mib"] for r in results)}

@@ -25,12 +25,13 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import httpx
-import numpy as np
 import psutil
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / p) for p in ("bench", "tests")]
 import fake_openai  # the scripted OpenAI-compatible LLM of the tests
-from report import DATA, ROOT, RSSSampler, free_port, table, wait_healthy
+from lib.results import DATA, ROOT, table
+from lib.server import free_port, start
+from lib.timing import RSSSampler, percentiles
 
 fake_openai.MAX_REQUESTS = sys.maxsize  # its cap guards tests; a soak is long
 REPLY = "The passages describe how the flow behaves [1]."
@@ -54,8 +55,9 @@ def corpus() -> list[dict]:
     return [json.loads(line) for line in (CRANFIELD / "corpus.jsonl").open()]
 
 
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q * 100, method="nearest")) if values else float("nan")
+def _ms(values: list[float]) -> dict[str, float]:
+    """p50, p95 and p99 of latencies in ms (the nearest rank), keyed ``p50_ms`` ..."""
+    return {f"{k}_ms": v for k, v in percentiles(values, (50, 95, 99), method="nearest").items()}
 
 
 def counts(values: object) -> dict[str, int]:
@@ -148,7 +150,7 @@ def per_minute(records: list[dict], rss: list[tuple[float, int]]) -> list[dict]:
         rows.append({"minute": m + 1, "requests": len(rs), "ok": len(ok),
                      "5xx": sum(r["status"] >= 500 for r in rs),
                      "failed": sum(r["status"] != 200 for r in rs),
-                     "p50_ms": pct(ok, 0.5), "p95_ms": pct(ok, 0.95), "p99_ms": pct(ok, 0.99),
+                     **_ms(ok),
                      "rss_mb": (max(mem) / 2**20) if mem else float("nan")})
     return rows
 
@@ -224,20 +226,18 @@ def main() -> None:
 
     llm = fake_openai.FakeOpenAI()
     llm_url, _ = llm(reply=REPLY)
-    url = f"http://127.0.0.1:{(port := free_port())}"
-    log = (work / "server.err").open("w")
-    server = subprocess.Popen(
+    port = free_port()
+    server, url = start(
         [*CLI, "--llm", f"openai:scripted@{llm_url}", "serve", "--index",
          f"cranfield={index_dir}", "-p", "bm25", "-p", "rrf", "-p", "answer", "--no-keys",
          "--watch-index", "1", "--access-log", str(access), "--port", str(port), "--workers",
          "2", "--queue-limit", "64", "--timeout", "120", "--drain", "60"],
-        env=ENV, stdout=log, stderr=subprocess.STDOUT)
+        port, work / "server.err", 600, env=ENV)
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "machine": f"{os.cpu_count()} cores, {psutil.virtual_memory().total >> 30} "
                                f"GiB (shared with other work)",
                     "rate_per_s": RATE, "mix": dict(MIX)}
     try:
-        wait_healthy(url, server, 600, work / "server.err")
         load, stop, t0 = Load(url), threading.Event(), time.monotonic()
         rss = RSSSampler(server.pid, 5.0, t0, stop).samples
         seen: list[tuple[float, dict]] = []
@@ -272,7 +272,7 @@ def main() -> None:
             seconds=args.minutes * 60, requests=len(soak), skipped=load.skipped,
             by_kind={k: sum(r["kind"] == k for r in soak) for k, _ in MIX},
             status=counts(r["status"] for r in soak), minutes=per_minute(soak, rss),
-            overall={f"p{q}_ms": pct(ok, q / 100) for q in (50, 95, 99)},
+            overall=_ms(ok),
             rss_after_warmup_mb=statistics.median(after_warm) / 2**20 if after_warm else None,
             rss_end_mb=statistics.median([b for t, b in rss][-12:]) / 2**20 if rss else None,
             rss_max_after_warmup_mb=max(steady_rss) / 2**20 if steady_rss else None,
@@ -289,7 +289,6 @@ def main() -> None:
             server.kill()
             server.wait(timeout=30)
         llm.close()
-        log.close()
     result["problems"] = problems(result)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(table(["minute", "requests", "200", "5xx", "other failures", "p50 ms", "p95 ms",

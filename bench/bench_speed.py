@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 from bench_latency import index_memory
-from report import DATA, header, log, p_value, publish_tables, table
+from lib.results import DATA, header, log, p_value, publish_tables, table
 
 PAIRS_QUERIES, CHUNK = 20, 200  # SciFact test queries whose BM25 top 30 the CE scores; texts
 SPEED = ["per s (median)", "interquartile", "CPU ms each", "speed vs first"]

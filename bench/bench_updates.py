@@ -18,8 +18,8 @@ bench/updates_results.json and re-renders the section (text: bench/sections/upda
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -28,16 +28,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from report import DATA, ROOT, header, log, publish_tables, table
+from lib.results import DATA, ROOT, log, publish_tables, save_part, table
+from lib.results import recall as _recall
+from lib.timing import percentiles as _pcts
+from lib.timing import secs as _secs
 
 RESULTS = ROOT / "bench" / "updates_results.json"
+_save = functools.partial(save_part, RESULTS)
 SHARES = {"1%": "bucket < 1", "10%": "bucket < 10", "50%": "bucket < 50", "none": None}
-
-
-def _save(key: str, value: dict) -> None:
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    data[key] = value | {"header": header(), "load_average": os.getloadavg()[0]}
-    RESULTS.write_text(json.dumps(data, indent=1))
 
 
 def _tagged() -> list[Any]:
@@ -45,12 +43,6 @@ def _tagged() -> list[Any]:
 
     return [replace(d, metadata={"bucket": i % 100, "year": 2000 + i % 25})
             for i, d in enumerate(iter_corpus(DATA / "scifact" / "corpus.jsonl.gz"))]
-
-
-def _secs(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
-    t = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return time.perf_counter() - t, out
 
 
 def updates() -> None:
@@ -177,10 +169,6 @@ def filters() -> None:
     _save("filters", out)
 
 
-def _pcts(ms: list[float]) -> dict[str, float]:
-    return {"p50": float(np.percentile(ms, 50)), "p95": float(np.percentile(ms, 95))}
-
-
 def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s: Any,
                 file: Path, build_ann: Any, k: int = 10) -> dict[str, Any]:
     """Recall@k of filtered ANN search (the index's own policy: exact below 20% of rows)
@@ -226,11 +214,6 @@ def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s
     out["unfiltered_recall"] = _recall(unfiltered, [searcher.search(q[j:j + 1], k)[0][0]
                                                     for j in range(len(q))], k)
     return out
-
-
-def _recall(truth: np.ndarray, got: list[np.ndarray], k: int) -> float:
-    return float(np.mean([len(set(t[:k].tolist()) & set(g[:k].tolist())) / k
-                          for t, g in zip(truth, got, strict=True)]))
 
 
 def big_inputs(path: Path | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from report import table
+from lib.results import table
 
 JOBS = {"encode": ("`index --ray` (MiniLM)", "embeddings equal (max abs diff {max_abs_diff:.1e}), "
                    "{docs} documents once each"),

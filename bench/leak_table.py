@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from report import table
+from lib.results import table
 
 COLUMNS = [("requests", "requests"), ("status 2xx", "2xx"), ("status 4xx", "4xx"),
            ("status 5xx", "5xx"), ("documents returned", "documents returned"),

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import peers_service
-from report import table
+from lib.results import table
 
 
 def _f(x: float, digits: int = 1) -> str:
@@ -161,62 +161,34 @@ def service_table(rows: list[dict]) -> str:
 TABLE_PARTS = ("bm25", "bm25", "dense", "rerank", "e2e", "rerank", "service")
 
 
-def section(results: dict[str, Any], stored: dict[str, Any] | None = None
-            ) -> tuple[str, dict[str, str]]:
-    """The section's tables (bench/sections/peers.md's {{table N}} order) and its values.
-    With ``stored`` (the section's stored result) the tables of the parts this run did not
-    measure are kept from it, with its limits and load, and the ``runs`` value says so."""
-    results = json.loads(json.dumps(results))
+def tables(results: dict[str, Any]) -> list[str]:
+    """The tables of the parts ``results`` measured, in bench/sections/peers.md's
+    {{table N}} order (a run of every part: all seven)."""
+    results = scaled(json.loads(json.dumps(results)))
     parts = set(results.get("parts", TABLE_PARTS))
-    values: dict[str, str] = {"sample": str(results["sample"]),
-                              "rerank_sample": str(results["sample"])}
-    if stored is not None:
-        old = stored["values"]
-        results["limits"] = {**results["limits"], "gflops": float(old["gflops"]),
-                             "gbps": float(old["gbps"])}
-        # a stored partial run names the run its kept tables come from
-        date = old.get("kept_from") or dict(stored["meta"]).get("date", "an earlier run")
-        values.update({k: old[k] for k in ("gflops", "gbps", "load")})
-        if "dense" not in parts:  # the kept dense table's sample
-            values["sample"] = old["sample"]
-        values["kept_from"] = date
-        kept = [p for p in dict.fromkeys(TABLE_PARTS) if p not in parts]
-        values["runs"] = (f"The {', '.join(kept)} tables are from the run of {date} (its "
-                          f"load and limits); the "
-                          f"{', '.join(p for p in dict.fromkeys(TABLE_PARTS) if p in parts)} "
-                          f"tables from this one (`--parts {' '.join(sorted(parts))}`).")
-    results = scaled(results)
+    made = (lambda: builds_table(results["builds"]), lambda: bm25_table(results["bm25"]),
+            lambda: dense_table(results["dense"]),
+            lambda: rerank_table(results["rerank"], results["rerank_bm25"]),
+            lambda: e2e_table(results["e2e"]),
+            lambda: rerank_quality_table(results["rerank_all"],
+                                         results.get("rerank_fp32_max_diff", {})),
+            lambda: service_table(results["service"]))
+    return [make() for make, part in zip(made, TABLE_PARTS, strict=True) if part in parts]
+
+
+def section(results: dict[str, Any]) -> dict[str, str]:
+    """The values the section's prose reads, from one run of every part."""
+    results = scaled(json.loads(json.dumps(results)))
     lim, load = results["limits"], results["load"]
-    values.setdefault("gflops", _f(lim["gflops"], 0))
-    values.setdefault("gbps", _f(lim["gbps"], 1))
-    values.setdefault("load", f"{min(load):.1f}-{max(load):.1f}")
-    values.setdefault("runs", "All tables are from this one run.")
     skipped = results.get("service_skipped", {}).get("infinity")
-    values["infinity"] = f"not measured: {skipped}" if skipped else "measured"
-    values["service_rounds"] = results.get("service_rounds") or peers_service.rounds()
-    made = {0: lambda: builds_table(results["builds"]), 1: lambda: bm25_table(results["bm25"]),
-            2: lambda: dense_table(results["dense"]),
-            3: lambda: rerank_table(results["rerank"], results["rerank_bm25"]),
-            4: lambda: e2e_table(results["e2e"]),
-            5: lambda: rerank_quality_table(results["rerank_all"],
-                                            results.get("rerank_fp32_max_diff", {})),
-            6: lambda: service_table(results["service"])}
-    tables = []
-    for i, part in enumerate(TABLE_PARTS):
-        if part in parts or stored is None:
-            tables.append(made[i]())
-        else:
-            from intentrank.report.sections import table_markdown
-
-            tables.append(table_markdown(stored["tables"][i]))
-    if "bm25" in parts or stored is None:
-        values.update(bm25_values(results), bm25_note="")
-    else:  # the kept BM25 tables' values
-        values.update({k: v for k, v in stored["values"].items() if k.startswith("bm25_")})
-    return "\n\n".join(tables), values
+    return {"sample": str(results["sample"]),
+            "gflops": _f(lim["gflops"], 0), "gbps": _f(lim["gbps"], 1),
+            "load": f"{min(load):.1f}-{max(load):.1f}",
+            "infinity": f"not measured: {skipped}" if skipped else "measured",
+            "service_rounds": results.get("service_rounds") or peers_service.rounds(),
+            **bm25_values(results)}
 
 
-# -- the BM25 parts alone (bench_peers.py --only bm25) ---------------------------------------
 def _span(ratios: list[float]) -> str:
     lo, hi = f"{min(ratios):.2f}", f"{max(ratios):.2f}"
     return f"{lo}x" if lo == hi else f"{lo}-{hi}x"
@@ -253,29 +225,3 @@ def bm25_values(results: dict[str, Any]) -> dict[str, str]:
     fractions = [r["qps_batched"] / r["bound_qps"] for r in rows if _ours(r["system"])]
     out["bm25_of_limit"] = f"{100 * min(fractions):.2f}-{100 * max(fractions):.2f}%"
     return out
-
-
-def bm25_tables(results: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The BM25 rows of the builds table and the BM25 table of a BM25-only run, as stored
-    tables (intentrank.report.sections)."""
-    from intentrank.report.sections import split
-
-    results = scaled(json.loads(json.dumps(results)))
-    stored, _ = split(builds_table(results["builds"]) + "\n\n" + bm25_table(results["bm25"]))
-    return stored["tables"][0], stored["tables"][1]
-
-
-def splice_bm25(stored: dict[str, Any], results: dict[str, Any], note: str) -> dict[str, Any]:
-    """The stored section with a BM25-only run's rows in place of its BM25 rows: the BM25
-    rows of the builds table (the dense rows kept) and the whole BM25 table; the prose's
-    BM25 values and ``note`` (which run the BM25 rows come from) updated."""
-    builds, bm25 = bm25_tables(results)
-    old = stored["tables"][0]
-    leg = old["header"].index("leg")
-    if builds["header"] != old["header"] or bm25["header"] != stored["tables"][1]["header"]:
-        raise ValueError("the stored peers tables have other columns; run the whole bench")
-    old["rows"] = builds["rows"] + [r for r in old["rows"] if r[leg] != "BM25"]
-    stored["tables"][1] = bm25
-    stored["values"] = {**stored["values"], **bm25_values(scaled(json.loads(json.dumps(results)))),
-                        "bm25_note": note}
-    return stored

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from report import ROOT, free_port, wait_healthy
+from lib.results import ROOT
+from lib.server import bench_keys, free_port, load, serve, start, stop
+from lib.timing import percentiles
 
 INFINITY_VENV = Path(os.environ.get("PEERS_INFINITY_VENV", ROOT / ".cache" / "infinity-venv"))
 INFINITY_VERSION = "0.0.78"
@@ -70,29 +70,19 @@ def infinity_missing(venv: Path = INFINITY_VENV) -> str | None:
 
 
 def serve_intentrank(port: int, index: Path) -> None:
-    """The intentrank server process: the dense index (its query encoder answers
-    /v1/embeddings) and the two rerankers; keys on, as deployed."""
-    import uvicorn
+    """The intentrank server process (``python bench/peers_service.py PORT INDEX``): the
+    dense index (its query encoder answers /v1/embeddings) and the two rerankers; keys on,
+    as deployed."""
+    from intentrank.service import ServiceSettings
 
-    from intentrank.service import ServiceSettings, create_app
-    from intentrank.service.auth import ApiKey, KeyStore, hash_key
-
-    settings = ServiceSettings(indexes={"minilm": index}, pipelines={},
-                               rerankers=dict(RERANKERS),
-                               keys=KeyStore([ApiKey("bench", hash_key(KEY))]),
-                               workers=2, queue_limit=32, timeout_s=300, access_log=False)
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False)
+    serve(ServiceSettings(indexes={"minilm": index}, pipelines={}, rerankers=dict(RERANKERS),
+                          keys=bench_keys(KEY), workers=2, queue_limit=32, timeout_s=300,
+                          access_log=False), port)
 
 
 def start_intentrank(index: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "bench_peers.py"),
-                                 "--serve", str(port), str(index)], stdout=f, stderr=f)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, proc, 300, log)
-    return proc, url
+    return start([sys.executable, __file__, str(port), str(index)], port, log)
 
 
 def start_infinity(reranker: Path, log: Path) -> tuple[subprocess.Popen, str]:
@@ -103,59 +93,10 @@ def start_infinity(reranker: Path, log: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "DO_NOT_TRACK": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0"}
     env.pop("PYTHONPATH", None)
-    with open(log, "w") as f:
-        proc = subprocess.Popen(
-            [str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id", str(minilm_path()),
-             "--model-id", str(reranker), "--served-model-name", "minilm",
-             "--served-model-name", "reranker", "--engine", "torch", "--device", "cpu",
-             "--host", "127.0.0.1", "--port", str(port)], stdout=f, stderr=f, env=env)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, proc, 300, log)
-    return proc, url
-
-
-def percentiles(seconds: list[float]) -> dict[str, float]:
-    if len(seconds) < 2:
-        return dict.fromkeys(("p50", "p95"), 1000 * seconds[0] if seconds else float("nan"))
-    q = statistics.quantiles(seconds, n=100, method="inclusive")
-    return {"p50": 1000 * q[49], "p95": 1000 * q[94]}
-
-
-async def load(url: str, path: str, bodies: list[dict], clients: int, count: int,
-               seconds: float, headers: dict[str, str], start_at: int = 0) -> dict[str, Any]:
-    """``clients`` concurrent clients posting ``bodies`` in turn (from ``start_at``) until
-    ``count`` requests are sent or ``seconds`` pass: latencies of the 200s, the wall time,
-    the other status codes, and the first answer to each body."""
-    import httpx
-
-    latencies: list[float] = []
-    codes: dict[int, int] = {}
-    answers: dict[int, Any] = {}
-    sent = 0
-    stop_at = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits,
-                                 headers=headers) as http:
-        async def client() -> None:
-            nonlocal sent
-            while sent < count and time.perf_counter() < stop_at:
-                i = (start_at + sent) % len(bodies)
-                sent += 1
-                t = time.perf_counter()
-                try:
-                    reply = await http.post(path, json=bodies[i])
-                    code = reply.status_code
-                except httpx.HTTPError:
-                    code = -1
-                codes[code] = codes.get(code, 0) + 1
-                if code == 200:
-                    latencies.append(time.perf_counter() - t)
-                    answers.setdefault(i, reply.json())
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        wall = time.perf_counter() - start
-    return {"latencies": latencies, "wall_s": wall, "codes": codes, "answers": answers}
+    return start([str(INFINITY_VENV / "bin" / "infinity_emb"), "v2", "--model-id",
+                  str(minilm_path()), "--model-id", str(reranker), "--served-model-name",
+                  "minilm", "--served-model-name", "reranker", "--engine", "torch", "--device",
+                  "cpu", "--host", "127.0.0.1", "--port", str(port)], port, log, env=env)
 
 
 def service_part(name: str, sample: list, cands: list[list[str]], texts: dict[str, str],
@@ -211,7 +152,7 @@ def service_part(name: str, sample: list, cands: list[list[str]], texts: dict[st
                            "clients": clients, "requests": len(a["latencies"]),
                            "errors": sum(n for c, n in a["codes"].items() if c != 200),
                            "rps": len(a["latencies"]) / a["wall_s"],
-                           **percentiles(a["latencies"])}
+                           **percentiles(a["latencies"], scale=1000)}
                     if endpoint == "rerank":
                         row["pairs_per_request"] = sum(map(len, cands)) / len(cands)
                         got_q = sorted(a["answers"])
@@ -238,8 +179,8 @@ def service_part(name: str, sample: list, cands: list[list[str]], texts: dict[st
                     r.pop("vectors", None)
     finally:
         for proc, _ in servers.values():
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
+
+
+if __name__ == "__main__":
+    serve_intentrank(int(sys.argv[1]), Path(sys.argv[2]))

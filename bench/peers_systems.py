@@ -143,7 +143,7 @@ def lucene_build(docs: Sequence[Any], out: Path, java: list[str]) -> float:
     import subprocess
     import tempfile
 
-    from report import RSSSampler
+    from lib.timing import RSSSampler
 
     with tempfile.TemporaryDirectory() as tmp:
         with open(Path(tmp) / "docs.jsonl", "w", encoding="utf-8") as f:

@@ -8,7 +8,7 @@
 #   python-docx/  the Word documents of python-docx's own test suite (its sdist on PyPI)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PACKAGES=${DEBIAN_DOCS:-"shared-mime-info libtasn1-doc valgrind"}
+PACKAGES=${DEBIAN_DOCS:-"shared-mime-info libtasn1-doc valgrind asymptote-doc"}
 DEST=.cache/debian-docs
 PIP=${PIP:-.venv/bin/pip}
 mkdir -p "$DEST/debs"

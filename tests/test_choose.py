@@ -204,10 +204,13 @@ def test_the_reference_stays_unless_beaten_beyond_noise_and_significantly():
     assert select(sc, costs, noise=0.01, reference="rrf").chosen == "weighted"
 
 
-def test_grouped_bootstrap_shows_groups_that_disagree_as_doubt():
+def test_kinds_are_resampled_within_themselves():
+    """The bootstrap by question kind keeps each kind's size (issue 58): kinds that disagree
+    no longer count as two draws of a coin, so the estimate, its interval and P(best) are
+    those of the question-weighted mean."""
     rng = np.random.default_rng(3)
-    a = _scores(rng, {"rrf": 0.06, "dense": 0.0}, n=100)  # group a: rrf far ahead
-    b = _scores(rng, {"rrf": 0.0, "dense": 0.04}, n=100)  # group b: dense ahead
+    a = _scores(rng, {"rrf": 0.06, "dense": 0.0}, n=100)  # kind a: rrf far ahead
+    b = _scores(rng, {"rrf": 0.0, "dense": 0.04}, n=100)  # kind b: dense ahead
     sc = {n: {**{f"a{q}": v for q, v in a[n].items()}, **{f"b{q}": v for q, v in b[n].items()}}
           for n in a}
     groups = {q: q[0] for q in sc["rrf"]}
@@ -215,8 +218,12 @@ def test_grouped_bootstrap_shows_groups_that_disagree_as_doubt():
     flat = select(sc, costs, noise=0.0)
     grouped = select(sc, costs, noise=0.0, groups=groups)
     assert flat.chosen == grouped.chosen == "rrf"
-    assert flat.confident and not grouped.confident
-    assert 0.5 < grouped.p_chosen_best < flat.p_chosen_best
+    assert grouped.kinds == {"a": 100, "b": 100} and flat.kinds == {}
+    for f, g in zip(flat.estimates, grouped.estimates, strict=True):
+        assert (f.name, f.mean) == (g.name, g.mean)
+        # fixed kind sizes take the between-kind share of the doubt away, never add to it
+        assert g.high - g.low <= f.high - f.low + 0.005
+    assert abs(grouped.p_chosen_best - flat.p_chosen_best) < 0.1
     # one group only: the plain bootstrap
     assert select(sc, costs, noise=0.0, groups=dict.fromkeys(groups, "x")).estimates \
         == flat.estimates
@@ -263,6 +270,9 @@ def test_choose_on_cranfield_writes_a_pipeline_that_scores_as_estimated(cranfiel
     assert out["kinds"].get("llm", 0) + out["kinds"].get("llm-pair", 0) == 4
     assert 0 < out["copied_share"] < 1
     assert any(w.startswith("few questions") for w in out["warnings"])
+    # 4 LLM questions among 28: reported apart, with a warning; no interval pinned at 1
+    assert any(w.startswith("few llm questions: 4 of 28") for w in out["warnings"])
+    assert all(c["high"] < 1.0 or c["low"] == 1.0 for c in out["candidates"])
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 1
     assert "| candidate |" in (tmp_path / "report.md").read_text()
     queries = rec.questions.queries

@@ -203,9 +203,7 @@ def meta_index(cranfield, tmp_path_factory):
 
 
 def _record(index, doc_id: str) -> dict[str, Any]:
-    from intentrank.filters import record_of
-
-    return record_of(index.doc(doc_id))
+    return index.doc(doc_id).filter_record()
 
 
 @pytest.mark.parametrize("leg", ["bm25", "tfidf"])
@@ -213,14 +211,13 @@ def test_filtered_search_is_a_search_of_the_matching_documents(meta_index, leg,
                                                                tmp_path) -> None:
     """A filtered retriever returns what the same retriever returns over an index built from
     the matching documents only (their statistics), ten of them."""
-    from intentrank.filters import record_of
     from intentrank.index import build_index
     from intentrank.retrieve.retrievers import TfidfRetriever
 
     cls = BM25Retriever if leg == "bm25" else TfidfRetriever
     for n, text in enumerate(FILTERS):
         f = parse_filter(text)
-        matching = [d for d in meta_index.documents() if f.matches(record_of(d))]
+        matching = [d for d in meta_index.documents() if f.matches(d.filter_record())]
         only = build_index(matching, tmp_path / str(n), meta_index.settings)
         for q in QUESTIONS:
             got = cls(meta_index, depth=10, filter=f).search(q)

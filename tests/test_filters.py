@@ -25,7 +25,6 @@ from intentrank.filters import (
     Prefix,
     and_filters,
     parse_filter,
-    record_of,
 )
 from intentrank.types import Document
 
@@ -224,10 +223,11 @@ def test_fields_a_filter_reads() -> None:
     assert f.fields() == {"a", "b.c", "d e"}
 
 
-def test_record_of_a_document() -> None:
+def test_the_filter_record_of_a_document() -> None:
     doc = Document("x#1", "text", parent_id="x", metadata={"team": "a", "id": "ignored"})
-    assert record_of(doc) == {"team": "a", "id": "x#1", "parent_id": "x"}
-    assert parse_filter('team = "a" AND parent_id = "x" AND id = "x#1"').matches(record_of(doc))
+    assert doc.filter_record() == {"team": "a", "id": "x#1", "parent_id": "x"}
+    seen = parse_filter('team = "a" AND parent_id = "x" AND id = "x#1"')
+    assert seen.matches(doc.filter_record())
 
 
 # --- property tests -------------------------------------------------------------------------
@@ -352,7 +352,7 @@ def _scifact_records(scifact) -> list[dict[str, Any]]:  # noqa: ANN001 (fixture)
                                 "teams": [f"t{n % 5}", f"t{n % 7}"][: 1 + n % 2]}
         if n % 4:
             meta["venue"] = {"name": ("Nature", "Cell", "PLoS ONE")[n % 3]}
-        out.append(record_of(Document(doc.id, doc.text, metadata=meta)))
+        out.append(Document(doc.id, doc.text, metadata=meta).filter_record())
     return out
 
 

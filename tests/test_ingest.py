@@ -77,6 +77,76 @@ def test_real_pdf_outline_pages_and_metadata():
     assert "Consider this definition" in naming.text and naming.metadata["page"] == 6
 
 
+def test_real_pdf_passages_carry_the_documents_title_not_its_first_heading():
+    """libtasn1's manual has no title property and its first bookmark is a chapter: every
+    passage was titled "1 Introduction" (issue 58). The title page's title now, the heading
+    path as each passage's section."""
+    pdf = debian_doc("usr/share/doc/libtasn1-doc/libtasn1.pdf")
+    docs = list(read_folder(pdf).documents)
+    assert {d.title for d in docs} == {"Libtasn1"}
+    assert {d.metadata["title"] for d in docs} == {"Libtasn1"}
+    naming = next(d for d in docs if d.metadata["headings"][-1:] == ["2.2 Naming"])
+    assert source_label(naming.metadata) == "libtasn1.pdf › 2.2 Naming (pages 6-7)"
+
+
+def test_real_asymptote_manual_title_page_and_title_property():
+    """Asymptote's manual (the case of issue 58: every passage titled "1 Description"): its
+    title page's title, set in a large type over two lines; asy-latex.pdf has a title
+    property, which wins."""
+    from intentrank.data.ingest.pdf import parse_pdf
+
+    folder = debian_doc("usr/share/doc/asymptote")
+    ex = parse_pdf((folder / "asymptote.pdf").read_bytes())
+    assert ex.title == "Asymptote: the Vector Graphics Language"
+    assert "title" not in ex.metadata
+    heads = [b.text for b in ex.blocks if b.kind == "heading"]
+    assert heads[:2] == ["1 Description", "2 Installation"]
+    docs = list(read_folder(folder / "asy-latex.pdf").documents)
+    assert docs[0].metadata["title"] == "The asymptote package"
+    assert {d.title for d in docs} == {"The asymptote package"}
+
+
+def test_a_document_without_a_title_is_titled_by_its_one_top_heading_or_its_name(tmp_path):
+    """HTML without <title>, Markdown, DOCX without a title property: the first heading is
+    the title only when no later heading is at its level or above; a DOCX's Title paragraph
+    is its title."""
+    import docx
+
+    (tmp_path / "guide.html").write_text("<html><body><h1>Guide</h1><p>Intro.</p><h2>Setup"
+                                         "</h2><p>Run it.</p><h2>Use</h2><p>Ask.</p></body>"
+                                         "</html>")
+    (tmp_path / "chapters.html").write_text("<html><body><h2>Install</h2><p>Copy.</p><h2>Usage"
+                                            "</h2><p>Run.</p></body></html>")
+    (tmp_path / "titled.html").write_text("<html><head><title>The Book</title></head><body>"
+                                          "<h2>One</h2><p>a</p><h2>Two</h2><p>b</p></body>"
+                                          "</html>")
+    (tmp_path / "notes.md").write_text("# Monday\n\nmet.\n\n# Tuesday\n\nwrote.\n")
+    d = docx.Document()
+    d.add_heading("Staff handbook", level=0)  # Word's Title style
+    d.add_heading("Leave", level=1)
+    d.add_paragraph("Ask two weeks ahead.")
+    d.add_heading("Travel", level=1)
+    d.add_paragraph("Trains first.")
+    d.save(tmp_path / "handbook.docx")
+    d = docx.Document()
+    for h in ("Leave", "Travel"):
+        d.add_heading(h, level=1)
+        d.add_paragraph("Ask.")
+    d.save(tmp_path / "policies.docx")
+    titles: dict[str, set] = {}
+    headings: dict[str, list] = {}
+    for doc in read_folder(tmp_path, chunking=ChunkSettings(max_tokens=16,
+                                                            overlap_tokens=0)).documents:
+        titles.setdefault(doc.metadata["path"], set()).add(doc.title)
+        headings.setdefault(doc.metadata["path"], []).append(doc.metadata["headings"])
+    assert titles == {"guide.html": {"Guide"}, "chapters.html": {"chapters"},
+                      "titled.html": {"The Book"}, "notes.md": {"notes"},
+                      "handbook.docx": {"Staff handbook"}, "policies.docx": {"policies"}}
+    assert ["Guide", "Use"] in headings["guide.html"]
+    assert ["Staff handbook", "Travel"] not in headings["handbook.docx"]  # both level 1
+    assert ["Travel"] in headings["handbook.docx"]
+
+
 def test_reading_twice_gives_identical_documents(tmp_path):
     src = debian_doc(MIME)
     shutil.copytree(src, tmp_path / "d")

@@ -124,6 +124,10 @@ class Document:
         """Title and text joined, as encoders and rerankers see them."""
         return f"{self.title}{sep}{self.text}" if self.title else self.text
 
+    def filter_record(self) -> dict[str, Any]:
+        """What a filter sees of the document: its metadata plus ``id`` and ``parent_id``."""
+        return {**self.metadata, "id": self.id, "parent_id": self.parent_id}
+
 
 @dataclass(slots=True)
 class ScoredDoc:

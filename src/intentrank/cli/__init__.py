@@ -11,6 +11,7 @@ commands:
 - :mod:`.serve`: ``serve``, ``quickstart``;
 - :mod:`.keys`: ``keys add|list|rotate|revoke`` (the service's API keys file);
 - :mod:`.bench`: ``bench`` (list, plan and rebuild the benchmarks of docs/benchmarks.md);
+- :mod:`.cluster`: ``cluster build|status`` (an index in shards on Ray actors);
 
 and what they share in :mod:`.common` (the app, the global options on ``ctx.obj``, the
 ``cli_errors`` decorator, option checks, output helpers) and :mod:`.options` (options
@@ -32,6 +33,7 @@ from intentrank.cli import train  # noqa: F401
 from intentrank.cli import generate  # noqa: F401
 from intentrank.cli import choose  # noqa: F401
 from intentrank.cli import bench  # noqa: F401
+from intentrank.cli import cluster  # noqa: F401
 # isort: on
 from intentrank.cli.common import app
 

@@ -81,6 +81,13 @@ def serve(
                                             "batch.")] = 8,
     ray_batch_wait_ms: Annotated[float, RayPanel(help="How long a batch waits to "
                                                  "fill.")] = 10.0,
+    shard_replicas: Annotated[int, RayPanel(help="A cluster index (`intentrank cluster "
+                                            "build`): replicas per shard, each on another "
+                                            "host (0: as built).")] = 0,
+    hedge_ms: Annotated[float, RayPanel(help="A cluster index: ask a shard's next replica "
+                                        "when one has not answered in this long.")] = 500.0,
+    shard_timeout: Annotated[float, RayPanel(help="A cluster index: seconds a shard's "
+                                             "replicas get in all.")] = 10.0,
 ) -> None:
     """Serve indexes and pipelines over HTTP, with a web page."""
     from intentrank.extras import require
@@ -110,6 +117,22 @@ def serve(
         index, pipeline, keys_file, no_keys, workers, queue_limit, timeout, cors_origin,
         report_dir, access_log, dataset, settings.llm, settings.llm_options, log=log_stderr,
         watch_s=watch_index or None, drain_s=drain, log_texts=log_texts)
+    from intentrank.scale.shardset import is_cluster
+
+    clusters = [n for n, w in service_settings.indexes.items()
+                if isinstance(w, (str, Path)) and is_cluster(w)]
+    if clusters:  # served by this process; its shards on Ray actors across hosts
+        if ray:
+            raise ConfigError(f"{clusters}: a cluster index's shards are Ray actors already; "
+                              f"serve it without --ray (give --ray-address)")
+        if hedge_ms <= 0 or shard_timeout <= 0:
+            raise ConfigError("--hedge-ms and --shard-timeout must be > 0")
+        from intentrank.scale.coordinator import open_clusters
+
+        service_settings.indexes = open_clusters(
+            service_settings.indexes, ray_address or None, replicas=shard_replicas or None,
+            hedge_s=hedge_ms / 1000, timeout_s=shard_timeout)
+        ray_address = ""
     run_service(service_settings, generated, host, port, ray=ray,
                 ray_address=ray_address or None, replicas=replicas, ray_batching=batching)
 

@@ -1,10 +1,11 @@
-"""What stages need from an index and from an LLM client, as protocols (no imports upward)."""
+"""What stages need from an index and from an LLM client, and what the registry builds, as
+protocols (no imports upward, and no circle through the stage module)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from intentrank.types import Document, Trace
+from intentrank.types import Document, Ranking, Trace
 
 
 @runtime_checkable
@@ -36,3 +37,12 @@ class LLMLike(Protocol):
 
     def chat_many(self, batch: Any, *, on_error: str = "raise", trace: Trace | None = None,
                   stage: str = "llm", **params: Any) -> list[Any]: ...
+
+
+class StageLike(Protocol):
+    """What a registered factory builds: a :class:`~intentrank.core.stage.Stage` (the
+    registry names it by this protocol, so the stage module can import the registry)."""
+
+    name: str
+
+    def __call__(self, rankings: list[Ranking], trace: Trace | None = None) -> list[Ranking]: ...

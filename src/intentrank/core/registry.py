@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 from intentrank.errors import ConfigError
 
 if TYPE_CHECKING:
-    from intentrank.core.protocols import IndexLike, LLMLike
-    from intentrank.core.stage import Stage
+    from intentrank.core.protocols import IndexLike, LLMLike, StageLike
 
 
 @dataclass
@@ -70,7 +69,7 @@ class BuildContext:
         return self.index
 
 
-StageFactory = Callable[[BuildContext, dict[str, Any]], "Stage"]
+StageFactory = Callable[[BuildContext, dict[str, Any]], "StageLike"]
 RESERVED = ("cutoff", "fuse")  # the config grammar's own keys, never a registered name
 
 
@@ -133,7 +132,7 @@ def register_fuser(cls: type) -> type:
     if not isinstance(method, str) or not method:
         raise ConfigError(f"fusion class {cls.__name__} has no 'method' name to register")
 
-    def factory(ctx: BuildContext, params: dict[str, Any]) -> Stage:
+    def factory(ctx: BuildContext, params: dict[str, Any]) -> StageLike:
         params = dict(params)
         branches = params.pop("inputs")
         if hasattr(cls, "from_config"):

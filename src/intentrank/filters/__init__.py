@@ -21,7 +21,6 @@ from intentrank.filters.tree import (
     and_filters,
     parse_filter,
 )
-from intentrank.filters.values import record_of
 
 __all__ = ["And", "Compare", "Filter", "In", "MetadataColumns", "Not", "Or", "Prefix",
-           "and_filters", "parse_filter", "record_of"]
+           "and_filters", "parse_filter"]

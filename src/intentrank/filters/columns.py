@@ -159,7 +159,7 @@ def _spelled_vocab(vocab: list[str]) -> np.ndarray:
 
 class MetadataColumns:
     """Per-field columns over the records of an index's rows (metadata plus ``id`` and
-    ``parent_id``, see :func:`~intentrank.filters.values.record_of`); a field's column is
+    ``parent_id``, see :meth:`~intentrank.types.Document.filter_record`); a field's column is
     built on its first use, then kept."""
 
     def __init__(self, records: Sequence[Mapping[str, Any]]) -> None:

@@ -4,7 +4,7 @@ and the grammar that parses filter text into it."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -52,7 +52,7 @@ class Filter:
 
     def fields(self) -> frozenset[str]:
         """The fields the filter reads."""
-        if isinstance(self, And | Or):
+        if isinstance(self, _Junction):
             return frozenset().union(*(p.fields() for p in self.parts))
         return self.part.fields() if isinstance(self, Not) \
             else frozenset({self.field})  # type: ignore[attr-defined]
@@ -176,56 +176,50 @@ class Prefix(Filter):
         return f"{format_field(self.field)} PREFIX {format_value(self.prefix)}"
 
 
-def _flat_parts(cls: type[And | Or], parts: Any) -> tuple[Filter, ...]:
-    if isinstance(parts, Filter) or not isinstance(parts, Iterable):
-        raise FilterError(f"{cls.__name__} takes a list of filters, got {parts!r}")
-    parts = tuple(parts)
-    if len(parts) < 2 or not all(isinstance(p, Filter) for p in parts):
-        raise FilterError(f"{cls.__name__} needs two or more filters, got {parts!r}")
-    flat: list[Filter] = []
-    for p in parts:  # a AND (b AND c) is a AND b AND c: one tree per text, so text round-trips
-        flat.extend(p.parts if isinstance(p, cls) else (p,))
-    return tuple(flat)
-
-
 @dataclass(frozen=True)
-class And(Filter):
+class _Junction(Filter):
+    """Two or more parts joined by one word: :class:`And` and :class:`Or`. ``a AND (b AND
+    c)`` is flattened to ``a AND b AND c``: one tree per text, so text round-trips."""
+
+    parts: tuple[Filter, ...]
+    word: ClassVar[str]
+    test: ClassVar[Callable[[Iterable[object]], bool]]
+    ufunc: ClassVar[np.ufunc]
+
+    def __init_subclass__(cls, *, word: str, precedence: int,
+                          test: Callable[[Iterable[object]], bool], ufunc: np.ufunc) -> None:
+        super().__init_subclass__()
+        cls.word, cls.precedence, cls.ufunc = word, precedence, ufunc
+        cls.test = staticmethod(test)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        name, parts = type(self).__name__, self.parts
+        if isinstance(parts, Filter) or not isinstance(parts, Iterable):
+            raise FilterError(f"{name} takes a list of filters, got {parts!r}")
+        parts = tuple(parts)
+        if len(parts) < 2 or not all(isinstance(p, Filter) for p in parts):
+            raise FilterError(f"{name} needs two or more filters, got {parts!r}")
+        flat: list[Filter] = []
+        for p in parts:
+            flat.extend(p.parts if isinstance(p, type(self)) else (p,))
+        object.__setattr__(self, "parts", tuple(flat))
+
+    def matches(self, record: Mapping[str, Any]) -> bool:
+        return self.test(p.matches(record) for p in self.parts)
+
+    def mask(self, columns: MetadataColumns) -> np.ndarray:
+        return self.ufunc.reduce([p.mask(columns) for p in self.parts])
+
+    def __str__(self) -> str:
+        return f" {self.word} ".join(p._wrapped(self.precedence + 1) for p in self.parts)
+
+
+class And(_Junction, word="AND", precedence=2, test=all, ufunc=np.logical_and):
     """Every part matches."""
 
-    parts: tuple[Filter, ...]
-    precedence: ClassVar[int] = 2
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "parts", _flat_parts(And, self.parts))
-
-    def matches(self, record: Mapping[str, Any]) -> bool:
-        return all(p.matches(record) for p in self.parts)
-
-    def mask(self, columns: MetadataColumns) -> np.ndarray:
-        return np.logical_and.reduce([p.mask(columns) for p in self.parts])
-
-    def __str__(self) -> str:
-        return " AND ".join(p._wrapped(3) for p in self.parts)
-
-
-@dataclass(frozen=True)
-class Or(Filter):
+class Or(_Junction, word="OR", precedence=1, test=any, ufunc=np.logical_or):
     """At least one part matches."""
-
-    parts: tuple[Filter, ...]
-    precedence: ClassVar[int] = 1
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "parts", _flat_parts(Or, self.parts))
-
-    def matches(self, record: Mapping[str, Any]) -> bool:
-        return any(p.matches(record) for p in self.parts)
-
-    def mask(self, columns: MetadataColumns) -> np.ndarray:
-        return np.logical_or.reduce([p.mask(columns) for p in self.parts])
-
-    def __str__(self) -> str:
-        return " OR ".join(p._wrapped(2) for p in self.parts)
 
 
 @dataclass(frozen=True)

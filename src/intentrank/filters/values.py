@@ -8,12 +8,9 @@ import numbers
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from intentrank.errors import FilterError
-
-if TYPE_CHECKING:  # types.py imports the filters (Query.filter), not the other way round
-    from intentrank.types import Document
 
 Value = str | int | float | bool | datetime
 KEYWORDS = frozenset({"and", "or", "not", "in", "prefix", "true", "false"})
@@ -155,7 +152,3 @@ def elements(value: Any) -> list[Any]:
         return [v for v in value if v is not None]
     return [] if value is None else [value]
 
-
-def record_of(doc: Document) -> dict[str, Any]:
-    """What a filter sees of a document: its metadata plus ``id`` and ``parent_id``."""
-    return {**doc.metadata, "id": doc.id, "parent_id": doc.parent_id}

@@ -1,20 +1,24 @@
 """Choosing one system from per-query scores, and how sure the choice is.
 
 Every candidate is scored on the same queries. :func:`select` bootstraps the queries (the
-same resample for every candidate, so the comparison stays paired; with question groups,
-e.g. the ways the questions were made, the groups are resampled first and then the
-questions within each, so disagreement between the groups shows as doubt), gives each
-candidate's mean with a percentile interval and the share of resamples in which it is best,
-runs the paired randomization test of the best against the runner-up, and picks the best,
-or the cheapest candidate that is within ``noise`` of the best and not significantly worse
-than it. A tuned variant may be picked only when it beats the setting it was tuned from by
-more than ``noise`` and significantly (its scores are cross-fitted, so this is a held-out
-gain), and any pick must so beat the reference pipeline (the one to run without choosing),
-which otherwise stays. :func:`set_warnings` says when a question set is too weak to trust.
+same resample for every candidate, so the comparison stays paired; with question kinds,
+e.g. the ways the questions were made, the bootstrap is stratified: each kind's questions
+are resampled within the kind, keeping its size, so every resample's mean weighs the kinds
+by their question counts as the point estimate does), gives each candidate's mean with a
+percentile interval and the share of resamples in which it is best, runs the paired
+randomization test of the best against the runner-up, and picks the best, or the cheapest
+candidate that is within ``noise`` of the best and not significantly worse than it. A tuned
+variant may be picked only when it beats the setting it was tuned from by more than
+``noise`` and significantly (its scores are cross-fitted, so this is a held-out gain), and
+any pick must so beat the reference pipeline (the one to run without choosing), which
+otherwise stays. :func:`set_warnings` says when a question set is too weak to trust,
+including kinds with too few questions to say anything on their own (their means are
+reported apart, per kind; in the estimate they weigh only their share of the questions).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +28,7 @@ from intentrank.measures.significance import paired_test
 
 MIN_QUESTIONS = 50  # fewer: warn
 MAX_COPIED = 0.8  # a larger mean share of question words found in the source: warn
+MIN_KIND = 10  # a question kind with fewer questions: warn, read its own mean apart
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class Selection:
     reason: str
     n_queries: int
     warnings: list[str] = field(default_factory=list)
+    kinds: dict[str, int] = field(default_factory=dict)  # questions per kind (with groups)
 
     def estimate(self, name: str) -> Estimate:
         return next(e for e in self.estimates if e.name == name)
@@ -62,28 +68,37 @@ def bootstrap_means(matrix: np.ndarray, n_boot: int = 2000, seed: int = 0,
                     groups: Sequence[str] | None = None) -> np.ndarray:
     """``(n_boot, candidates)`` means over query resamples (rows of ``matrix``: queries).
 
-    With ``groups`` (one label per row) of two or more labels, a two-stage bootstrap: as
-    many groups as there are are drawn with replacement, the rows of each drawn group are
-    resampled, and a resample's mean is the mean of its groups' means."""
+    With ``groups`` (one label per row), a stratified bootstrap: each group's rows are
+    resampled within the group, keeping its size, and a resample's mean is the mean over
+    all its rows (the question-weighted mean of the point estimate). One group, or none,
+    is the plain bootstrap (the same draws for the same seed)."""
     rng = np.random.default_rng(seed)
-    labels = sorted(set(groups)) if groups is not None else []
-    if len(labels) < 2:
-        rows = rng.integers(0, matrix.shape[0], size=(n_boot, matrix.shape[0]))
-        return matrix[rows].mean(axis=1)
-    members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
-    out = np.empty((n_boot, matrix.shape[1]))
-    for b in range(n_boot):
-        drawn = rng.integers(0, len(labels), len(labels))
-        out[b] = np.mean([matrix[rng.choice(members[g], len(members[g]))].mean(axis=0)
-                          for g in drawn], axis=0)
-    return out
+    n = matrix.shape[0]
+    labels = np.asarray(groups) if groups is not None else np.zeros(n, dtype=int)
+    if labels.shape != (n,):
+        raise ValueError(f"groups: {labels.shape[0]} labels for {n} rows")
+    counts = np.zeros(n_boot * n)
+    offsets = np.arange(n_boot)[:, None] * n
+    for g in sorted(set(labels.tolist())):
+        members = np.flatnonzero(labels == g)
+        drawn = members[rng.integers(0, len(members), size=(n_boot, len(members)))]
+        counts += np.bincount((offsets + drawn).ravel(), minlength=n_boot * n)
+    return counts.reshape(n_boot, n) @ matrix / n
 
 
 def p_best(boot: np.ndarray) -> np.ndarray:
-    """Share of resamples in which each column has the highest mean (ties shared)."""
-    top = boot.max(axis=1, keepdims=True)
+    """Share of resamples (axis 0) in which each candidate (last axis) has the highest
+    mean (ties shared); ``(n_boot, ..., candidates)`` gives ``(..., candidates)``."""
+    top = boot.max(axis=-1, keepdims=True)
     wins = np.isclose(boot, top, rtol=0, atol=1e-12)
-    return (wins / wins.sum(axis=1, keepdims=True)).mean(axis=0)
+    return (wins / wins.sum(axis=-1, keepdims=True)).mean(axis=0)
+
+
+def intervals(boot: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """The percentile interval of each column of ``boot`` (resamples on axis 0)."""
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(boot, [tail, 100 - tail], axis=0)
+    return low, high
 
 
 def select(
@@ -103,7 +118,7 @@ def select(
     The best mean wins unless a cheaper candidate (``costs``, lower is cheaper) is within
     ``noise`` of it and the paired test does not separate them at ``alpha``; the pick is
     ``confident`` when it is best in at least ``confidence`` of the resamples. ``groups``
-    (query id -> group) makes the bootstrap two-stage (:func:`bootstrap_means`); a candidate
+    (query id -> kind) stratifies the bootstrap (:func:`bootstrap_means`); a candidate
     of ``bases`` (tuned name -> the name of the setting it was tuned from) is eligible only
     when its mean exceeds its base's by more than ``noise`` with paired p < ``alpha``. A
     ``reference`` candidate (the pipeline to run without choosing) stays the pick unless the
@@ -118,13 +133,13 @@ def select(
         if set(scores[n]) != set(qids):
             raise ValueError(f"candidate {n!r} was scored on other queries than {names[0]!r}")
     matrix = np.array([[scores[n][q] for n in names] for q in qids], dtype=np.float64)
-    boot = bootstrap_means(matrix, n_boot, seed,
-                           [groups.get(q, "") for q in qids] if groups else None)
+    labels = [groups.get(q, "") for q in qids] if groups else None
+    boot = bootstrap_means(matrix, n_boot, seed, labels)
     means = matrix.mean(axis=0)
     ok = [_beats_base(n, scores, bases or {}, noise, alpha) for n in names]
     pb = np.zeros(len(names))
     pb[ok] = p_best(boot[:, ok])
-    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
+    low, high = intervals(boot)
     ests = sorted((Estimate(n, float(means[i]), float(low[i]), float(high[i]), float(pb[i]),
                             float(costs.get(n, 0.0)), ok[i]) for i, n in enumerate(names)),
                   key=lambda e: (-e.mean, e.cost, e.name))
@@ -151,7 +166,8 @@ def select(
                       f"({gain:+.4f}, p = {p_ref:.3f})")
             chosen = ref
     return Selection(chosen.name, best.name, runner.name if runner else None, ests, p_value,
-                     chosen.p_best, chosen.p_best >= confidence, reason, len(qids))
+                     chosen.p_best, chosen.p_best >= confidence, reason, len(qids),
+                     kinds=dict(sorted(Counter(labels).items())) if labels else {})
 
 
 def _beats_base(name: str, scores: Mapping[str, Mapping[str, float]],
@@ -166,12 +182,18 @@ def _beats_base(name: str, scores: Mapping[str, Mapping[str, float]],
 
 def set_warnings(selection: Selection, copied: float, noise: float = 0.01,
                  alpha: float = 0.05, min_questions: int = MIN_QUESTIONS,
-                 max_copied: float = MAX_COPIED) -> list[str]:
+                 max_copied: float = MAX_COPIED, min_kind: int = MIN_KIND) -> list[str]:
     """Why the question set or the pick is weak, in words (empty when nothing is)."""
     out = []
     if selection.n_queries < min_questions:
         out.append(f"few questions: {selection.n_queries} kept (fewer than {min_questions}); "
                    f"intervals are wide")
+    if len(selection.kinds) > 1:
+        for kind, n in selection.kinds.items():
+            if n < min_kind:
+                out.append(f"few {kind} questions: {n} of {selection.n_queries} (fewer than "
+                           f"{min_kind}); they weigh {n / selection.n_queries:.0%} of the "
+                           f"estimate, and their own means (per kind) say little")
     if copied > max_copied:
         out.append(f"questions copy their sources: {copied:.0%} of question words occur in "
                    f"the source passage (above {max_copied:.0%}); lexical matching (BM25) "
@@ -189,5 +211,5 @@ def set_warnings(selection: Selection, copied: float, noise: float = 0.01,
     return out
 
 
-__all__ = ["Estimate", "MAX_COPIED", "MIN_QUESTIONS", "Selection", "bootstrap_means", "p_best",
-           "select", "set_warnings"]
+__all__ = ["Estimate", "MAX_COPIED", "MIN_KIND", "MIN_QUESTIONS", "Selection", "bootstrap_means",
+           "intervals", "p_best", "select", "set_warnings"]

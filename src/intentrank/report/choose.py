@@ -47,7 +47,9 @@ def render_markdown(rec: Recommendation) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in _rows(rec)]
     kinds = sorted(d["kinds"])
     lines += ["", "## nDCG@10 per question kind", "",
-              "| candidate | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+              "Each kind's own mean; the estimate above weighs the kinds by their counts.", "",
+              "| candidate | " + " | ".join(f"{k} ({d['kinds'][k]})" for k in kinds) + " |",
+              "|---|" + "---|" * len(kinds)]
     for e in s.estimates:
         lines.append(f"| {e.name} | " + " | ".join(f"{rec.by_kind[e.name][k]:.4f}"
                                                   for k in kinds) + " |")

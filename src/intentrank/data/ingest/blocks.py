@@ -25,8 +25,10 @@ class Block:
 
 @dataclass
 class Extracted:
-    """A parsed file: its title (from metadata, else empty: the first heading is used),
-    its blocks in reading order and its own metadata (front matter, PDF/DOCX fields)."""
+    """A parsed file: its own title (metadata, a PDF's title page, ...; else empty, and
+    :func:`~intentrank.data.ingest.folder.document_title` falls back to a heading or the
+    file name), its blocks in reading order and its own metadata (front matter, PDF/DOCX
+    fields)."""
 
     blocks: list[Block]
     title: str = ""

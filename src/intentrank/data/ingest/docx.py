@@ -1,6 +1,7 @@
 """Word documents (.docx) by python-docx: paragraphs and tables in body order, heading
 levels from the ``Heading N``/``Title`` styles, list paragraphs grouped, and the core
-properties (title, author, dates, ...) as metadata."""
+properties (title, author, dates, ...) as metadata; the title from them, else from the
+first paragraph in the ``Title`` style."""
 
 from __future__ import annotations
 
@@ -70,4 +71,8 @@ def parse_docx(data: bytes) -> Extracted:
         value = getattr(props, name, None)
         if value:
             meta[name] = value.isoformat() if hasattr(value, "isoformat") else clean(str(value))
-    return Extracted(blocks, title=meta.get("title", ""), metadata=meta)
+    # no title in the core properties: the first paragraph in Word's Title style
+    title = meta.get("title") or next((p.text for p in document.paragraphs if p.text.strip()
+                                       and p.style is not None
+                                       and (p.style.name or "").lower() == "title"), "")
+    return Extracted(blocks, title=clean(title), metadata=meta)

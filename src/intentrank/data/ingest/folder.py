@@ -129,14 +129,27 @@ def _extract(path: Path, max_bytes: int) -> tuple[Extracted, str, os.stat_result
     return extracted, hashlib.sha256(data).hexdigest(), stat
 
 
+def document_title(extracted: Extracted, rel: str) -> str:
+    """The title every passage of a file carries: the document's own (metadata, ``<title>``,
+    front matter, a PDF's title page, a DOCX's Title paragraph), else its first heading
+    when no later heading is at its level or above (one H1 over its sections, not the first
+    of several chapters), else the file's name without its extension. The heading path
+    stays each passage's section (``headings``)."""
+    if extracted.title:
+        return extracted.title
+    heads = [b for b in extracted.blocks if b.kind == "heading"]
+    if heads and not any(h.level <= heads[0].level for h in heads[1:]):
+        return heads[0].text
+    return Path(rel).stem
+
+
 def read_file(path: str | Path, rel: str, chunking: ChunkSettings | None = None,
               max_bytes: int = MAX_BYTES) -> tuple[list[Document], str]:
     """The passages of one file (``rel``: its path relative to the folder, '/'-separated)
     and the file's sha256; raises :class:`SkipFile` when it cannot be read."""
     extracted, digest, stat = _extract(Path(path), max_bytes)
     _, chunks = chunk_blocks(extracted.blocks, chunking)
-    heading = next((b.text for b in extracted.blocks if b.kind == "heading"), "")
-    title = extracted.title or heading or Path(rel).stem
+    title = document_title(extracted, rel)
     mtime = datetime.fromtimestamp(stat.st_mtime, UTC).isoformat(timespec="seconds")
     docs = []
     for n, c in enumerate(chunks):

@@ -1,11 +1,14 @@
 """PDF by pypdfium2 (PDFium, the engine of Chrome's viewer): text per page, split into
-paragraphs; headings from the PDF's outline (bookmarks); metadata from the info dictionary.
-Chosen over pypdf and pdfminer.six by docs/ingestion.md's measurements."""
+paragraphs; headings from the PDF's outline (bookmarks); metadata from the info dictionary;
+the title from it, else from the title page (the text that opens page 1 in a larger type
+than the page's body). Chosen over pypdf and pdfminer.six by docs/ingestion.md's
+measurements."""
 
 from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +20,9 @@ _META = {"Title": "title", "Author": "author", "Subject": "subject", "Keywords":
          "ModDate": "modified"}
 _PDF_DATE = re.compile(r"D:(\d{4})(\d{2})?(\d{2})?(\d{2})?(\d{2})?(\d{2})?")
 _NORM = re.compile(r"[\W\d_]+")
+TITLE_SIZE = 1.2  # a title page's title: type at least this many times the body's size
+TITLE_CHARS = 200  # longer: not a title
+TITLE_PAGES = 3  # the body's type size: the median over the first pages' characters
 
 
 def pdf_date(value: str) -> str:
@@ -86,6 +92,47 @@ def _page_blocks(text: str, page: int, marks: list[tuple[int, str]]) -> list[Blo
     return top + blocks
 
 
+def _chars(textpage: Any) -> tuple[str, list[float]]:
+    """A page's text and each character's font size (0 for whitespace); empty where the
+    text does not map one character to one index."""
+    raw = require("pypdfium2.raw", "ingest", "reading PDF files")
+
+    n = textpage.count_chars()
+    text = textpage.get_text_range(0, n) if n else ""
+    if len(text) != n:
+        return "", []
+    return text, [raw.FPDFText_GetFontSize(textpage.raw, i) if not c.isspace() else 0.0
+                  for i, c in enumerate(text)]
+
+
+def title_page(textpages: Sequence[Any], outline: Sequence[tuple[int, str]]) -> str:
+    """The title a title page shows: the run of text that opens the first of ``textpages``
+    in one type (lines joined) when that type is at least :data:`TITLE_SIZE` times the
+    body's (the median size of the characters of ``textpages``: the first pages); empty
+    where the page opens in body type, with a bookmark's title, or with more than
+    :data:`TITLE_CHARS` characters."""
+    pages = [_chars(t) for t in textpages]
+    if not pages or not pages[0][0]:
+        return ""
+    body = statistics.median([sz for _, sizes in pages for sz in sizes if sz > 0] or [0.0])
+    text, sizes = pages[0]
+    first = next((sz for sz in sizes if sz > 0), 0.0)
+    if first < TITLE_SIZE * body:
+        return ""
+    end = 0
+    for i, sz in enumerate(sizes):
+        if sz == 0.0:
+            continue
+        if abs(sz - first) > 0.05 * first:
+            break
+        end = i + 1
+    title = clean(text[:end])
+    if not _norm(title) or len(title) > TITLE_CHARS or _norm(title) in {
+            _norm(t) for _, t in outline}:
+        return ""
+    return title
+
+
 def parse_pdf(data: bytes) -> Extracted:
     """A .pdf file: page by page (every block knows its 1-based page). Encrypted, corrupt
     and text-less PDFs are skipped, each with its reason."""
@@ -102,10 +149,14 @@ def parse_pdf(data: bytes) -> Extracted:
         marks = _outline(pdf)
         blocks: list[Block] = []
         chars = 0
+        opening = []  # the first pages' text, for the title page
         for i in range(len(pdf)):
             page = pdf[i]
             try:
-                text = page.get_textpage().get_text_range()
+                textpage = page.get_textpage()
+                text = textpage.get_text_range()
+                if i < TITLE_PAGES:
+                    opening.append(textpage)
             except pdfium.PdfiumError as exc:
                 raise SkipFile(f"corrupt PDF (page {i + 1}: {exc})") from None
             chars += len(text.strip())
@@ -116,6 +167,7 @@ def parse_pdf(data: bytes) -> Extracted:
             raise SkipFile(f"PDF has no text layer ({len(pdf)} page(s) of images only: "
                            f"needs OCR)")
         raw = pdf.get_metadata_dict(skip_empty=True)
+        cover = title_page(opening, [m for ms in marks.values() for m in ms])
         meta: dict[str, Any] = {"pages": len(pdf)}
     finally:
         pdf.close()
@@ -123,4 +175,4 @@ def parse_pdf(data: bytes) -> Extracted:
         value = clean(str(raw.get(key, "")))
         if value:
             meta[name] = pdf_date(value) if key.endswith("Date") else value
-    return Extracted(blocks, title=meta.get("title", ""), metadata=meta)
+    return Extracted(blocks, title=meta.get("title", "") or cover, metadata=meta)

@@ -8,6 +8,7 @@ from intentrank.service.routes import (
     compat,
     documents,
     evaluate,
+    metrics,
     pages,
     reports,
     rerank,
@@ -16,4 +17,4 @@ from intentrank.service.routes import (
 )
 
 ROUTERS = [service.router, search.router, rerank.router, compat.router, evaluate.router,
-           reports.router, documents.router, pages.router]
+           reports.router, documents.router, pages.router, metrics.router]

@@ -1,5 +1,6 @@
-"""Helpers shared by the benchmark scripts: machine facts and docs/benchmarks.md sections
-(stored as results and rendered by :mod:`intentrank.report.sections`)."""
+"""Results: machine facts and the command header, docs/benchmarks.md sections (stored as
+results and rendered by :mod:`intentrank.report.sections`), JSON results (one file, or one
+file of parts each with its own header), tables and the measures several scripts share."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ import os
 import platform
 import shlex
 import sys
-import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("INTENTRANK_DATA", ROOT.parent / "shared" / "data"))
 # benchmarks share the project cache (trained reranker, LLM replies, embeddings) with tests
 os.environ.setdefault("INTENTRANK_CACHE", str(ROOT / ".cache" / "intentrank"))
@@ -81,56 +80,6 @@ def p_value(a: dict[str, float], b: dict[str, float], metric: str = "nDCG@10") -
     return f"{paired_test(a, b, metric).p_randomization:.3f}"
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: Any = None, seconds: float = 600, log: Path | None = None
-                 ) -> None:
-    """Poll ``url``/health until it answers 200; exit when ``proc`` (a Popen) ends first or
-    ``seconds`` pass (with the tail of ``log``)."""
-    import httpx
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if proc is not None and proc.poll() is not None:
-            break
-        time.sleep(0.25)
-    sys.exit(f"the service at {url} did not start" + (
-        f": {log.read_text()[-2000:]}" if log and log.exists() else ""))
-
-
-class RSSSampler:
-    """The resident memory of process ``pid`` every ``every`` seconds, in a thread: ``samples``
-    of (seconds since ``t0``, bytes) until ``stop`` is set or the process ends."""
-
-    def __init__(self, pid: int, every: float, t0: float = 0.0,
-                 stop: threading.Event | None = None) -> None:
-        self.samples: list[tuple[float, int]] = []
-        self.stop = stop or threading.Event()
-        threading.Thread(target=self._run, args=(pid, every, t0), daemon=True).start()
-
-    def _run(self, pid: int, every: float, t0: float) -> None:
-        import psutil
-
-        proc = psutil.Process(pid)
-        while not self.stop.wait(every):
-            try:
-                self.samples.append((time.monotonic() - t0, proc.memory_info().rss))
-            except psutil.Error:
-                return
-
-
 def open_index(name: str) -> Any:
     """The hybrid index of the collection ``name`` of the data folder (indexes/NAME, built
     when missing)."""
@@ -159,3 +108,28 @@ def publish(name: str, markdown: str, write: bool = True) -> None:
     print(markdown)
     if write:
         write_section(name, markdown)
+
+
+def load_parts(path: Path) -> dict[str, Any]:
+    """A results file of parts (:func:`save_part`); empty when there is none yet."""
+    import json
+
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_part(path: Path, key: str, value: dict) -> None:
+    """Store one part's results under ``key`` in ``path`` with its own command header and
+    load average (each part of such a benchmark is a run of its own, and says so)."""
+    import json
+
+    data = load_parts(path)
+    data[key] = value | {"header": header(), "load_average": os.getloadavg()[0]}
+    path.write_text(json.dumps(data, indent=1))
+
+
+def recall(truth: Any, got: Any, k: int = 100) -> float:
+    """The mean share of each row of ``truth``'s top ``k`` that ``got``'s top ``k`` holds."""
+    import numpy as np
+
+    return float(np.mean([len(set(t[:k].tolist()) & set(g[:k].tolist())) / k
+                          for t, g in zip(truth, got, strict=True)]))

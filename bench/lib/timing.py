@@ -1,0 +1,79 @@
+"""Timing: seconds of a call, percentiles, ways timed in turn (so a busy machine slows them
+alike), resident memory sampled in a thread."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def secs(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, Any]:
+    """Seconds of ``fn(*args, **kwargs)`` and what it returned."""
+    t = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t, out
+
+
+def timed_ms(fn: Callable[[Any], Any], items: Iterable) -> list[float]:
+    """Milliseconds of ``fn(x)`` for each item, one at a time (latency, not throughput)."""
+    return [secs(fn, x)[0] * 1000 for x in items]
+
+
+def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 95), scale: float = 1.0,
+                method: str = "linear") -> dict[str, float]:
+    """``{"p50": ..., "p95": ...}`` of ``values`` times ``scale`` (1000: seconds to ms), NaN
+    when there are none; ``method`` as numpy's (linear is statistics' "inclusive")."""
+    if not len(values):
+        return {f"p{q}": float("nan") for q in qs}
+    got = np.percentile(np.asarray(values, dtype=float), list(qs), method=method)
+    return {f"p{q}": float(scale * v) for q, v in zip(qs, got, strict=True)}
+
+
+def interleaved(ways: dict[str, Callable[[list], Any]], items: Sequence, chunk: int,
+                quiet_gc: bool = True) -> dict[str, dict[str, Any]]:
+    """Each way run on each chunk of ``items`` in turn: per way its summed seconds ``s``, the
+    seconds of each chunk ``each`` and its outputs in order ``out`` (each call returns a
+    list). With ``quiet_gc`` the garbage collector runs between calls, not during them (as
+    timeit does): outputs kept for scoring would otherwise make a collection's cost depend
+    on what ran before."""
+    out: dict[str, dict[str, Any]] = {w: {"s": 0.0, "each": [], "out": []} for w in ways}
+    for start in range(0, len(items), chunk):
+        part = list(items[start:start + chunk])
+        for way, fn in ways.items():
+            if quiet_gc:
+                gc.collect()
+                gc.disable()
+            try:
+                seconds, found = secs(fn, part)
+            finally:
+                gc.enable()
+            out[way]["s"] += seconds
+            out[way]["each"].append(seconds)
+            out[way]["out"].extend(found)
+    return out
+
+
+class RSSSampler:
+    """The resident memory of process ``pid`` every ``every`` seconds, in a thread: ``samples``
+    of (seconds since ``t0``, bytes) until ``stop`` is set or the process ends."""
+
+    def __init__(self, pid: int, every: float, t0: float = 0.0,
+                 stop: threading.Event | None = None) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self.stop = stop or threading.Event()
+        threading.Thread(target=self._run, args=(pid, every, t0), daemon=True).start()
+
+    def _run(self, pid: int, every: float, t0: float) -> None:
+        import psutil
+
+        proc = psutil.Process(pid)
+        while not self.stop.wait(every):
+            try:
+                self.samples.append((time.monotonic() - t0, proc.memory_info().rss))
+            except psutil.Error:
+                return

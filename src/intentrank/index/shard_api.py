@@ -1,0 +1,111 @@
+"""What a shard of a distributed index answers (``scale/coordinator.py``), on an ordinary
+:class:`~intentrank.index.store.Index`: BM25 in two phases with global statistics, dense
+search, document lines and filter masks. One narrow module over the Index's existing
+methods and :class:`~intentrank.index.subset.BM25Postings`, so the index internals can change
+underneath (the segments work) by re-pointing these functions only.
+
+BM25 across shards (the same idea as a filter's own statistics in :mod:`index.subset`): phase
+one asks each shard for the statistics of the query terms among its live, allowed rows
+(:func:`bm25_term_stats`: document frequency per term, document count, total length); the
+coordinator adds them up; phase two scores each shard's rows with the summed statistics
+(:func:`bm25_search_global`), element for element what one index of every shard's documents
+computes (its idf from the global document frequency and count, its average length the
+global total over the global count). Results are local rows, best first, ties by row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from intentrank.index.hits import NO_HITS, Hits, bm25_tokenize, top_k
+from intentrank.index.subset import BM25Postings
+
+
+def tokenize(index: Any, texts: list[str]) -> list[list[str]]:
+    """``texts`` as the index's BM25 leg tokenises queries."""
+    s = index.settings.bm25
+    return bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
+
+
+def _postings(index: Any) -> BM25Postings:
+    """The index's BM25 postings with raw term frequencies (built once per open Index)."""
+    found = index.__dict__.get("_shard_postings")
+    if found is None:
+        rows = index.term_rows("bm25")
+        if rows is None:
+            raise ValueError(f"{index.path} kept no BM25 term rows (built before they were "
+                             f"kept, or sharded within): rebuild it to serve it as a shard")
+        found = index.__dict__["_shard_postings"] = BM25Postings(rows, index.settings.bm25)
+    return found
+
+
+def _allowed(index: Any, allow: np.ndarray | None) -> np.ndarray:
+    return np.ones(len(index), dtype=bool) if allow is None else np.asarray(allow, dtype=bool)
+
+
+def bm25_term_stats(index: Any, terms: list[str], allow: np.ndarray | None = None
+                    ) -> dict[str, Any]:
+    """Phase one: among the allowed live rows, ``n`` (how many), ``total_len`` (their
+    summed BM25 lengths) and ``df`` (per term of ``terms``, the rows holding it)."""
+    post = _postings(index)
+    allow = _allowed(index, allow)
+    df: dict[str, int] = {}
+    for term in dict.fromkeys(terms):
+        t = post.term.get(term)
+        if t is not None:
+            d = int(allow[post.rows[post.indptr[t]:post.indptr[t + 1]]].sum())
+            if d:
+                df[term] = d
+    return {"n": int(allow.sum()), "total_len": int(post.doc_len[allow].sum()), "df": df}
+
+
+def bm25_search_global(index: Any, tokens: list[list[str]], k: int, n: int, avg_len: float,
+                       df: dict[str, int], allow: np.ndarray | None = None) -> list[Hits]:
+    """Phase two: each tokenised query's positive top ``k`` among the allowed rows, scored
+    with the global statistics ``n``, ``avg_len`` and ``df``; local rows, ties by row."""
+    post = _postings(index)
+    allow = _allowed(index, allow)
+    out: list[Hits] = []
+    for toks in tokens:
+        if not toks or n == 0:
+            out.append(NO_HITS)
+            continue
+        scores = np.zeros(len(allow), dtype=post._dtype)
+        for token in toks:  # in query order, repeats included, as bm25s sums them
+            term = post.term.get(token)
+            if term is None or token not in df:
+                continue
+            lo, hi = post.indptr[term], post.indptr[term + 1]
+            rows = post.rows[lo:hi]
+            keep = allow[rows]
+            rows = rows[keep]
+            if not len(rows):
+                continue
+            idf = np.full(len(rows), post._idf(df[token], N=n), dtype=post._dtype)
+            tfc = post._tfc(tf_array=post.tf[lo:hi][keep], l_d=post.doc_len[rows],
+                            l_avg=avg_len, k1=post._s.k1, b=post._s.b, delta=post._delta)
+            scores[rows] += (idf * tfc).astype(post._dtype)
+        out.append(top_k(scores, k))
+    return out
+
+
+def dense_search(index: Any, vectors: np.ndarray, k: int, allow: np.ndarray | None = None
+                 ) -> list[Hits]:
+    """Each query vector's top ``k`` local rows of the dense leg (exact or ANN, as the
+    index searches), among the allowed rows."""
+    return index.search_dense([""] * len(vectors), k, query_vectors=vectors, allow=allow)
+
+
+def doc_records(index: Any, ids: list[str]) -> list[bytes | None]:
+    """Each id's docs.jsonl line as stored (None where the shard does not hold it)."""
+    out: list[bytes | None] = []
+    for doc_id in ids:
+        row = index.row_of.get(doc_id)
+        out.append(None if row is None else index.doc_line(row))
+    return out
+
+
+def allowed_mask(index: Any, filter_text: str) -> np.ndarray:
+    """The rows a filter's text matches (bool mask over the shard's rows)."""
+    return np.asarray(index.allowed_rows(filter_text), dtype=bool)
