@@ -349,3 +349,44 @@ def test_every_engine_and_update_call_requires_a_scope_object(setup):
                          scope=Scope.of_key("acme", 'tenant = "acme"'))
     assert {engine.indexes["scifact"].doc(d["doc_id"]).metadata["tenant"]
             for d in mine["results"]} == {"acme"}
+
+
+def test_the_view_decides_writes_by_what_it_sees_and_the_keys_namespace():
+    """Every outcome of ScopedIndex.write_refusal and deletable on a three-document index (a
+    small fake: the real index's writes are tested above): metadata outside the scope is 403;
+    a visible id is replaced; a new id must be in the key's namespace, the same answer for an
+    absent id and one another tenant holds; an id in the namespace that a document the key
+    does not see holds (only an unscoped writer can have put it there) is 409."""
+    from intentrank.filters import MetadataColumns
+    from intentrank.service.scope import Scope, ScopedIndex
+    from intentrank.types import Document
+
+    class Three:
+        ids = ["g-1", "a-1", "w:held"]
+        row_of = {d: i for i, d in enumerate(ids)}
+        parent_of: dict = {}
+        meta = [{"tenant": "globex"}, {"tenant": "acme"}, {"tenant": "acme"}]
+
+        def __len__(self) -> int:
+            return 3
+
+        def allowed_rows(self, flt):
+            cols = MetadataColumns.from_records([{**m, "id": d}
+                                                 for d, m in zip(self.ids, self.meta, strict=True)])
+            return np.asarray(flt.mask(cols), dtype=bool)
+
+    view = ScopedIndex(Three(), Scope.of_key("w", 'tenant = "globex"'))
+    mine = {"tenant": "globex"}
+
+    def refusal(doc_id, meta=mine):
+        return view.write_refusal(Document(doc_id, "text", metadata=meta))
+
+    assert refusal("g-1") is None and refusal("w:new") is None
+    assert refusal("w:new", {"tenant": "acme"})[0] == 403
+    held, absent = refusal("a-1"), refusal("a-2")
+    assert held[0] == absent[0] == 422 and held == absent
+    assert refusal("w:held")[0] == 409
+    assert view.deletable("g-1") and not view.deletable("a-1") and not view.deletable("a-2")
+    everyone = ScopedIndex(Three(), Scope.everything())
+    assert everyone.write_refusal(Document("a-1", "t", metadata={})) is None
+    assert len(everyone) == 3 and len(view) == 1 and view.ids == ["g-1"]
