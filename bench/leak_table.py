@@ -24,7 +24,8 @@ COLUMNS = [("requests", "requests"), ("status 2xx", "2xx"), ("status 4xx", "4xx"
            ("write attempts by keys without write", "writes tried without `write`"),
            ("writes accepted from keys without write", "accepted"),
            ("requests with a revoked or expired key", "requests with a revoked or expired key"),
-           ("served after revocation or expiry", "served")]
+           ("served after revocation or expiry", "served"),
+           ("existence probes", "existence probes"), ("existence told apart", "told apart")]
 
 
 def main() -> None:
@@ -35,8 +36,9 @@ def main() -> None:
             for name, c in r["endpoints"].items()]
     totals = {k: sum(c.get(k, 0) for c in r["endpoints"].values()) for k, _ in COLUMNS}
     rows.append(["**all**", *(f"**{totals[k]:,}**" for k, _ in COLUMNS)])
-    print(f"{r['requests']:,} requests (seed {r['seed']}) over {r['documents']:,} documents, "
-          f"{r['seconds']:.0f} s, {r['date']}\n")
+    print(f"{r['requests']:,} randomized requests (seed {r['seed']}; "
+          f"{totals['requests']:,} HTTP requests: an existence probe sends two) over "
+          f"{r['documents']:,} documents, {r['seconds']:.0f} s, {r['date']}\n")
     print(table(["endpoint", *(h for _, h in COLUMNS)], rows,
                 "|---|" + "---:|" * len(COLUMNS)))
 

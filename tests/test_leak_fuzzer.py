@@ -9,8 +9,12 @@ that try to widen the scope (``OR tenant = ...``, negations, ids of other tenant
 documents, malformed text), take k at its extremes, and try writes with read-only keys.
 Goals (asserted): no document outside the key's scope returned, cited or placed in an LLM
 prompt; no write accepted from a key without ``write``; no request served with a revoked or
-expired key. With ``$INTENTRANK_LEAKS_OUT`` the counts per endpoint are written there as
-JSON (``bench/leak_table.py`` renders docs/reliability.md's table from it)."""
+expired key; no answer that tells whether an id outside the scope is held by a document
+(existence probes: the same write, delete or search for an id another tenant holds and for an
+absent one answer alike). :func:`test_no_attribute_of_the_view_leaks` probes every attribute
+the scoped view exposes, for every key. With ``$INTENTRANK_LEAKS_OUT`` the counts per
+endpoint are written there as JSON (``bench/leak_table.py`` renders docs/reliability.md's
+table from it)."""
 
 from __future__ import annotations
 
@@ -46,7 +50,10 @@ WIDENING = [None, None, None, 'tenant = "acme"', 'tenant = "globex" OR tenant = 
 PIPELINES = ["bm25", "bm25", "tfidf", "graph", "dense", "rrf", None]
 ENDPOINTS = {"search": 30, "search conversation": 12, "answer": 16, "rerank": 2,
              "cohere rerank": 2, "embeddings": 1, "evaluate": 3, "pipelines": 6, "reports": 3,
-             "documents upsert": 8, "documents delete": 7, "no or unknown key": 6}
+             "documents upsert": 8, "documents delete": 7, "no or unknown key": 6,
+             "existence probe": 6}
+# what an existence probe sends for an id (the same for one another tenant holds and an absent one)
+PROBES = ("upsert", "delete", "delete by ids", "search by id")
 
 
 class Fuzzer:
@@ -96,6 +103,18 @@ class Fuzzer:
                 c["served after revocation or expiry"] += 1
                 self.violations.append(f"{endpoint}: {key} served ({r.status_code}) when dead")
         return r
+
+    def answer_of(self, r: Any, doc_id: str) -> tuple[int, Any]:
+        """What a response tells about ``doc_id``: its status, and its body without what
+        differs between any two requests (the request id, timings, the generation), the id
+        itself replaced by a placeholder."""
+        body = r.json()
+        if isinstance(body, dict) and "results" in body:
+            body = [d["doc_id"] for d in body["results"]]
+        elif isinstance(body, dict):
+            body = {k: v for k, v in body.items() if k not in (
+                "request_id", "seconds", "generation")}
+        return r.status_code, json.loads(json.dumps(body).replace(doc_id, "<id>"))
 
     def check_docs(self, endpoint: str, key: str, doc_ids: list[str], what: str) -> None:
         c = self.counts[endpoint]
@@ -240,7 +259,8 @@ class Fuzzer:
         else:
             tenant = "globex" if own else self.rng.choice(
                 ["acme", "initech"] if writer else ["acme", "globex", "initech"])
-            doc_id = self.rng.choice([target, f"fuzz-{self.rng.randrange(10**6)}"])
+            new = f"fuzz-{self.rng.randrange(10**6)}"  # a new id in the writer's namespace
+            doc_id = self.rng.choice([target, f"{key}:{new}" if writer else new])
             doc = {"id": doc_id, "text": f"Fuzzer note {doc_id}: " + " ".join(  # its own words
                        self.rng.choices(["quokka", "lymph", "assay", "cohort", "dose"], k=30)),
                    "metadata": {"tenant": tenant, "acl": ["finance"]}}
@@ -258,6 +278,41 @@ class Fuzzer:
                 c["writes accepted from keys without write"] += 1
                 self.violations.append(f"{endpoint}: {key} without write was served")
 
+    async def existence(self) -> None:
+        """The same request for an id another tenant's document holds and for an absent id of
+        the same shape: the answers must be the same (status and body)."""
+        key = self.rng.choice(READERS)
+        hidden = [i for i in self.rng.sample(self.ids, 20) if not self.sees(key, i)]
+        if not hidden:
+            return
+        held = self.rng.choice(hidden)
+        absent = f"{held}-{self.rng.randrange(10**6)}"  # never an id: the index has none so
+        probe = self.rng.choice(PROBES)
+        tenant = KEYS[key].get("tenant", "acme")
+        answers = []
+        for doc_id in (held, absent):
+            if probe == "upsert":
+                r = await self.send("existence probe", key, "POST", "/documents", json={
+                    "documents": [{"id": doc_id, "text": "Fuzzer probe of quokka assays.",
+                                   "metadata": {"tenant": tenant, "acl": ["finance"]}}]})
+            elif probe == "delete":
+                r = await self.send("existence probe", key, "DELETE", f"/documents/{doc_id}")
+            elif probe == "delete by ids":
+                r = await self.send("existence probe", key, "POST", "/documents/delete",
+                                    json={"ids": [doc_id]})
+            else:
+                r = await self.send("existence probe", key, "POST", "/search", json={
+                    "query": "cells", "pipeline": "bm25", "filter": f'id = "{doc_id}"'})
+            answers.append(self.answer_of(r, doc_id))
+        c = self.counts["existence probe"]
+        c["existence probes"] += 1
+        if answers[0][0] < 300 and probe != "search by id":  # a write went through
+            self.violations.append(f"existence probe: {key}'s {probe} of {held} was served")
+        if answers[0] != answers[1]:
+            c["existence told apart"] += 1
+            self.violations.append(f"existence probe: {key}'s {probe} tells {held} exists: "
+                                   f"{answers[0]} vs {answers[1]}")
+
     async def anonymous(self) -> None:
         key = self.rng.choice([None, "ir_guess", "x" * 300, "Bearer"])
         r = await self.send("no or unknown key", key, "POST", "/search", json={"query": "cancer"})
@@ -271,7 +326,8 @@ class Fuzzer:
                "cohere rerank": self.cohere, "embeddings": self.embeddings,
                "evaluate": self.evaluate, "pipelines": self.pipelines,
                "reports": self.reports, "documents upsert": lambda: self.write(False),
-               "documents delete": lambda: self.write(True), "no or unknown key": self.anonymous}
+               "documents delete": lambda: self.write(True), "no or unknown key": self.anonymous,
+               "existence probe": self.existence}
         for i in range(n):
             if i == n // 3:  # from now on the expiring key is past its expiry
                 self.app.state.wall_clock = lambda: 1893456000.0 + 1
@@ -319,7 +375,7 @@ def test_no_request_of_10000_leaks_across_scopes(data_dir, tmp_path_factory):
             "seconds": round(seconds, 1), "date": time.strftime("%Y-%m-%d"),
             "endpoints": {k: dict(v) for k, v in sorted(fuzz.counts.items())}}, indent=1))
     assert fuzz.violations == []
-    assert totals["requests"] == REQUESTS
+    assert totals["requests"] == REQUESTS + totals["existence probes"]  # 2 requests each
     assert totals["outside the scope, returned"] == totals["outside the scope, cited"] == 0
     assert totals["outside the scope, in prompts"] == 0
     assert totals["writes accepted from keys without write"] == 0
@@ -331,3 +387,103 @@ def test_no_request_of_10000_leaks_across_scopes(data_dir, tmp_path_factory):
     assert totals["requests with a revoked or expired key"] > 0
     assert totals["write attempts by keys without write"] > REQUESTS // 50
     assert totals["documents written in scope"] > 0 and totals["documents deleted in scope"] > 0
+    assert totals["existence told apart"] == 0 and totals["existence probes"] > REQUESTS // 50
+
+
+def test_no_attribute_of_the_view_leaks(data_dir, tmp_path_factory):
+    """Every attribute path of the scoped view, for every scoped key: the view answers only
+    the names it lists (each probed here: a new one fails until it has a probe), no name of
+    the index passes through, and none gives another tenant's id, text, metadata or vector
+    or tells whether an id outside the scope is held."""
+    import numpy as np
+
+    from intentrank.service.scope import Scope, ScopedIndex, ScopeViolation
+    from intentrank.types import Document
+
+    index = tenant_index(data_dir, tmp_path_factory.getbasetemp())
+    secrets_dir = tmp_path_factory.mktemp("view-keys")
+    make_keys(secrets_dir / "keys.yaml")
+    store = KeyRing(path=secrets_dir / "keys.yaml").current()
+    foreign_text = {t: index.doc_text(next(i for i in index.ids
+                                           if index.doc(i).metadata["tenant"] == t))
+                    for t in ("acme", "globex", "initech")}
+
+    def probes(view: ScopedIndex, seen: set[str], hidden: list[str], tenant: str
+               ) -> dict[str, Any]:
+        rows = np.array([index.row_of[i] for i in sorted(seen)])
+        hidden_rows = [index.row_of[i] for i in hidden[:20]]
+
+        def refused(fn: Any) -> bool:
+            try:
+                fn()
+            except (ScopeViolation, KeyError):
+                return True
+            return False
+
+        def searched(leg: str) -> bool:
+            hits = [h for t in foreign_text.values()
+                    for h in getattr(view, f"search_{leg}")([t], 50)]
+            return all(set(index.ids[r] for r in h.rows) <= seen for h in hits) and any(
+                len(h.rows) for h in hits)
+
+        def same_answer(fn: Any) -> bool:  # an id held outside the scope vs an absent one
+            return all(_norm(fn(h), h) == _norm(fn(f"{h}-absent"), f"{h}-absent")
+                       for h in hidden[:20])
+
+        return {
+            "scope": isinstance(view.scope, Scope),
+            "visible_count": view.visible_count == len(seen) == len(view),
+            "visible": all(view.visible(i) == (i in seen) for i in index.ids),
+            "ids": view.ids == [i for i in index.ids if i in seen],
+            "row_of": set(view.row_of) == seen and len(view.row_of) == len(seen)
+            and not any(h in view.row_of for h in hidden)
+            and all(refused(lambda h=h: view.row_of[h]) for h in hidden[:20]),
+            "id_array": set(view.id_array[rows].tolist()) == seen
+            and all(refused(lambda r=r: view.id_array[r]) for r in hidden_rows)
+            and refused(lambda: view.id_array[:]) and refused(
+                lambda: view.id_array[np.ones(len(index), dtype=bool)]),
+            "embeddings": np.array_equal(view.embeddings[rows], index.embeddings[rows])
+            and all(refused(lambda r=r: view.embeddings[r]) for r in hidden_rows)
+            and refused(lambda: view.embeddings[:, 0]),
+            "parent_of": set(view.parent_of) <= seen,
+            "doc_and_parent_ids": view.doc_and_parent_ids == seen,
+            "documents": [d.id for d in view.documents()] == view.ids,
+            "doc": all(refused(lambda h=h: view.doc(h)) for h in hidden[:20])
+            and view.doc(view.ids[0]).id == view.ids[0],
+            "doc_text": all(refused(lambda h=h: view.doc_text(h)) for h in hidden[:20]),
+            "allowed_rows": np.array_equal(view.allowed_rows(), [i in seen for i in index.ids])
+            and not view.allowed_rows('tenant = "nobody"').any(),
+            "search_bm25": searched("bm25"), "search_dense": searched("dense"),
+            "search_tfidf": searched("tfidf"), "search_graph": searched("graph"),
+            "settings": view.settings is index.settings,  # configuration, no document
+            "embedder": view.embedder is index.embedder,
+            "encode_queries": np.array_equal(view.encode_queries(["cells"]),
+                                             index.encode_queries(["cells"])),
+            "has": all(view.has(leg) == index.has(leg) for leg in ("bm25", "dense", "x")),
+            "write_refusal": same_answer(lambda i: view.write_refusal(
+                Document(i, "probe", metadata={"tenant": tenant, "acl": ["finance", "research"]}))),
+            "deletable": same_answer(view.deletable) and not view.deletable(hidden[0]),
+        }
+
+    passed, public = Counter(), [n for n in dir(index) if not n.startswith("_")]
+    for name in READERS:
+        key = store.named(name)
+        assert key is not None and key.scope is not None
+        view = ScopedIndex(index, Scope.of_key(name, key.scope))
+        assert sorted(n for n in dir(view) if not n.startswith("_") and n != "EXPOSED") == \
+            sorted(ScopedIndex.EXPOSED)
+        for attr in set(public) - set(ScopedIndex.EXPOSED):  # nothing passes through
+            with pytest.raises(AttributeError, match="exposes only"):
+                getattr(view, attr)
+        seen = {i for i in index.ids if sees(name, index.doc(i).metadata)}
+        hidden = [i for i in index.ids if i not in seen]
+        results = probes(view, seen, hidden, KEYS[name]["tenant"])
+        assert set(results) == set(ScopedIndex.EXPOSED)
+        assert [a for a, ok in results.items() if not ok] == [], name
+        passed.update(results)
+    assert len(passed) == len(ScopedIndex.EXPOSED) and "doc_line" in public \
+        and "metadata_columns" in public and "embeddings" in public
+
+
+def _norm(answer: Any, doc_id: str) -> Any:
+    return json.loads(json.dumps(answer).replace(doc_id, "<id>"))

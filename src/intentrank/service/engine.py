@@ -32,7 +32,7 @@ from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
 from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
-from intentrank.service.scope import ScopedIndex, combine, parse_scope, scoped_llm
+from intentrank.service.scope import Scope, ScopedIndex, parse_scope, require_scope, scoped_llm
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
 
@@ -207,20 +207,21 @@ class Engine:
         return served
 
     # -- work (run on the worker pool) --------------------------------------------------
-    def request_filter(self, scope: str | None, user: str | None) -> str | None:
-        """The filter a request runs with: the key's ``scope`` ANDed with the request's own
+    @staticmethod
+    def request_scope(scope: Scope, user: str | None) -> Scope:
+        """The scope a request runs with: the key's ``scope`` ANDed with the request's own
         filter ``user`` (which can only narrow it); a malformed one is a 422."""
-        if scope is None and user is None:
-            return None
         try:
-            return combine(scope, user)
+            return require_scope(scope).narrowed(user)
         except ValueError as exc:  # FilterError: names the position and the token
             raise RequestError(422, f"filter: {exc}") from None
 
-    def view(self, snap: Snapshot, index_name: str, scope: str) -> ScopedIndex:
-        """Index ``index_name`` of ``snap`` as a request with filter ``scope`` sees it."""
-        idx = snap.indexes[index_name]
-        return snap.views.views.get((index_name, scope), lambda: ScopedIndex(idx, scope))
+    def view(self, snap: Snapshot, index_name: str, scope: Scope) -> ScopedIndex:
+        """Index ``index_name`` of ``snap`` as a request with ``scope`` sees it (kept per
+        index and filter)."""
+        idx, scope = snap.indexes[index_name], require_scope(scope)
+        return snap.views.views.get((index_name, scope.filter or "", scope.namespace or ""),
+                                    lambda: ScopedIndex(idx, scope))
 
     def _scoped_ctx(self, index: Any, scope: str) -> BuildContext:
         """A build context whose LLM clients cache replies per ``scope``."""
@@ -231,33 +232,32 @@ class Engine:
                             lambda role=None, spec=None: scoped_llm(self.make_llm(role, spec),
                                                                     scope))
 
-    def _stage(self, snap: Snapshot, served: Served, index_name: str, scope: str | None
+    def _stage(self, snap: Snapshot, served: Served, index_name: str, scope: Scope
                ) -> tuple[Stage, Any]:
-        """The pipeline to run and the index it reads: the one built at start-up, or for a
-        filter, the pipeline built on the scoped view (kept for later requests)."""
-        if scope is None:
+        """The pipeline to run and the index it reads: for the whole index, the one built at
+        start-up; for a filter, the pipeline built on the scoped view (kept for later
+        requests)."""
+        if scope.whole:
             return snap.stages[served.name][index_name], snap.indexes[index_name]
-        view = self.view(snap, index_name, scope)
-        stage = snap.views.stages.get((served.name, index_name, scope), lambda: build_pipeline(
-            served.node, self._scoped_ctx(view, scope)))
+        assert scope.filter is not None
+        view, text = self.view(snap, index_name, scope), scope.filter
+        stage = snap.views.stages.get((served.name, index_name, text), lambda: build_pipeline(
+            served.node, self._scoped_ctx(view, text)))
         return stage, view
 
-    def visible_documents(self, index_name: str, scope: str | None) -> int:
+    def visible_documents(self, index_name: str, *, scope: Scope) -> int:
         """How many documents of an index a caller with ``scope`` sees."""
         with self.generations.use() as snap:
-            if scope is None:
-                return len(snap.indexes[index_name])
-            return self.view(snap, index_name, scope).visible_count
+            return len(self.view(snap, index_name, scope))
 
     def search(self, served: Served, index_name: str, query: Query, top_k: int,
-               include_text: bool, need_answer: bool = False, scope: str | None = None
-               ) -> dict[str, Any]:
-        """Run a search pipeline on one query (within ``scope``, a filter's text); the
-        response body."""
+               include_text: bool, need_answer: bool, *, scope: Scope) -> dict[str, Any]:
+        """Run a search pipeline on one query within ``scope``; the response body."""
+        scope = require_scope(scope)
         with self.generations.use() as snap:  # one generation for the whole request
             stage, index = self._stage(snap, served, index_name, scope)
             trace, start = Trace(), time.perf_counter()
-            ranking = stage([Ranking(with_filter(query, scope))], trace)[0]
+            ranking = stage([Ranking(with_filter(query, scope.filter))], trace)[0]
             seconds = time.perf_counter() - start
             if need_answer and ranking.query.answer is None:
                 raise RequestError(422, f"pipeline {served.name!r} ran but set no answer")
@@ -266,20 +266,21 @@ class Engine:
             out["generation"] = snap.generations[index_name]
             return out
 
-    def _rerank(self, served: Served, query: str, docs: list[Document], scope: str | None
+    def _rerank(self, served: Served, query: str, docs: list[Document], scope: Scope
                 ) -> tuple[Ranking, Trace, float, CandidateIndex]:
         """Run a reranker over the request's own passages, given order first."""
+        scope = require_scope(scope)
         with self.generations.use() as snap:  # the first index encodes queries (dense rerankers)
             candidates = CandidateIndex(docs, next(iter(snap.indexes.values())))
-            ctx = self._ctx(candidates) if scope is None else \
-                self._scoped_ctx(candidates, scope)
+            ctx = self._ctx(candidates) if scope.filter is None else \
+                self._scoped_ctx(candidates, scope.filter)
             stage = build_pipeline(served.node, ctx)
             trace, start = Trace(), time.perf_counter()
             ranking = stage([given_order(query, docs)], trace)[0]
             return ranking, trace, time.perf_counter() - start, candidates
 
     def rerank(self, served: Served, query: str, docs: list[Document],
-               top_k: int | None, scope: str | None = None) -> dict[str, Any]:
+               top_k: int | None, *, scope: Scope) -> dict[str, Any]:
         """Rerank the request's own passages (given order first) with a reranker; LLM
         replies cached per ``scope``."""
         ranking, trace, seconds, candidates = self._rerank(served, query, docs, scope)
@@ -287,7 +288,7 @@ class Engine:
                          None, seconds)
 
     def rerank_texts(self, served: Served, query: str, texts: list[str],
-                     top_n: int, scope: str | None = None) -> dict[str, Any]:
+                     top_n: int, *, scope: Scope) -> dict[str, Any]:
         """Cohere's rerank: ``results`` (``index`` in ``texts``, ``relevance_score``: the
         reranker's score), best first, at most ``top_n``; ``fallbacks`` for the log."""
         docs = [Document(str(i), t) for i, t in enumerate(texts)]
@@ -302,12 +303,13 @@ class Engine:
         return [n for n, idx in self.indexes.items()
                 if getattr(idx, "has", lambda leg: False)("dense")]
 
-    def embed(self, index_name: str, texts: list[str], base64_out: bool) -> dict[str, Any]:
+    def embed(self, index_name: str, texts: list[str], base64_out: bool, *, scope: Scope
+              ) -> dict[str, Any]:
         """OpenAI's embeddings: ``texts`` encoded by the index's dense query encoder (what
-        a dense search of the index encodes a query with), float lists or base64 of
-        little-endian float32."""
+        a dense search of the index encodes a query with, read through ``scope``'s view:
+        no document), float lists or base64 of little-endian float32."""
         with self.generations.use() as snap:
-            idx = snap.indexes[index_name]
+            idx = self.view(snap, index_name, scope)
             vecs = np.asarray(idx.encode_queries(list(texts)), dtype=np.float32)
         data = [{"object": "embedding", "index": i,
                  "embedding": base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii")
@@ -397,7 +399,7 @@ def _token_count(embedder: Any, texts: list[str]) -> int:
     return sum(len(t.split()) for t in prefixed)
 
 
-def with_filter(query: Query, scope: str | None) -> Query:
+def with_filter(query: Query, scope: str | None) -> Query:  # scope: a filter's text
     """``query`` carrying the request's filter (``Query.filter``), for the retrievers' own
     filtering (the scoped view enforces it whatever they do)."""
     return query if scope is None else replace(query, filter=parse_scope(scope))

@@ -1,6 +1,7 @@
 """The ASGI layer under the service's routes: request ids, the body-size limit (413 before
 the app reads an oversized body, chunked bodies too), the access log (one JSON line per
-request), 500 for anything unhandled, and the error body each API's clients expect."""
+request, and its Prometheus metrics: :mod:`intentrank.service.metrics`), 500 for anything
+unhandled, and the error body each API's clients expect."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from intentrank.service import metrics
 from intentrank.service.engine import redact
 from intentrank.service.lifecycle import Drain
 
@@ -108,11 +110,12 @@ class Gate:
             await send_logged({"type": "http.response.body", "body": body_out})
 
         def write_log(bytes_in: int) -> None:
+            seconds = time.perf_counter() - start
+            metrics.record(scope, status[0] or 500, seconds, info.get("pipeline"))
             self.log.write({
                 "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
                 "method": scope.get("method"), "path": scope.get("path"),
-                "status": status[0] or 500,
-                "latency_ms": round(1000 * (time.perf_counter() - start), 2),
+                "status": status[0] or 500, "latency_ms": round(1000 * seconds, 2),
                 "bytes_in": bytes_in,
                 **{k: v for k, v in info.items() if k != "request_id"}})
 

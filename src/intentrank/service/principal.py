@@ -19,6 +19,7 @@ from fastapi import Depends, Request
 
 from intentrank.service.auth import ApiKey
 from intentrank.service.engine import RequestError
+from intentrank.service.scope import Scope
 
 
 class TooMany(RequestError):
@@ -70,9 +71,11 @@ class Principal:
         return self.key.name if self.key is not None else None
 
     @property
-    def scope(self) -> str | None:
-        """The filter every search of this caller is ANDed with (None: every document)."""
-        return self.key.scope if self.key is not None else None
+    def scope(self) -> Scope:
+        """What this caller may see and write: its key's forced filter (every read is ANDed
+        with it) and the namespace of the ids it may create."""
+        return Scope.everything() if self.key is None else \
+            Scope.of_key(self.key.name, self.key.scope)
 
     def can(self, permission: str) -> bool:
         return self.key is None or self.key.can(permission)

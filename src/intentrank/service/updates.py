@@ -2,9 +2,11 @@
 ``intentrank.index.update`` (``upsert``, ``delete``: each commits a new generation
 atomically), within the writer's scope, then the service switches to the new generation.
 
-A scoped key may only add documents its scope matches, replace or delete documents it
-sees, and delete by a filter ANDed with its scope; a document id taken by a document it
-does not see is refused (403), never overwritten."""
+Every write is checked by the caller's :class:`~intentrank.service.scope.ScopedIndex`, the
+view its reads go through: a scoped key may only add documents its scope matches, replace
+or delete documents it sees, create new ids only in its namespace (``<key name>:``), and
+delete by a filter ANDed with its scope. An id outside its scope gets the same answer
+whether a document holds it or not (docs/security.md, "Document ids")."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 from intentrank.errors import IntentrankError
 from intentrank.service.engine import Engine, RequestError
-from intentrank.service.scope import parse_scope
+from intentrank.service.scope import Scope, parse_scope, require_scope
 from intentrank.types import Document
 
 _WRITING = threading.Lock()  # one write at a time from this process (the index locks too)
@@ -49,21 +51,17 @@ def _committed(engine: Engine, index_name: str, stats: Any) -> dict[str, Any]:
     return _stats(index_name, stats, engine.generations.current.generations.get(index_name))
 
 
-def upsert(engine: Engine, index_name: str, docs: list[Document],
-           scope: str | None) -> dict[str, Any]:
-    """Add or replace ``docs`` in index ``index_name`` within ``scope``."""
-    if scope is not None:
-        flt = parse_scope(scope)
+def upsert(engine: Engine, index_name: str, docs: list[Document], *, scope: Scope
+           ) -> dict[str, Any]:
+    """Add or replace ``docs`` in index ``index_name`` within ``scope``, each checked by the
+    scope's view (:meth:`ScopedIndex.write_refusal`)."""
+    require_scope(scope)
+    with engine.generations.use() as snap:
+        view = engine.view(snap, index_name, scope)
         for i, d in enumerate(docs):
-            if not flt.matches({**d.metadata, "id": d.id, "parent_id": d.parent_id}):
-                raise RequestError(403, f"documents[{i}] ({d.id!r}): its metadata is outside "
-                                        f"this key's scope")
-        with engine.generations.use() as snap:
-            view = engine.view(snap, index_name, scope)
-            taken = [d.id for d in docs if d.id in view.row_of and not view.visible(d.id)]
-        if taken:
-            raise RequestError(403, f"document id {taken[0]!r} is taken by a document this "
-                                    f"key does not see")
+            refusal = view.write_refusal(d)
+            if refusal is not None:
+                raise RequestError(refusal[0], f"documents[{i}] ({d.id!r}): {refusal[1]}")
     update, path = _update_module(), _directory(engine, index_name)
     with _WRITING:
         try:
@@ -74,21 +72,20 @@ def upsert(engine: Engine, index_name: str, docs: list[Document],
 
 
 def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: str | None,
-           scope: str | None) -> dict[str, Any]:
-    """Delete documents by id and/or by a filter, within ``scope``."""
+           *, scope: Scope) -> dict[str, Any]:
+    """Delete documents by id (each checked by the scope's view: one it does not see is a
+    404, as an absent one) and/or by a filter ANDed with ``scope``."""
+    require_scope(scope)
     if not ids and user_filter is None:
         raise RequestError(422, "give 'ids', 'filter' or both")
     update, path = _update_module(), _directory(engine, index_name)
     with engine.generations.use() as snap:
-        idx = snap.indexes[index_name]
-        seen = engine.view(snap, index_name, scope) if scope is not None else None
+        view = engine.view(snap, index_name, scope)
         for doc_id in ids or ():  # a passage, or a parent: all its passages
-            rows = [doc_id] if doc_id in idx.row_of else \
-                [p for p, parent in idx.parent_of.items() if parent == doc_id]
-            if not rows or (seen is not None and not all(map(seen.visible, rows))):
+            if not view.deletable(doc_id):
                 raise RequestError(404, f"no document {doc_id!r} among the documents of "
                                         f"index {index_name!r} this key sees")
-    flt = engine.request_filter(scope, user_filter) if user_filter is not None else None
+    flt = engine.request_scope(scope, user_filter).filter if user_filter is not None else None
     with _WRITING:
         try:
             stats = update.delete(path, ids=list(ids or ()),

@@ -4,6 +4,7 @@ the schema, running work on the pool, and the text limits."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from fastapi import Request
@@ -47,18 +48,19 @@ def note(request: Request, **fields: Any) -> None:
     request.scope.setdefault("intentrank", {}).update(fields)
 
 
-async def run(request: Request, fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
-    """``fn(*args)`` on the pool; its ``fallbacks`` go to the access log."""
-    result = await request.app.state.pool.run(fn, *args,
+async def run(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any
+              ) -> dict[str, Any]:
+    """``fn(*args, **kwargs)`` on the pool; its ``fallbacks`` go to the access log."""
+    result = await request.app.state.pool.run(partial(fn, *args, **kwargs),
                                               timeout=settings_of(request).timeout_s)
     if "fallbacks" in result:
         note(request, fallbacks=result["fallbacks"])
     return result
 
 
-async def work(request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+async def work(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """:func:`run`, answered as JSON with the request id."""
-    result = await run(request, fn, *args)
+    result = await run(request, fn, *args, **kwargs)
     result["request_id"] = request.scope["intentrank"]["request_id"]
     # built by the engine in the response model's shape (tests check it against the
     # schema); sent as is, skipping a second validation per request

@@ -86,7 +86,7 @@ async def cohere_rerank(body: CohereRerankRequest, request: Request, who: Reader
     note(request, pipeline=served.name)
     who.check_pipeline(served.name)
     result = await run(request, engine.rerank_texts, served, body.query, texts,
-                       body.top_n or len(texts), who.scope)
+                       body.top_n or len(texts), scope=who.scope)
     del result["fallbacks"]
     if body.return_documents:
         for r in result["results"]:
@@ -131,4 +131,4 @@ async def embeddings(body: EmbeddingsRequest, request: Request, who: Reader) -> 
         raise RequestError(400, f"dimensions is {body.dimensions}; model {name!r} gives "
                                 f"{dim}-dimensional embeddings (no truncation)")
     return JSONResponse(await run(request, engine.embed, name, texts,
-                                  body.encoding_format == "base64"))
+                                  body.encoding_format == "base64", scope=who.scope))

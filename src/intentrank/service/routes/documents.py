@@ -33,7 +33,8 @@ async def upsert_documents(body: UpsertRequest, request: Request, who: Writer
     service serves the new index generation when the response is sent."""
     index = _index(request, body.index, who)
     docs = [Document(d.id, d.text, d.title, d.parent_id, d.metadata) for d in body.documents]
-    return await work(request, updates.upsert, engine_of(request), index, docs, who.scope)
+    return await work(request, updates.upsert, engine_of(request), index, docs,
+                      scope=who.scope)
 
 
 @router.delete("/documents/{doc_id}", response_model=UpdateResponse, responses=WRITE_ERRORS)
@@ -42,7 +43,7 @@ async def delete_document(doc_id: str, request: Request, who: Writer,
     """Delete one document (of ``index``, default the first)."""
     name = _index(request, index, who)
     return await work(request, updates.delete, engine_of(request), name, [doc_id], None,
-                      who.scope)
+                      scope=who.scope)
 
 
 @router.post("/documents/delete", response_model=UpdateResponse, responses=WRITE_ERRORS)
@@ -51,4 +52,4 @@ async def delete_documents(body: DeleteRequest, request: Request, who: Writer
     """Delete documents by id and/or by a filter (ANDed with the key's scope)."""
     name = _index(request, body.index, who)
     return await work(request, updates.delete, engine_of(request), name, body.ids,
-                      body.filter, who.scope)
+                      body.filter, scope=who.scope)

@@ -1,7 +1,8 @@
 """GET /metrics (no key, like /health): the process's Prometheus metrics in the text format,
-prometheus_client's default registry. A cluster index's per shard replica latency, errors,
-retries and hedges are there (:mod:`intentrank.scale.metrics`); counts and latencies only,
-never a query or a document."""
+prometheus_client's default registry: the service's requests, errors and latency per endpoint
+and per pipeline (:mod:`intentrank.service.metrics`); a cluster index's per shard replica
+latency, errors, retries and hedges (:mod:`intentrank.scale.metrics`); counts and latencies
+only, never a query or a document."""
 
 from __future__ import annotations
 

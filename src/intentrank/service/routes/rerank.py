@@ -41,4 +41,4 @@ async def rerank(body: RerankRequest, request: Request, who: Reader) -> dict[str
     note(request, pipeline=served.name)
     who.check_pipeline(served.name)
     return await work(request, engine.rerank, served, body.query, docs, body.top_k,
-                      who.scope)
+                      scope=who.scope)

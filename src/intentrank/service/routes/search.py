@@ -19,6 +19,7 @@ from intentrank.service.routes.common import (
     settings_of,
     work,
 )
+from intentrank.service.scope import Scope
 from intentrank.types import Query, Turn
 
 router = APIRouter(tags=["retrieval"])
@@ -50,8 +51,8 @@ def check_search(request: Request, body: SearchRequest) -> tuple[str, tuple[Turn
 
 
 def prepared(request: Request, body: SearchRequest, who: Principal
-             ) -> tuple[Served, str, Query, str | None]:
-    """The pipeline, the index, the query and the filter the request runs with."""
+             ) -> tuple[Served, str, Query, Scope]:
+    """The pipeline, the index, the query and the scope the request runs with."""
     engine, settings = engine_of(request), settings_of(request)
     text, history = check_search(request, body)
     index = engine.index_name(body.index, who.allows_index)
@@ -62,7 +63,7 @@ def prepared(request: Request, body: SearchRequest, who: Principal
     who.check_pipeline(served.name)
     if settings.log_texts:
         note(request, query=text, filter=body.filter)
-    scope = engine.request_filter(who.scope, body.filter)
+    scope = engine.request_scope(who.scope, body.filter)
     return served, index, Query("q", text, history=history), scope
 
 
@@ -73,7 +74,7 @@ async def search(body: SearchRequest, request: Request, who: Reader) -> dict[str
     fallbacks)."""
     served, index, query, scope = prepared(request, body, who)
     return await work(request, engine_of(request).search, served, index, query, body.top_k,
-                      body.include_text, False, scope)
+                      body.include_text, False, scope=scope)
 
 
 @router.post("/answer", response_model=AnswerResponse, responses=ERRORS)
@@ -87,4 +88,4 @@ async def answer(body: SearchRequest, request: Request, who: Reader) -> dict[str
         raise RequestError(422, f"pipeline {served.name!r} does not produce answers "
                                 f"(answering pipelines: {', '.join(answering) or 'none'})")
     return await work(request, engine.search, served, index, query, body.top_k,
-                      body.include_text, True, scope)
+                      body.include_text, True, scope=scope)

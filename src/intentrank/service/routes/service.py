@@ -32,7 +32,7 @@ async def pipelines(request: Request, who: Caller) -> dict[str, Any]:
     pipelines (search) and rerankers, and the request limits."""
     engine, settings = engine_of(request), settings_of(request)
     return {
-        "indexes": [{"name": n, "documents": engine.visible_documents(n, who.scope)}
+        "indexes": [{"name": n, "documents": engine.visible_documents(n, scope=who.scope)}
                     for n in engine.indexes if who.allows_index(n)],
         "pipelines": [{"name": s.name, "kind": s.kind, "description": s.description,
                        "answers": s.answers, "allowed": who.allows(s.name)}
