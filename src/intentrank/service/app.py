@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from intentrank import __version__
+from intentrank.service.cluster import start_follower
 from intentrank.service.engine import Engine, RequestError, redact
 from intentrank.service.gate import COHERE_PATHS, OPENAI_PATHS, AccessLog, Gate, error_body
 from intentrank.service.keyring import KeyRing
@@ -105,9 +106,15 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     drain = Drain()
     limits = settings.limits
 
+    # a cluster index follows commits made by another process (as watch_s reloads a
+    # directory's new generation)
+    follower = start_follower(engine, settings.watch_s)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # noqa: ANN202
         yield
+        if follower is not None:
+            follower.close()
         pool.close()
         engine.close()
         access.close()

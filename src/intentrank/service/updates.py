@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.errors import IntentrankError
+from intentrank.service import cluster
 from intentrank.service.engine import Engine, RequestError
 from intentrank.service.scope import parse_scope
 from intentrank.types import Document
@@ -64,6 +65,8 @@ def upsert(engine: Engine, index_name: str, docs: list[Document],
         if taken:
             raise RequestError(403, f"document id {taken[0]!r} is taken by a document this "
                                     f"key does not see")
+    if cluster.is_cluster(engine.indexes.get(index_name)):  # shards on Ray actors
+        return cluster.upsert(engine, index_name, docs)
     update, path = _update_module(), _directory(engine, index_name)
     with _WRITING:
         try:
@@ -78,7 +81,9 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
     """Delete documents by id and/or by a filter, within ``scope``."""
     if not ids and user_filter is None:
         raise RequestError(422, "give 'ids', 'filter' or both")
-    update, path = _update_module(), _directory(engine, index_name)
+    on_cluster = cluster.is_cluster(engine.indexes.get(index_name))  # shards on Ray actors
+    if not on_cluster:
+        update, path = _update_module(), _directory(engine, index_name)
     with engine.generations.use() as snap:
         idx = snap.indexes[index_name]
         seen = engine.view(snap, index_name, scope) if scope is not None else None
@@ -89,6 +94,9 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
                 raise RequestError(404, f"no document {doc_id!r} among the documents of "
                                         f"index {index_name!r} this key sees")
     flt = engine.request_filter(scope, user_filter) if user_filter is not None else None
+    if on_cluster:
+        return cluster.delete(engine, index_name, ids,
+                              parse_scope(flt) if flt is not None else None)
     with _WRITING:
         try:
             stats = update.delete(path, ids=list(ids or ()),
