@@ -23,7 +23,7 @@ SHARDS, DOCS, WATCH_S = 2, 200, 0.5
 def served(cranfield, tmp_path_factory):
     from fastapi.testclient import TestClient
 
-    from intentrank.index import IndexSettings
+    from intentrank.index import IndexSettings, build_index
     from intentrank.scale.cluster import LocalCluster
     from intentrank.scale.coordinator import ClusterIndex
     from intentrank.scale.shardset import build_cluster
@@ -33,14 +33,34 @@ def served(cranfield, tmp_path_factory):
     root = tmp_path_factory.mktemp("clsvc")
     docs = list(itertools.islice(cranfield.corpus(), DOCS))
     build_cluster(docs, root / "cl", SHARDS, IndexSettings(legs=("bm25",)))
+    build_index(docs, root / "single", IndexSettings(legs=("bm25",))).close()
     with LocalCluster(workers=2, cpus_per_node=1):
         cluster = ClusterIndex.open(root / "cl", hedge_s=1.0, timeout_s=30.0)
         app = create_app(ServiceSettings(
             indexes={"c": cluster}, pipelines={"bm25": "bm25"}, rerankers={},
             require_keys=False, workers=2, access_log=False, watch_s=WATCH_S))
         with TestClient(app) as client:
-            yield client, app.state.engine, cluster
+            yield client, app.state.engine, root / "single"
         cluster.close()
+
+
+QUERIES = ("boundary layer transition", "supersonic flow past a cone", "heat transfer",
+           "ornithopter flapping membrane wing")
+
+
+def _same_as_one_index(client, single) -> None:
+    """/search over the cluster gives the ids and scores of one index with the same writes."""
+    from intentrank.index import Index
+
+    with Index(single) as one:
+        for q in QUERIES:
+            hits = one.search_bm25([q], 10)[0]
+            want = [(one.ids[r], s) for r, s in zip(hits.rows.tolist(), hits.scores.tolist(),
+                                                    strict=True)]
+            r = client.post("/search", json={"query": q, "pipeline": "bm25", "top_k": 10})
+            got = [(x["doc_id"], x["score"]) for x in r.json()["results"]]
+            assert [g[0] for g in got] == [w[0] for w in want], q
+            assert [g[1] for g in got] == pytest.approx([w[1] for w in want], rel=1e-6), q
 
 
 def _top(client, text: str, k: int = 3) -> tuple[list[str], str]:
@@ -50,7 +70,7 @@ def _top(client, text: str, k: int = 3) -> tuple[list[str], str]:
 
 
 def test_health_shows_shards_replicas_hosts_and_full_replication(served):
-    client, engine, cluster = served
+    client, engine, _ = served
     state = client.get("/health").json()["clusters"]["c"]
     assert state["shards"] == SHARDS and state["replication"] == "full"
     assert state["generation"] == engine.indexes["c"].generation
@@ -64,7 +84,10 @@ def test_health_shows_shards_replicas_hosts_and_full_replication(served):
 
 
 def test_writes_reach_the_cluster_and_later_requests_read_them(served):
-    client, engine, _ = served
+    from intentrank.index.update import delete, upsert
+    from intentrank.types import Document
+
+    client, engine, single = served
     text = "ornithopter flapping membrane wing aeroelastic hummingbird"
     before, gen0 = _top(client, text)
     assert "x-new" not in before
@@ -78,6 +101,8 @@ def test_writes_reach_the_cluster_and_later_requests_read_them(served):
         assert "x-new" not in [old.indexes["c"].ids[i] for i in hits.rows.tolist()]
     after, gen1 = _top(client, text)
     assert after[0] == "x-new" and gen1 == body["generation"]
+    upsert(single, [Document("x-new", text, "a new one")])
+    _same_as_one_index(client, single)
     assert client.get("/health").json()["generations"]["c"] == gen1
 
     r = client.delete("/documents/x-new", params={"index": "c"})
@@ -85,6 +110,8 @@ def test_writes_reach_the_cluster_and_later_requests_read_them(served):
     assert r.json()["deleted"] == 1
     gone, gen2 = _top(client, text)
     assert "x-new" not in gone and gen2 not in (gen0, gen1)
+    delete(single, ["x-new"])
+    _same_as_one_index(client, single)
     assert client.delete("/documents/x-new").status_code == 404
 
 
