@@ -31,30 +31,46 @@ def is_cluster(index: Any) -> bool:
             and callable(getattr(index, "status", None)))
 
 
+HEALTH_TTL_S = 1.0  # a load balancer polling /health asks Ray at most this often
+_HEALTH: dict[tuple[int, str], tuple[float, dict[str, Any]]] = {}  # (id, generation) -> ...
+
+
 def health(indexes: dict[str, Any], timeout_s: float = 2.0) -> dict[str, dict[str, Any]]:
     """Index name -> the state of each cluster index among ``indexes``: its pinned
     generation, shards, replicas (shard, replica, state, host, generation, documents),
-    hosts and ``replication`` ("full", "degraded", or "unknown" when Ray did not answer)."""
+    hosts and ``replication`` ("full", "degraded", or "unknown" when Ray did not answer);
+    at most ``HEALTH_TTL_S`` seconds old."""
     out: dict[str, dict[str, Any]] = {}
     for name, idx in indexes.items():
         if not is_cluster(idx):
             continue
-        try:
-            st = idx.status(timeout_s=timeout_s)
-        except Exception as exc:  # noqa: BLE001 (whatever Ray raises: report, stay alive)
-            out[name] = {"generation": idx.generation, "shards": len(idx.pins),
-                         "replication": "unknown", "error": f"{type(exc).__name__}: {exc}"[:300]}
-            continue
-        out[name] = {
-            "generation": idx.generation, "shards": st["shards"],
-            "replication": st["replication"],
-            "replicas": [{k: r.get(k) for k in ("shard", "replica", "state", "host",
-                                                "generation", "documents", "reason")
-                          if r.get(k) is not None}
-                         for r in sorted(st["replicas"],
-                                         key=lambda r: (r["shard"], r["replica"]))],
-            "hosts": st["hosts"]}
+        now = time.monotonic()
+        key = (id(idx), idx.generation)
+        when, state = _HEALTH.get(key, (None, {}))
+        if when is None or now - when >= HEALTH_TTL_S:
+            state = _state(idx, timeout_s)
+            if len(_HEALTH) > 64:  # views replaced by writes: drop the old entries
+                _HEALTH.clear()
+            _HEALTH[key] = (now, state)
+        out[name] = state
     return out
+
+
+def _state(idx: Any, timeout_s: float) -> dict[str, Any]:
+    """:func:`health`'s entry for one cluster index, asked of Ray now."""
+    try:
+        st = idx.status(timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 (whatever Ray raises: report, stay alive)
+        return {"generation": idx.generation, "shards": len(idx.pins),
+                "replication": "unknown", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {
+        "generation": idx.generation, "shards": st["shards"],
+        "replication": st["replication"],
+        "replicas": [{k: r.get(k) for k in ("shard", "replica", "state", "host",
+                                            "generation", "documents", "reason")
+                      if r.get(k) is not None}
+                     for r in sorted(st["replicas"], key=lambda r: (r["shard"], r["replica"]))],
+        "hosts": st["hosts"]}
 
 
 def _switch(engine: Any, name: str, new: Any) -> str:
