@@ -63,7 +63,8 @@ def serve(
         DEFAULT_DATA / "scifact",
     watch_index: Annotated[float, typer.Option(help="Every this many seconds, switch to an "
                                                "index directory's new generation once a "
-                                               "rebuild commits one (0: never).")] = 0.0,
+                                               "rebuild commits one, and a cluster index "
+                                               "to its shards' new commits (0: never).")] = 0.0,
     drain: Annotated[float, LimitsPanel(help="On SIGTERM: seconds in-flight requests get to "
                                         "finish (new ones get 503).")] = 30.0,
     ray: Annotated[bool, RayPanel("--ray", help="Serve replicas on Ray Serve (a local "

@@ -334,10 +334,12 @@ class ClusterIndex:
         by_shard: dict[int, list[str]] = {}
         for i in ids:
             by_shard.setdefault(self._owner(i), []).append(i)
-        return self._write("delete", by_shard, [])
+        named = set(ids)  # a parent id deletes its passages
+        gone = named | {p for p, parent in self.parent_of.items() if parent in named}
+        return self._write("delete", by_shard, [], gone)
 
-    def _write(self, method: str, by_shard: dict[int, Any], new_ids: list[str]
-               ) -> ClusterIndex:
+    def _write(self, method: str, by_shard: dict[int, Any], new_ids: list[str],
+               gone: set[str] | None = None) -> ClusterIndex:
         import ray
 
         shards = list(by_shard)
@@ -348,8 +350,9 @@ class ClusterIndex:
             pins[s] = g
             refs = [r.actor.refresh.remote() for r in self.pool.shards[s]]
             ray.wait(refs, num_returns=len(refs), timeout=self.pool.timeout_s)
-        order = list(self.ids) + [i for i in dict.fromkeys(new_ids) if i not in self.row_of]
-        if len(order) != len(self.ids):
+        order = [i for i in self.ids if i not in (gone or ())] + \
+            [i for i in dict.fromkeys(new_ids) if i not in self.row_of]
+        if order != self.ids:  # deleted rows leave the order (as the shards' ids)
             write_order(self.manifest.root, order)
         return ClusterIndex(self.manifest, self.pool, pins, order)
 

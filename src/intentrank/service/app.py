@@ -24,10 +24,12 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from intentrank import __version__
+from intentrank.service.cluster import start_follower
 from intentrank.service.engine import Engine, RequestError, redact
 from intentrank.service.gate import COHERE_PATHS, OPENAI_PATHS, AccessLog, Gate, error_body
 from intentrank.service.keyring import KeyRing
 from intentrank.service.lifecycle import Drain
+from intentrank.service.metrics import make as make_metrics
 from intentrank.service.pool import Overloaded, WorkerPool
 from intentrank.service.principal import Buckets, TooMany
 from intentrank.service.routes import ROUTERS
@@ -104,9 +106,15 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     drain = Drain()
     limits = settings.limits
 
+    # a cluster index follows commits made by another process (as watch_s reloads a
+    # directory's new generation)
+    follower = start_follower(engine, settings.watch_s)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):  # noqa: ANN202
         yield
+        if follower is not None:
+            follower.close()
         pool.close()
         engine.close()
         access.close()
@@ -126,8 +134,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         keys.log = lambda message: logged({"event": "keys", "message": message})
     app.state.buckets = Buckets()  # per-key rate limits and per-client auth failures
     app.state.wall_clock = time.time  # expiries (tests move it)
+    # requests, errors, latency; the routers' own routes name a request refused before
+    # routing (the app's list holds the included routers, which carry no template)
+    app.state.metrics = make_metrics(
+        lambda: [*(r for router in ROUTERS for r in router.routes), *app.routes])
     app.add_middleware(Gate, max_body=limits.max_body_bytes,  # type: ignore[arg-type]
-                       body_limits=settings.body_limits, log=access, drain=drain)
+                       body_limits=settings.body_limits, log=access, drain=drain,
+                       observe=app.state.metrics.observe if app.state.metrics else None)
     if settings.cors_origins:  # off unless configured
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "DELETE"],

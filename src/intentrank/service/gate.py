@@ -1,7 +1,7 @@
 """The ASGI layer under the service's routes: request ids, the body-size limit (413 before
 the app reads an oversized body, chunked bodies too), the access log (one JSON line per
-request, and its Prometheus metrics: :mod:`intentrank.service.metrics`), 500 for anything
-unhandled, and the error body each API's clients expect."""
+request; its Prometheus metrics through ``observe``: :mod:`intentrank.service.metrics`), 500
+for anything unhandled, and the error body each API's clients expect."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from intentrank.service import metrics
 from intentrank.service.engine import redact
 from intentrank.service.lifecycle import Drain
 
@@ -73,12 +72,15 @@ class AccessLog:
 
 class Gate:
     """Pure ASGI middleware: request id, body-size limit (``body_limits`` by path, else
-    ``max_body``), access log, refusal while draining."""
+    ``max_body``), access log, refusal while draining; ``observe(scope, info, status,
+    seconds)`` sees every answered request (the service's metrics, service/metrics.py)."""
 
     def __init__(self, app: Any, max_body: int, log: AccessLog, drain: Drain,
-                 body_limits: dict[str, int] | None = None) -> None:
+                 body_limits: dict[str, int] | None = None,
+                 observe: Callable[[dict, dict, int, float], None] | None = None) -> None:
         self.app, self.max_body, self.log, self.drain = app, max_body, log, drain
         self.body_limits = dict(body_limits or {})  # path -> its own limit
+        self.observe = observe
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -111,13 +113,18 @@ class Gate:
 
         def write_log(bytes_in: int) -> None:
             seconds = time.perf_counter() - start
-            metrics.record(scope, status[0] or 500, seconds, info.get("pipeline"))
             self.log.write({
                 "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "request_id": rid,
                 "method": scope.get("method"), "path": scope.get("path"),
-                "status": status[0] or 500, "latency_ms": round(1000 * seconds, 2),
+                "status": status[0] or 500,
+                "latency_ms": round(1000 * seconds, 2),
                 "bytes_in": bytes_in,
                 **{k: v for k, v in info.items() if k != "request_id"}})
+            if self.observe is not None:
+                try:
+                    self.observe(scope, info, status[0] or 500, seconds)
+                except Exception as exc:  # noqa: BLE001 (metrics never fail a request)
+                    print(f"metrics: {type(exc).__name__}: {exc}", file=sys.stderr)
 
         if not self.drain.admit():
             # shutting down: refuse before reading anything

@@ -145,23 +145,47 @@ class Generations:
                 self.on_reload({"event": "index_reload_failed", "serving": old.generations,
                                 "error": str(exc)[:500]})
                 return {}
-            keep = [i for i in old.opened if any(i is v for v in indexes.values())]
-            new = Snapshot(indexes, stages, opened + keep)
-            before, after = old.generations, new.generations
-            changed = {n: (before.get(n), after[n]) for n in indexes if after[n] != before.get(n)}
-            with self._swap:
-                self.current = new
-                self.reloads += 1
-                old.opened = [i for i in old.opened if not any(i is k for k in keep)]
-                old.retired = True
-                done = old.users == 0
-            if done:
-                old.close()
-                _trim_heap()
-            for n, (a, b) in changed.items():
-                self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
-                                "reload": self.reloads})
-            return changed
+            return self._switch(old, indexes, stages, opened)
+
+    def replace(self, indexes: dict[str, Any]) -> dict[str, tuple[str | None, str | None]]:
+        """Serve ``indexes`` (name -> an index object, e.g. a cluster index's view pinned
+        to a newer commit) in place of those of the same names: every search pipeline built
+        on them, then one switch as :meth:`reload` makes (requests running finish on the
+        old snapshot); index name -> (old, new generation). The objects are not closed
+        when retired (their owner closes them)."""
+        with self._reloading:
+            old = self.current
+            merged = {**old.indexes, **indexes}
+            try:
+                stages = self.build(merged)
+            except IntentrankError as exc:
+                self.reload_errors += 1
+                self.on_reload({"event": "index_reload_failed", "serving": old.generations,
+                                "error": str(exc)[:500]})
+                raise
+            return self._switch(old, merged, stages, [])
+
+    def _switch(self, old: Snapshot, indexes: dict[str, Any], stages: Stages,
+                opened: list[Index]) -> dict[str, tuple[str | None, str | None]]:
+        """Make ``indexes`` and ``stages`` the current snapshot, retiring ``old`` (called
+        holding ``_reloading``)."""
+        keep = [i for i in old.opened if any(i is v for v in indexes.values())]
+        new = Snapshot(indexes, stages, opened + keep)
+        before, after = old.generations, new.generations
+        changed = {n: (before.get(n), after[n]) for n in indexes if after[n] != before.get(n)}
+        with self._swap:
+            self.current = new
+            self.reloads += 1
+            old.opened = [i for i in old.opened if not any(i is k for k in keep)]
+            old.retired = True
+            done = old.users == 0
+        if done:
+            old.close()
+            _trim_heap()
+        for n, (a, b) in changed.items():
+            self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
+                            "reload": self.reloads})
+        return changed
 
     def close(self) -> None:
         """Stop watching and close the current snapshot's indexes."""

@@ -229,6 +229,11 @@ class HealthResponse(BaseModel):
         default_factory=dict, description="Index name -> the generation served now.")
     reloads: int = Field(0, description="Generation switches since start-up.")
     reload_errors: int = 0
+    clusters: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Index name -> the state of a cluster index (shards on Ray actors): "
+                    "generation, shards, replicas (shard, replica, state, host, "
+                    "generation), hosts, replication (full | degraded | unknown).")
 
 
 class ReportInfo(BaseModel):

@@ -57,7 +57,8 @@ class ServiceSettings:
     ``limits.max_body_bytes``); ``log_texts``: log request texts (off: never);
     ``auth_failures_per_minute``: failed authentications a client address may make.
     ``watch_s``: every that many seconds, switch to an index directory's new generation when
-    a rebuild has committed one (None: serve the generations opened at start-up).
+    a rebuild has committed one, and a cluster index to the commits another writer made on
+    its shards (None: serve the generations opened at start-up).
     ``drain_s``: after SIGTERM, how long in-flight requests get to finish (new ones: 503).
     """
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from intentrank.errors import IntentrankError
+from intentrank.service import cluster
 from intentrank.service.engine import Engine, RequestError
 from intentrank.service.scope import Scope, parse_scope, require_scope
 from intentrank.types import Document
@@ -62,6 +63,8 @@ def upsert(engine: Engine, index_name: str, docs: list[Document], *, scope: Scop
             refusal = view.write_refusal(d)
             if refusal is not None:
                 raise RequestError(refusal[0], f"documents[{i}] ({d.id!r}): {refusal[1]}")
+    if cluster.is_cluster(engine.indexes.get(index_name)):  # shards on Ray actors
+        return cluster.upsert(engine, index_name, docs)
     update, path = _update_module(), _directory(engine, index_name)
     with _WRITING:
         try:
@@ -78,7 +81,9 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
     require_scope(scope)
     if not ids and user_filter is None:
         raise RequestError(422, "give 'ids', 'filter' or both")
-    update, path = _update_module(), _directory(engine, index_name)
+    on_cluster = cluster.is_cluster(engine.indexes.get(index_name))  # shards on Ray actors
+    if not on_cluster:
+        update, path = _update_module(), _directory(engine, index_name)
     with engine.generations.use() as snap:
         view = engine.view(snap, index_name, scope)
         for doc_id in ids or ():  # a passage, or a parent: all its passages
@@ -86,6 +91,9 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
                 raise RequestError(404, f"no document {doc_id!r} among the documents of "
                                         f"index {index_name!r} this key sees")
     flt = engine.request_scope(scope, user_filter).filter if user_filter is not None else None
+    if on_cluster:
+        return cluster.delete(engine, index_name, ids,
+                              parse_scope(flt) if flt is not None else None)
     with _WRITING:
         try:
             stats = update.delete(path, ids=list(ids or ()),
