@@ -127,8 +127,8 @@ class _Compiler:
         text = s.SQL("(e.x #>> '{}')")
         kind = kind_of(value)
         if kind == BOOL:
-            return s.SQL("jsonb_typeof(e.x) = 'boolean' AND (e.x)::boolean = {}").format(
-                self.p(value))
+            return s.SQL("(CASE WHEN jsonb_typeof(e.x) = 'boolean' THEN (e.x)::boolean END) = {}"
+                         ).format(self.p(value))
         if kind == STRING:
             return s.SQL("jsonb_typeof(e.x) = 'string' AND {} COLLATE \"C\" {} {}").format(
                 text, sop, self.p(value))

@@ -216,6 +216,10 @@ class PgIndex:
     def close(self) -> None:
         self._pool.close()
 
+    @property
+    def closed(self) -> bool:
+        return bool(self._pool.closed)
+
     def __enter__(self) -> PgIndex:
         return self
 
@@ -403,7 +407,7 @@ class PgIndex:
         dist = sql.SQL("({} {} %(q)s::vector)").format(vec, sql.SQL(op))
         query = sql.SQL(
             "SELECT * FROM (SELECT {doc}, {to_score}{dist} AS score FROM {tbl} WHERE {vec} IS "
-            "NOT NULL AND {where} ORDER BY {dist} LIMIT %(k)s) s ORDER BY score DESC"
+            "NOT NULL AND {where} ORDER BY {dist} LIMIT %(k)s) s ORDER BY score DESC, 1"
         ).format(doc=self._select_doc(), to_score=sql.SQL(to_score), dist=dist,
                  tbl=t.ident, vec=vec, where=where)
         settings = {"enable_indexscan": "off"} if exact else {}
@@ -443,7 +447,7 @@ class PgIndex:
                "websearch": "websearch_to_tsquery(%(lang)s::regconfig, %(text)s)"}[match]
         query = sql.SQL(
             "SELECT {doc}, {rank}({tsv}, q.q, %(norm)s) AS score FROM {tbl}, (SELECT {tsq} AS "
-            "q) q WHERE {tsv} @@ q.q AND {where} ORDER BY score DESC LIMIT %(k)s"
+            "q) q WHERE {tsv} @@ q.q AND {where} ORDER BY score DESC, 1 LIMIT %(k)s"
         ).format(doc=self._select_doc(), rank=sql.Identifier(rank), tsv=tsv, tbl=t.ident,
                  tsq=sql.SQL(tsq), where=where)
         return [self._run(query, {**params, "text": text, "lang": t.language, "k": int(k),

@@ -29,7 +29,7 @@ def open_table(uri: str) -> PgIndex:
     """The Postgres table ``uri`` names, opened once per process (shared pool)."""
     with _OPEN_LOCK:
         found = _OPEN.get(uri)
-        if found is None:
+        if found is None or found.closed:
             found = _OPEN[uri] = PgIndex.open(uri)
         return found
 

@@ -32,6 +32,7 @@ from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
 from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
+from intentrank.service.pg_scope import scoped_view
 from intentrank.service.scope import ScopedIndex, combine, parse_scope, scoped_llm
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
@@ -220,7 +221,7 @@ class Engine:
     def view(self, snap: Snapshot, index_name: str, scope: str) -> ScopedIndex:
         """Index ``index_name`` of ``snap`` as a request with filter ``scope`` sees it."""
         idx = snap.indexes[index_name]
-        return snap.views.views.get((index_name, scope), lambda: ScopedIndex(idx, scope))
+        return snap.views.views.get((index_name, scope), lambda: scoped_view(idx, scope))
 
     def _scoped_ctx(self, index: Any, scope: str) -> BuildContext:
         """A build context whose LLM clients cache replies per ``scope``."""
