@@ -380,15 +380,17 @@ class PgIndex:
 
     # -- search ----------------------------------------------------------------------------
     def search_vector(self, texts: list[str], k: int, flt: Filter | str | None = None,
-                      query_vectors: np.ndarray | None = None, exact: bool = False,
+                      query_vectors: np.ndarray | None = None, exact: bool | None = None,
                       ef_search: int | None = None, iterative: str = "relaxed_order",
                       query_ids: list[str] | None = None) -> list[list[tuple[str, float]]]:
         """Each query's top ``k`` rows (id, score) by the table's distance among the rows
         ``flt`` lets through (pre-filter: the ``WHERE`` runs before ``ORDER BY ... LIMIT``).
-        ``exact`` turns index scans off (a scan of every matching row); otherwise an HNSW or
-        IVFFlat index is used when the planner picks it, with ``hnsw.ef_search`` =
-        ``ef_search`` and, when filtered, pgvector's ``iterative`` index scans (more of the
-        graph is searched until ``k`` matching rows are found)."""
+        ``exact``: True turns index scans off (a scan of every matching row); False turns
+        sequential scans off, so the table's HNSW or IVFFlat index is used (approximate);
+        None leaves the choice to the planner (which scans a small table). An index search
+        runs with ``hnsw.ef_search`` = ``ef_search`` and, when filtered, pgvector's
+        ``iterative`` index scans (more of the graph is searched until ``k`` matching rows
+        are found)."""
         from psycopg import sql
 
         t = self.table
@@ -410,10 +412,11 @@ class PgIndex:
             "NOT NULL AND {where} ORDER BY {dist} LIMIT %(k)s) s ORDER BY score DESC, 1"
         ).format(doc=self._select_doc(), to_score=sql.SQL(to_score), dist=dist,
                  tbl=t.ident, vec=vec, where=where)
-        settings = {"enable_indexscan": "off"} if exact else {}
+        settings = {} if exact is None else {"enable_indexscan" if exact else "enable_seqscan":
+                                             "off"}
         if ef_search is not None:
             settings["hnsw.ef_search"] = str(int(ef_search))
-        if parsed is not None and not exact:
+        if parsed is not None and exact is not True:
             settings["hnsw.iterative_scan"] = iterative
         return [self._run(query, {**params, "q": vector_text(v), "k": int(k)},
                           f"pgvector search of query {_name(texts, query_ids, j)}", settings)

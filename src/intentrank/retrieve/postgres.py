@@ -90,16 +90,17 @@ class PostgresRetriever(Stage):
 
 
 class PgVectorRetriever(PostgresRetriever):
-    """pgvector search (``exact``: every matching row scanned; else the table's HNSW or
-    IVFFlat index, ``ef_search``, and ``iterative`` index scans when filtered)."""
+    """pgvector search: ``exact: true`` scans every matching row; ``exact: false`` searches
+    the table's HNSW or IVFFlat index (``ef_search``; ``iterative`` index scans when
+    filtered); unset, the planner chooses (a small table is scanned)."""
 
     stage = "pgvector"
 
     def __init__(self, index: Any, depth: int = 100, filter: Filter | str | None = None,  # noqa: A002
-                 exact: bool = False, ef_search: int | None = None,
+                 exact: bool | None = None, ef_search: int | None = None,
                  iterative: str = "relaxed_order") -> None:
         super().__init__(index, depth, filter)
-        if not isinstance(exact, bool):
+        if exact is not None and not isinstance(exact, bool):
             raise ParameterError(f"exact must be true or false, got {exact!r}")
         self.exact, self.ef_search = exact, check_optional_int("ef_search", ef_search)
         self.iterative = iterative
