@@ -378,3 +378,38 @@ def test_ranking_from_a_table_reads_its_documents(fts_table):
     assert isinstance(r, Ranking) and len(r.docs) == 5
     assert all(fts_table.doc_text(d.doc_id) for d in r.docs)
     assert isinstance(fts_table.doc(r.docs[0].doc_id), Document)
+
+
+def test_serve_names_a_table_by_its_uri_and_keeps_its_slashes():
+    from intentrank.service.command import _named
+
+    uri = "postgresql://app@db/rag?table=chunks&vector=emb"
+    assert _named([uri], "index") == {"chunks": uri}
+    assert _named([f"docs={uri}"], "index") == {"docs": uri}
+
+
+def test_the_service_serves_a_table_by_uri(fts_table):
+    """``serve --index name=postgresql://...``: the engine opens the table (no generations,
+    not watched) and a scoped search runs on the pushed-down view."""
+    from intentrank.service.engine import Engine
+    from intentrank.service.pg_scope import PgScopedIndex
+    from intentrank.service.settings import ServiceSettings
+
+    uri = fts_table.conninfo + "&table=abstracts&vector=none"
+    engine = Engine(ServiceSettings(indexes={"docs": uri}, pipelines={"fts": ["postgres_fts"]},
+                                    rerankers={}, access_log=False, llm=None, keys=None,
+                                    require_keys=False))
+    try:
+        assert engine.generations.watched == {}
+        assert engine.indexes["docs"].table.table == "abstracts"
+        served = engine.pipeline("fts", "search")
+        out = engine.search(served, "docs", Query("q", "cancer cells"), 10, True,
+                            scope='tenant = "acme"')
+        assert out["results"] and out["generation"] is None
+        meta = {d: fts_table.doc(d).metadata for d in (r["doc_id"] for r in out["results"])}
+        assert {m["tenant"] for m in meta.values()} == {"acme"}
+        with engine.generations.use() as snap:
+            assert isinstance(engine.view(snap, "docs", 'tenant = "acme"'), PgScopedIndex)
+        assert engine.visible_documents("docs", 'tenant = "acme"') == N_DOCS // 3
+    finally:
+        engine.close()
