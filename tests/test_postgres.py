@@ -369,6 +369,24 @@ def test_cli_writes_a_table_and_searches_it(pg_uri, scifact_docs, tmp_path):
     assert {tenants[r["doc_id"]] for r in found} == {scifact_docs[7].metadata["tenant"]}
     again = runner.invoke(app, ["index", str(corpus), uri])  # upserts: still 24 rows
     assert again.exit_code == 0 and "24 rows" in again.output
+    extra = tmp_path / "more.jsonl"
+    extra.write_text(json.dumps({"_id": "new-1", "text": "axolotl limb regeneration",
+                                 "tenant": "zeta"}) + "\n")
+    done = runner.invoke(app, ["add", uri, str(extra)])
+    assert done.exit_code == 0 and "(25 rows)" in done.output, done.output
+    done = runner.invoke(app, ["search", uri, "axolotl regeneration", "-p", str(pipeline),
+                               "--json"])
+    assert json.loads(done.output)[0]["results"][0]["doc_id"] == "new-1"
+    gone_tenant = scifact_docs[0].metadata["tenant"]
+    done = runner.invoke(app, ["delete", uri, "new-1", "--filter", f'tenant = "{gone_tenant}"'])
+    assert done.exit_code == 0, done.output
+    assert f"{1 + sum(d.metadata['tenant'] == gone_tenant for d in scifact_docs[:24])} rows " \
+           "deleted" in done.output
+    from intentrank.index.postgres import PgIndex
+
+    with PgIndex.open(uri) as table:
+        assert len(table) == 24 - sum(d.metadata["tenant"] == gone_tenant
+                                      for d in scifact_docs[:24])
 
 
 def test_ranking_from_a_table_reads_its_documents(fts_table):

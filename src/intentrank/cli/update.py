@@ -22,6 +22,9 @@ from intentrank.cli.options import CorpusArg, panel
 from intentrank.errors import ConfigError
 
 IndexArg = Annotated[Path, typer.Argument(help="Index directory (built by `intentrank index`).")]
+TableOrIndexArg = Annotated[str, typer.Argument(help="Index directory (built by `intentrank "
+                                                "index`), or a Postgres table: "
+                                                "postgresql://...?table=NAME (docs/postgres.md).")]
 EncodingOption = Annotated[str, typer.Option(help="Text encoding of the corpus file.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print what changed as JSON.")]
 FolderPanel = panel("A folder of documents (each option not given: as the index "
@@ -79,7 +82,7 @@ def _report(stats: object, as_json: bool) -> None:
 
 @app.command()
 @cli_errors
-def add(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
+def add(ctx: typer.Context, index_dir: TableOrIndexArg, source: CorpusArg,
         encoding: EncodingOption = "utf-8", include: IncludeOption = None,
         exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
         chunk_overlap: OverlapOption = None, strict: StrictOption = False,
@@ -88,11 +91,22 @@ def add(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
     documents or one document file: new ids are added, changed ones replaced in place (a
     file's passages together), unchanged ones skipped; only new and changed passages are
     encoded."""
+    from intentrank.index.postgres import is_postgres_uri
     from intentrank.index.update import upsert
 
-    src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
+    if is_postgres_uri(index_dir):  # SQL upserts (INSERT ... ON CONFLICT), no generations
+        from intentrank.index.postgres_write import write_corpus
+
+        src = Source(ctx, Path("."), source, encoding, include, exclude, chunk_tokens,
+                     chunk_overlap, strict)
+        with write_corpus(src.docs, index_dir, progress=True, say=log) as table:
+            console.print(f"[green]updated[/] {len(src.docs)} documents upserted into "
+                          f"{table.table.table} ({len(table)} rows)")
+        src.done()
+        return
+    src = Source(ctx, Path(index_dir), source, encoding, include, exclude, chunk_tokens,
                  chunk_overlap, strict)
-    stats = upsert(index_dir, src.docs, log=log, progress=True)
+    stats = upsert(Path(index_dir), src.docs, log=log, progress=True)
     src.done()
     _report(stats, as_json)
 
@@ -100,7 +114,7 @@ def add(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
 @app.command()
 @cli_errors
 def delete(
-    index_dir: IndexArg,
+    index_dir: TableOrIndexArg,
     ids: Annotated[list[str] | None, typer.Argument(help="Document ids (a parent id deletes "
                                                     "all its passages).")] = None,
     filter: Annotated[str | None, typer.Option("--filter", help="Also delete every passage "
@@ -117,7 +131,22 @@ def delete(
 
     if not ids and not filter:
         raise ConfigError("name document ids to delete, or --filter")
-    _report(delete_docs(index_dir, ids or [], filter, log=log, missing_ok=missing_ok),
+    from intentrank.index.postgres import is_postgres_uri
+
+    if is_postgres_uri(index_dir):  # SQL deletes
+        from intentrank.index.postgres import PgIndex
+        from intentrank.index.postgres_write import delete as delete_rows
+        from intentrank.index.postgres_write import delete_where
+
+        with PgIndex.open(index_dir) as table:
+            gone = delete_rows(table, ids or []) if ids else 0
+            if ids and gone < len(ids) and not missing_ok:
+                console.print(f"[yellow]warning:[/] {len(ids) - gone} of the ids were not in "
+                              f"{table.table.table}")
+            gone += delete_where(table, filter) if filter else 0
+            console.print(f"[green]updated[/] {gone} rows deleted from {table.table.table}")
+        return
+    _report(delete_docs(Path(index_dir), ids or [], filter, log=log, missing_ok=missing_ok),
             as_json)
 
 

@@ -129,6 +129,24 @@ def delete(index: PgIndex, ids: Iterable[str]) -> int:
     return len(rows)
 
 
+def delete_where(index: PgIndex, flt: Any) -> int:
+    """Delete every row the filter (text or Filter) lets through; how many there were."""
+    from psycopg import sql
+
+    from intentrank.filters import Filter
+    from intentrank.filters.sql import compile_filter
+
+    parsed = Filter.from_value(flt)
+    if parsed is None:
+        raise ValueError("delete_where needs a filter (it would delete every row)")
+    where, params = compile_filter(parsed, index.table.sql_fields)
+    rows = index.execute(sql.SQL("DELETE FROM {} WHERE {} RETURNING {}::text").format(
+        index.table.ident, where, sql.Identifier(index.table.id)), params,
+        f"deleting the rows of filter {str(parsed)!r}")
+    index.forget([r[0] for r in rows])
+    return len(rows)
+
+
 def write_corpus(docs: Iterable[Document], uri: str, model: str = "minilm",
                  batch: int = 512, progress: bool = False, embedder: Any = None,
                  say: Callable[[str], None] = lambda m: None) -> PgIndex:
