@@ -219,6 +219,7 @@ def test_scoped_view_pushes_the_forced_filter_down(fts_table, scifact_docs):
     view = scoped_view(fts_table, 'tenant = "initech"')
     meta = {d.id: d.metadata for d in scifact_docs}
     assert view.visible_count == sum(m["tenant"] == "initech" for m in meta.values())
+    assert set(view.ids) == {d for d, m in meta.items() if m["tenant"] == "initech"}
     for widen in (None, 'tenant = "acme" OR tenant = "globex"', 'NOT tenant = "initech"'):
         found = view.search_fts(["cancer cells in mice"], 50, widen)[0]
         assert all(meta[d]["tenant"] == "initech" for d, _ in found)

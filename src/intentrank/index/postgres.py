@@ -296,11 +296,17 @@ class PgIndex:
     @cached_property
     def ids(self) -> list[str]:
         """Every id, in id order (read once; a whole-table read: avoid on big tables)."""
+        return self.ids_where(None)
+
+    def ids_where(self, flt: Filter | str | None) -> list[str]:
+        """The ids of the rows ``flt`` lets through, in id order."""
         from psycopg import sql
 
+        where, params = compile_filter(flt, self.table.sql_fields)
         col = sql.Identifier(self.table.id)
-        return [r[0] for r in self.execute(sql.SQL("SELECT {}::text FROM {} ORDER BY {}")
-                                           .format(col, self.table.ident, col),
+        return [r[0] for r in self.execute(sql.SQL("SELECT {}::text FROM {} WHERE {} ORDER BY "
+                                                   "{}").format(col, self.table.ident, where,
+                                                                col), params,
                                            what="reading the ids")]
 
     @cached_property

@@ -70,7 +70,7 @@ class PgScopedIndex:
 
     @property
     def ids(self) -> list[str]:
-        return [d for d in self._index.ids if self.visible(d)]
+        return self._index.ids_where(self._filter)
 
     @property
     def row_of(self) -> dict[str, int]:
