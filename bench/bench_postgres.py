@@ -233,14 +233,15 @@ search); the table holds the index's own {len(docs)} passages and vectors (writt
 
 Exact pgvector against intentrank's exact dense leg on the same vectors: {same} of
 {len(queries)} queries with the same top 100 ids in the same order, largest score
-difference {diff:.1e}. Search alone (query vectors given, all {len(queries)} at once):
+difference {diff:.1e}. Search alone (query vectors given, top 10, the {len(queries)}
+queries in one call: one statement each for pgvector, one matrix product for intentrank):
 pgvector exact {exact_ms:.2f} ms/query, intentrank dense {dense_ms:.2f} ms/query.
 
 HNSW (m 16, ef_construction 64; built in {hnsw_s:.1f} s): recall@10 against exact search of
 the same rows, and ms/query of the unfiltered search alone; filtered: the top 10 among the
 rows the filter lets through, with pgvector's iterative index scans off (the index hands
 over ef_search candidates, then the filter) and `relaxed_order` (what the `pgvector` stage
-uses when filtered).
+uses when filtered). The first row's searches also read the new index's pages into memory.
 
 {table(["ef_search", "recall@10", "ms/query", "10% filter, off", "10% filter, iterative",
         "50% filter, off", "50% filter, iterative"], recall_rows)}

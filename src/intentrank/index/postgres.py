@@ -413,11 +413,14 @@ class PgIndex:
         op, to_score = DISTANCES[t.distance]
         vec = sql.Identifier(t.vector)
         dist = sql.SQL("({} {} %(q)s::vector)").format(vec, sql.SQL(op))
+        # the top k by id and distance alone, then their passages: a passage's columns are
+        # read (and detoasted) for k rows, not for every row the search scores
         query = sql.SQL(
-            "SELECT * FROM (SELECT {doc}, {to_score}{dist} AS score FROM {tbl} WHERE {vec} IS "
-            "NOT NULL AND {where} ORDER BY {dist} LIMIT %(k)s) s ORDER BY score DESC, 1"
-        ).format(doc=self._select_doc(), to_score=sql.SQL(to_score), dist=dist,
-                 tbl=t.ident, vec=vec, where=where)
+            "SELECT {doc}, s._ir_score FROM (SELECT {id} AS _ir_id, {to_score}{dist} AS "
+            "_ir_score FROM {tbl} WHERE {vec} IS NOT NULL AND {where} ORDER BY {dist} LIMIT "
+            "%(k)s) s JOIN {tbl} AS _ir_d ON _ir_d.{id} = s._ir_id ORDER BY s._ir_score DESC, 1"
+        ).format(doc=self._select_doc(), id=sql.Identifier(t.id), to_score=sql.SQL(to_score),
+                 dist=dist, tbl=t.ident, vec=vec, where=where)
         settings = {} if exact is None else {"enable_indexscan" if exact else "enable_seqscan":
                                              "off"}
         if ef_search is not None:
@@ -455,10 +458,12 @@ class PgIndex:
                "all": "plainto_tsquery(%(lang)s::regconfig, %(text)s)",
                "websearch": "websearch_to_tsquery(%(lang)s::regconfig, %(text)s)"}[match]
         query = sql.SQL(
-            "SELECT {doc}, {rank}({tsv}, q.q, %(norm)s) AS score FROM {tbl}, (SELECT {tsq} AS "
-            "q) q WHERE {tsv} @@ q.q AND {where} ORDER BY score DESC, 1 LIMIT %(k)s"
-        ).format(doc=self._select_doc(), rank=sql.Identifier(rank), tsv=tsv, tbl=t.ident,
-                 tsq=sql.SQL(tsq), where=where)
+            "SELECT {doc}, s._ir_score FROM (SELECT {id} AS _ir_id, {rank}({tsv}, _ir_q._ir_q, "
+            "%(norm)s) AS _ir_score FROM {tbl}, (SELECT {tsq} AS _ir_q) _ir_q WHERE {tsv} @@ "
+            "_ir_q._ir_q AND {where} ORDER BY _ir_score DESC, {id}::text LIMIT %(k)s) s JOIN "
+            "{tbl} AS _ir_d ON _ir_d.{id} = s._ir_id ORDER BY s._ir_score DESC, 1"
+        ).format(doc=self._select_doc(), id=sql.Identifier(t.id), rank=sql.Identifier(rank),
+                 tsv=tsv, tbl=t.ident, tsq=sql.SQL(tsq), where=where)
         return [self._run(query, {**params, "text": text, "lang": t.language, "k": int(k),
                                   "norm": int(normalization)},
                           f"full-text search of query {_name(texts, query_ids, j)}")
