@@ -104,10 +104,6 @@ class PgTable:
         return list(dict.fromkeys(c for c in named if c))
 
 
-def _none(value: str) -> str | None:
-    return None if value.lower() in ("", "none", "null") else value
-
-
 def parse_uri(uri: str) -> tuple[str, PgTable, dict[str, str]]:
     """A Postgres URI as (libpq conninfo without intentrank's keys, the table, the other
     settings: ``model``, ``timeout_ms``, ``pool``). ``fields=a:col_a,b:col_b`` maps filter
@@ -128,7 +124,8 @@ def parse_uri(uri: str) -> tuple[str, PgTable, dict[str, str]]:
         if not sep or not name or not col:
             raise ConfigError(f"fields={pair!r}: expected field:column pairs")
         fields[name] = col
-    columns = {k: (_none(v) if k in ("title", "vector", "metadata", "parent", "fts") else v)
+    columns = {k: (None if k in ("title", "vector", "metadata", "parent", "fts")
+                   and v.lower() in ("", "none", "null") else v)
                for k, v in ours.items() if k in ("table", "id", "text", "title", "vector",
                                                   "metadata", "parent", "fts", "language",
                                                   "distance")}
