@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["model_loads"]  # counts real model loads; printed at the end of a run
+pytest_plugins = ["model_loads", "pg_server"]  # model loads counted; a real Postgres (pg_uri)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

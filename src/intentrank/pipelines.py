@@ -14,7 +14,9 @@ from typing import Any
 from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
 from intentrank.core.registry import BuildContext, add_stage_packages, known_names
 from intentrank.core.stage import Stage
+from intentrank.index.postgres import is_postgres_uri
 from intentrank.index.store import Index
+from intentrank.retrieve.postgres import open_table
 
 __all__ = ["BUILTIN_PACKAGES", "build_context", "build_pipeline", "ends_with_answer",
            "known_names", "pipeline_from_config", "with_answer"]
@@ -59,7 +61,9 @@ def pipeline_from_config(
     path = resolve_pipeline(path)
     data = load_config(path)
     where = index if index is not None else data.get("index")
-    if where is not None and not isinstance(where, Index):
+    if isinstance(where, str) and is_postgres_uri(where):  # a Postgres table (pgvector, ...)
+        where = open_table(where)
+    elif isinstance(where, str | Path):
         where = Index.open(Path(path).parent / where if not Path(where).is_absolute()
                            and index is None else where)
     return build_pipeline(data["pipeline"], build_context(where, **resources))

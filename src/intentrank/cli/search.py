@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -55,7 +55,9 @@ IndexDirArg = Annotated[Path, typer.Argument(help="Index directory.")]
 def index(
     ctx: typer.Context,
     source: CorpusArg,
-    out_dir: Annotated[Path, typer.Argument(help="Index directory to create.")],
+    out_dir: Annotated[str, typer.Argument(help="Index directory to create, or a Postgres "
+                                           "table to write: postgresql://...?table=NAME "
+                                           "(docs/postgres.md).")],
     legs: Annotated[str, typer.Option(help="Comma-separated legs to build.")] =
         "bm25,dense,tfidf,graph",
     k1: Annotated[float, Bm25Panel(help="BM25 k1.")] = 1.5,
@@ -125,8 +127,13 @@ def index(
     from dataclasses import replace
 
     from intentrank.index import IndexSettings, build_index
+    from intentrank.index.postgres import is_postgres_uri
     from intentrank.index.settings import AnnSettings
 
+    if is_postgres_uri(out_dir):  # the table is the store: passages, metadata, vectors
+        _index_postgres(source, out_dir, model, encoding, chunk_size)
+        return
+    out_dir = Path(out_dir)  # type: ignore[assignment]
     folder, read_as = None, None
     if is_document_folder(source):
         read_as = folder_options(include, exclude, chunk_tokens, chunk_overlap)
@@ -172,11 +179,28 @@ def index(
                   f"({times})")
 
 
+def _index_postgres(source: Path, uri: str, model: str, encoding: str, chunk_size: int) -> None:
+    """``intentrank index SOURCE postgresql://...``: every passage upserted into the table."""
+    from intentrank.index.postgres_write import write_corpus
+
+    if chunk_size:
+        raise ParameterError("--chunk-size is not supported for a Postgres table; chunk the "
+                             "corpus first")
+    start = time.perf_counter()
+    docs = read_documents(source, folder_options(None, None, 0, None), False, 0).documents \
+        if is_document_folder(source) else corpus(source, encoding)
+    with write_corpus(docs, uri, model=model, progress=True, say=log) as idx:
+        console.print(f"[green]table ready[/] {idx.table.table}: {len(idx)} rows in "
+                      f"{time.perf_counter() - start:.1f}s")
+
+
 @app.command()
 @cli_errors
 def search(
     ctx: typer.Context,
-    index_dir: IndexDirArg,
+    index_dir: Annotated[str, typer.Argument(help="Index directory, or a Postgres table: "
+                                             "postgresql://...?table=NAME (pipelines of "
+                                             "pgvector, postgres_fts).")],
     query: Annotated[list[str], typer.Argument(help="One or more query strings.")],
     pipeline: Annotated[str, typer.Option("--pipeline", "-p", help="A pipeline config file or "
                                           "a shipped name (bm25, dense, tfidf, sparse, graph, "
@@ -191,6 +215,7 @@ def search(
     through, when given)."""
     from intentrank.core.config import resolve_pipeline
     from intentrank.index import Index
+    from intentrank.index.postgres import is_postgres_uri
     from intentrank.pipelines import pipeline_from_config
     from intentrank.report.search import result_rows
 
@@ -198,8 +223,13 @@ def search(
     check_int("-k", k)
     flt = parse_filter(filter_text) if filter_text else None
     config = resolve_pipeline(pipeline)
-    idx = Index.open(index_dir)
-    warn_if_nothing_passes(idx, flt)
+    if is_postgres_uri(index_dir):
+        from intentrank.index.postgres import PgIndex
+
+        idx: Any = PgIndex.open(index_dir)
+    else:
+        idx = Index.open(index_dir)
+        warn_if_nothing_passes(idx, flt)
     if bm25_backend:
         idx.set_bm25_backend(bm25_backend)
     pipe = pipeline_from_config(config, index=idx, **settings.llm_settings)

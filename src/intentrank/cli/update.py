@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,9 @@ from intentrank.cli.options import CorpusArg, panel
 from intentrank.errors import ConfigError
 
 IndexArg = Annotated[Path, typer.Argument(help="Index directory (built by `intentrank index`).")]
+TableOrIndexArg = Annotated[str, typer.Argument(help="Index directory (built by `intentrank "
+                                                "index`), or a Postgres table: "
+                                                "postgresql://...?table=NAME (docs/postgres.md).")]
 EncodingOption = Annotated[str, typer.Option(help="Text encoding of the corpus file.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print what changed as JSON.")]
 FolderPanel = panel("A folder of documents (each option not given: as the index "
@@ -79,43 +83,60 @@ def _report(stats: object, as_json: bool) -> None:
         console.print(f"[green]updated[/] {stats.summary()}")  # type: ignore[attr-defined]
 
 
-def source_command(write: Callable[[Path, Path, Source], object]) -> Callable[..., None]:
+def source_command(write: Callable[[str, Path, Source], object], *, tables: bool = False
+                   ) -> Callable[..., None]:
     """Register ``write`` as the command of its name with the options of a source read into
-    an index (``add`` and ``sync``): the command reads the source as :class:`Source` does,
-    ``write(index_dir, source, documents)`` changes the index and returns its stats, which
-    are printed; ``--help`` is ``write``'s docstring."""
+    an index (``add`` and ``sync``; with ``tables``, a Postgres table too): the command
+    reads the source as :class:`Source` does, ``write(index_dir, source, documents)``
+    changes the index and returns its stats, which are printed (None: it printed its own);
+    ``--help`` is ``write``'s docstring."""
 
     @app.command(write.__name__, help=inspect.getdoc(write))
     @cli_errors
-    def command(ctx: typer.Context, index_dir: IndexArg, source: CorpusArg,
+    def command(ctx: typer.Context, index_dir: TableOrIndexArg, source: CorpusArg,
                 encoding: EncodingOption = "utf-8", include: IncludeOption = None,
                 exclude: ExcludeOption = None, chunk_tokens: ChunkTokensOption = 0,
                 chunk_overlap: OverlapOption = None, strict: StrictOption = False,
                 as_json: JsonOption = False) -> None:
-        src = Source(ctx, index_dir, source, encoding, include, exclude, chunk_tokens,
-                     chunk_overlap, strict)
+        from intentrank.index.postgres import is_postgres_uri
+
+        table = is_postgres_uri(index_dir)
+        if table and not tables:
+            raise ConfigError(f"`intentrank {write.__name__}` needs an index directory; a "
+                              f"Postgres table takes `intentrank add` and `delete`")
+        src = Source(ctx, Path("." if table else index_dir), source, encoding, include,
+                     exclude, chunk_tokens, chunk_overlap, strict)
         stats = write(index_dir, source, src)
         src.done()
-        _report(stats, as_json)
+        if stats is not None:
+            _report(stats, as_json)
 
     return command
 
 
-@source_command
-def add(index_dir: Path, source: Path, src: Source) -> object:
+@partial(source_command, tables=True)
+def add(index_dir: str, source: Path, src: Source) -> object:
     """Add or update documents (an upsert) from a corpus file, a BEIR directory, a folder of
     documents or one document file: new ids are added, changed ones replaced in place (a
     file's passages together), unchanged ones skipped; only new and changed passages are
     encoded."""
+    from intentrank.index.postgres import is_postgres_uri
     from intentrank.index.update import upsert
 
-    return upsert(index_dir, src.docs, log=log, progress=True)
+    if is_postgres_uri(index_dir):  # SQL upserts (INSERT ... ON CONFLICT), no generations
+        from intentrank.index.postgres_write import write_corpus
+
+        with write_corpus(src.docs, index_dir, progress=True, say=log) as table:
+            console.print(f"[green]updated[/] {len(src.docs)} documents upserted into "
+                          f"{table.table.table} ({len(table)} rows)")
+        return None
+    return upsert(Path(index_dir), src.docs, log=log, progress=True)
 
 
 @app.command()
 @cli_errors
 def delete(
-    index_dir: IndexArg,
+    index_dir: TableOrIndexArg,
     ids: Annotated[list[str] | None, typer.Argument(help="Document ids (a parent id deletes "
                                                     "all its passages).")] = None,
     filter: Annotated[str | None, typer.Option("--filter", help="Also delete every passage "
@@ -132,7 +153,22 @@ def delete(
 
     if not ids and not filter:
         raise ConfigError("name document ids to delete, or --filter")
-    _report(delete_docs(index_dir, ids or [], filter, log=log, missing_ok=missing_ok),
+    from intentrank.index.postgres import is_postgres_uri
+
+    if is_postgres_uri(index_dir):  # SQL deletes
+        from intentrank.index.postgres import PgIndex
+        from intentrank.index.postgres_write import delete as delete_rows
+        from intentrank.index.postgres_write import delete_where
+
+        with PgIndex.open(index_dir) as table:
+            gone = delete_rows(table, ids or []) if ids else 0
+            if ids and gone < len(ids) and not missing_ok:
+                console.print(f"[yellow]warning:[/] {len(ids) - gone} of the ids were not in "
+                              f"{table.table.table}")
+            gone += delete_where(table, filter) if filter else 0
+            console.print(f"[green]updated[/] {gone} rows deleted from {table.table.table}")
+        return
+    _report(delete_docs(Path(index_dir), ids or [], filter, log=log, missing_ok=missing_ok),
             as_json)
 
 
@@ -172,7 +208,7 @@ def segments(index_dir: IndexArg, as_json: JsonOption = False) -> None:
 
 
 @source_command
-def sync(index_dir: Path, source: Path, src: Source) -> object:
+def sync(index_dir: str, source: Path, src: Source) -> object:
     """Make an index hold exactly a source's documents (a folder: its files now): new and
     changed ones in, as one new segment (only they are encoded), removed ones out; every leg
     then answers as a fresh build of those documents in the index's row order. A file that
@@ -181,5 +217,5 @@ def sync(index_dir: Path, source: Path, src: Source) -> object:
 
     folder = options_record(src.options) if src.options is not None and source.is_dir() \
         else None  # the index is now this folder: read it as this time (in the commit)
-    return sync_docs(index_dir, src.docs, log=log, progress=True, keep=src.skipped_units,
+    return sync_docs(Path(index_dir), src.docs, log=log, progress=True, keep=src.skipped_units,
                      folder=folder)

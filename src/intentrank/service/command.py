@@ -12,6 +12,7 @@ from typing import Any
 
 from intentrank.core.config import builtin_pipelines
 from intentrank.errors import ConfigError
+from intentrank.index.postgres import is_postgres_uri, parse_uri
 from intentrank.paths import default_data_dir
 from intentrank.service.auth import ENV_VAR, ApiKey, KeyStore, generate_key, hash_key
 from intentrank.service.keyring import KeyRing
@@ -19,10 +20,13 @@ from intentrank.service.settings import REPO_REPORTS, ServiceSettings
 
 
 def _named(items: list[str], what: str) -> dict[str, str]:
-    """``name=value`` or ``value`` (named by its file stem) -> {name: value}."""
+    """``name=value`` or ``value`` (named by its file stem; a Postgres URI by its table) ->
+    {name: value}."""
     out: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
+        if is_postgres_uri(item):  # its query holds '='
+            name, sep, value = parse_uri(item)[1].table, "=", item
         if not sep:
             name, value = Path(item).stem if item not in builtin_pipelines() else item, item
         if name in out:
@@ -72,7 +76,8 @@ def build_settings(
     ``watch_s``: reload new index generations (checked that often); ``drain_s``: SIGTERM's
     limit for in-flight requests."""
     if index_dirs:
-        indexes: dict[str, Any] = {n: Path(p) for n, p in _named(index_dirs, "index").items()}
+        indexes: dict[str, Any] = {n: p if is_postgres_uri(p) else Path(p)
+                                   for n, p in _named(index_dirs, "index").items()}
     else:
         dataset = Path(dataset or default_data_dir() / "scifact")
         indexes = {dataset.name: _default_index(dataset, Path("indexes") / dataset.name, log)}

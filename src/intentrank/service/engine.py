@@ -32,6 +32,7 @@ from intentrank.measures.metrics import MetricError, evaluate, validate_metrics
 from intentrank.pipelines import build_context, ends_with_answer
 from intentrank.report.search import result_rows
 from intentrank.service.generations import Generations, Snapshot, Stages, open_indexes
+from intentrank.service.pg_scope import scoped_view
 from intentrank.service.scope import Scope, ScopedIndex, parse_scope, require_scope, scoped_llm
 from intentrank.service.settings import ServiceSettings
 from intentrank.types import Document, Query, Ranking, ScoredDoc, Trace
@@ -218,10 +219,10 @@ class Engine:
 
     def view(self, snap: Snapshot, index_name: str, scope: Scope) -> ScopedIndex:
         """Index ``index_name`` of ``snap`` as a request with ``scope`` sees it (kept per
-        index and filter)."""
+        index and filter; a Postgres table's view pushes the scope into its SQL)."""
         idx, scope = snap.indexes[index_name], require_scope(scope)
         return snap.views.views.get((index_name, scope.filter or "", scope.namespace or ""),
-                                    lambda: ScopedIndex(idx, scope))
+                                    lambda: scoped_view(idx, scope))
 
     def _scoped_ctx(self, index: Any, scope: str) -> BuildContext:
         """A build context whose LLM clients cache replies per ``scope``."""

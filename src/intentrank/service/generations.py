@@ -21,7 +21,9 @@ from typing import Any
 from intentrank.core.stage import Stage
 from intentrank.errors import IntentrankError
 from intentrank.index import layout
+from intentrank.index.postgres import is_postgres_uri
 from intentrank.index.store import Index
+from intentrank.retrieve.postgres import open_table
 from intentrank.service.scope import Views
 
 Stages = dict[str, dict[str, Stage]]  # pipeline name -> index name -> the stage built on it
@@ -55,7 +57,10 @@ def open_indexes(sources: dict[str, Any]) -> tuple[dict[str, Any], list[Index]]:
     warmed up; the indexes by name and those opened here."""
     indexes, opened = {}, []
     for name, where in sources.items():
-        if isinstance(where, (str, Path)):
+        if is_postgres_uri(where):  # a Postgres table: no generations (docs/postgres.md)
+            opened.append(open_table(str(where)))
+            indexes[name] = opened[-1]
+        elif isinstance(where, (str, Path)):
             opened.append(Index.open(where))
             indexes[name] = opened[-1]
         else:  # served as is: Index.doc reads positionally (os.pread), no lock needed
@@ -74,7 +79,8 @@ class Generations:
     def __init__(self, snapshot: Snapshot, watched: dict[str, Path],
                  build: Callable[[dict[str, Any]], Stages], watch_s: float | None,
                  on_reload: Callable[[dict[str, Any]], None]) -> None:
-        self.current, self.watched, self.build = snapshot, watched, build
+        self.current, self.build = snapshot, build
+        self.watched = {n: p for n, p in watched.items() if not is_postgres_uri(p)}
         self.on_reload = on_reload
         self._swap = threading.Lock()  # guards the snapshot reference and its user counts
         self._reloading = threading.Lock()
