@@ -5,10 +5,15 @@ documents, average length), computed over every shard before any is written, wit
 index's one BM25 formula (:mod:`intentrank.index.bm25_scorer`): a shard's scores are those of
 the unsharded index, and the top-k merge of the shards' results is exact. The index's term
 rows are kept whole (``terms/bm25*``), as for an unsharded index: updates start from them.
-BM25 shard ``i`` is ``bm25/shard-<i>/``. Dense
-shards are row ranges of the one memory-mapped ``dense/embeddings.npy`` (exact search) plus,
-for ANN, one faiss file per shard (``dense/ann-<i>.faiss``). TF-IDF and the entity graph stay
-whole (one per index): they are the small-corpus legs.
+BM25 shard ``i`` is ``bm25/shard-<i>/``. Dense shards are row ranges of the one memory-mapped
+``dense/embeddings.npy`` (exact search) plus, for ANN, one faiss file per shard
+(``dense/ann-<i>.faiss``). TF-IDF and the entity graph stay whole (one per index): they are
+the small-corpus legs.
+
+With segments, the shards are the row ranges of an index's base segment (what a build or a
+full merge writes); a segment an update adds is one more part beside them (its own ANN
+structure), and BM25 over several segments is scored from the postings with the live rows'
+global statistics (:class:`intentrank.index.bm25_scorer.Postings`).
 """
 
 from __future__ import annotations
