@@ -111,3 +111,35 @@ def test_the_nonoccurrence_score_is_bm25s(cranfield):
                 else ref.nonoccurrence_array)
         assert np.array_equal(got, want), method
         assert (got > 0).all() == (method in ("bm25l", "bm25+"))
+
+
+@pytest.mark.parametrize("method", ["atire", "bm25l"])
+def test_the_cluster_two_phase_bm25_is_bm25s(cranfield, tmp_path, method, queries):
+    """index/shard_api.py (what a cluster's shard answers) scores with the same formula: three
+    ordinary indexes, their summed statistics, the merged top k is bm25s's of them all."""
+    from intentrank.index import shard_api
+
+    docs = list(cranfield.corpus())
+    settings = IndexSettings(legs=("bm25",), bm25=BM25Settings(method=method))
+    parts = [build_index(docs[i::3], tmp_path / f"s{i}", settings) for i in range(3)]
+    order = [d.id for i in range(3) for d in docs[i::3]]
+    want = bm25s_top([d.full_text(" ") for i in range(3) for d in docs[i::3]],
+                     settings.bm25, queries, 10)
+    starts = np.cumsum([0] + [len(p) for p in parts])
+    for q, w in zip(queries, want, strict=True):
+        toks = shard_api.tokenize(parts[0], [q])
+        stats = [shard_api.bm25_term_stats(p, toks[0]) for p in parts]
+        n = sum(x["n"] for x in stats)
+        df: dict[str, int] = {}
+        for x in stats:
+            for t, d in x["df"].items():
+                df[t] = df.get(t, 0) + d
+        avg = sum(x["total_len"] for x in stats) / n
+        per = [shard_api.bm25_search_global(p, toks, 10, n, avg, df)[0] for p in parts]
+        rows = np.concatenate([h.rows + starts[s] for s, h in enumerate(per)])
+        scores = np.concatenate([h.scores for h in per])
+        best = np.lexsort((rows, -scores))[:10]
+        assert [order[r] for r in rows[best]] == [order[r] for r in w.rows]
+        np.testing.assert_allclose(scores[best], w.scores, rtol=REL, atol=ABS)
+    for p in parts:
+        p.close()
