@@ -108,7 +108,8 @@ def bm25_from_rows(rows: TermRows, s: BM25Settings, stats: BM25Stats | None = No
     vocab = list(rows.vocab)
     counts = rows.counts
     if stats is not None and f.nonoccurring:
-        extra = [t for t in stats.df if t not in set(vocab)]
+        held = set(vocab)
+        extra = [t for t in stats.df if t not in held]
         if extra:
             vocab += extra
             counts = sp.hstack([counts, sp.csr_matrix((counts.shape[0], len(extra)),
