@@ -139,9 +139,6 @@ def test_sync_equals_a_build_of_the_new_corpus_order_included(scifact, tmp_path)
 def test_updates_refuse_what_they_cannot_do_exactly(scifact, tmp_path):
     with pytest.raises(IntentrankError, match="holds no index to update"):
         upsert(tmp_path / "none", scifact[:2])
-    build_index(scifact[:20], tmp_path / "sh", IndexSettings(legs=("bm25",), shards=2)).close()
-    with pytest.raises(IntentrankError, match="sharded"):
-        upsert(tmp_path / "sh", scifact[20:22])
     build_index(scifact[:5], tmp_path / "one", IndexSettings(legs=("bm25",))).close()
     with pytest.raises(IntentrankError, match="no documents"):
         delete(tmp_path / "one", [d.id for d in scifact[:5]])
@@ -158,13 +155,15 @@ OPS = st.lists(st.tuples(st.sampled_from(["add", "change", "meta", "delete", "sy
 
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=OPS)
-def test_random_update_sequences_equal_a_fresh_build(scifact, tmp_path_factory, ops):
+@given(ops=OPS, shards=st.sampled_from([1, 3]))
+def test_random_update_sequences_equal_a_fresh_build(scifact, tmp_path_factory, ops, shards):
+    """Unsharded or sharded (the fresh build then sharded alike)."""
     tmp = tmp_path_factory.mktemp("prop")
     path = tmp / "idx"
     pool = scifact[60:260]
     model = list(scifact[:60])  # the corpus the index should hold, in row order
-    build_index(model, path, LEXICAL).close()
+    index_settings = replace(LEXICAL, shards=shards)
+    build_index(model, path, index_settings).close()
     for op, n in ops:
         rng = np.random.default_rng(n)
         held = {d.id for d in model}
@@ -195,7 +194,7 @@ def test_random_update_sequences_equal_a_fresh_build(scifact, tmp_path_factory, 
         with Index(path) as index:
             assert [d.id for d in index.documents()] == [d.id for d in model]
             assert list(index.documents()) == model
-    assert_same_as_fresh(path, tmp, LEXICAL)
+    assert_same_as_fresh(path, tmp, index_settings)
 
 
 @pytest.mark.slow

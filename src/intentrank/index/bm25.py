@@ -134,27 +134,23 @@ def build_bm25(texts: list[str], s: BM25Settings, out: Path, progress: bool = Fa
     """Write the unsharded BM25 leg of ``texts`` into ``out`` (``<generation>/bm25``) and its
     term rows (``terms/bm25*``, what updates start from). The corpus is tokenised once,
     straight to ids; the impact scores are computed vectorised from the term rows
-    (:func:`intentrank.index.terms.bm25_from_rows`, element for element bm25s's own
-    ``BM25.index``, as updates compute them), or by ``BM25.index`` itself for the methods
-    updates do not support (bm25l, bm25+). The index equals bm25s's index of
-    :func:`intentrank.index.hits.bm25_tokenize`'s tokens array for array
+    (:func:`intentrank.index.bm25_scorer.bm25_from_rows`, element for element bm25s's own
+    ``BM25.index`` for every method, as updates compute them). The index equals bm25s's index
+    of :func:`intentrank.index.hits.bm25_tokenize`'s tokens array for array
     (tests/test_bm25_tokens.py)."""
-    import bm25s
-
-    from intentrank.index.terms import bm25_from_rows
+    from intentrank.index.bm25_scorer import bm25_from_rows
 
     tok = bm25_token_ids(texts, s.stopwords, s.stemmer, progress=progress, tokens=s.tokens)
     if not len(tok.ids):
         raise no_terms_error(s)
     rows = term_rows(tok)
     rows.save(out.parent, "bm25")
-    if s.method in ("bm25l", "bm25+"):
-        retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-        retriever.index(bm25s.tokenization.Tokenized(tok.docs(), tok.vocab),
-                        show_progress=progress)
-    else:
-        retriever = bm25_from_rows(rows, s)
-        # bm25s.BM25.index's empty token, unless a word stems to "" (Porter: "s"): it scores
-        # no document; kept so that the files are bm25s's
-        retriever.vocab_dict.setdefault("", len(rows.vocab))
-    retriever.save(str(out))
+    save_bm25s(bm25_from_rows(rows, s), out)
+
+
+def save_bm25s(retriever: Any, out: Path) -> None:
+    """Save a bm25s index with bm25s.BM25.index's empty token in its vocabulary (unless a
+    word stems to "": Porter's "s"): it scores no document; kept so that the files are
+    bm25s's."""
+    retriever.vocab_dict.setdefault("", len(retriever.vocab_dict))
+    retriever.save(str(out), show_progress=False)

@@ -1,8 +1,9 @@
 """What a shard of a distributed index answers (``scale/coordinator.py``), on an ordinary
 :class:`~intentrank.index.store.Index`: BM25 in two phases with global statistics, dense
 search, document lines and filter masks. One narrow module over the Index's existing
-methods and :class:`~intentrank.index.subset.BM25Postings`, so the index internals can change
-underneath (the segments work) by re-pointing these functions only.
+methods and the index's one BM25 scorer (:class:`~intentrank.index.bm25_scorer.Postings`,
+the same as filters and segments use), so the index internals can change underneath by
+re-pointing these functions only.
 
 BM25 across shards (the same idea as a filter's own statistics in :mod:`index.subset`): phase
 one asks each shard for the statistics of the query terms among its live, allowed rows
@@ -18,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from intentrank.index.hits import NO_HITS, Hits, bm25_tokenize, top_k
-from intentrank.index.subset import BM25Postings
+from intentrank.index.bm25_scorer import BM25Stats, Postings
+from intentrank.index.hits import Hits, bm25_tokenize
 
 
 def tokenize(index: Any, texts: list[str]) -> list[list[str]]:
@@ -28,15 +29,12 @@ def tokenize(index: Any, texts: list[str]) -> list[list[str]]:
     return bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens)
 
 
-def _postings(index: Any) -> BM25Postings:
+def _postings(index: Any) -> Postings:
     """The index's BM25 postings with raw term frequencies (built once per open Index)."""
-    found = index.__dict__.get("_shard_postings")
+    found = index.bm25_postings
     if found is None:
-        rows = index.term_rows("bm25")
-        if rows is None:
-            raise ValueError(f"{index.path} kept no BM25 term rows (built before they were "
-                             f"kept, or sharded within): rebuild it to serve it as a shard")
-        found = index.__dict__["_shard_postings"] = BM25Postings(rows, index.settings.bm25)
+        raise ValueError(f"{index.path} kept no BM25 term rows (built before they were "
+                         f"kept): rebuild it to serve it as a shard")
     return found
 
 
@@ -50,44 +48,16 @@ def bm25_term_stats(index: Any, terms: list[str], allow: np.ndarray | None = Non
     summed BM25 lengths) and ``df`` (per term of ``terms``, the rows holding it)."""
     post = _postings(index)
     allow = _allowed(index, allow)
-    df: dict[str, int] = {}
-    for term in dict.fromkeys(terms):
-        t = post.term.get(term)
-        if t is not None:
-            d = int(allow[post.rows[post.indptr[t]:post.indptr[t + 1]]].sum())
-            if d:
-                df[term] = d
-    return {"n": int(allow.sum()), "total_len": int(post.doc_len[allow].sum()), "df": df}
+    return {"n": int(allow.sum()), "total_len": post.total_len(allow),
+            "df": post.df(terms, allow)}
 
 
 def bm25_search_global(index: Any, tokens: list[list[str]], k: int, n: int, avg_len: float,
                        df: dict[str, int], allow: np.ndarray | None = None) -> list[Hits]:
     """Phase two: each tokenised query's positive top ``k`` among the allowed rows, scored
     with the global statistics ``n``, ``avg_len`` and ``df``; local rows, ties by row."""
-    post = _postings(index)
-    allow = _allowed(index, allow)
-    out: list[Hits] = []
-    for toks in tokens:
-        if not toks or n == 0:
-            out.append(NO_HITS)
-            continue
-        scores = np.zeros(len(allow), dtype=post._dtype)
-        for token in toks:  # in query order, repeats included, as bm25s sums them
-            term = post.term.get(token)
-            if term is None or token not in df:
-                continue
-            lo, hi = post.indptr[term], post.indptr[term + 1]
-            rows = post.rows[lo:hi]
-            keep = allow[rows]
-            rows = rows[keep]
-            if not len(rows):
-                continue
-            idf = np.full(len(rows), post._idf(df[token], N=n), dtype=post._dtype)
-            tfc = post._tfc(tf_array=post.tf[lo:hi][keep], l_d=post.doc_len[rows],
-                            l_avg=avg_len, k1=post._s.k1, b=post._s.b, delta=post._delta)
-            scores[rows] += (idf * tfc).astype(post._dtype)
-        out.append(top_k(scores, k))
-    return out
+    return _postings(index).search(tokens, k, _allowed(index, allow),
+                                   BM25Stats(n, avg_len, df))
 
 
 def dense_search(index: Any, vectors: np.ndarray, k: int, allow: np.ndarray | None = None

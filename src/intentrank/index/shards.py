@@ -1,12 +1,19 @@
 """Sharded legs: the bm25 and dense legs built and searched as N contiguous row ranges.
 
 BM25 shards are scored with the *global* statistics (document frequencies, number of
-documents, average length), computed over every shard before any is written, with bm25s's
-own scoring code: a shard's scores are those of the unsharded index, bit for bit, and the
-top-k merge of the shards' results is exact. BM25 shard ``i`` is ``bm25/shard-<i>/``. Dense
-shards are row ranges of the one memory-mapped ``dense/embeddings.npy`` (exact search) plus,
-for ANN, one faiss file per shard (``dense/ann-<i>.faiss``). TF-IDF and the entity graph stay
-whole (one per index): they are the small-corpus legs.
+documents, average length), computed over every shard before any is written, with the
+index's one BM25 formula (:mod:`intentrank.index.bm25_scorer`): a shard's scores are those of
+the unsharded index, and the top-k merge of the shards' results is exact. The index's term
+rows are kept whole (``terms/bm25*``), as for an unsharded index: updates start from them.
+BM25 shard ``i`` is ``bm25/shard-<i>/``. Dense shards are row ranges of the one memory-mapped
+``dense/embeddings.npy`` (exact search) plus, for ANN, one faiss file per shard
+(``dense/ann-<i>.faiss``). TF-IDF and the entity graph stay whole (one per index): they are
+the small-corpus legs.
+
+With segments, the shards are the row ranges of an index's base segment (what a build or a
+full merge writes); a segment an update adds is one more part beside them (its own ANN
+structure), and BM25 over several segments is scored from the postings with the live rows'
+global statistics (:class:`intentrank.index.bm25_scorer.Postings`).
 """
 
 from __future__ import annotations
@@ -19,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from intentrank.index.bm25 import no_terms_error
-from intentrank.index.hits import NO_HITS, Hits, TokenIds, bm25_token_ids
+from intentrank.index.bm25_scorer import BM25Stats, bm25_from_rows
+from intentrank.index.hits import NO_HITS, Hits, bm25_token_ids
 from intentrank.index.settings import BM25Settings, IndexSettingsError
+from intentrank.index.terms import TermRows
 
 
 def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
@@ -43,86 +52,58 @@ def token_ids(tokens: list[list[str]]) -> tuple[list[list[int]], dict[str, int]]
     return [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens], vocab
 
 
-class _ShardTokens:
-    """One shard's corpus as token ids (shard-local vocabulary, :func:`bm25_token_ids`), its
-    documents' lengths and its document frequencies."""
-
-    def __init__(self, tok: TokenIds) -> None:
-        self.ids, self.vocab, self.lengths = tok.docs(), tok.vocab, tok.lengths
-        n_terms = len(self.vocab)
-        doc = np.repeat(np.arange(len(tok.lengths), dtype=np.int64), tok.lengths)
-        pairs = np.unique(doc * n_terms + tok.ids)  # each (document, term) once
-        self.df = np.bincount(pairs % n_terms, minlength=n_terms) if n_terms else \
-            np.zeros(0, dtype=np.int64)
-        self.total_len = int(tok.lengths.sum())
+def global_stats(parts: Sequence[TermRows]) -> BM25Stats:
+    """The BM25 statistics of every part's rows together (one collection)."""
+    df: Counter[str] = Counter()
+    for part in parts:
+        for term, d in zip(part.vocab, np.diff(part.counts.tocsc().indptr).tolist(),
+                           strict=True):
+            df[term] += d
+    lengths = np.concatenate([np.asarray(p.counts.sum(axis=1)).ravel().astype(np.int64)
+                              for p in parts])
+    return BM25Stats(len(lengths), float(lengths.mean()), dict(df))  # np.mean, as bm25s
 
 
-def _global_bm25(k1: float, b: float, method: str, global_df: dict[str, int], n_docs: int,
-                 avg_len: float) -> Any:
-    """A bm25s.BM25 whose ``build_index_from_ids`` scores with global statistics."""
-    import bm25s
+def write_bm25_shards(rows: TermRows, s: BM25Settings, root: Path,
+                      bounds: list[tuple[int, int]]) -> dict[str, Any]:
+    """Write each shard's bm25s index (rows ``bounds`` of ``rows``) scored with the global
+    statistics of all of them (:func:`intentrank.index.bm25_scorer.bm25_from_rows`); return
+    the statistics the manifest records."""
+    from intentrank.index.bm25 import save_bm25s
 
-    class GlobalStatsBM25(bm25s.BM25):
-        def build_index_from_ids(self, unique_token_ids: list[int],  # noqa: ARG002
-                                 corpus_token_ids: list[list[int]], show_progress: bool = True,
-                                 leave_progress: bool = False) -> dict[str, Any]:
-            vocab, local_df = self._shard_vocab, self._shard_df
-            doc_frequencies = {i: global_df[t] for t, i in vocab.items()}
-            idf_fn = bm25s._select_idf_scorer(self.idf_method)
-            if self.method in self.methods_requiring_nonoccurrence:
-                self.nonoccurrence_array = bm25s._build_nonoccurrence_array(
-                    doc_frequencies=doc_frequencies, n_docs=n_docs, compute_idf_fn=idf_fn,
-                    calculate_tfc_fn=bm25s._select_tfc_scorer(self.method), l_d=avg_len,
-                    l_avg=avg_len, k1=self.k1, b=self.b, delta=self.delta, dtype=self.dtype)
-            else:
-                self.nonoccurrence_array = None
-            idf = bm25s._build_idf_array(doc_frequencies=doc_frequencies, n_docs=n_docs,
-                                         compute_idf_fn=idf_fn, dtype=self.dtype)
-            scores, doc_idx, vocab_idx = bm25s._build_scores_and_indices_for_matrix(
-                corpus_token_ids=corpus_token_ids, idf_array=idf, avg_doc_len=avg_len,
-                doc_frequencies=local_df, k1=self.k1, b=self.b, delta=self.delta,
-                show_progress=show_progress, leave_progress=leave_progress, dtype=self.dtype,
-                int_dtype=self.int_dtype, method=self.method,
-                nonoccurrence_array=self.nonoccurrence_array)
-            shape = (len(corpus_token_ids), len(vocab))
-            data, indices, indptr = self._np_csc(data=scores, rows=doc_idx, cols=vocab_idx,
-                                                 shape=shape)
-            return {"data": data.astype(self.dtype), "indices": indices, "indptr": indptr,
-                    "num_docs": len(corpus_token_ids)}
-
-    return GlobalStatsBM25(method=method, k1=k1, b=b)
+    parts = [rows.take(np.arange(a, e)).used_terms() for a, e in bounds]
+    stats = global_stats(parts)
+    for i, part in enumerate(parts):
+        out = root / bm25_shard_dir(i)
+        out.parent.mkdir(exist_ok=True)
+        save_bm25s(bm25_from_rows(part, s, stats), out)
+    return {"n_docs": stats.n, "avg_len": stats.avg_len, "vocabulary": len(stats.df)}
 
 
 def build_bm25_shards(texts: Sequence[str], s: BM25Settings, root: Path,
                       bounds: list[tuple[int, int]], progress: bool = False) -> dict[str, Any]:
-    """Tokenise every shard, add up the global statistics, then write each shard's bm25s
-    index scored with them; return the statistics the manifest records."""
-    import bm25s
+    """Tokenise every shard, keep the index's term rows (``terms/bm25*``, what updates start
+    from), then write each shard's bm25s index scored with the global statistics; return the
+    statistics the manifest records."""
+    from intentrank.index.bm25 import term_rows
 
-    shards = [_ShardTokens(bm25_token_ids(list(texts[a:e]), s.stopwords, s.stemmer,
-                                          progress=progress, tokens=s.tokens))
-              for a, e in bounds]
-    if not any(sh.total_len for sh in shards):
+    parts = [term_rows(bm25_token_ids(list(texts[a:e]), s.stopwords, s.stemmer,
+                                      progress=progress, tokens=s.tokens)) for a, e in bounds]
+    if not any(p.counts.nnz for p in parts):
         raise no_terms_error(s)
-    global_df: Counter[str] = Counter()
-    for sh in shards:
-        for token, i in sh.vocab.items():
-            global_df[token] += int(sh.df[i])
-    n_docs = sum(e - a for a, e in bounds)
-    # np.mean of the lengths, as bm25s computes it for one index
-    avg_len = float(np.concatenate([sh.lengths for sh in shards]).mean())
-    for i, sh in enumerate(shards):
-        retriever = _global_bm25(s.k1, s.b, s.method, global_df, n_docs, avg_len)
-        retriever._shard_vocab = sh.vocab
-        # sizes the score arrays: the (document, term) pairs of this shard
-        retriever._shard_df = {i: int(c) for i, c in enumerate(sh.df)}
-        retriever.index(bm25s.tokenization.Tokenized(sh.ids, sh.vocab),
-                        show_progress=progress)
-        out = root / bm25_shard_dir(i)
-        out.parent.mkdir(exist_ok=True)
-        retriever.save(str(out))
-        shards[i] = None  # type: ignore[call-overload]  # free the shard's tokens
-    return {"n_docs": n_docs, "avg_len": avg_len, "vocabulary": len(global_df)}
+    rows = TermRows.stack(parts)
+    rows.save(root, "bm25")
+    return write_bm25_shards(rows, s, root, bounds)
+
+
+def search_bm25s(bm25: Any, bounds: list[tuple[int, int]], tokens: list[list[str]], k: int,
+                 backend: str = "numpy", allow: np.ndarray | None = None) -> list[Hits]:
+    """Search one bm25s index, or a list of shards' (``bounds`` their rows) merged."""
+    from intentrank.index.bm25 import retrieve
+
+    if isinstance(bm25, list):
+        return search_bm25_shards(bm25, bounds, tokens, k, backend, allow)
+    return retrieve(bm25, tokens, k, backend, allow=allow)
 
 
 def search_bm25_shards(retrievers: Sequence[Any], bounds: list[tuple[int, int]],

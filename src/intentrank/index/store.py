@@ -20,6 +20,7 @@ import numpy as np
 from intentrank.core.params import check_int
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
+from intentrank.index.bm25_scorer import bm25_from_rows, postings_of
 from intentrank.index.errors import (
     IndexCorruptError,
     IndexFormatError,
@@ -46,6 +47,7 @@ from intentrank.index.segments import (
     segment_vectors,
 )
 from intentrank.index.settings import IndexSettings
+from intentrank.index.shards import search_bm25s
 from intentrank.index.subset import graph_hits, inverted
 from intentrank.index.tombstones import LiveRows, RowView, lines_sha256
 from intentrank.types import Document
@@ -292,15 +294,19 @@ class Index:
             with self._reading(rel) as d:
                 return bm25s.BM25.load(str(d), mmap=False)
 
+        if not self.flat:  # the live rows' statistics, as a fresh build computes them
+            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)  # (API only)
         if self.sharded:
             from intentrank.index.shards import bm25_shard_dir
 
             return [load(bm25_shard_dir(i)) for i in range(self.settings.shards)]
-        if not self.flat:  # the live rows' statistics, as a fresh build computes them
-            from intentrank.index.terms import bm25_from_rows
-
-            return bm25_from_rows(self.term_rows("bm25"), self.settings.bm25)  # (API only)
         return load("bm25")
+
+    @cached_property
+    def bm25_postings(self) -> Any:
+        """The live rows' BM25 :class:`~intentrank.index.bm25_scorer.Postings` (filters,
+        segments, deletes, shards score from them); None: built before term rows were kept."""
+        return postings_of(self.term_rows("bm25"), self.settings.bm25)
 
     @property
     def sharded(self) -> bool:
@@ -419,8 +425,6 @@ class Index:
     # Every leg's search takes ``allow`` (hits.check_allow): the top k among those rows.
     def search_bm25(self, texts: list[str], k: int, allow: np.ndarray | None = None
                     ) -> list[Hits]:
-        from intentrank.index.bm25 import retrieve
-
         check_k(k)
         allow = check_allow(allow, len(self))
         s = self.settings.bm25
@@ -431,13 +435,8 @@ class Index:
         if (allow is not None or not self.flat) and (  # segments, deletes: from the postings
                 hits := self._subsets.bm25(tokens, k, every)) is not None:
             return hits
-        bm25 = self.bm25
-        if self.sharded:
-            from intentrank.index.shards import search_bm25_shards
-
-            return search_bm25_shards(bm25, self.shard_bounds, tokens, k, self.bm25_backend,
-                                      allow)
-        return retrieve(bm25, tokens, k, self.bm25_backend, allow=allow)
+        # one segment without deletes: bm25s's precomputed impacts (each shard's, merged)
+        return search_bm25s(self.bm25, self.shard_bounds, tokens, k, self.bm25_backend, allow)
 
     def encode_queries(self, texts: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(texts)

@@ -12,8 +12,8 @@ keys, depends on that).
 
 - BM25 is scored at query time from each term's postings with raw term frequencies (the
   generation's kept term rows, ``terms/bm25.npz``), with the document frequency, count and
-  average length of the allowed rows, element for element as bm25s computes its impact
-  scores (:func:`intentrank.index.terms.bm25_from_rows`): no per-filter precomputation.
+  average length of the allowed rows, by the index's one BM25 formula
+  (:class:`intentrank.index.bm25_scorer.Postings`): no per-filter precomputation.
 - TF-IDF and the graph recompute their corpus-wide parts over the allowed rows
   (:func:`~intentrank.index.terms.tfidf_from_rows`, :func:`~intentrank.index.terms.graph_of`)
   the first time a filter is seen, kept for the next :data:`SUBSETS_KEPT` filters.
@@ -29,59 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from intentrank.index.bm25_scorer import Postings
 from intentrank.index.hits import NO_HITS, Hits, top_k
-from intentrank.index.settings import BM25Settings
-from intentrank.index.terms import TermRows
 
 SUBSETS_KEPT = 8
-
-
-class BM25Postings:
-    """Each term's postings (rows ascending) with raw term frequencies, and row lengths."""
-
-    def __init__(self, rows: TermRows, s: BM25Settings) -> None:
-        import bm25s
-        from bm25s import scoring
-
-        csc = rows.counts.tocsc()
-        csc.sort_indices()
-        self.indptr, self.rows, self.tf = csc.indptr, csc.indices.astype(np.int64), csc.data
-        self.term = {t: i for i, t in enumerate(rows.vocab)}
-        self.doc_len = np.asarray(rows.counts.sum(axis=1)).ravel().astype(np.int64)
-        retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-        self._idf = scoring._select_idf_scorer(retriever.idf_method)
-        self._tfc = scoring._select_tfc_scorer(s.method)
-        self._dtype, self._delta, self._s = retriever.dtype, retriever.delta, s
-
-    def scores(self, tokens: list[str], allow: np.ndarray, n: int, avg_len: float
-               ) -> np.ndarray:
-        """float32 BM25 scores of every row for one tokenised query, the allowed rows (``n``
-        of them, of average length ``avg_len``) scored as the only documents of the
-        collection (others 0)."""
-        out = np.zeros(len(allow), dtype=self._dtype)
-        for token in tokens:  # in query order, repeats included, as bm25s sums them
-            term = self.term.get(token)
-            if term is None:
-                continue
-            lo, hi = self.indptr[term], self.indptr[term + 1]
-            rows = self.rows[lo:hi]
-            keep = allow[rows]
-            rows = rows[keep]
-            if not len(rows):
-                continue  # not a term of the allowed documents' vocabulary
-            idf = np.full(len(rows), self._idf(len(rows), N=n), dtype=self._dtype)
-            tfc = self._tfc(tf_array=self.tf[lo:hi][keep], l_d=self.doc_len[rows],
-                            l_avg=avg_len, k1=self._s.k1, b=self._s.b, delta=self._delta)
-            out[rows] += (idf * tfc).astype(self._dtype)  # rows are distinct: np.add.at's sum
-        return out
-
-    def search(self, tokens: list[list[str]], k: int, allow: np.ndarray) -> list[Hits]:
-        """Each query's positive top ``k`` among the allowed rows, ties by row."""
-        n = int(allow.sum())
-        if n == 0:
-            return [NO_HITS for _ in tokens]
-        avg_len = self.doc_len[allow].mean()  # np.mean of the lengths, as bm25s computes it
-        return [top_k(self.scores(t, allow, n, avg_len), k) if t else NO_HITS for t in tokens]
+BM25Postings = Postings  # the name bench/bench_updates.py imports (the scorer's Postings)
 
 
 class SubsetCache:
@@ -109,21 +61,17 @@ class SubsetCache:
 
 class SubsetLegs:
     """An index's lexical legs searched with a filter's own statistics; each returns None
-    where the index kept no term rows (sharded, or built before they were kept): the caller
-    then masks the whole index's scores."""
+    where the index kept no term rows (built before they were kept): the caller then masks
+    the whole index's scores."""
 
     def __init__(self, index: Any) -> None:
         self.index = index
         self._tfidf = SubsetCache(self._tfidf_of)
         self._graph = SubsetCache(self._graph_of)
-        self._postings: BM25Postings | None | bool = False  # False: not loaded yet
 
     def bm25(self, tokens: list[list[str]], k: int, allow: np.ndarray) -> list[Hits] | None:
-        if self._postings is False:
-            index = self.index
-            rows = None if index.sharded else index.term_rows("bm25")
-            self._postings = None if rows is None else BM25Postings(rows, index.settings.bm25)
-        return None if self._postings is None else self._postings.search(tokens, k, allow)
+        postings = self.index.bm25_postings
+        return None if postings is None else postings.search(tokens, k, allow)
 
     def tfidf(self, texts: list[str], k: int, allow: np.ndarray) -> list[Hits] | None:
         subset = self._tfidf.get(allow)

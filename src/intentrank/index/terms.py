@@ -5,10 +5,10 @@ its BM25 term frequencies (``terms/bm25.npz`` + ``terms/bm25_vocab.json``) and i
 counts (``terms/tfidf.npz`` + ``terms/tfidf_vocab.json``); the entity graph keeps
 ``graph/entities.json``. The legs' corpus-wide parts (BM25 impact scores with the corpus's
 document frequencies and average length, TF-IDF weights and norms, the graph's edges and
-PageRank) are computed from these rows by the functions here, the same way for a fresh build
-and for an update (:mod:`intentrank.index.update`), which therefore never tokenises or
-encodes a document it already holds and gives every leg exactly what a fresh build of the
-final corpus gives.
+PageRank) are computed from these rows (BM25 by :mod:`intentrank.index.bm25_scorer`, the
+others by the functions here), the same way for a fresh build and for an update
+(:mod:`intentrank.index.update`), which therefore never tokenises or encodes a document it
+already holds and gives every leg exactly what a fresh build of the final corpus gives.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from intentrank.index.entities import entity_edges, pagerank_sparse
-from intentrank.index.settings import BM25Settings, GraphSettings, TfidfSettings
+from intentrank.index.settings import GraphSettings, TfidfSettings
 
 TERMS_DIR = "terms"
 
@@ -111,42 +111,6 @@ class TermRows:
         counts = self.counts[:, order].tocsr()
         counts.sort_indices()
         return TermRows(counts, [self.vocab[i] for i in order])
-
-
-# -- BM25 ---------------------------------------------------------------------------------
-def bm25_from_rows(rows: TermRows, s: BM25Settings) -> Any:
-    """A bm25s.BM25 index of ``rows`` (term frequencies), its impact scores computed with
-    bm25s's own idf and term-frequency functions over the rows' corpus statistics, element
-    for element what ``bm25s.BM25.index`` computes (float32 scores of float64 products), in
-    vectorised passes over the postings."""
-    import bm25s
-    from bm25s import scoring
-
-    if s.method in ("bm25l", "bm25+"):
-        raise ValueError(f"bm25.method {s.method!r} is not supported by updates; use lucene, "
-                         f"robertson or atire")
-    retriever = bm25s.BM25(method=s.method, k1=s.k1, b=s.b)
-    csc = rows.counts.tocsc()
-    csc.sort_indices()
-    n_docs = csc.shape[0]
-    doc_len = np.asarray(rows.counts.sum(axis=1)).ravel().astype(np.int64)
-    avg_len = doc_len.mean()  # np.mean of the lengths, as bm25s computes it
-    df = np.diff(csc.indptr)
-    idf_fn = scoring._select_idf_scorer(retriever.idf_method)
-    idf = np.zeros(len(df), dtype=retriever.dtype)
-    for term, d in enumerate(df.tolist()):
-        if d:
-            idf[term] = idf_fn(d, N=n_docs)
-    tfc = scoring._select_tfc_scorer(s.method)
-    l_d = doc_len[csc.indices]
-    term_of = np.repeat(np.arange(len(df)), df)
-    data = (idf[term_of] * tfc(tf_array=csc.data.astype(np.float32), l_d=l_d, l_avg=avg_len,
-                               k1=s.k1, b=s.b, delta=retriever.delta)).astype(retriever.dtype)
-    retriever.scores = {"data": data, "indices": csc.indices.astype(retriever.int_dtype),
-                        "indptr": csc.indptr.astype(np.int64), "num_docs": n_docs}
-    retriever.vocab_dict = {t: i for i, t in enumerate(rows.vocab)}
-    retriever.nonoccurrence_array = None
-    return retriever
 
 
 # -- TF-IDF -------------------------------------------------------------------------------

@@ -267,7 +267,6 @@ def _update(path: str | Path, plan_for: Any, log: Progress | None, progress: boo
     def write(tmp: Path, existing: Index | None) -> Index | None:
         if existing is None:  # pragma: no cover - Index.exists was checked
             raise IntentrankError(f"{path} holds no index to update")
-        _check_updatable(existing)
         plan = plan_for(existing, stats)
         extra = _folder_record(existing, folder)
         if plan is None:
@@ -329,13 +328,3 @@ def _deletes_fit(index: Index, dropping: int) -> bool:
     """Whether deleting ``dropping`` more rows may just mark them: the dead rows stay within
     MERGE_DELETED_SHARE of the rows the segments hold."""
     return index.rows_deleted + dropping <= MERGE_DELETED_SHARE * index._n_phys
-
-
-def _check_updatable(index: Index) -> None:
-    s = index.settings
-    if s.shards > 1:
-        raise IntentrankError(f"{index.path} is sharded (shards={s.shards}); updates need an "
-                              f"unsharded index: rebuild it with shards 1")
-    if "bm25" in s.legs and s.bm25.method in ("bm25l", "bm25+"):
-        raise IntentrankError(f"{index.path} uses bm25.method {s.bm25.method!r}; updates "
-                              f"support lucene, robertson and atire")

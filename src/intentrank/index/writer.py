@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from intentrank.index import layout
+from intentrank.index.bm25 import save_bm25s
+from intentrank.index.bm25_scorer import bm25_from_rows
 from intentrank.index.build import Progress, doc_line, embedding_cache_for, write_manifest
 from intentrank.index.entities import extract_entities
 from intentrank.index.hits import bm25_tokenize
@@ -28,10 +30,10 @@ from intentrank.index.segments import (
     new_segment_dir,
     segment_records,
 )
+from intentrank.index.shards import shard_bounds, write_bm25_shards
 from intentrank.index.store import FORMAT_VERSION, Index
 from intentrank.index.terms import (
     TermRows,
-    bm25_from_rows,
     save_graph,
     save_tfidf,
     tfidf_from_rows,
@@ -226,8 +228,11 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
             rows = _stacked(_old_rows(old, "bm25"), old_rows, TermRows.from_tokens(tokens),
                             order)
             rows.save(tmp, "bm25")
-            if not segment:
-                bm25_from_rows(rows, s).save(str(tmp / "bm25"), show_progress=False)
+            if not segment and settings.shards > 1:  # the build's shards, global statistics
+                stats.leg_stats["bm25"] = write_bm25_shards(
+                    rows, s, tmp, shard_bounds(len(rows), settings.shards))
+            elif not segment:
+                save_bm25s(bm25_from_rows(rows, s), tmp / "bm25")
         elif leg == "dense":
             cache = embedding_cache_for(say) if embedding_cache and texts else None
             try:
@@ -242,6 +247,8 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
             if segment and len(vecs) < SEGMENT_ANN_MIN_ROWS:  # searched exactly
                 (tmp / "dense").mkdir()
                 np.save(tmp / "dense" / "embeddings.npy", vecs)
+            elif segment:  # one ANN structure per segment, sharded index or not
+                write_dense(vecs, replace(settings, shards=1), tmp / "dense", enc)
             else:
                 stats.leg_stats["dense"] = write_dense(vecs, settings, tmp / "dense", enc)
         elif leg == "tfidf":
