@@ -23,7 +23,7 @@ fi
 # docs/reliability.md "Tests". INTENTRANK_TEST_WORKERS=0 runs it in one process.
 workers=${INTENTRANK_TEST_WORKERS:-2}
 if [ "$full" != no ] && [ "$workers" != 0 ]; then
-    set -- -n "$workers" --dist loadgroup "$@"
+    set -- -n "$workers" --dist loadfile "$@"
 fi
 .venv/bin/pytest -q "$@"
 if [ "$full" = yes ]; then

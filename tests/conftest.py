@@ -130,14 +130,16 @@ DENSE_FIXTURES = frozenset({"cranfield_index"})
 OPT_IN = ("cluster", "soak")
 
 
-# Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadgroup`) a file is one unit of
-# work, so its module fixtures are built once. Files in one of SHARED_UNITS run together, in
-# one process, in this order: the tests that start a local Ray cluster (one cluster at a
+# Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadfile`) a file is one unit of
+# work, so its module fixtures are built once. Files in one of SHARED_UNITS are one unit, run
+# in one process in this order: the tests that start a local Ray cluster (one cluster at a
 # time), and the two files that encode SciFact (all of it, then 2,000 of its abstracts found
 # in the embedding cache instead of encoded twice at once). The files that cost most
 # (HEAVY_FIRST, measured: docs/architecture.md "Tests") are handed out first, so that no long
-# file starts last.
-SHARED_UNITS = {"tests/test_scale_index.py": "scifact-dense",
+# file starts last. (xdist's `xdist_group` marks do nothing under pytest 9: xdist 3.8 renames
+# `item._nodeid`, which pytest 9 no longer reads; hence a scheduler of our own.)
+SHARED_UNITS = {"tests/test_scale_ray.py": "ray", "tests/test_scale_serve_batch.py": "ray",
+                "tests/test_scale_index.py": "scifact-dense",
                 "tests/test_index_filters.py": "scifact-dense"}
 HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
                "tests/test_answer_attribution.py", "tests/test_index_update.py",
@@ -148,16 +150,30 @@ HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
                "tests/test_wheel.py", "tests/test_cross_encoder.py")
 
 
-def _xdist_groups(items) -> None:  # noqa: ANN001 (pytest items)
-    for item in items:
-        where = item.nodeid.split("::")[0]
-        group = "ray" if item.get_closest_marker("ray") else SHARED_UNITS.get(where, where)
-        item.add_marker(pytest.mark.xdist_group(group))
+def _unit(nodeid: str) -> str:
+    where = nodeid.split("::")[0]
+    return SHARED_UNITS.get(where, where)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 (pytest hook)
+    """``--dist loadfile`` with SHARED_UNITS: one unit per file, or per shared unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return Units(config, log)
+
+
+def _heavy_first(items) -> None:  # noqa: ANN001 (pytest items)
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytest hook)
     slow = pytest.mark.slow(reason="encodes a real collection with the dense model")
     markexpr = config.getoption("markexpr", "") or ""
@@ -168,4 +184,4 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytes
             if item.get_closest_marker(name) and name not in markexpr:
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: run with -m {name}"))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers collect; the controller does not
-        _xdist_groups(items)
+        _heavy_first(items)
