@@ -19,7 +19,7 @@ if [ "${1:-}" = "--fast" ]; then
     full=fast
 fi
 # The whole suite (or the fast tier) on both cores: pytest-xdist, one file per unit of work
-# (its module fixtures built once), the Ray tests as one unit (tests/conftest.py); costs in
+# (its module fixtures built once), the files that start Ray as one unit (tests/conftest.py); costs in
 # docs/architecture.md "Tests". INTENTRANK_TEST_WORKERS=0 runs it in one process.
 workers=${INTENTRANK_TEST_WORKERS:-2}
 if [ "$full" != no ] && [ "$workers" != 0 ]; then

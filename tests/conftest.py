@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,15 +132,15 @@ OPT_IN = ("cluster", "soak")
 
 
 # Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadfile`) a file is one unit of
-# work, so its module fixtures are built once. Files in one of SHARED_UNITS are one unit, run
-# in one process in this order: the tests that start a local Ray cluster (one cluster at a
-# time), and the two files that encode SciFact (all of it, then 2,000 of its abstracts found
-# in the embedding cache instead of encoded twice at once). The files that cost most
+# work, so its module fixtures are built once. The files that start a local Ray cluster (any
+# file that says `pytest.mark.ray`) are one unit, so one cluster runs at a time; the files in
+# SHARED_UNITS too, run in one process in this order: the two files that encode SciFact (all of
+# it, then 2,000 of its abstracts found in the embedding cache instead of encoded twice at
+# once). The files that cost most
 # (HEAVY_FIRST, measured: docs/architecture.md "Tests") are handed out first, so that no long
 # file starts last. (xdist's `xdist_group` marks do nothing under pytest 9: xdist 3.8 renames
 # `item._nodeid`, which pytest 9 no longer reads; hence a scheduler of our own.)
-SHARED_UNITS = {"tests/test_scale_ray.py": "ray", "tests/test_scale_serve_batch.py": "ray",
-                "tests/test_scale_index.py": "scifact-dense",
+SHARED_UNITS = {"tests/test_scale_index.py": "scifact-dense",
                 "tests/test_index_filters.py": "scifact-dense"}
 HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
                "tests/test_answer_attribution.py", "tests/test_index_update.py",
@@ -150,9 +151,17 @@ HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
                "tests/test_wheel.py", "tests/test_cross_encoder.py")
 
 
-def _unit(nodeid: str) -> str:
-    where = nodeid.split("::")[0]
+@functools.cache
+def _unit_of_file(where: str) -> str:
+    """The scheduler sees node ids only (the controller collects nothing): read the file."""
+    path = ROOT / where
+    if path.is_file() and "pytest.mark.ray" in path.read_text(encoding="utf-8"):
+        return "ray"
     return SHARED_UNITS.get(where, where)
+
+
+def _unit(nodeid: str) -> str:
+    return _unit_of_file(nodeid.split("::")[0])
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
