@@ -16,6 +16,14 @@ full=yes
 if [ "${1:-}" = "--fast" ]; then
     shift
     set -- -m "not slow" "$@"
+    full=fast
+fi
+# The whole suite (or the fast tier) on both cores: pytest-xdist, one file per unit of work
+# (its module fixtures built once), the files that start Ray as one unit (tests/conftest.py); costs in
+# docs/architecture.md "Tests". INTENTRANK_TEST_WORKERS=0 runs it in one process.
+workers=${INTENTRANK_TEST_WORKERS:-2}
+if [ "$full" != no ] && [ "$workers" != 0 ]; then
+    set -- -n "$workers" --dist loadfile "$@"
 fi
 .venv/bin/pytest -q "$@"
 if [ "$full" = yes ]; then

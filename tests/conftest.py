@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,12 +36,31 @@ def cranfield(data_dir: Path):
     return load_dataset(data_dir / "cranfield")
 
 
+@contextlib.contextmanager
+def run_lock(tmp_path_factory, name: str) -> Iterator[None]:
+    """Hold the lock ``name``, shared by the processes of this run (pytest-xdist's workers
+    share their parent's basetemp), while a fixture builds something each process needs:
+    the first builds it (filling the embedding cache under $INTENTRANK_CACHE), the next
+    waits and then finds the vectors cached instead of encoding the collection again."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    with open(base / f"{name}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def cranfield_index(cranfield, tmp_path_factory):
-    """A real index (all four legs) of the 1,400 Cranfield abstracts, built once."""
+    """A real index (all four legs) of the 1,400 Cranfield abstracts, built once per process
+    (once per run encoded: see :func:`run_lock`)."""
     from intentrank.index import build_index
 
-    return build_index(cranfield.corpus(), tmp_path_factory.mktemp("idx") / "cranfield")
+    with run_lock(tmp_path_factory, "cranfield_index"):
+        return build_index(cranfield.corpus(), tmp_path_factory.mktemp("idx") / "cranfield")
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +131,59 @@ DENSE_FIXTURES = frozenset({"cranfield_index"})
 OPT_IN = ("cluster", "soak")
 
 
+# Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadfile`) a file is one unit of
+# work, so its module fixtures are built once. The files that start a local Ray cluster (any
+# file that says `pytest.mark.ray`) are one unit, so one cluster runs at a time; the files in
+# SHARED_UNITS too, run in one process in this order: the two files that encode SciFact (all of
+# it, then 2,000 of its abstracts found in the embedding cache instead of encoded twice at
+# once). The files that cost most
+# (HEAVY_FIRST, measured: docs/architecture.md "Tests") are handed out first, so that no long
+# file starts last. (xdist's `xdist_group` marks do nothing under pytest 9: xdist 3.8 renames
+# `item._nodeid`, which pytest 9 no longer reads; hence a scheduler of our own.)
+SHARED_UNITS = {"tests/test_scale_index.py": "scifact-dense",
+                "tests/test_index_filters.py": "scifact-dense"}
+HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
+               "tests/test_answer_attribution.py", "tests/test_index_update.py",
+               "tests/test_leak_fuzzer.py", "tests/test_scale_ray.py",
+               "tests/test_scale_serve_batch.py", "tests/test_llm_real.py",
+               "tests/test_cli_validation.py", "tests/test_generate_conversations.py",
+               "tests/test_choose.py", "tests/test_onnx_export.py", "tests/test_llm_stages.py",
+               "tests/test_wheel.py", "tests/test_cross_encoder.py",
+               "tests/test_postgres_vectors.py")
+
+
+@functools.cache
+def _unit_of_file(where: str) -> str:
+    """The scheduler sees node ids only (the controller collects nothing): read the file."""
+    path = ROOT / where
+    if path.is_file() and "pytest.mark.ray" in path.read_text(encoding="utf-8"):
+        return "ray"
+    return SHARED_UNITS.get(where, where)
+
+
+def _unit(nodeid: str) -> str:
+    return _unit_of_file(nodeid.split("::")[0])
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 (pytest hook)
+    """``--dist loadfile`` with SHARED_UNITS: one unit per file, or per shared unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return Units(config, log)
+
+
+def _heavy_first(items) -> None:  # noqa: ANN001 (pytest items)
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytest hook)
     slow = pytest.mark.slow(reason="encodes a real collection with the dense model")
     markexpr = config.getoption("markexpr", "") or ""
@@ -117,3 +193,5 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytes
         for name in OPT_IN:
             if item.get_closest_marker(name) and name not in markexpr:
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: run with -m {name}"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers collect; the controller does not
+        _heavy_first(items)

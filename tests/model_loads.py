@@ -12,7 +12,9 @@ The session also keeps one of each real shipped model for the life of the proces
 replaced, before any test module is imported, by versions that load each (model, settings)
 once and hand every later caller (a test, an index, a pipeline stage) the same object. Other
 models (the tiny ones tests write) load as they are asked for. The embedded LLMs are kept by
-:mod:`intentrank.llm.embedded` itself (one server per model file and settings)."""
+:mod:`intentrank.llm.embedded` itself (one server per model file and settings). Under
+pytest-xdist (``-n 2``) each worker process keeps its own, and the summary adds up the
+workers' counts."""
 
 from __future__ import annotations
 
@@ -154,6 +156,21 @@ _shared_models()
 def model_loads() -> Counter[str]:
     """The session's model load counts (``"<library> <model>"`` to loads so far)."""
     return LOADS
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    """On a pytest-xdist worker: hand this process's counts to the controller."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["model_loads"], out["model_loads_shared"] = dict(LOADS), dict(SHARED)
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown without the plugin
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """On the controller of a ``-n`` run: add up the workers' counts (one model per worker)."""
+    out = getattr(node, "workeroutput", {}) or {}
+    LOADS.update(out.get("model_loads", {}))
+    SHARED.update(out.get("model_loads_shared", {}))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
