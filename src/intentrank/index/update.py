@@ -47,6 +47,23 @@ def unit_of(doc: Document) -> str:
 
 
 
+
+def _take_units(index: Index, units: dict[str, list[Document]], rows_of: dict[str, list[int]],
+                change: Change, stats: UpdateStats) -> None:
+    """Put each new or changed unit's documents into ``change`` (a changed one's old rows
+    dropped); count every unit as added, replaced or unchanged in ``stats``."""
+    for unit, new in units.items():
+        old = rows_of.get(unit)
+        if old is not None and _same_lines(index, old, new):
+            stats.unchanged += 1
+            continue
+        if old is None:
+            stats.added += 1
+        else:
+            stats.replaced += 1
+            change.drop[old] = True
+        change.add += new
+
 def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
            progress: bool = False, embedding_cache: bool = True,
            folder: dict[str, Any] | None = None) -> UpdateStats:
@@ -65,17 +82,7 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
         _check_unique(incoming)
         rows_of = _rows_of_units(index)
         change = Change(np.zeros(len(index), dtype=bool))
-        for unit, new in units.items():
-            old = rows_of.get(unit)
-            if old is not None and _same_lines(index, old, new):
-                stats.unchanged += 1
-                continue
-            if old is None:
-                stats.added += 1
-            else:
-                stats.replaced += 1
-                change.drop[old] = True
-            change.add += new
+        _take_units(index, units, rows_of, change, stats)
         return change if change.add else None
 
     return _update(path, plan_for, log, progress, embedding_cache, folder=folder)
@@ -213,17 +220,7 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
             if unit not in units and unit not in keep:
                 stats.deleted += 1
                 change.drop[old] = True
-        for unit, new in units.items():
-            old = rows_of.get(unit)
-            if old is not None and _same_lines(index, old, new):
-                stats.unchanged += 1
-                continue
-            if old is None:
-                stats.added += 1
-            else:
-                stats.replaced += 1
-                change.drop[old] = True
-            change.add += new
+        _take_units(index, units, rows_of, change, stats)
         return change if (change.add or change.drop.any()) else None
 
     return _update(path, plan_for, log, progress, embedding_cache, folder=folder)
