@@ -134,7 +134,7 @@ def adds(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save_part(RESULTS, "adds", out)
-    render()
+    _render_when_complete()
 
 
 def _queries() -> tuple[list[str], np.ndarray]:
@@ -237,7 +237,7 @@ def search(n: int = SEARCH_N, counts: tuple[int, ...] = COUNTS) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save_part(RESULTS, "search", out)
-    render()
+    _render_when_complete()
 
 
 def during_merge(n: int = SEARCH_N, count: int = 10) -> None:
@@ -280,7 +280,13 @@ def during_merge(n: int = SEARCH_N, count: int = 10) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save_part(RESULTS, "merge", out)
-    render()
+    _render_when_complete()
+
+
+def _render_when_complete() -> None:
+    """Re-render the section once every part has its numbers (its template reads them all)."""
+    if {"adds", "search", "merge"} <= load_parts(RESULTS).keys():
+        render()
 
 
 def _ms(p: dict[str, float]) -> str:
