@@ -69,11 +69,12 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
     return merge_hits(per_shard, k)
 
 
-TAIL_EXACT_ROWS = 1 << 15
+TAIL_EXACT_ROWS = 1 << 14
 """The last dense parts of an index (its newest, small segments), when together at most this
-many rows, are searched as one exact scan of their vectors held in memory (at most 48 MiB of
-384-dimensional float32): one scan of 32k rows costs about what one HNSW search does, where
-a separate graph walk per segment costs that per segment. Recall there is 1."""
+many rows, are searched as one exact scan of their vectors held in memory (at most 24 MiB of
+384-dimensional float32). A separate HNSW walk costs about 0.5 ms per segment, an exact scan
+about 0.1 ms per 1,000 rows (docs/benchmarks.md, "segments"): the scan replaces the walks
+where segments average under ~5,000 rows. Recall there is 1."""
 
 
 def exact_tail(index: Any) -> int:
