@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from intentrank.errors import IntentrankError
-from intentrank.index.hits import top_rows
+from intentrank.index.hits import dense_scores, top_rows
 from intentrank.index.settings import AnnSettings, IndexSettingsError
 
 EXACT_BLOCK = 1 << 18  # rows per block of exact search over large (memory-mapped) matrices
@@ -55,7 +55,7 @@ def exact_search(vectors: np.ndarray, q: np.ndarray, k: int,
     best_rows = np.zeros((q.shape[0], 0), dtype=np.int64)
     best_scores = np.zeros((q.shape[0], 0), dtype=np.float32)
     for start in range(0, vectors.shape[0], block):
-        part = np.asarray(vectors[start:start + block] @ q.T, dtype=np.float32).T
+        part = dense_scores(vectors[start:start + block], q).T  # few queries: no BLAS
         if allow is not None:
             part[:, ~allow[start:start + block]] = -np.inf
         rows, scores = top_rows(part, k)

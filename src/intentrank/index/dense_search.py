@@ -40,7 +40,8 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
     from intentrank.index.shards import merge_hits
 
     per_shard: list[list[Hits]] = []
-    for i, (start, end) in enumerate(index.shard_bounds):
+    tail = exact_tail(index)
+    for i, (start, end) in enumerate(index.shard_bounds[:tail]):
         part = None if allow is None else allow[start:end]
         if part is not None and not part.any():
             continue
@@ -57,7 +58,43 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
         rows = np.where(rows >= 0, rows + start, -1)
         per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
                                                                            strict=True)])
+    if tail < len(index.shard_bounds):  # the small last parts: one exact scan
+        start, vectors = _tail_vectors(index, tail)
+        part = None if allow is None else allow[start:]
+        if part is None or part.any():
+            rows, scores = exact_search(vectors, q, k, allow=part)
+            rows = np.where(rows >= 0, rows + start, -1)
+            per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
+                                                                               strict=True)])
     return merge_hits(per_shard, k)
+
+
+TAIL_EXACT_ROWS = 1 << 14
+"""The last dense parts of an index (its newest, small segments), when together at most this
+many rows, are searched as one exact scan of their vectors held in memory (at most 24 MiB of
+384-dimensional float32). A separate HNSW walk costs about 0.5 ms per segment, an exact scan
+about 0.1 ms per 1,000 rows (docs/benchmarks.md, "segments"): the scan replaces the walks
+where segments average under ~5,000 rows. Recall there is 1."""
+
+
+def exact_tail(index: Any) -> int:
+    """The first of the parts searched together exactly (``len(shard_bounds)``: none): the
+    smallest ``i`` whose parts ``i..`` (two or more) hold at most TAIL_EXACT_ROWS rows."""
+    bounds = index.shard_bounds
+    for i in range(len(bounds) - 1):
+        if index._n_phys - bounds[i][0] <= TAIL_EXACT_ROWS:
+            return i
+    return len(bounds)
+
+
+def _tail_vectors(index: Any, tail: int) -> tuple[int, np.ndarray]:
+    """(first row, vectors) of parts ``tail..`` gathered into memory once per open index."""
+    start = index.shard_bounds[tail][0]
+    held = index.__dict__.get("_dense_tail")
+    if held is None or held[0] != start:
+        held = (start, np.ascontiguousarray(index._vectors[start:], dtype=np.float32))
+        index.__dict__["_dense_tail"] = held
+    return held
 
 
 def part_bounds(index: Any) -> list[tuple[int, int]]:

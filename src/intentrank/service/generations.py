@@ -24,6 +24,7 @@ from intentrank.index import layout
 from intentrank.index.postgres import is_postgres_uri
 from intentrank.index.store import Index
 from intentrank.retrieve.postgres import open_table
+from intentrank.service.merging import BackgroundMerger
 from intentrank.service.scope import Views
 
 Stages = dict[str, dict[str, Stage]]  # pipeline name -> index name -> the stage built on it
@@ -88,6 +89,8 @@ class Generations:
         self.reload_errors = 0
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self.merger = BackgroundMerger(watched, self.reload, on_reload, self._stop.is_set) \
+            if watch_s else None
         if watch_s:
             self._watcher = threading.Thread(target=self._watch, args=(watch_s,),
                                              name="intentrank-watch", daemon=True)
@@ -191,6 +194,8 @@ class Generations:
         for n, (a, b) in changed.items():
             self.on_reload({"event": "index_reload", "index": n, "from": a, "to": b,
                             "reload": self.reloads})
+        if self.merger is not None:  # the tiered policy's merges, in the background
+            self.merger.after_switch(new.indexes)
         return changed
 
     def close(self) -> None:

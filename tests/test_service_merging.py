@@ -1,0 +1,83 @@
+"""`serve --watch-index` merges in the background (service/merging.py): after a switch to a
+generation whose segments the tiered policy would merge, a thread runs merge_tiers while
+requests keep answering from the generation they read; the service then switches to the
+merged one, which answers the same."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import threading
+import time
+
+from test_service_lifecycle import _wait
+
+QUERIES = ["boundary layer", "heat transfer", "supersonic flow", "wing lift", "shock"]
+
+
+def test_a_crowded_tier_is_merged_in_the_background_while_searches_answer(
+        cranfield, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from intentrank.index import IndexSettings, build_index, update
+    from intentrank.index.store import Index
+    from intentrank.service import ServiceSettings, create_app
+
+    docs = list(itertools.islice(cranfield.corpus(), 180))
+    where = tmp_path / "idx"
+    build_index(docs[:120], where, IndexSettings(legs=("bm25", "tfidf"))).close()
+    with monkeypatch.context() as off:  # adds that leave the merging to the service
+        off.setattr(update, "merge_candidates", lambda entries: None)
+        for start in range(120, 170, 5):  # ten more segments: 11 in the lowest tier
+            update.upsert(where, docs[start:start + 5])
+
+    merging, release = threading.Event(), threading.Event()
+    real_commit = update.write_commit
+
+    def slow_commit(old, change, *args, **kwargs):  # a merge waits until searches have run
+        if change.merged:
+            merging.set()
+            release.wait(30)
+        return real_commit(old, change, *args, **kwargs)
+
+    monkeypatch.setattr(update, "write_commit", slow_commit)
+    log = io.StringIO()
+    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
+                                     rerankers={}, require_keys=False, watch_s=0.1,
+                                     access_log=log))
+    with TestClient(app) as client:
+        def search(q: str) -> tuple[str, list]:
+            r = client.post("/search", json={"query": q, "pipeline": "bm25"})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            return body["generation"], [(x["doc_id"], x["score"]) for x in body["results"]]
+
+        with monkeypatch.context() as off:
+            off.setattr(update, "merge_candidates", lambda entries: None)
+            added = update.upsert(where, docs[170:180])  # the switch that starts the merge
+        assert added.segments == 12
+        assert merging.wait(60), "no background merge started"
+        during, seconds = [], []
+        for q in QUERIES * 4:  # the merge is under way: requests answer, from the add's commit
+            t = time.perf_counter()
+            during.append((q, *search(q)))
+            seconds.append(time.perf_counter() - t)
+        assert {g for _, g, _ in during} == {added.generation}
+        assert max(seconds) < 5
+        release.set()
+        _wait(lambda: client.get("/health").json()["generations"]["c"] != added.generation,
+              what="the merged generation")
+        merged_gen = client.get("/health").json()["generations"]["c"]
+        after = {q: search(q) for q in QUERIES}
+    with Index(where) as index:
+        assert index.generation == merged_gen and len(index.segments) < 12
+    for q, _, hits in during:
+        gen, merged_hits = after[q]
+        assert gen == merged_gen
+        assert [d for d, _ in merged_hits] == [d for d, _ in hits]
+        for (_, a), (_, b) in zip(merged_hits, hits, strict=True):
+            assert abs(a - b) <= 1e-5 * max(1.0, abs(b))
+    events = [json.loads(x) for x in log.getvalue().splitlines() if '"index_merge' in x]
+    assert [e["event"] for e in events] == ["index_merge"]
+    assert events[0]["to"] == merged_gen
