@@ -225,8 +225,7 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
             s = settings.bm25
             tokens = (bm25_tokenize(texts, s.stopwords, s.stemmer, tokens=s.tokens) if texts
                       else [])
-            rows = _stacked(_old_rows(old, "bm25"), old_rows, TermRows.from_tokens(tokens),
-                            order)
+            rows = _stacked(old, "bm25", old_rows, TermRows.from_tokens(tokens), order)
             rows.save(tmp, "bm25")
             if not segment and settings.shards > 1:  # the build's shards, global statistics
                 stats.leg_stats["bm25"] = write_bm25_shards(
@@ -252,13 +251,12 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
             else:
                 stats.leg_stats["dense"] = write_dense(vecs, settings, tmp / "dense", enc)
         elif leg == "tfidf":
-            rows = _stacked(_old_rows(old, "tfidf"), old_rows,
-                            tfidf_rows(texts, settings.tfidf), order)
+            rows = _stacked(old, "tfidf", old_rows, tfidf_rows(texts, settings.tfidf), order)
             rows.save(tmp, "tfidf")
             if not segment:
                 save_tfidf(*tfidf_from_rows(rows, settings.tfidf), tmp / "tfidf")
         elif leg == "graph":
-            kept = old.entities()
+            kept = old.entities() if old_rows else []  # a plain add reuses no old row
             ents = [kept[r] for r in old_rows] + [sorted(extract_entities(x)) for x in texts]
             ents = [ents[i] for i in order]
             if segment:
@@ -308,7 +306,11 @@ def _old_rows(old: Index, name: str) -> TermRows:
     return tfidf_rows(texts, old.settings.tfidf)
 
 
-def _stacked(old: TermRows, old_rows: list[int], new: TermRows, order: np.ndarray
+def _stacked(old: Index, name: str, old_rows: list[int], new: TermRows, order: np.ndarray
              ) -> TermRows:
-    return TermRows.stack([old.take(old_rows), new]).take(order)
+    """The kept rows of ``old``'s term rows ``name`` and ``new``, in plan order; a plan that
+    reuses no old row (a plain add's segment) never loads ``old``'s term rows."""
+    if not old_rows:
+        return new.take(order)
+    return TermRows.stack([_old_rows(old, name).take(old_rows), new]).take(order)
 
