@@ -223,7 +223,7 @@ def test_an_update_reaches_every_replica_and_a_pinned_view_keeps_its_commit(
     upsert(tmp_path / "single", changed)
     with Index(tmp_path / "single") as ref:
         _same(newer.search_bm25([q], 10)[0], ref.search_bm25([q], 10)[0])
-        assert newer.ids == ref.ids  # the new id appended, the replaced one in place
+        assert newer.ids == ref.ids  # the new and replaced ones last, in the update's order
     assert newer.generation != cluster.generation
     _same(cluster.search_bm25([q], 10)[0], old_hits)  # the old commit, still readable
     status = newer.status()

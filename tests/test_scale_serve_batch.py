@@ -22,6 +22,7 @@ from intentrank.scale.serve import (
     route_cross_encoder,
     routed_settings,
 )
+from intentrank.service.scope import Scope
 from intentrank.service.settings import ServiceSettings
 
 
@@ -122,8 +123,10 @@ def test_batched_cross_encoder_on_ray_serve_answers_like_the_plain_service(
          "buckling of thin cylindrical shells"])]
     plain = Engine(settings)  # the service's own engine, in process
     served = plain.pipeline("bm25_ce", "search")
-    expected = [plain.search(served, "cranfield", Query("q", t), 10, False) for t in texts]
-    expected_rerank = plain.rerank(plain.pipeline("ce", "rerank"), "wing lift", passages, None)
+    expected = [plain.search(served, "cranfield", Query("q", t), 10, False, False,
+                             scope=Scope.everything()) for t in texts]
+    expected_rerank = plain.rerank(plain.pipeline("ce", "rerank"), "wing lift", passages, None,
+                                   scope=Scope.everything())
     plain.close()
 
     with socket.socket() as s:

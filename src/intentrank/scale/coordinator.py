@@ -327,7 +327,11 @@ class ClusterIndex:
             by_shard.setdefault(shard_of(unit_of(d), self.manifest.shards), []).append(
                 {"id": d.id, "text": d.text, "title": d.title, "parent_id": d.parent_id,
                  "metadata": dict(d.metadata)})
-        return self._write("upsert", by_shard, [d.id for d in docs])
+        # a replaced document moves to the end of the row order, as in one index of
+        # segments (its new text is in the newest segment); an unchanged one stays
+        moved = {d.id for d in docs if d.id in self.row_of and _content(self.doc(d.id)) !=
+                 _content(d)}
+        return self._write("upsert", by_shard, [d.id for d in docs], moved=moved)
 
     def delete(self, ids: Sequence[str]) -> ClusterIndex:
         """Delete documents by id from their owning shards; the cluster pinned after it."""
@@ -339,7 +343,7 @@ class ClusterIndex:
         return self._write("delete", by_shard, [], gone)
 
     def _write(self, method: str, by_shard: dict[int, Any], new_ids: list[str],
-               gone: set[str] | None = None) -> ClusterIndex:
+               gone: set[str] | None = None, moved: set[str] | None = None) -> ClusterIndex:
         import ray
 
         shards = list(by_shard)
@@ -350,8 +354,9 @@ class ClusterIndex:
             pins[s] = g
             refs = [r.actor.refresh.remote() for r in self.pool.shards[s]]
             ray.wait(refs, num_returns=len(refs), timeout=self.pool.timeout_s)
-        order = [i for i in self.ids if i not in (gone or ())] + \
-            [i for i in dict.fromkeys(new_ids) if i not in self.row_of]
+        left = (gone or set()) | (moved or set())
+        order = [i for i in self.ids if i not in left] + \
+            [i for i in dict.fromkeys(new_ids) if i not in self.row_of or i in (moved or ())]
         if order != self.ids:  # deleted rows leave the order (as the shards' ids)
             write_order(self.manifest.root, order)
         return ClusterIndex(self.manifest, self.pool, pins, order)
@@ -361,6 +366,11 @@ class ClusterIndex:
         """``method(*args[i])`` on a replica of each of ``shards`` (default: all)."""
         shards = list(range(self.manifest.shards)) if shards is None else shards
         return self.pool.call_all(method, args, shards, self.path)
+
+
+def _content(doc: Document) -> tuple[Any, ...]:
+    """What an upsert compares to tell a replaced document from an unchanged one."""
+    return doc.text, doc.title, doc.parent_id, sorted(doc.metadata.items(), key=str)
 
 
 def open_clusters(indexes: dict[str, Any], address: str | None, **options: Any
