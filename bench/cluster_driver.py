@@ -66,13 +66,8 @@ def in_process_shards(shards: list[Any], l2g: list[np.ndarray], q: str, k: int) 
 
     toks = shard_api.tokenize(shards[0], [q])
     stats = [shard_api.bm25_term_stats(sh, toks[0]) for sh in shards]
-    n = sum(x["n"] for x in stats)
-    df: dict[str, int] = {}
-    for x in stats:
-        for t, d in x["df"].items():
-            df[t] = df.get(t, 0) + d
-    per = [shard_api.bm25_search_global(sh, toks, k, n, sum(x["total_len"] for x in stats) / n,
-                                        df)[0] for sh in shards]
+    n, avg, df = shard_api.combine_stats(stats)
+    per = [shard_api.bm25_search_global(sh, toks, k, n, avg, df)[0] for sh in shards]
     rows = np.concatenate([l2g[s][h.rows] for s, h in enumerate(per)])
     scores = np.concatenate([h.scores for h in per])
     order = np.lexsort((rows, -scores))[:k]

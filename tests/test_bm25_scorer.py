@@ -129,12 +129,7 @@ def test_the_cluster_two_phase_bm25_is_bm25s(cranfield, tmp_path, method, querie
     for q, w in zip(queries, want, strict=True):
         toks = shard_api.tokenize(parts[0], [q])
         stats = [shard_api.bm25_term_stats(p, toks[0]) for p in parts]
-        n = sum(x["n"] for x in stats)
-        df: dict[str, int] = {}
-        for x in stats:
-            for t, d in x["df"].items():
-                df[t] = df.get(t, 0) + d
-        avg = sum(x["total_len"] for x in stats) / n
+        n, avg, df = shard_api.combine_stats(stats)
         per = [shard_api.bm25_search_global(p, toks, 10, n, avg, df)[0] for p in parts]
         rows = np.concatenate([h.rows + starts[s] for s, h in enumerate(per)])
         scores = np.concatenate([h.scores for h in per])

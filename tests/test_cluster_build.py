@@ -55,12 +55,7 @@ def test_shards_with_summed_statistics_equal_one_index(built, cranfield, data_di
     for q in queries:
         toks = shard_api.tokenize(shards[0], [q])
         stats = [shard_api.bm25_term_stats(sh, toks[0]) for sh in shards]
-        n = sum(x["n"] for x in stats)
-        df: dict[str, int] = {}
-        for x in stats:
-            for t, d in x["df"].items():
-                df[t] = df.get(t, 0) + d
-        avg = sum(x["total_len"] for x in stats) / n
+        n, avg, df = shard_api.combine_stats(stats)
         per = [shard_api.bm25_search_global(sh, toks, 100, n, avg, df)[0] for sh in shards]
         rows = np.concatenate([l2g[s][h.rows] for s, h in enumerate(per)])
         scores = np.concatenate([h.scores for h in per])

@@ -52,6 +52,17 @@ def bm25_term_stats(index: Any, terms: list[str], allow: np.ndarray | None = Non
             "df": post.df(terms, allow)}
 
 
+def combine_stats(stats: list[dict[str, Any]]) -> tuple[int, float, dict[str, int]]:
+    """The global ``n``, average length and ``df`` of several shards' phase-one statistics
+    (:func:`bm25_term_stats`); the average is 0.0 where no row is allowed."""
+    n = sum(st["n"] for st in stats)
+    df: dict[str, int] = {}
+    for st in stats:
+        for term, d in st["df"].items():
+            df[term] = df.get(term, 0) + d
+    return n, (sum(st["total_len"] for st in stats) / n if n else 0.0), df
+
+
 def bm25_search_global(index: Any, tokens: list[list[str]], k: int, n: int, avg_len: float,
                        df: dict[str, int], allow: np.ndarray | None = None) -> list[Hits]:
     """Phase two: each tokenised query's positive top ``k`` among the allowed rows, scored

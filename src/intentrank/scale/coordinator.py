@@ -49,6 +49,7 @@ import numpy as np
 
 from intentrank.errors import IntentrankError
 from intentrank.index.hits import NO_HITS, Hits, check_allow, check_k
+from intentrank.index.shard_api import combine_stats
 from intentrank.scale.pool import NAMESPACE, Replica, ReplicaPool, ShardUnavailable
 from intentrank.scale.shardset import ClusterManifest, shard_of, unit_of, write_order
 from intentrank.types import Document
@@ -251,14 +252,9 @@ class ClusterIndex:
         local = self._local_allow(allow)
         stats = self._all("bm25_stats", [(p, terms, a) for p, a in zip(self.pins, local,
                                                                         strict=True)])
-        n = sum(st["n"] for st in stats)
+        n, avg_len, df = combine_stats(stats)
         if n == 0:
             return [NO_HITS for _ in texts]
-        avg_len = sum(st["total_len"] for st in stats) / n
-        df: dict[str, int] = {}
-        for st in stats:
-            for term, d in st["df"].items():
-                df[term] = df.get(term, 0) + d
         per = self._all("bm25_search", [(p, tokens, k, n, avg_len, df, a)
                                         for p, a in zip(self.pins, local, strict=True)])
         return self._merge(per, k)
