@@ -325,8 +325,9 @@ class ClusterIndex:
                  "metadata": dict(d.metadata)})
         # a replaced document moves to the end of the row order, as in one index of
         # segments (its new text is in the newest segment); an unchanged one stays
-        moved = {d.id for d in docs if d.id in self.row_of and _content(self.doc(d.id)) !=
-                 _content(d)}
+        held = [d for d in docs if d.id in self.row_of]
+        now = self.docs([d.id for d in held]) if held else []  # one call per shard
+        moved = {d.id for d, old in zip(held, now, strict=True) if _content(old) != _content(d)}
         return self._write("upsert", by_shard, [d.id for d in docs], moved=moved)
 
     def delete(self, ids: Sequence[str]) -> ClusterIndex:
