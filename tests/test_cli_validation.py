@@ -427,3 +427,12 @@ def test_index_precision_errors_before_any_work(data_dir, tmp_path, options, mes
                               *options])
     _clean_error(res, message)
     assert not (tmp_path / "idx").exists()
+
+
+def test_sync_of_a_postgres_table_is_refused_before_reading(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\ntext\n")
+    res = runner.invoke(app, ["sync", "postgresql://u@127.0.0.1:9/db?table=t", str(folder)])
+    _clean_error(res, "`intentrank sync` needs an index directory",
+                 "a Postgres table takes `intentrank add` and `delete`")
