@@ -52,7 +52,7 @@ from intentrank.eval.benchmarks import Spec, Step, split_section
 from intentrank.paths import DEFAULT_DATA_DIR, default_data_dir
 from intentrank.report.sections import docs_sections, markers, write_docs_section
 
-DEFAULT_CACHE = ".cache/intentrank"  # the cache the bench scripts use (bench/report.py)
+DEFAULT_CACHE = ".cache/intentrank"  # the cache the bench scripts use (bench/lib/results.py)
 STATE_FILE = ".cache/bench/state.json"
 TREES_DIR = ".cache/bench/trees"  # an archived benchmark's commit, extracted (git archive)
 LINKED = ("indexes", "runs")  # what a commit's tree shares with the root (not in git)
@@ -214,7 +214,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC")
 
 def _section_time(path: Path, section: str) -> float | None:
     """When a section was written: the first ``YYYY-MM-DD HH:MM UTC`` in it (the date line
-    bench/report.py's header writes), else its file's mtime; None when it is not there."""
+    bench/lib/results.py's header writes), else its file's mtime; None when it is not there."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:

@@ -20,7 +20,7 @@ The prose that reads the numbers is written by hand after a ``<!-- reading -->``
 template: a script's rerun replaces the text before it and keeps it.
 
 :func:`split` is the other direction: a section as a script writes it -> (stored result,
-template); :func:`store` (``bench/report.py``'s ``write_section``) stores both and renders the
+template); :func:`store` (``bench/lib/results.py``'s ``write_section``) stores both and renders the
 section, :func:`store_tables` only the tables and values of a script whose prose lives in the
 template.
 """
