@@ -329,18 +329,19 @@ class _Parser:
         return out
 
     def or_(self) -> Filter:
-        parts = [self.and_()]
-        while self.peek_word() == "or":
-            self.take()
-            parts.append(self.and_())
-        return parts[0] if len(parts) == 1 else Or(tuple(parts))
+        return self.joined("or", self.and_, Or)
 
     def and_(self) -> Filter:
-        parts = [self.not_()]
-        while self.peek_word() == "and":
+        return self.joined("and", self.not_, And)
+
+    def joined(self, word: str, part: Callable[[], Filter],
+               junction: type[_Junction]) -> Filter:
+        """One ``part``, or two or more joined by ``word`` as one ``junction``."""
+        parts = [part()]
+        while self.peek_word() == word:
             self.take()
-            parts.append(self.not_())
-        return parts[0] if len(parts) == 1 else And(tuple(parts))
+            parts.append(part())
+        return parts[0] if len(parts) == 1 else junction(tuple(parts))
 
     def not_(self) -> Filter:
         self.depth += 1
