@@ -11,8 +11,7 @@ from typing import Any
 
 from intentrank.filters import Filter, and_filters
 from intentrank.index.postgres import PgIndex
-from intentrank.service.scope import Scope, ScopedIndex, ScopeViolation, require_scope
-from intentrank.types import Document
+from intentrank.service.scope import Scope, ScopedIndex, ScopedReads, require_scope
 
 
 def scoped_view(index: Any, scope: Scope) -> Any:
@@ -22,7 +21,7 @@ def scoped_view(index: Any, scope: Scope) -> Any:
     return ScopedIndex(index, scope)
 
 
-class PgScopedIndex:
+class PgScopedIndex(ScopedReads):
     """A :class:`PgIndex` seen through a request's :class:`Scope` (see the module). Like
     :class:`ScopedIndex` it answers only the names of :attr:`EXPOSED`."""
 
@@ -66,18 +65,6 @@ class PgScopedIndex:
             with self._lock:
                 self._seen.add(doc_id)
         return ok
-
-    def _check(self, doc_id: str) -> None:
-        if not self.visible(doc_id):
-            raise ScopeViolation(f"document {doc_id!r} is outside the request's scope")
-
-    def doc(self, doc_id: str) -> Document:
-        self._check(doc_id)
-        return self._index.doc(doc_id)
-
-    def doc_text(self, doc_id: str) -> str:
-        self._check(doc_id)
-        return self._index.doc_text(doc_id)
 
     @property
     def ids(self) -> list[str]:

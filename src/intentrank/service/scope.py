@@ -116,7 +116,32 @@ class RowGuard:
         return self._array[key]
 
 
-class ScopedIndex:
+class ScopedReads:
+    """The document reads both scoped views share (:class:`ScopedIndex`, and
+    :class:`~intentrank.service.pg_scope.PgScopedIndex` for a Postgres table): ``doc`` and
+    ``doc_text`` of an id the view's :meth:`visible` refuses raise :class:`ScopeViolation`;
+    any other is read from the index."""
+
+    _index: Any
+
+    def visible(self, doc_id: str) -> bool:
+        """Whether the scope lets ``doc_id`` be read."""
+        raise NotImplementedError
+
+    def _check(self, doc_id: str) -> None:
+        if not self.visible(doc_id):
+            raise ScopeViolation(f"document {doc_id!r} is outside the request's scope")
+
+    def doc(self, doc_id: str) -> Any:
+        self._check(doc_id)
+        return self._index.doc(doc_id)
+
+    def doc_text(self, doc_id: str) -> str:
+        self._check(doc_id)
+        return self._index.doc_text(doc_id)
+
+
+class ScopedIndex(ScopedReads):
     """``index`` as a caller with :class:`Scope` ``scope`` sees it (see the module).
 
     It answers only the names of :attr:`EXPOSED` (no attribute passes through to the index):
@@ -156,10 +181,6 @@ class ScopedIndex:
         row = self._index.row_of.get(doc_id)
         return row is not None and bool(self._mask[row])
 
-    def _check(self, doc_id: str) -> None:
-        if not self.visible(doc_id):
-            raise ScopeViolation(f"document {doc_id!r} is outside the request's scope")
-
     @property
     def ids(self) -> list[str]:
         """The visible documents' ids, in row order."""
@@ -195,14 +216,6 @@ class ScopedIndex:
     def documents(self) -> Iterator[Any]:
         """The visible documents, in row order."""
         return map(self.doc, self.ids)
-
-    def doc(self, doc_id: str) -> Any:
-        self._check(doc_id)
-        return self._index.doc(doc_id)
-
-    def doc_text(self, doc_id: str) -> str:
-        self._check(doc_id)
-        return self._index.doc_text(doc_id)
 
     # -- search ----------------------------------------------------------------------------
     def allowed_rows(self, flt: Any = None) -> np.ndarray:
