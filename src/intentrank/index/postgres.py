@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
+from intentrank.core.closing import Closing
 from intentrank.errors import ConfigError, IntentrankError
 from intentrank.filters import Filter
 from intentrank.filters.sql import SqlFields, compile_filter
@@ -143,7 +144,7 @@ def _redact(uri: str) -> str:
     return uri
 
 
-class PgIndex:
+class PgIndex(Closing):
     """The passages of a Postgres table, searched in Postgres (see the module). ``conninfo``:
     a libpq URI or DSN; ``embedder`` encodes queries (default: intentrank's dense leg's,
     ``model``); ``timeout_ms``: each statement's ``statement_timeout``; ``pool``: the most
@@ -216,12 +217,6 @@ class PgIndex:
     @property
     def closed(self) -> bool:
         return bool(self._pool.closed)
-
-    def __enter__(self) -> PgIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- schema ----------------------------------------------------------------------------
     def check(self) -> None:

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from intentrank.core.closing import Closing
 from intentrank.core.params import check_int
 from intentrank.errors import IndexMismatchError, IntentrankError
 from intentrank.index import layout
@@ -57,7 +58,7 @@ READABLE_FORMATS = (2, 3)  # 2: one segment at the top level, before segments we
 _MANIFEST_KEYS = ("format", "corpus_sha256", "n_docs", "settings", "files")
 
 
-class Index:
+class Index(Closing):
     """A built index, pinned to the generation that was live when it was opened.
 
     Legs are loaded lazily on first use, always from that generation: a rebuild of the same
@@ -168,12 +169,6 @@ class Index:
                 f"{self.path} was built from another corpus (sha256 {self.corpus_sha256[:12]}"
                 f"... != {corpus_sha256[:12]}...). Use another directory or --overwrite."
             )
-
-    def __enter__(self) -> Index:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __len__(self) -> int:
         return len(self.ids)

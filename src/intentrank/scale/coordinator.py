@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from intentrank.core.closing import Closing
 from intentrank.errors import IntentrankError
 from intentrank.index.hits import NO_HITS, Hits, check_allow, check_k
 from intentrank.index.shard_api import combine_stats
@@ -55,7 +56,7 @@ from intentrank.scale.shardset import ClusterManifest, shard_of, unit_of, write_
 from intentrank.types import Document
 
 
-class ClusterIndex:
+class ClusterIndex(Closing):
     """An index whose shards are Ray actors (see the module). Open with :meth:`open`."""
 
     sharded = True
@@ -142,12 +143,6 @@ class ClusterIndex:
         for pg in self.pool.groups:
             remove_placement_group(pg)
         self.pool.executor.shutdown(wait=False)
-
-    def __enter__(self) -> ClusterIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- what the pipeline reads -----------------------------------------------------------
     def __len__(self) -> int:
