@@ -11,15 +11,15 @@ among the matching rows. Queries are grouped by filter, as the index retrievers 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from intentrank.core.params import ParameterError, check_int, check_optional_int
 from intentrank.core.registry import BuildContext, register_stage
 from intentrank.core.stage import Stage
-from intentrank.filters import Filter, and_filters
+from intentrank.filters import Filter
 from intentrank.index.postgres import PgIndex, is_postgres_uri
-from intentrank.retrieve.retrievers import check_query_text
-from intentrank.types import Ranking, Trace
+from intentrank.retrieve.retrievers import FilteredRetriever
 
 _OPEN: dict[str, PgIndex] = {}  # URI -> the table opened once per process (its pool)
 _OPEN_LOCK = threading.Lock()
@@ -52,41 +52,19 @@ def _table(ctx: BuildContext, stage: str, params: dict[str, Any]) -> Any:
     return given
 
 
-class PostgresRetriever(Stage):
+class PostgresRetriever(FilteredRetriever):
     """Base of the two stages: the top ``depth`` rows of each query among those its filter
-    (``filter`` AND the query's) lets through."""
-
-    stage = ""
-
-    def __init__(self, index: Any, depth: int = 100,
-                 filter: Filter | str | None = None) -> None:  # noqa: A002 (YAML's name)
-        self.index = index
-        self.depth = check_int("depth", depth)
-        self.filter = Filter.from_value(filter, f"{self.stage}: filter")
-        self.name = self.stage
+    (``filter`` AND the query's) lets through, the filter compiled into the search's
+    ``WHERE`` (:meth:`search_table`)."""
 
     def search_table(self, texts: list[str], flt: Filter | None, ids: list[str]
                ) -> list[list[tuple[str, float]]]:
         raise NotImplementedError
 
-    def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
-        texts = [check_query_text(r) for r in rankings]
-        groups: dict[Filter | None, list[int]] = {}
-        for i, r in enumerate(rankings):
-            groups.setdefault(and_filters(self.filter, r.query.filter), []).append(i)
-        found: list[list[tuple[str, float]]] = [[] for _ in rankings]
-        for flt, members in groups.items():
-            hits = self.search_table([texts[i] for i in members], flt,
-                               [rankings[i].query.id for i in members])
-            for i, h in zip(members, hits, strict=True):
-                found[i] = h
-        path_id = trace.path_of(self)
-        trace.count(path_id, "empty_results", sum(1 for f in found if not f))
-        if any(f is not None for f in groups):
-            trace.count(path_id, "filtered_queries", sum(
-                len(m) for f, m in groups.items() if f is not None))
-        return [Ranking.from_hits(r.query, [d for d, _ in f], [s for _, s in f], path_id)
-                for r, f in zip(rankings, found, strict=True)]
+    def search_group(self, texts: list[str], filter: Filter | None,  # noqa: A002
+                     query_ids: list[str]) -> list[tuple[Sequence[str], Sequence[float]]]:
+        return [([d for d, _ in hits], [s for _, s in hits])
+                for hits in self.search_table(texts, filter, query_ids)]
 
 
 class PgVectorRetriever(PostgresRetriever):

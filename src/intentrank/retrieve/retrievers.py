@@ -8,6 +8,7 @@ among the documents it lets through (pre-filtering)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from intentrank.core.params import check_int, check_optional_int
@@ -16,7 +17,6 @@ from intentrank.core.stage import Stage
 from intentrank.errors import ConfigError, DataError
 from intentrank.filters import Filter, and_filters
 from intentrank.fuse.weighted import WeightedFusion
-from intentrank.index.hits import NO_HITS
 from intentrank.index.store import Hits, Index
 from intentrank.types import Ranking, Trace
 
@@ -34,51 +34,67 @@ def check_query_text(ranking: Ranking) -> str:
     return text
 
 
-class Retriever(Stage):
-    """Base for index retrievers: fills each ranking with the top ``depth`` documents that
-    its filter (``filter`` AND the query's) lets through."""
+class FilteredRetriever(Stage):
+    """Base of the first stages that fill each ranking with the top ``depth`` documents its
+    filter (``filter`` AND the query's) lets through: the queries are searched in groups of
+    one combined filter each (:meth:`search_group`). The index retrievers below and the
+    Postgres ones (:mod:`intentrank.retrieve.postgres`) are such stages."""
 
-    leg = ""
+    stage = ""  # the registered name: the stage's name, and the label of its errors
 
-    def __init__(self, index: Index, depth: int = 100,
+    def __init__(self, index: Any, depth: int = 100,
                  filter: Filter | str | None = None) -> None:  # noqa: A002 (YAML's name)
         self.index = index
         self.depth = check_int("depth", depth)
-        self.filter = Filter.from_value(filter, f"{self.leg}: filter")
-        self.name = self.leg
+        self.filter = Filter.from_value(filter, f"{self.stage}: filter")
+        self.name = self.stage
 
-    def search_rows(self, texts: list[str], filter: Filter | None = None) -> list[Hits]:  # noqa: A002
-        """The index's search of this retriever's leg (``search_<leg>``), among the rows
-        ``filter`` allows when given."""
-        search = getattr(self.index, f"search_{self.leg}")
-        if filter is None:
-            return search(texts, self.depth)
-        allowed_rows = getattr(self.index, "allowed_rows", None)
-        if allowed_rows is None:
-            raise ConfigError(f"{self.leg}: this index ({type(self.index).__name__}) cannot "
-                              f"filter by metadata; filter: {filter}")
-        return search(texts, self.depth, allow=allowed_rows(filter))
+    def search_group(self, texts: list[str], filter: Filter | None,  # noqa: A002
+                     query_ids: list[str]) -> list[tuple[Sequence[str], Sequence[float]]]:
+        """Each text's top ``depth`` (document ids, scores), best first, among the documents
+        ``filter`` lets through (None: all); ``query_ids`` name the texts' queries."""
+        raise NotImplementedError
 
     def transform(self, rankings: list[Ranking], trace: Trace) -> list[Ranking]:
         texts = [check_query_text(r) for r in rankings]
         groups: dict[Filter | None, list[int]] = {}
-        own = self.filter
         for i, r in enumerate(rankings):  # Query.filter is a Filter or None already
-            both = r.query.filter if own is None else and_filters(own, r.query.filter)
-            groups.setdefault(both, []).append(i)
-        hits: list[Hits] = [NO_HITS] * len(rankings)
+            groups.setdefault(and_filters(self.filter, r.query.filter), []).append(i)
+        found: list[tuple[Sequence[str], Sequence[float]]] = [((), ())] * len(rankings)
         for filt, members in groups.items():
-            found = self.search_rows([texts[i] for i in members], filt)
-            for i, h in zip(members, found, strict=True):
-                hits[i] = h
-        ids, path_id = self.index.id_array, trace.path_of(self)
-        out = [Ranking.from_hits(r.query, ids[h.rows], h.scores, path_id)
-               for r, h in zip(rankings, hits, strict=True)]
-        trace.count(path_id, "empty_results", sum(1 for h in hits if not len(h.rows)))
+            hits = self.search_group([texts[i] for i in members], filt,
+                                     [rankings[i].query.id for i in members])
+            for i, h in zip(members, hits, strict=True):
+                found[i] = h
+        path_id = trace.path_of(self)
+        trace.count(path_id, "empty_results", sum(1 for ids, _ in found if not len(ids)))
         if any(f is not None for f in groups):
             trace.count(path_id, "filtered_queries", sum(
                 len(m) for f, m in groups.items() if f is not None))
-        return out
+        return [Ranking.from_hits(r.query, ids, scores, path_id)
+                for r, (ids, scores) in zip(rankings, found, strict=True)]
+
+
+class Retriever(FilteredRetriever):
+    """Base for index retrievers: a stage named as the leg of the :class:`Index` it searches
+    (``search_<stage>``)."""
+
+    def search_rows(self, texts: list[str], filter: Filter | None = None) -> list[Hits]:  # noqa: A002
+        """The index's search of this retriever's leg (``search_<leg>``), among the rows
+        ``filter`` allows when given."""
+        search = getattr(self.index, f"search_{self.stage}")
+        if filter is None:
+            return search(texts, self.depth)
+        allowed_rows = getattr(self.index, "allowed_rows", None)
+        if allowed_rows is None:
+            raise ConfigError(f"{self.stage}: this index ({type(self.index).__name__}) cannot "
+                              f"filter by metadata; filter: {filter}")
+        return search(texts, self.depth, allow=allowed_rows(filter))
+
+    def search_group(self, texts: list[str], filter: Filter | None,  # noqa: A002
+                     query_ids: list[str]) -> list[tuple[Sequence[str], Sequence[float]]]:
+        ids = self.index.id_array
+        return [(ids[h.rows], h.scores) for h in self.search_rows(texts, filter)]
 
     def describe(self) -> str:
         return self.described(depth=self.depth,
@@ -86,19 +102,19 @@ class Retriever(Stage):
 
 
 class BM25Retriever(Retriever):
-    leg = "bm25"
+    stage = "bm25"
 
 
 class DenseRetriever(Retriever):
-    leg = "dense"
+    stage = "dense"
 
 
 class TfidfRetriever(Retriever):
-    leg = "tfidf"
+    stage = "tfidf"
 
 
 class GraphRetriever(Retriever):
-    leg = "graph"
+    stage = "graph"
 
 
 def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = None,
@@ -115,8 +131,8 @@ def sparse_retriever(index: Index, depth: int = 100, leg_depth: int | None = Non
 
 
 for _cls in (BM25Retriever, DenseRetriever, TfidfRetriever, GraphRetriever):
-    register_stage(_cls.leg, renamed={"k": "depth"})(
-        lambda ctx, p, _cls=_cls: _cls(ctx.require_index(_cls.leg), **p))
+    register_stage(_cls.stage, renamed={"k": "depth"})(
+        lambda ctx, p, _cls=_cls: _cls(ctx.require_index(_cls.stage), **p))
 
 
 @register_stage("sparse", renamed={"k": "depth"})
