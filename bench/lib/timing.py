@@ -24,6 +24,12 @@ def timed_ms(fn: Callable[[Any], Any], items: Iterable) -> list[float]:
     return [secs(fn, x)[0] * 1000 for x in items]
 
 
+def each_ms(fn: Callable[[Any], Any], items: Iterable) -> tuple[list, list[float]]:
+    """``fn(x)`` of each item, one at a time: what each call returned and its milliseconds."""
+    timed = [secs(fn, x) for x in items]
+    return [out for _, out in timed], [s * 1000 for s, _ in timed]
+
+
 def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 95), scale: float = 1.0,
                 method: str = "linear") -> dict[str, float]:
     """``{"p50": ..., "p95": ...}`` of ``values`` times ``scale`` (1000: seconds to ms), NaN
@@ -32,6 +38,12 @@ def percentiles(values: Sequence[float], qs: Sequence[int] = (50, 95), scale: fl
         return {f"p{q}": float("nan") for q in qs}
     got = np.percentile(np.asarray(values, dtype=float), list(qs), method=method)
     return {f"p{q}": float(scale * v) for q, v in zip(qs, got, strict=True)}
+
+
+def latency_ms(seconds: Sequence[float], qs: Sequence[int] = (50, 95, 99),
+               method: str = "linear") -> dict[str, float]:
+    """:func:`percentiles` (p50, p95, p99) of latencies in seconds, in milliseconds."""
+    return percentiles(seconds, qs, 1000, method)
 
 
 def interleaved(ways: dict[str, Callable[[list], Any]], items: Sequence, chunk: int,
