@@ -22,7 +22,7 @@ from typing import Any
 
 from lib.results import DATA, ROOT, header, log, publish_tables, table
 from lib.server import free_port, running
-from lib.timing import percentiles as _percentiles
+from lib.timing import latency_ms as percentiles
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
@@ -40,11 +40,6 @@ def queries(n: int, offset: int = 0) -> list[str]:
     texts = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
     random.Random(0).shuffle(texts)
     return texts[offset:offset + n]
-
-
-def percentiles(seconds: list[float]) -> dict[str, float]:
-    """p50, p95 and p99 in milliseconds."""
-    return _percentiles(seconds, (50, 95, 99), 1000)
 
 
 def timings(seconds: list[float], stages: list[dict[str, float]]) -> dict[str, Any]:
