@@ -30,9 +30,8 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lib.results import ROOT, header, log, p_value, publish_tables, table
 from lib.timing import interleaved
@@ -166,8 +165,7 @@ def parsers() -> tuple[str, dict[str, str]]:
 
 # -- chunking --------------------------------------------------------------------------------
 
-@dataclass
-class Page:
+class Page(NamedTuple):
     path: str
     body: str  # the extracted text, headings blanked (same offsets)
     blocks: list
