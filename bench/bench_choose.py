@@ -28,7 +28,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from lib.results import ROOT, header, log, open_index, publish_tables, save_json, table
+from lib.results import ROOT, header, log, open_index, publish_tables, save_json, table, test_split
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
 RESAMPLES = 20
@@ -189,14 +189,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    from lib.results import DATA
 
-    from intentrank.data.dataset import load_dataset
 
     chosen = methods()
     rows = []
     for name in args.collections:
-        real = load_dataset(DATA / name).split("test")
+        real = test_split(name)
         for m in args.methods or list(chosen):
             log(f"{name}: {m}")
             rows.append(one(name, m, chosen[m], real))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lib.results import DATA, ROOT, header, log, publish_tables, table
+from lib.results import DATA, ROOT, header, log, publish_tables, table, test_texts
 from lib.server import free_port, running
 from lib.timing import latency_ms as percentiles
 
@@ -35,9 +35,8 @@ CONVERSATION = {"turns": [{"question": "What does ALDH1 mark in breast cancer?",
 
 
 def queries(n: int, offset: int = 0) -> list[str]:
-    from intentrank.data.dataset import load_dataset
 
-    texts = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    texts = test_texts("scifact")
     random.Random(0).shuffle(texts)
     return texts[offset:offset + n]
 

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import numpy as np
-from lib.results import DATA, ROOT, header, log, publish_tables, table
+from lib.results import ROOT, header, log, publish_tables, table, test_split
 from lib.timing import each_ms, percentiles, secs
 
 EF = (10, 20, 40, 100, 200)
@@ -69,7 +69,6 @@ def measure(index: str, n: int | None = None) -> tuple[list[str], dict[str, str]
     import pgserver
 
     from intentrank.core.config import build_pipeline
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.postgres import PgIndex, PgTable
     from intentrank.index.postgres_write import create_hnsw, create_table, drop_index, upsert
@@ -78,7 +77,7 @@ def measure(index: str, n: int | None = None) -> tuple[list[str], dict[str, str]
     from intentrank.retrieve.retrievers import BM25Retriever, DenseRetriever
 
     loads = [load()]
-    queries, qrels = load_dataset(DATA / "scifact").split("test")
+    queries, qrels = test_split("scifact")
     queries = queries[:n]
     texts = [q.text for q in queries]
     idx = Index.open(index)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from bench_latency import index_memory
-from lib.results import DATA, header, p_value, publish_tables, table
+from lib.results import DATA, header, p_value, publish_tables, table, test_split
 from lib.timing import interleaved
 
 PAIRS_QUERIES, CHUNK = 20, 200  # SciFact test queries whose BM25 top 30 the CE scores; texts
@@ -116,10 +116,9 @@ def embedder_rows() -> tuple[list[list[str]], str, str]:
 
 
 def query_rows(rounds: int = 4) -> tuple[list[list[str]], str]:
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
 
-    queries, qrels = load_dataset(DATA / "scifact").split("test")
+    queries, qrels = test_split("scifact")
     texts = [q.text for q in queries]
     index = Index.open(Path("indexes/scifact"))
     emb = index.embedder

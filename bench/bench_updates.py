@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lib.results import DATA, ROOT, log, publish_tables, recall, save_part, table
+from lib.results import DATA, ROOT, log, publish_tables, recall, save_part, table, test_texts
 from lib.timing import each_ms, percentiles, secs
 
 RESULTS = ROOT / "bench" / "updates_results.json"
@@ -112,9 +112,8 @@ def _first_search(path: Path) -> dict[str, float]:
 
 
 def _identical(a: Any, b: Any) -> dict[str, bool]:
-    from intentrank.data.dataset import load_dataset
 
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    queries = test_texts("scifact")
     same = {"corpus sha256": a.corpus_sha256 == b.corpus_sha256,
             "vectors": bool(np.array_equal(np.asarray(a.embeddings), np.asarray(b.embeddings)))}
     for leg in ("bm25", "dense", "tfidf", "graph"):
@@ -126,12 +125,11 @@ def _identical(a: Any, b: Any) -> dict[str, bool]:
 
 def filters() -> None:
     """Filtered search on SciFact (test queries one at a time), each leg, each share."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import IndexSettings, build_index
     from intentrank.index.ann import build_ann
     from intentrank.index.settings import AnnSettings
 
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    queries = test_texts("scifact")
     work = Path(tempfile.mkdtemp(prefix="filters-", dir=ROOT / ".cache"))
     out: dict[str, Any] = {"queries": len(queries), "legs": {}}
     try:
@@ -222,7 +220,6 @@ def big_inputs(path: Path | None = None) -> dict[str, Any]:
         qtok = [t.tolist() for t in np.split(z["qtok"], np.cumsum(qlens)[:-1])]
         return {"base": z["base"], "ids": ids, "vocab": z["vocab"].tolist(), "q": z["q"],
                 "qtok": qtok}
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.hits import bm25_tokenize
 
@@ -232,7 +229,7 @@ def big_inputs(path: Path | None = None) -> dict[str, Any]:
     vocab: dict[str, int] = {}
     ids = [np.array([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32)
            for d in tokens]
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]][:100]
+    queries = test_texts("scifact")[:100]
     qtok = bm25_tokenize(queries, s.stopwords, s.stemmer)
     out = {"base": np.asarray(src.embeddings), "ids": ids, "vocab": list(vocab),
            "q": src.encode_queries(queries), "qtok": qtok}

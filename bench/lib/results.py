@@ -80,6 +80,18 @@ def p_value(a: dict[str, float], b: dict[str, float], metric: str = "nDCG@10") -
     return f"{paired_test(a, b, metric).p_randomization:.3f}"
 
 
+def test_split(name: str) -> tuple[list, Any]:
+    """The test queries and qrels of the collection ``name`` of the data folder."""
+    from intentrank.data.dataset import load_dataset
+
+    return load_dataset(DATA / name).split("test")
+
+
+def test_texts(name: str) -> list[str]:
+    """The texts of the test queries of the collection ``name``."""
+    return [q.text for q in test_split(name)[0]]
+
+
 def open_index(name: str) -> Any:
     """The hybrid index of the collection ``name`` of the data folder (indexes/NAME, built
     when missing)."""
