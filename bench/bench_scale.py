@@ -22,13 +22,12 @@ import os
 import resource
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lib.results import DATA, ROOT, load_parts, publish_tables, recall, save_part, table
+from lib.results import DATA, ROOT, load_parts, publish_tables, recall, save_part, table, test_split
 from lib.server import free_port
 from lib.timing import interleaved, percentiles, secs, timed_ms
 
@@ -73,17 +72,14 @@ def _ann(method: str, vecs: np.ndarray, path: Path, **settings: int) -> tuple[An
 
 # -- shipped corpora ------------------------------------------------------------------------
 def _shipped(name: str) -> dict:
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.ann import exact_search
     from intentrank.measures.metrics import evaluate
 
-    queries, qrels = load_dataset(DATA / name).split("test")
+    queries, qrels = test_split(name)
     idx = Index(INDEXES / name)
     vecs = idx.embeddings
-    t = time.perf_counter()
-    q = idx.encode_queries([x.text for x in queries])
-    encode_ms = (time.perf_counter() - t) * 1000 / len(queries)
+    encode_s, q = secs(idx.encode_queries, [x.text for x in queries])
     ex_rows, _ = exact_search(vecs, q, 100)
 
     def measure(search: Callable, build_s: float, nbytes: int) -> dict:
@@ -103,7 +99,7 @@ def _shipped(name: str) -> dict:
             methods[method] = measure(lambda x, s=s: s.search(x, 100), built["build_s"],
                                       built["size"] + (0 if method == "hnsw" else vecs.nbytes))
     idx.close()
-    return {"docs": len(vecs), "queries": len(queries), "encode_ms": encode_ms,
+    return {"docs": len(vecs), "queries": len(queries), "encode_ms": encode_s * 1000 / len(queries),
             "methods": methods}
 
 
@@ -116,7 +112,6 @@ def shipped() -> None:
 # -- the 1M corpus --------------------------------------------------------------------------
 def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
     """Real vectors and BM25 token lists of SciFact, Vaswani and Cranfield; real queries."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.hits import bm25_tokenize
 
@@ -127,7 +122,7 @@ def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
         s = idx.settings.bm25
         tokens += bm25_tokenize([idx.doc_text(i) for i in idx.ids], s.stopwords, s.stemmer)
         if name != "cranfield":
-            qtexts += [x.text for x in load_dataset(DATA / name).split("test")[0]]
+            qtexts += [x.text for x in test_split(name)[0]]
     return np.concatenate(vecs), tokens, idx.encode_queries(qtexts), qtexts
 
 
@@ -181,9 +176,8 @@ def _perturbed(n: int, out: dict) -> Iterator[tuple]:
         perturbed_vectors(base, n, rng, work / "embeddings.npy")
         src, vocab, qtok = _token_ids(tokens, qtexts)
         del tokens  # the token lists are the peak of memory: freed before the ANN builds
-        t = time.perf_counter()
-        bm = _bm25(src, vocab, n, rng)
-        out["bm25"] = {"build_s": time.perf_counter() - t, "bytes/doc": sum(
+        build_s, bm = secs(_bm25, src, vocab, n, rng)
+        out["bm25"] = {"build_s": build_s, "bytes/doc": sum(
             bm.scores[k].nbytes for k in ("data", "indices", "indptr")) / n}
         yield np.load(work / "embeddings.npy", mmap_mode="r"), bm, qtok, q, work
     finally:
@@ -200,10 +194,9 @@ def big(n: int = 1_000_000) -> None:
                                n_threads=1).documents[0]
 
         out["bm25"]["ms/query"] = float(np.mean(timed_ms(bm25, range(len(q)))))
-        t = time.perf_counter()
-        ex_rows, _ = exact_search(vecs, q, 100)
+        batch_s, (ex_rows, _) = secs(exact_search, vecs, q, 100)
         out["exact"] = {"ms/query": _per_query_ms(lambda x: exact_search(vecs, x, 100), q[:40]),
-                        "batch_ms/query": (time.perf_counter() - t) * 1000 / len(q),
+                        "batch_ms/query": batch_s * 1000 / len(q),
                         "bytes/doc": vecs.shape[1] * 4}
         for method in ANN:
             s, built = _ann(method, vecs, work / f"{method}.faiss")
@@ -294,9 +287,8 @@ def ray_part(n_queries: int | None = None, passages: int = 600) -> None:
     texts = [d.full_text(" ") for d in ds.corpus()][:passages]
     queries = ds.split("test")[0][:n_queries]
     idx = Index(INDEXES / "cranfield")
-    t = time.perf_counter()
-    emb = load_embedder()
-    local = {"encode_load_s": time.perf_counter() - t,
+    load_s, emb = secs(load_embedder)
+    local = {"encode_load_s": load_s,
              "encode_p/s": len(texts) / secs(emb.encode_passages, texts)[0]}
     pipe = build_pipeline_for("rrf", idx)
     pipe.run(queries[:5])
@@ -304,9 +296,7 @@ def ray_part(n_queries: int | None = None, passages: int = 600) -> None:
     out: dict = {"passages": len(texts), "queries": len(queries), "pipeline": "rrf",
                  "local": local}
     print(out, flush=True)
-    t = time.perf_counter()
-    cluster = LocalCluster(workers=1, cpus_per_node=1)
-    out["cluster_start_s"] = time.perf_counter() - t
+    out["cluster_start_s"], cluster = secs(LocalCluster, workers=1, cpus_per_node=1)
     try:
         for w in (1, 2):
             encode_s = secs(ray_encode, texts, workers=w, batch_size=64)[0]
@@ -365,17 +355,13 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
     port = free_port()
 
     def post(text: str) -> float:
-        t = time.perf_counter()
-        httpx.post(f"http://127.0.0.1:{port}/search", timeout=300, json={
-            "query": text, "pipeline": "bm25_ce", "top_k": 10}).raise_for_status()
-        return time.perf_counter() - t
+        return secs(lambda: httpx.post(f"http://127.0.0.1:{port}/search", timeout=300, json={
+            "query": text, "pipeline": "bm25_ce", "top_k": 10}).raise_for_status())[0]
 
     out: dict = {"queries": len(texts), "clients": clients, "pairs/query": depth,
                  "model": "MiniLM-L6 cross-encoder, fp32 torch, max_length 128",
                  "pair_batch_size": 32, "batch_wait_timeout_s": 0.02}
-    t = time.perf_counter()
-    cluster = LocalCluster(workers=1, cpus_per_node=1)
-    out["cluster_start_s"] = time.perf_counter() - t
+    out["cluster_start_s"], cluster = secs(LocalCluster, workers=1, cpus_per_node=1)
     from ray import serve
 
     try:
@@ -389,11 +375,9 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
                 list(pool.map(post, texts[:clients]))  # warm-up: models loaded, threads up
                 if max_batch:
                     reset_scorer_stats()
-                t = time.perf_counter()
-                lat = list(pool.map(post, texts))
-                wall = time.perf_counter() - t
-            row = {"requests/s": len(texts) / wall, "p50_s": float(np.percentile(lat, 50)),
-                   "p95_s": float(np.percentile(lat, 95))}
+                wall, lat = secs(lambda: list(pool.map(post, texts)))
+            row = {"requests/s": len(texts) / wall,
+                   **{f"{k}_s": v for k, v in percentiles(lat).items()}}
             if max_batch:
                 st = scorer_stats()
                 row |= {"model_calls": st["batches"], "max_batch": st["max_batch"],
