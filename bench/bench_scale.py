@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lib.results import DATA, ROOT, load_parts, publish_tables, recall, save_part, table, test_split
+from lib.results import DATA, ROOT, cells, publish_tables, recall, save_part, table, test_split
 from lib.server import free_port
 from lib.timing import interleaved, percentiles, secs, timed_ms
 
@@ -393,11 +393,6 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
 
 
 # -- rendering (the prose is in bench/sections/scale.md) -----------------------------------
-def _cells(x: dict, *fields: str) -> list[str]:
-    """``x[key]`` formatted by ``spec`` for each ``key:spec`` of ``fields``."""
-    return [format(x[k], spec) for k, spec in (f.rsplit(":", 1) for f in fields)]
-
-
 def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
     """Each stored part's header and table, and the values its prose reads."""
     parts = ("shipped", "big", "hybrid", "serve_batch", "ray")
@@ -406,16 +401,16 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
     s, b, h, sb, r = (d[p] for p in parts)
     md.append(table(["corpus", "docs", "search", "recall@100 vs exact", "nDCG@10", "ms/query",
                      "bytes/doc (dense)", "build s"], [
-        [n, s[n]["docs"], m, *_cells(x, "recall@100:.3f", "nDCG@10:.4f", "ms/query:.2f",
+        [n, s[n]["docs"], m, *cells(x, "recall@100:.3f", "nDCG@10:.4f", "ms/query:.2f",
                                      "bytes/doc:.0f", "build_s:.1f")]
         for n in ("scifact", "vaswani") for m, x in s[n]["methods"].items()]))
     v["shipped.encode"] = ", ".join(f"{n} {s[n]['encode_ms']:.1f}" for n in ("scifact", "vaswani"))
 
     rows = [["dense exact (memory-mapped)", "1.000",
-             *_cells(b["exact"], "ms/query:.1f", "bytes/doc:.0f"), "0"]]
-    rows += [[f"dense {m}", *_cells(b[m], "recall@100:.3f", "ms/query:.2f", "bytes/doc:.0f",
+             *cells(b["exact"], "ms/query:.1f", "bytes/doc:.0f"), "0"]]
+    rows += [[f"dense {m}", *cells(b[m], "recall@100:.3f", "ms/query:.2f", "bytes/doc:.0f",
                                     "build_s:.0f")] for m in ANN]
-    rows.append(["bm25 (bm25s)", "-", *_cells(b["bm25"], "ms/query:.2f", "bytes/doc:.0f",
+    rows.append(["bm25 (bm25s)", "-", *cells(b["bm25"], "ms/query:.2f", "bytes/doc:.0f",
                                                "build_s:.0f")])
     rows += [[f"bm25 + dense {m} + RRF", "-", f"{b[f'hybrid_{m}_ms/query']:.2f}", "-", "-"]
              for m in ANN]
@@ -427,11 +422,11 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
           for m, (what, _) in SWEEP.items()}
 
     stats, hy = ("ms/query:.2f", "p50_ms:.2f", "p95_ms:.2f"), h["hybrid"]
-    rows = [[what, k, *_cells(x[k], *stats),
+    rows = [[what, k, *cells(x[k], *stats),
              f"{x['numpy']['ms/query'] / x['numba']['ms/query']:.0f}x" if k == "numba" else ""]
             for what, x in (("BM25 alone", h["bm25_alone"]), ("BM25 + dense HNSW + RRF", hy))
             for k in BACKENDS]
-    dense = _cells(h["dense_hnsw"], *stats)
+    dense = cells(h["dense_hnsw"], *stats)
     rows.append(["dense HNSW alone", "-", *dense[:2], dense[2] + " |"])  # published: "| |"
     md.append(table(["search", "backend", "ms/query (mean)", "p50", "p95", "numpy / numba"],
                     rows))
@@ -453,8 +448,8 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
     md.append(table(["configuration", "requests/s", "ratio", "p50 s", "p95 s", "model calls",
                      "mean batch (requests)", "max batch"], [
         [label, f"{x['requests/s']:.2f}", f"{x['requests/s'] / off['requests/s']:.2f}",
-         *_cells(x, "p50_s:.2f", "p95_s:.2f"),
-         *(_cells(x, "model_calls:", "mean_batch:.2f", "max_batch:") if "model_calls" in x
+         *cells(x, "p50_s:.2f", "p95_s:.2f"),
+         *(cells(x, "model_calls:", "mean_batch:.2f", "max_batch:") if "model_calls" in x
            else ["-"] * 3)] for label, x in zip(SERVE_RUNS, (on, off, plain), strict=True)]))
     v |= {f"serve.{k}": str(sb[k]) for k in ("queries", "clients", "model", "pair_batch_size")}
     v |= {"serve.pairs": str(sb["pairs/query"]),
@@ -472,7 +467,7 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
         *([f"Ray, {w} worker(s)", f"{x['encode_p/s']:.1f}",
            f"{x['encode_p/s'] / lo['encode_p/s']:.2f}", f"{x['eval_q/s']:.1f}",
            f"{x['eval_q/s'] / lo['eval_q/s']:.2f}",
-           *_cells(x, "eval_cold_q/s:.1f", "eval_8_queries_s:.2f")]
+           *cells(x, "eval_cold_q/s:.1f", "eval_8_queries_s:.2f")]
           for w in (1, 2) for x in (r[f"ray{w}"],))]))
     v |= {"ray.passages": str(r["passages"]), "ray.queries": str(r["queries"]),
           "ray.pipeline": r["pipeline"], "ray.cluster_start": f"{r['cluster_start_s']:.1f}"}
@@ -489,7 +484,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("part", choices=list(parts))
     parts[ap.parse_args().part]()
-    md, values = _rows(load_parts(RESULTS))
+    md, values = _rows(json.loads(RESULTS.read_text()))
     publish_tables("scale", "\n\n".join(md), values)
 
 

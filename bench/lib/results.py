@@ -72,6 +72,12 @@ def table(header: list[str], rows: Any, rule: str = "") -> str:
                            "rows": [[str(c) for c in r] for r in rows]})
 
 
+def cells(x: dict[str, Any], *fields: str) -> list[str]:
+    """``x[key]`` formatted by ``spec`` for each ``key:spec`` of ``fields`` (``key``: as
+    ``str`` gives it), the cells of a table row."""
+    return [format(x[k], spec) for k, _, spec in (f.partition(":") for f in fields)]
+
+
 def p_value(a: dict[str, float], b: dict[str, float], metric: str = "nDCG@10") -> str:
     """The paired randomization p of ``b`` against ``a`` (per-query scores), as the tables
     print it (three decimals)."""
