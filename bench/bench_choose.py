@@ -28,7 +28,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from lib.results import ROOT, header, log, open_index, publish_tables, save_json, table
+from lib.results import ROOT, header, log, open_index, publish_tables, save_json, table, test_split
 
 COLLECTIONS = ("scifact", "cranfield", "vaswani")
 RESAMPLES = 20
@@ -116,10 +116,22 @@ def one(name: str, method: str, settings: Any, real: Any) -> dict[str, Any]:
     }
 
 
-def _calibration(picks: list[dict[str, Any]]) -> str:
+def _confident(picks: list[dict[str, Any]]) -> dict[str, int]:
+    """The confident picks: how many were truly best, within 1 point, and all of them."""
     conf = [p for p in picks if p["confident"]]
-    return (f"{sum(p['regret'] < 1e-12 for p in conf)} / {sum(p['regret'] <= 0.01 for p in conf)}"
-            f" / {len(conf)}")
+    return {"right": sum(p["regret"] < 1e-12 for p in conf),
+            "near": sum(p["regret"] <= 0.01 for p in conf), "confident": len(conf)}
+
+
+def _calibration(picks: list[dict[str, Any]]) -> str:
+    return " / ".join(map(str, _confident(picks).values()))
+
+
+def _value(key: str, x: float) -> str:
+    """A summary value as the section's prose reads it (points for bias and regret)."""
+    if key == "tau":
+        return f"{x:.2f}"
+    return f"{100 * x:+.1f}" if key == "bias" else f"{100 * x:.2f}" if "regret" in key else str(x)
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -132,12 +144,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
              "bias": sum(r["bias"] for r in sub) / len(sub)}
         for rule in RULES:
             res = [p for r in sub for p in r["rules"][rule]["resamples"]]
-            conf = [p for p in res if p["confident"]]
             s[f"regret_{rule}"] = max(r["rules"][rule]["regret"] for r in sub)
             s[f"resample_regret_{rule}"] = sum(p["regret"] for p in res) / len(res)
-            s[f"confident_{rule}"] = len(conf)
-            s[f"right_{rule}"] = sum(p["regret"] < 1e-12 for p in conf)
-            s[f"near_{rule}"] = sum(p["regret"] <= 0.01 for p in conf)
+            s |= {f"{k}_{rule}": n for k, n in _confident(res).items()}
         out[m] = s
     return out
 
@@ -180,30 +189,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    from lib.results import DATA
 
-    from intentrank.data.dataset import load_dataset
 
     chosen = methods()
     rows = []
     for name in args.collections:
-        real = load_dataset(DATA / name).split("test")
+        real = test_split(name)
         for m in args.methods or list(chosen):
             log(f"{name}: {m}")
             rows.append(one(name, m, chosen[m], real))
     save_json(ROOT / "runs" / "choose" / "validation.json", rows)
-    md = render(rows)
-    values = {}
-    for m, s in summary(rows).items():
-        values[f"tau_{m}"] = f"{s['tau']:.2f}"
-        values[f"bias_{m}"] = f"{100 * s['bias']:+.1f}"
-        for rule in RULES:
-            values[f"regret_{rule}_{m}"] = f"{100 * s[f'regret_{rule}']:.2f}"
-            values[f"confident_{rule}_{m}"] = str(s[f"confident_{rule}"])
-            values[f"right_{rule}_{m}"] = str(s[f"right_{rule}"])
-            values[f"near_{rule}_{m}"] = str(s[f"near_{rule}"])
-            values[f"resample_regret_{rule}_{m}"] = f"{100 * s[f'resample_regret_{rule}']:.2f}"
-    publish_tables("choose", md, values, write=not args.no_write)
+    values = {f"{k}_{m}": _value(k, x) for m, s in summary(rows).items() for k, x in s.items()}
+    publish_tables("choose", render(rows), values, write=not args.no_write)
 
 
 if __name__ == "__main__":

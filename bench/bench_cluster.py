@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lib.results import ROOT, table
+from lib.results import ROOT, cells, table
 
 RESULTS = ROOT / "bench" / "cluster_results.json"
 
@@ -54,8 +54,8 @@ def tables(path: Path) -> None:
              "in_process_shards": f"{m['shards']} shards, in process (two-phase BM25, merge)",
              "cluster": f"{m['shards']} shards x {m['replicas']} replicas on Ray actors across "
                         f"3 hosts"}
-    rows = [[names[k], v["n"], f"{v['mean']:.2f}", f"{v['p50']:.2f}", f"{v['p95']:.2f}",
-             f"{v['p99']:.2f}"] for k, v in m["latency_ms"].items()]
+    rows = [[names[k], *cells(v, "n", "mean:.2f", "p50:.2f", "p95:.2f", "p99:.2f")]
+            for k, v in m["latency_ms"].items()]
     print(table(["BM25 top 10, one query at a time", "queries", "mean ms", "p50", "p95",
                  "p99"], rows, "|---|---:|---:|---:|---:|---:|") + "\n")
     print(table(["clients", "queries/s (cluster)"],

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lib.results import DATA, ROOT, header, log, publish_tables, table
+from lib.results import DATA, ROOT, header, log, publish_tables, table, test_texts
 from lib.server import free_port, running
-from lib.timing import percentiles as _percentiles
+from lib.timing import latency_ms as percentiles
 
 INDEX = ROOT / "indexes" / "scifact"
 PIPELINES = ("bm25", "dense", "rrf", "cascade", "answer")
@@ -35,16 +35,10 @@ CONVERSATION = {"turns": [{"question": "What does ALDH1 mark in breast cancer?",
 
 
 def queries(n: int, offset: int = 0) -> list[str]:
-    from intentrank.data.dataset import load_dataset
 
-    texts = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    texts = test_texts("scifact")
     random.Random(0).shuffle(texts)
     return texts[offset:offset + n]
-
-
-def percentiles(seconds: list[float]) -> dict[str, float]:
-    """p50, p95 and p99 in milliseconds."""
-    return _percentiles(seconds, (50, 95, 99), 1000)
 
 
 def timings(seconds: list[float], stages: list[dict[str, float]]) -> dict[str, Any]:

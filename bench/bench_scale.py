@@ -22,13 +22,12 @@ import os
 import resource
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lib.results import DATA, ROOT, load_parts, publish_tables, recall, save_part, table
+from lib.results import DATA, ROOT, cells, publish_tables, recall, save_part, table, test_split
 from lib.server import free_port
 from lib.timing import interleaved, percentiles, secs, timed_ms
 
@@ -73,17 +72,14 @@ def _ann(method: str, vecs: np.ndarray, path: Path, **settings: int) -> tuple[An
 
 # -- shipped corpora ------------------------------------------------------------------------
 def _shipped(name: str) -> dict:
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.ann import exact_search
     from intentrank.measures.metrics import evaluate
 
-    queries, qrels = load_dataset(DATA / name).split("test")
+    queries, qrels = test_split(name)
     idx = Index(INDEXES / name)
     vecs = idx.embeddings
-    t = time.perf_counter()
-    q = idx.encode_queries([x.text for x in queries])
-    encode_ms = (time.perf_counter() - t) * 1000 / len(queries)
+    encode_s, q = secs(idx.encode_queries, [x.text for x in queries])
     ex_rows, _ = exact_search(vecs, q, 100)
 
     def measure(search: Callable, build_s: float, nbytes: int) -> dict:
@@ -103,7 +99,7 @@ def _shipped(name: str) -> dict:
             methods[method] = measure(lambda x, s=s: s.search(x, 100), built["build_s"],
                                       built["size"] + (0 if method == "hnsw" else vecs.nbytes))
     idx.close()
-    return {"docs": len(vecs), "queries": len(queries), "encode_ms": encode_ms,
+    return {"docs": len(vecs), "queries": len(queries), "encode_ms": encode_s * 1000 / len(queries),
             "methods": methods}
 
 
@@ -116,7 +112,6 @@ def shipped() -> None:
 # -- the 1M corpus --------------------------------------------------------------------------
 def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
     """Real vectors and BM25 token lists of SciFact, Vaswani and Cranfield; real queries."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.hits import bm25_tokenize
 
@@ -127,7 +122,7 @@ def _sources() -> tuple[np.ndarray, list[list[str]], np.ndarray, list[str]]:
         s = idx.settings.bm25
         tokens += bm25_tokenize([idx.doc_text(i) for i in idx.ids], s.stopwords, s.stemmer)
         if name != "cranfield":
-            qtexts += [x.text for x in load_dataset(DATA / name).split("test")[0]]
+            qtexts += [x.text for x in test_split(name)[0]]
     return np.concatenate(vecs), tokens, idx.encode_queries(qtexts), qtexts
 
 
@@ -181,9 +176,8 @@ def _perturbed(n: int, out: dict) -> Iterator[tuple]:
         perturbed_vectors(base, n, rng, work / "embeddings.npy")
         src, vocab, qtok = _token_ids(tokens, qtexts)
         del tokens  # the token lists are the peak of memory: freed before the ANN builds
-        t = time.perf_counter()
-        bm = _bm25(src, vocab, n, rng)
-        out["bm25"] = {"build_s": time.perf_counter() - t, "bytes/doc": sum(
+        build_s, bm = secs(_bm25, src, vocab, n, rng)
+        out["bm25"] = {"build_s": build_s, "bytes/doc": sum(
             bm.scores[k].nbytes for k in ("data", "indices", "indptr")) / n}
         yield np.load(work / "embeddings.npy", mmap_mode="r"), bm, qtok, q, work
     finally:
@@ -200,10 +194,9 @@ def big(n: int = 1_000_000) -> None:
                                n_threads=1).documents[0]
 
         out["bm25"]["ms/query"] = float(np.mean(timed_ms(bm25, range(len(q)))))
-        t = time.perf_counter()
-        ex_rows, _ = exact_search(vecs, q, 100)
+        batch_s, (ex_rows, _) = secs(exact_search, vecs, q, 100)
         out["exact"] = {"ms/query": _per_query_ms(lambda x: exact_search(vecs, x, 100), q[:40]),
-                        "batch_ms/query": (time.perf_counter() - t) * 1000 / len(q),
+                        "batch_ms/query": batch_s * 1000 / len(q),
                         "bytes/doc": vecs.shape[1] * 4}
         for method in ANN:
             s, built = _ann(method, vecs, work / f"{method}.faiss")
@@ -294,9 +287,8 @@ def ray_part(n_queries: int | None = None, passages: int = 600) -> None:
     texts = [d.full_text(" ") for d in ds.corpus()][:passages]
     queries = ds.split("test")[0][:n_queries]
     idx = Index(INDEXES / "cranfield")
-    t = time.perf_counter()
-    emb = load_embedder()
-    local = {"encode_load_s": time.perf_counter() - t,
+    load_s, emb = secs(load_embedder)
+    local = {"encode_load_s": load_s,
              "encode_p/s": len(texts) / secs(emb.encode_passages, texts)[0]}
     pipe = build_pipeline_for("rrf", idx)
     pipe.run(queries[:5])
@@ -304,9 +296,7 @@ def ray_part(n_queries: int | None = None, passages: int = 600) -> None:
     out: dict = {"passages": len(texts), "queries": len(queries), "pipeline": "rrf",
                  "local": local}
     print(out, flush=True)
-    t = time.perf_counter()
-    cluster = LocalCluster(workers=1, cpus_per_node=1)
-    out["cluster_start_s"] = time.perf_counter() - t
+    out["cluster_start_s"], cluster = secs(LocalCluster, workers=1, cpus_per_node=1)
     try:
         for w in (1, 2):
             encode_s = secs(ray_encode, texts, workers=w, batch_size=64)[0]
@@ -365,17 +355,13 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
     port = free_port()
 
     def post(text: str) -> float:
-        t = time.perf_counter()
-        httpx.post(f"http://127.0.0.1:{port}/search", timeout=300, json={
-            "query": text, "pipeline": "bm25_ce", "top_k": 10}).raise_for_status()
-        return time.perf_counter() - t
+        return secs(lambda: httpx.post(f"http://127.0.0.1:{port}/search", timeout=300, json={
+            "query": text, "pipeline": "bm25_ce", "top_k": 10}).raise_for_status())[0]
 
     out: dict = {"queries": len(texts), "clients": clients, "pairs/query": depth,
                  "model": "MiniLM-L6 cross-encoder, fp32 torch, max_length 128",
                  "pair_batch_size": 32, "batch_wait_timeout_s": 0.02}
-    t = time.perf_counter()
-    cluster = LocalCluster(workers=1, cpus_per_node=1)
-    out["cluster_start_s"] = time.perf_counter() - t
+    out["cluster_start_s"], cluster = secs(LocalCluster, workers=1, cpus_per_node=1)
     from ray import serve
 
     try:
@@ -389,11 +375,9 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
                 list(pool.map(post, texts[:clients]))  # warm-up: models loaded, threads up
                 if max_batch:
                     reset_scorer_stats()
-                t = time.perf_counter()
-                lat = list(pool.map(post, texts))
-                wall = time.perf_counter() - t
-            row = {"requests/s": len(texts) / wall, "p50_s": float(np.percentile(lat, 50)),
-                   "p95_s": float(np.percentile(lat, 95))}
+                wall, lat = secs(lambda: list(pool.map(post, texts)))
+            row = {"requests/s": len(texts) / wall,
+                   **{f"{k}_s": v for k, v in percentiles(lat).items()}}
             if max_batch:
                 st = scorer_stats()
                 row |= {"model_calls": st["batches"], "max_batch": st["max_batch"],
@@ -409,11 +393,6 @@ def serve_batch(n_queries: int = 48, clients: int = 8, depth: int = 20) -> None:
 
 
 # -- rendering (the prose is in bench/sections/scale.md) -----------------------------------
-def _cells(x: dict, *fields: str) -> list[str]:
-    """``x[key]`` formatted by ``spec`` for each ``key:spec`` of ``fields``."""
-    return [format(x[k], spec) for k, spec in (f.rsplit(":", 1) for f in fields)]
-
-
 def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
     """Each stored part's header and table, and the values its prose reads."""
     parts = ("shipped", "big", "hybrid", "serve_batch", "ray")
@@ -422,16 +401,16 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
     s, b, h, sb, r = (d[p] for p in parts)
     md.append(table(["corpus", "docs", "search", "recall@100 vs exact", "nDCG@10", "ms/query",
                      "bytes/doc (dense)", "build s"], [
-        [n, s[n]["docs"], m, *_cells(x, "recall@100:.3f", "nDCG@10:.4f", "ms/query:.2f",
+        [n, s[n]["docs"], m, *cells(x, "recall@100:.3f", "nDCG@10:.4f", "ms/query:.2f",
                                      "bytes/doc:.0f", "build_s:.1f")]
         for n in ("scifact", "vaswani") for m, x in s[n]["methods"].items()]))
     v["shipped.encode"] = ", ".join(f"{n} {s[n]['encode_ms']:.1f}" for n in ("scifact", "vaswani"))
 
     rows = [["dense exact (memory-mapped)", "1.000",
-             *_cells(b["exact"], "ms/query:.1f", "bytes/doc:.0f"), "0"]]
-    rows += [[f"dense {m}", *_cells(b[m], "recall@100:.3f", "ms/query:.2f", "bytes/doc:.0f",
+             *cells(b["exact"], "ms/query:.1f", "bytes/doc:.0f"), "0"]]
+    rows += [[f"dense {m}", *cells(b[m], "recall@100:.3f", "ms/query:.2f", "bytes/doc:.0f",
                                     "build_s:.0f")] for m in ANN]
-    rows.append(["bm25 (bm25s)", "-", *_cells(b["bm25"], "ms/query:.2f", "bytes/doc:.0f",
+    rows.append(["bm25 (bm25s)", "-", *cells(b["bm25"], "ms/query:.2f", "bytes/doc:.0f",
                                                "build_s:.0f")])
     rows += [[f"bm25 + dense {m} + RRF", "-", f"{b[f'hybrid_{m}_ms/query']:.2f}", "-", "-"]
              for m in ANN]
@@ -443,11 +422,11 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
           for m, (what, _) in SWEEP.items()}
 
     stats, hy = ("ms/query:.2f", "p50_ms:.2f", "p95_ms:.2f"), h["hybrid"]
-    rows = [[what, k, *_cells(x[k], *stats),
+    rows = [[what, k, *cells(x[k], *stats),
              f"{x['numpy']['ms/query'] / x['numba']['ms/query']:.0f}x" if k == "numba" else ""]
             for what, x in (("BM25 alone", h["bm25_alone"]), ("BM25 + dense HNSW + RRF", hy))
             for k in BACKENDS]
-    dense = _cells(h["dense_hnsw"], *stats)
+    dense = cells(h["dense_hnsw"], *stats)
     rows.append(["dense HNSW alone", "-", *dense[:2], dense[2] + " |"])  # published: "| |"
     md.append(table(["search", "backend", "ms/query (mean)", "p50", "p95", "numpy / numba"],
                     rows))
@@ -469,8 +448,8 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
     md.append(table(["configuration", "requests/s", "ratio", "p50 s", "p95 s", "model calls",
                      "mean batch (requests)", "max batch"], [
         [label, f"{x['requests/s']:.2f}", f"{x['requests/s'] / off['requests/s']:.2f}",
-         *_cells(x, "p50_s:.2f", "p95_s:.2f"),
-         *(_cells(x, "model_calls:", "mean_batch:.2f", "max_batch:") if "model_calls" in x
+         *cells(x, "p50_s:.2f", "p95_s:.2f"),
+         *(cells(x, "model_calls:", "mean_batch:.2f", "max_batch:") if "model_calls" in x
            else ["-"] * 3)] for label, x in zip(SERVE_RUNS, (on, off, plain), strict=True)]))
     v |= {f"serve.{k}": str(sb[k]) for k in ("queries", "clients", "model", "pair_batch_size")}
     v |= {"serve.pairs": str(sb["pairs/query"]),
@@ -488,7 +467,7 @@ def _rows(d: dict) -> tuple[list[str], dict[str, str]]:
         *([f"Ray, {w} worker(s)", f"{x['encode_p/s']:.1f}",
            f"{x['encode_p/s'] / lo['encode_p/s']:.2f}", f"{x['eval_q/s']:.1f}",
            f"{x['eval_q/s'] / lo['eval_q/s']:.2f}",
-           *_cells(x, "eval_cold_q/s:.1f", "eval_8_queries_s:.2f")]
+           *cells(x, "eval_cold_q/s:.1f", "eval_8_queries_s:.2f")]
           for w in (1, 2) for x in (r[f"ray{w}"],))]))
     v |= {"ray.passages": str(r["passages"]), "ray.queries": str(r["queries"]),
           "ray.pipeline": r["pipeline"], "ray.cluster_start": f"{r['cluster_start_s']:.1f}"}
@@ -505,7 +484,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("part", choices=list(parts))
     parts[ap.parse_args().part]()
-    md, values = _rows(load_parts(RESULTS))
+    md, values = _rows(json.loads(RESULTS.read_text()))
     publish_tables("scale", "\n\n".join(md), values)
 
 

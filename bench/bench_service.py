@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lib.results import DATA, ROOT, header, publish_tables, save_json, table
+from lib.results import ROOT, header, publish_tables, save_json, table, test_texts
 from lib.server import bench_keys, free_port, load, running, serve
 from lib.timing import RSSSampler
-from lib.timing import percentiles as pct
+from lib.timing import latency_ms as percentiles
 
 KEY, INDEX = "bench-key", ROOT / "indexes" / "scifact"
 LEVELS = (1, 4, 16, 64)
@@ -46,11 +46,6 @@ def serve_child(port: int, access_log: Path) -> None:
                           keys=bench_keys(KEY), workers=2, queue_limit=32,
                           timeout_s=300,  # as service.md says
                           retry_after_s=1, access_log=access_log), port)
-
-
-def percentiles(seconds: list[float]) -> dict[str, float]:
-    """p50, p95 and p99 in milliseconds."""
-    return pct(seconds, (50, 95, 99), 1000)
 
 
 def _load(url: str, pipeline: str, queries: list[str], clients: int, count: int,
@@ -127,11 +122,10 @@ def main() -> None:
         serve_child(int(args.serve[0]), Path(args.serve[1]))
         return
     from intentrank.core.config import build_pipeline, load_config, resolve_pipeline
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.pipelines import build_context
 
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    queries = test_texts("scifact")
     port, load_before = free_port(), os.getloadavg()[0]
     access = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-service-{port}.jsonl"
     with running([sys.executable, __file__, "--serve", str(port), str(access)], port,

@@ -15,58 +15,37 @@ import argparse
 import contextlib
 import os
 import random
-import resource
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from bench_latency import index_memory
-from lib.results import DATA, header, log, p_value, publish_tables, table
+from lib.results import DATA, header, p_value, publish_tables, table, test_split
+from lib.timing import interleaved
 
 PAIRS_QUERIES, CHUNK = 20, 200  # SciFact test queries whose BM25 top 30 the CE scores; texts
 SPEED = ["per s (median)", "interquartile", "CPU ms each", "speed vs first"]
 
 
-class Timer:
-    """Wall and CPU time of each call of one method, by chunk."""
-
-    def __init__(self, fn: Callable[[Sequence], np.ndarray]) -> None:
-        self.fn, self.rates, self.cpu, self.items, self.outputs = fn, [], 0.0, 0, []
-
-    def __call__(self, chunk: Sequence) -> None:
-        start, cpu = time.perf_counter(), cpu_seconds()
-        self.outputs.append(self.fn(chunk))
-        self.rates.append(len(chunk) / (time.perf_counter() - start))
-        self.cpu += cpu_seconds() - cpu
-        self.items += len(chunk)
-
-    def row(self, name: str, reference: Timer, extra: Sequence[str]) -> list[str]:
-        rate, ref = float(np.median(self.rates)), float(np.median(reference.rates))
-        return [name, f"{rate:.1f}", f"{np.percentile(self.rates, 25):.1f}-"
-                f"{np.percentile(self.rates, 75):.1f}", f"{1000 * self.cpu / self.items:.1f}",
-                f"{rate / ref:.2f}x", *extra]
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def interleave(fns: dict[str, Callable], items: Sequence, chunk: int) -> tuple[dict, str]:
-    """A timer of each function, run on each chunk in turn, and the load average's range
-    over the rounds."""
-    timers, loads = {k: Timer(fn) for k, fn in fns.items()}, []
-    for start in range(0, len(items), chunk):
-        for timer in timers.values():
-            timer(items[start:start + chunk])
-        loads.append(os.getloadavg()[0])
-        log(f"{min(start + chunk, len(items))}/{len(items)} load {loads[-1]:.1f}")
-    return timers, f"{min(loads):.1f}-{max(loads):.1f}"
+    """Each function timed on each chunk in turn (:func:`lib.timing.interleaved`), and the
+    load average's range over the rounds."""
+    loads: list[float] = []
+    timed = interleaved(fns, items, chunk, quiet_gc=False, loads=loads)
+    return timed, f"{min(loads):.1f}-{max(loads):.1f}"
 
 
-def dense_rows(timers: dict[str, Timer], runs: dict[str, Any], vectors: dict[str, np.ndarray],
+def row(name: str, t: dict, reference: dict, extra: Sequence[str]) -> list[str]:
+    """Items/s (median over chunks, interquartile), CPU ms per item and speed against
+    ``reference`` of one way timed by :func:`interleave`."""
+    rate, ref = float(np.median(t["rates"])), float(np.median(reference["rates"]))
+    return [name, f"{rate:.1f}", f"{np.percentile(t['rates'], 25):.1f}-"
+            f"{np.percentile(t['rates'], 75):.1f}", f"{1000 * t['cpu'] / len(t['out']):.1f}",
+            f"{rate / ref:.2f}x", *extra]
+
+
+def dense_rows(timers: dict[str, dict], runs: dict[str, Any], vectors: dict[str, np.ndarray],
                qrels: Any) -> list[list[str]]:
     """Each timer's row with the nDCG@10 of its run, p against the first row and the lowest
     cosine of its vectors to the first row's."""
@@ -74,7 +53,7 @@ def dense_rows(timers: dict[str, Timer], runs: dict[str, Any], vectors: dict[str
 
     res = {n: evaluate(r, qrels, ["nDCG@10"]) for n, r in runs.items()}
     first = next(iter(timers))
-    return [t.row(n, timers[first], [
+    return [row(n, t, timers[first], [
         f"{res[n].aggregate['nDCG@10']:.4f}",
         "-" if n == first else p_value(res[first].column("nDCG@10"), res[n].column("nDCG@10")),
         f"{(vectors[n] * vectors[first]).sum(axis=1).min():.4f}"]) for n, t in timers.items()]
@@ -104,9 +83,8 @@ def cross_encoder_rows() -> tuple[list[list[str]], str, int]:
         "one pair per run, one 2-thread run at a time (before)": lambda c: sigmoid(c, 1),
         "one pair per run, two 1-thread runs at once (now)": now.predict,
         "batches of 8 (before 2026-11-24; batch-dependent)": lambda c: sigmoid(c, 8)}, pairs, 60)
-    base = np.concatenate(next(iter(timers.values())).outputs)
     ref = next(iter(timers.values()))
-    return [t.row(n, ref, [f"{np.abs(np.concatenate(t.outputs) - base).max():.2g}"])
+    return [row(n, t, ref, [f"{np.abs(np.asarray(t['out']) - np.asarray(ref['out'])).max():.2g}"])
             for n, t in timers.items()], load, len(pairs)
 
 
@@ -128,8 +106,9 @@ def embedder_rows() -> tuple[list[list[str]], str, str]:
                                for n, m in models.items()}, [texts[i] for i in perm], CHUNK)
     vectors, runs = {}, {}
     for name, model in models.items():
-        vectors[name] = np.empty((len(texts), timers[name].outputs[0].shape[1]), np.float32)
-        vectors[name][perm] = np.vstack(timers[name].outputs)
+        out = np.asarray(timers[name]["out"])
+        vectors[name] = np.empty_like(out)
+        vectors[name][perm] = out
         scores = model.encode_queries([x.text for x in queries]) @ vectors[name].T
         runs[name] = {q.id: {ids[j]: float(scores[i, j]) for j in np.argsort(-scores[i])[:100]}
                       for i, q in enumerate(queries)}
@@ -137,10 +116,9 @@ def embedder_rows() -> tuple[list[list[str]], str, str]:
 
 
 def query_rows(rounds: int = 4) -> tuple[list[list[str]], str]:
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
 
-    queries, qrels = load_dataset(DATA / "scifact").split("test")
+    queries, qrels = test_split("scifact")
     texts = [q.text for q in queries]
     index = Index.open(Path("indexes/scifact"))
     emb = index.embedder
@@ -148,7 +126,7 @@ def query_rows(rounds: int = 4) -> tuple[list[list[str]], str]:
               "int8 ONNX export (default)": emb.onnx.get(emb, "int8")}
     timers, load = interleave({n: lambda c, m=m: np.vstack([m.encode_queries([t]) for t in c])
                                for n, m in models.items()}, texts * rounds, 100)
-    vectors = {n: np.vstack(t.outputs)[:len(texts)] for n, t in timers.items()}
+    vectors = {n: np.asarray(t["out"])[:len(texts)] for n, t in timers.items()}
     runs = {n: {q.id: {index.ids[r]: float(x) for r, x in zip(h.rows, h.scores, strict=True)}
                 for q, h in zip(queries, index.search_dense(texts, 100, query_vectors=v),
                                 strict=True)} for n, v in vectors.items()}
@@ -195,13 +173,10 @@ def graph_rows(n_texts: int = 1000) -> tuple[list[list[str]], str, int, int]:
         timers, load = interleave({"guards kept (before)": run(before),
                                    "guards dropped (now)": run(now)}, items, chunk)
         loads.append(load)
-        ref, base = timers["guards kept (before)"], None
+        ref = timers["guards kept (before)"]
         for name, timer in timers.items():
-            out = np.concatenate(timer.outputs) if "reranker" in label else \
-                np.vstack(timer.outputs)
-            base = out if base is None else base
-            rows.append(timer.row(f"{label}, {name}", ref,
-                                  [f"{np.abs(out - base).max():.2g}"]))
+            diff = np.abs(np.asarray(timer["out"]) - np.asarray(ref["out"])).max()
+            rows.append(row(f"{label}, {name}", timer, ref, [f"{diff:.2g}"]))
     return rows, ", ".join(loads), len(pairs), len(texts)
 
 

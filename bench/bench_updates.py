@@ -18,7 +18,6 @@ bench/updates_results.json and re-renders the section (text: bench/sections/upda
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import shutil
 import tempfile
@@ -28,13 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lib.results import DATA, ROOT, log, publish_tables, save_part, table
-from lib.results import recall as _recall
-from lib.timing import percentiles as _pcts
-from lib.timing import secs as _secs
+from lib.results import DATA, ROOT, log, publish_tables, recall, save_part, table, test_texts
+from lib.timing import each_ms, percentiles, secs
 
 RESULTS = ROOT / "bench" / "updates_results.json"
-_save = functools.partial(save_part, RESULTS)
 SHARES = {"1%": "bucket < 1", "10%": "bucket < 10", "50%": "bucket < 50", "none": None}
 
 
@@ -59,15 +55,15 @@ def updates() -> None:
     try:
         path = work / "idx"
         log("full build of all but the last 100 abstracts (embedding cache off)")
-        secs, index = _secs(build_index, docs[:-100], path, IndexSettings(),
-                            embedding_cache=False)
-        out["build"] = {"s": secs, "legs": index.manifest["build_seconds"]}
+        took, index = secs(build_index, docs[:-100], path, IndexSettings(),
+                           embedding_cache=False)
+        out["build"] = {"s": took, "legs": index.manifest["build_seconds"]}
         index.close()
         log("add the last 100")
-        secs, stats = _secs(upsert, path, docs[-100:], embedding_cache=False)
-        out["add100"] = {"s": secs, "timings": stats.timings, "encoded": stats.encoded}
+        took, stats = secs(upsert, path, docs[-100:], embedding_cache=False)
+        out["add100"] = {"s": took, "timings": stats.timings, "encoded": stats.encoded}
         log("re-add the same 100 (unchanged: skipped)")
-        out["noop100"] = {"s": _secs(upsert, path, docs[-100:])[0]}
+        out["noop100"] = {"s": secs(upsert, path, docs[-100:])[0]}
         rng = np.random.default_rng(0)
         with Index(path) as index:
             ids = list(index.ids)
@@ -76,15 +72,15 @@ def updates() -> None:
             copy = work / f"del{n}"
             shutil.copytree(path, copy)
             gone = [ids[int(i)] for i in rng.choice(len(ids), n, replace=False)]
-            secs, stats = _secs(delete, copy, gone)
-            out["delete"][n] = {"s": secs, "timings": stats.timings,
+            took, stats = secs(delete, copy, gone)
+            out["delete"][n] = {"s": took, "timings": stats.timings,
                                 "tombstones": stats.tombstones, "merged": stats.merged}
             if n == 1000:
-                out["merge1000"] = {"s": _secs(merge, copy)[0]}
+                out["merge1000"] = {"s": secs(merge, copy)[0]}
             shutil.rmtree(copy)
         log("delete by filter (bucket >= 95 OR year = 2003: about 460)")
-        secs, stats = _secs(delete, path, filter="bucket >= 95 OR year = 2003")
-        out["delete_filter"] = {"s": secs, "deleted": stats.deleted,
+        took, stats = secs(delete, path, filter="bucket >= 95 OR year = 2003")
+        out["delete_filter"] = {"s": took, "deleted": stats.deleted,
                                 "tombstones": stats.tombstones}
         log("fresh build of the final corpus, compared leg by leg")
         with Index(path) as index:
@@ -99,7 +95,7 @@ def updates() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out, indent=1))
-    _save("updates", out)
+    save_part(RESULTS, "updates", out)
 
 
 def _first_search(path: Path) -> dict[str, float]:
@@ -111,15 +107,13 @@ def _first_search(path: Path) -> dict[str, float]:
     with Index(path) as index:
         index.encode_queries(["warm-up"])
         for leg in ("bm25", "dense", "tfidf", "graph"):
-            out[leg] = _secs(getattr(index, f"search_{leg}"), ["vitamin D and fractures"],
-                             10)[0]
+            out[leg] = secs(getattr(index, f"search_{leg}"), ["vitamin D and fractures"], 10)[0]
     return out
 
 
 def _identical(a: Any, b: Any) -> dict[str, bool]:
-    from intentrank.data.dataset import load_dataset
 
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    queries = test_texts("scifact")
     same = {"corpus sha256": a.corpus_sha256 == b.corpus_sha256,
             "vectors": bool(np.array_equal(np.asarray(a.embeddings), np.asarray(b.embeddings)))}
     for leg in ("bm25", "dense", "tfidf", "graph"):
@@ -131,12 +125,11 @@ def _identical(a: Any, b: Any) -> dict[str, bool]:
 
 def filters() -> None:
     """Filtered search on SciFact (test queries one at a time), each leg, each share."""
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import IndexSettings, build_index
     from intentrank.index.ann import build_ann
     from intentrank.index.settings import AnnSettings
 
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]]
+    queries = test_texts("scifact")
     work = Path(tempfile.mkdtemp(prefix="filters-", dir=ROOT / ".cache"))
     out: dict[str, Any] = {"queries": len(queries), "legs": {}}
     try:
@@ -145,19 +138,17 @@ def filters() -> None:
         masks = {}
         index.metadata_columns  # noqa: B018 - built once per open index, not per filter
         for share, text in SHARES.items():
-            secs, masks[share] = _secs(index.allowed_rows, text)  # the first call: uncached
+            took, masks[share] = secs(index.allowed_rows, text)  # the first call: uncached
             if text is not None:
-                out.setdefault("mask_ms", {})[share] = secs * 1000
+                out.setdefault("mask_ms", {})[share] = took * 1000
         for leg in ("bm25", "dense", "tfidf", "graph"):
-            out["legs"][leg] = {}
+            search, out["legs"][leg] = getattr(index, f"search_{leg}"), {}
+            extra = [{"query_vectors": qv[j:j + 1]} if leg == "dense" else {}
+                     for j in range(len(queries))]
             for share, allow in masks.items():
-                kw = {"allow": allow}
-                ms = []
-                for j, q in enumerate(queries):
-                    extra = {"query_vectors": qv[j:j + 1]} if leg == "dense" else {}
-                    ms.append(_secs(getattr(index, f"search_{leg}"), [q], 10, **kw,
-                                    **extra)[0] * 1000)
-                out["legs"][leg][share] = _pcts(ms)
+                _, ms = each_ms(lambda x, search=search, allow=allow: search(
+                    [x[0]], 10, allow=allow, **x[1]), list(zip(queries, extra, strict=True)))
+                out["legs"][leg][share] = percentiles(ms)
                 out.setdefault("first_ms", {}).setdefault(leg, {})[share] = ms[0]
         vecs = np.asarray(index.embeddings)
         out["hnsw"] = _ann_recall(vecs, qv, {s: m for s, m in masks.items() if m is not None},
@@ -166,7 +157,7 @@ def filters() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out, indent=1))
-    _save("filters", out)
+    save_part(RESULTS, "filters", out)
 
 
 def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s: Any,
@@ -181,7 +172,7 @@ def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s
         exact_search_rows,
     )
 
-    build_s = _secs(build_ann, vecs, s, file)[0]
+    build_s = secs(build_ann, vecs, s, file)[0]
     searcher = AnnSearcher(file, vecs, s)
     out: dict[str, Any] = {"build_s": build_s}
     for share, allow in masks.items():
@@ -200,18 +191,18 @@ def _ann_recall(vecs: np.ndarray, q: np.ndarray, masks: dict[str, np.ndarray], s
             ms.append((time.perf_counter() - t) * 1000)
             got.append(r[0])
         raw = [searcher.search(q[j:j + 1], k, allow=allow)[0][0] for j in range(len(q))]
-        out[share] = {"recall": _recall(truth, got, k), "raw_ann_recall": _recall(truth, raw, k),
-                      "exact_scan": bool(exact), **_pcts(ms)}
+        out[share] = {"recall": recall(truth, got, k), "raw_ann_recall": recall(truth, raw, k),
+                      "exact_scan": bool(exact), **percentiles(ms)}
         sweep = {}
         for ef in (64, 128, 256, 512, 1024):  # ef_search before the filter's widening
             t = time.perf_counter()
             rows_ef = [searcher.search(q[j:j + 1], k, ef_search=ef, allow=allow)[0][0]
                        for j in range(len(q))]
-            sweep[ef] = {"recall": _recall(truth, rows_ef, k),
+            sweep[ef] = {"recall": recall(truth, rows_ef, k),
                          "ms": (time.perf_counter() - t) * 1000 / len(q)}
         out[share]["sweep"] = sweep
     unfiltered, _ = exact_search_rows(vecs, np.arange(len(vecs)), q, k)
-    out["unfiltered_recall"] = _recall(unfiltered, [searcher.search(q[j:j + 1], k)[0][0]
+    out["unfiltered_recall"] = recall(unfiltered, [searcher.search(q[j:j + 1], k)[0][0]
                                                     for j in range(len(q))], k)
     return out
 
@@ -229,7 +220,6 @@ def big_inputs(path: Path | None = None) -> dict[str, Any]:
         qtok = [t.tolist() for t in np.split(z["qtok"], np.cumsum(qlens)[:-1])]
         return {"base": z["base"], "ids": ids, "vocab": z["vocab"].tolist(), "q": z["q"],
                 "qtok": qtok}
-    from intentrank.data.dataset import load_dataset
     from intentrank.index import Index
     from intentrank.index.hits import bm25_tokenize
 
@@ -239,7 +229,7 @@ def big_inputs(path: Path | None = None) -> dict[str, Any]:
     vocab: dict[str, int] = {}
     ids = [np.array([vocab.setdefault(t, len(vocab)) for t in d], dtype=np.int32)
            for d in tokens]
-    queries = [q.text for q in load_dataset(DATA / "scifact").split("test")[0]][:100]
+    queries = test_texts("scifact")[:100]
     qtok = bm25_tokenize(queries, s.stopwords, s.stemmer)
     out = {"base": np.asarray(src.embeddings), "ids": ids, "vocab": list(vocab),
            "q": src.encode_queries(queries), "qtok": qtok}
@@ -289,39 +279,38 @@ def big(n: int = 1_000_000, inputs: Path | None = None) -> None:
                                shape=(n, len(vocab)))
         counts.sum_duplicates()
         del corpus
-        out["postings_s"], postings = _secs(BM25Postings, TermRows(counts, list(vocab)),
+        out["postings_s"], postings = secs(BM25Postings, TermRows(counts, list(vocab)),
                                             BM25Settings(method="lucene", k1=1.5, b=0.75,
                                                          stemmer=None))
         cols = MetadataColumns.from_records([{"bucket": i % 100} for i in range(n)])
-        out["column_s"] = _secs(parse_filter("bucket = -1").mask, cols)[0]  # builds it
+        out["column_s"] = secs(parse_filter("bucket = -1").mask, cols)[0]  # builds it
         masks = {}
         for share, text in SHARES.items():
             if text is None:
                 masks[share] = None
                 continue
-            secs, mask = _secs(parse_filter(text).mask, cols)  # the first call: uncached
-            out.setdefault("mask_ms", {})[share] = secs * 1000
+            took, mask = secs(parse_filter(text).mask, cols)  # the first call: uncached
+            out.setdefault("mask_ms", {})[share] = took * 1000
             masks[share] = np.asarray(mask, dtype=bool)
         for share, allow in masks.items():
-            ms = [_secs(retrieve, bm, [qtok[j]], 10)[0] * 1000 if allow is None else
-                  _secs(postings.search, [qtok[j]], 10, allow)[0] * 1000
-                  for j in range(len(q))]
-            out["legs"].setdefault("bm25", {})[share] = _pcts(ms)
-            ms = [_secs(retrieve, bm, [qtok[j]], 10, allow=allow)[0] * 1000
-                  for j in range(len(q))]
-            out["legs"].setdefault("bm25 (whole-index statistics)", {})[share] = _pcts(ms)
-            ms = [_secs(exact_search_rows, vecs, np.flatnonzero(allow), q[j:j + 1], 10)[0]
-                  * 1000 if allow is not None and allow.mean() < GATHER_BELOW else
-                  _secs(exact_search, vecs, q[j:j + 1], 10, allow=allow)[0] * 1000
-                  for j in range(20)]
-            out["legs"].setdefault("dense exact", {})[share] = _pcts(ms)
+            rows = np.flatnonzero(allow) if allow is not None else None
+            gather = allow is not None and allow.mean() < GATHER_BELOW
+            for leg, search, items in (
+                    ("bm25", (lambda t: retrieve(bm, [t], 10)) if allow is None else
+                     (lambda t, a=allow: postings.search([t], 10, a)), qtok),
+                    ("bm25 (whole-index statistics)",
+                     lambda t, a=allow: retrieve(bm, [t], 10, allow=a), qtok),
+                    ("dense exact", (lambda x, r=rows: exact_search_rows(vecs, r, x, 10))
+                     if gather else (lambda x, a=allow: exact_search(vecs, x, 10, allow=a)),
+                     [q[j:j + 1] for j in range(20)])):
+                out["legs"].setdefault(leg, {})[share] = percentiles(each_ms(search, items)[1])
         log("HNSW over 1M")
         out["hnsw"] = _ann_recall(vecs, q, {s: a for s, a in masks.items() if a is not None},
                                   AnnSettings("hnsw"), work / "hnsw.faiss", build_ann)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out, indent=1))
-    _save("big", out)
+    save_part(RESULTS, "big", out)
 
 
 def render() -> None:

@@ -36,12 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from lib.timing import latency_ms
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
-    a = np.asarray(xs) * 1000
-    return {"n": len(xs), "mean": float(a.mean()), "p50": float(np.percentile(a, 50)),
-            "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99))}
+    return {"n": len(xs), "mean": 1000 * float(np.mean(xs)), **latency_ms(xs)}
 
 
 def _wait_file(path: Path, timeout: float) -> dict[str, Any]:

@@ -72,12 +72,30 @@ def table(header: list[str], rows: Any, rule: str = "") -> str:
                            "rows": [[str(c) for c in r] for r in rows]})
 
 
+def cells(x: dict[str, Any], *fields: str) -> list[str]:
+    """``x[key]`` formatted by ``spec`` for each ``key:spec`` of ``fields`` (``key``: as
+    ``str`` gives it), the cells of a table row."""
+    return [format(x[k], spec) for k, _, spec in (f.partition(":") for f in fields)]
+
+
 def p_value(a: dict[str, float], b: dict[str, float], metric: str = "nDCG@10") -> str:
     """The paired randomization p of ``b`` against ``a`` (per-query scores), as the tables
     print it (three decimals)."""
     from intentrank.measures.significance import paired_test
 
     return f"{paired_test(a, b, metric).p_randomization:.3f}"
+
+
+def test_split(name: str) -> tuple[list, Any]:
+    """The test queries and qrels of the collection ``name`` of the data folder."""
+    from intentrank.data.dataset import load_dataset
+
+    return load_dataset(DATA / name).split("test")
+
+
+def test_texts(name: str) -> list[str]:
+    """The texts of the test queries of the collection ``name``."""
+    return [q.text for q in test_split(name)[0]]
 
 
 def open_index(name: str) -> Any:
