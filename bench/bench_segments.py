@@ -196,6 +196,26 @@ def _latency(index: Any, texts: list[str], q: np.ndarray, legs: tuple[str, ...] 
     return {leg: percentiles(v) for leg, v in ms.items()}
 
 
+@contextlib.contextmanager
+def per_segment() -> Iterator[None]:
+    """The HNSW graphs searched as before the shared walk: one faiss search per segment."""
+    from intentrank.index import dense_search
+
+    dense_search.WALK_TOGETHER = False
+    try:
+        yield
+    finally:
+        dense_search.WALK_TOGETHER = True
+
+
+def _rows(index: Any, q: np.ndarray) -> list[set[int]]:
+    return [set(h.rows.tolist()) for h in index.search_dense([], 10, query_vectors=q)]
+
+
+def _recall(got: list[set[int]], exact: list[set[int]]) -> float:
+    return float(np.mean([len(a & b) / len(b) for a, b in zip(got, exact, strict=True)]))
+
+
 def _top(index: Any, q: np.ndarray) -> list[list[str]]:
     return [[index.ids[r] for r in h.rows.tolist()]
             for h in index.search_dense([], 10, query_vectors=q)]
@@ -203,8 +223,10 @@ def _top(index: Any, q: np.ndarray) -> list[list[str]]:
 
 def search(n: int = SEARCH_N, counts: tuple[int, ...] = COUNTS) -> None:
     """Per segment count: an index of n passages in that many segments with HNSW (segments of
-    1,024 rows or more carry their own graph); its latency per leg, dense both with the HNSW
-    graphs and exactly (the graphs set aside); then merged into one segment, the same."""
+    1,024 rows or more carry their own graph); its latency per leg, dense with the HNSW
+    graphs (walked together, and one faiss search per segment as before) and exactly (the
+    graphs set aside), and the HNSW top 10's recall against the exact one; then merged into
+    one segment, the same."""
     from intentrank.index import Index
     from intentrank.index.update import merge
 
@@ -220,9 +242,13 @@ def search(n: int = SEARCH_N, counts: tuple[int, ...] = COUNTS) -> None:
             with Index(path) as index:
                 row["segments"] = len(index.segments)
                 row["hnsw"] = _latency(index, texts, q)
-                with before_tail():
-                    row["hnsw_before"] = _latency(index, texts, q, ("dense",))["dense"]
+                walked = _rows(index, q)
+                with per_segment():
+                    row["hnsw_faiss"] = _latency(index, texts, q, ("dense",))["dense"]
+                    each = _rows(index, q)
                 index.__dict__["ann"] = [None] * len(index.shard_bounds)  # every part exact
+                exact = _rows(index, q)
+                row["recall"] = {"walk": _recall(walked, exact), "faiss": _recall(each, exact)}
                 row["exact"] = _latency(index, texts, q, ("dense",))["dense"]
                 with before_tail():
                     row["exact_before"] = _latency(index, texts, q, ("dense",))["dense"]
@@ -230,7 +256,9 @@ def search(n: int = SEARCH_N, counts: tuple[int, ...] = COUNTS) -> None:
                 row["merge_s"] = secs(merge, path)[0]
                 with Index(path) as index:
                     row["merged"] = {"hnsw": _latency(index, texts, q)}
+                    walked = _rows(index, q)
                     index.__dict__["ann"] = [None] * len(index.shard_bounds)
+                    row["merged"]["recall"] = _recall(walked, _rows(index, q))
                     row["merged"]["exact"] = _latency(index, texts, q, ("dense",))["dense"]
             out[str(count)] = row
             shutil.rmtree(path)
@@ -324,24 +352,29 @@ def render() -> None:
             r = s[c]
             rows.append([f"{c} segment{'s' if c != '1' else ''}", _ms(r["hnsw"]["bm25"]),
                          _ms(r["hnsw"]["tfidf"]), _ms(r["exact"]), _ms(r["exact_before"]),
-                         _ms(r["hnsw"]["dense"]), _ms(r["hnsw_before"])])
+                         _ms(r["hnsw"]["dense"]), _ms(r["hnsw_faiss"]),
+                         f"{r['recall']['walk']:.3f} / {r['recall']['faiss']:.3f}"])
         m = s[counts[-1]]["merged"]
         rows.append([f"{counts[-1]} segments merged into 1", _ms(m["hnsw"]["bm25"]),
                      _ms(m["hnsw"]["tfidf"]), _ms(m["exact"]), "-", _ms(m["hnsw"]["dense"]),
-                     "-"])
+                     "-", f"{m['recall']:.3f}"])
         parts += [s["header"], table([f"index of {s['n']:,} passages", "BM25 p50 / p95 ms",
                                       "TF-IDF", "dense exact", "exact before",
-                                      "dense HNSW", "HNSW before"], rows)]
+                                      "dense HNSW", "HNSW per segment",
+                                      "HNSW recall@10: now / per segment"], rows)]
         ten, one = s.get("10", s[counts[-1]]), s["1"]
         for leg, (a10, a1) in {"bm25": (ten["hnsw"]["bm25"], one["hnsw"]["bm25"]),
                                "tfidf": (ten["hnsw"]["tfidf"], one["hnsw"]["tfidf"]),
                                "exact": (ten["exact"], one["exact"]),
                                "hnsw": (ten["hnsw"]["dense"], one["hnsw"]["dense"]),
-                               "hnswbefore": (ten["hnsw_before"], one["hnsw_before"]),
+                               "hnswfaiss": (ten["hnsw_faiss"], one["hnsw_faiss"]),
                                "exactbefore": (ten["exact_before"], one["exact_before"])
                                }.items():
             values[f"search.{leg}10"] = f"{a10['p50'] / a1['p50']:.2f}"
         values["search.load"] = f"{s['load_average']:.1f}"
+        recalls = [s[c]["recall"]["walk"] for c in counts]
+        values["search.recallmin"] = f"{min(recalls):.3f}"
+        values["search.recallmax"] = f"{max(recalls):.3f}"
     if "merge" in data:
         g = data["merge"]
         rows = [[leg, _ms(g["idle"][leg]), _ms(g["during"][leg]), str(g["during"][leg]["n"])]
