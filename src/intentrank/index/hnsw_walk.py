@@ -5,10 +5,11 @@ with its own faiss call costs a Python round trip and a full walk per segment, s
 cost about ten walks. Here one numba function walks every graph in turn for each query, reading
 faiss's own arrays (neighbours, offsets, vectors: views, no copy), and the walks share what
 they found, as Lucene's ``MultiLeafKnnCollector`` does: a segment's walk stops expanding once
-its best candidate can no longer beat the smaller of its own top ``ef / 10`` and the global top
-``ef`` (Lucene's "greediness" 0.9), so segments that hold nothing competitive are left early,
-while one that does is walked as deep as a lone search would. Segments are walked largest
-first. Scores are the inner products of the stored vectors (float32), as faiss's.
+its best candidate can no longer beat the larger of its own ``ef``-th result and the smaller of
+its own top ``(1 - GREEDINESS) x ef`` and the top ``ef`` of every segment so far, so segments
+that hold nothing competitive are left early, while one that does is walked as deep as a lone
+search would. Segments are walked largest first. Scores are the inner products of the stored
+vectors (float32), as faiss's. A row outside ``allow`` is walked but never returned.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import Any
 import numpy as np
 
 GREEDINESS = 0.8
-"""Lucene's default: a non-competitive segment's walk keeps the best ``(1 - GREEDINESS) x ef``
-of its own results as the bar to beat."""
+"""A non-competitive segment's walk keeps the best ``(1 - GREEDINESS) x ef`` of its own results
+as the bar to beat. Lucene's default is 0.9; on the segments benchmark's 50,000 vectors (ef 128,
+the walk alone, CPU time on the shared 2-core machine) 0.9 gave recall@10 0.914 at 10 segments
+in 2.5 ms, 0.8 0.977 in 2.9 ms, 0.75 0.981 in 3.0 ms, no sharing 0.997 in 7.2 ms; at 5 and 20
+segments 0.8 gave 0.985 and 0.992 (0.9: 0.936, 0.973)."""
 
 
 def graph_arrays(index: Any) -> tuple[np.ndarray, ...]:
