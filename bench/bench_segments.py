@@ -196,6 +196,26 @@ def _latency(index: Any, texts: list[str], q: np.ndarray, legs: tuple[str, ...] 
     return {leg: percentiles(v) for leg, v in ms.items()}
 
 
+@contextlib.contextmanager
+def per_segment() -> Iterator[None]:
+    """The HNSW graphs searched as before the shared walk: one faiss search per segment."""
+    from intentrank.index import dense_search
+
+    dense_search.WALK_TOGETHER = False
+    try:
+        yield
+    finally:
+        dense_search.WALK_TOGETHER = True
+
+
+def _rows(index: Any, q: np.ndarray) -> list[set[int]]:
+    return [set(h.rows.tolist()) for h in index.search_dense([], 10, query_vectors=q)]
+
+
+def _recall(got: list[set[int]], exact: list[set[int]]) -> float:
+    return float(np.mean([len(a & b) / len(b) for a, b in zip(got, exact, strict=True)]))
+
+
 def _top(index: Any, q: np.ndarray) -> list[list[str]]:
     return [[index.ids[r] for r in h.rows.tolist()]
             for h in index.search_dense([], 10, query_vectors=q)]
@@ -203,8 +223,11 @@ def _top(index: Any, q: np.ndarray) -> list[list[str]]:
 
 def search(n: int = SEARCH_N, counts: tuple[int, ...] = COUNTS) -> None:
     """Per segment count: an index of n passages in that many segments with HNSW (segments of
-    1,024 rows or more carry their own graph); its latency per leg, dense both with the HNSW
-    graphs and exactly (the graphs set aside); then merged into one segment, the same."""
+    1,024 rows or more carry their own graph), and the largest merged into one segment; each
+    one's latency per leg, dense with the HNSW graphs (walked together, and one faiss search
+    per segment as before) and exactly (the graphs set aside; and as before the tail scan),
+    and the HNSW top 10's recall against the exact one. Every index is built first, then
+    all are measured query by query in turn (a busy machine slows them alike)."""
     from intentrank.index import Index
     from intentrank.index.update import merge
 
@@ -212,32 +235,71 @@ def search(n: int = SEARCH_N, counts: tuple[int, ...] = COUNTS) -> None:
     out: dict[str, Any] = {"n": n, "queries": len(texts)}
     work = Path(tempfile.mkdtemp(prefix="segments-", dir=ROOT / ".cache"))
     try:
-        for count in counts:
-            path = work / f"s{count}"
-            log(f"{n:,} passages in {count} segments (HNSW)")
-            segmented(path, n, count, "hnsw")
-            row: dict[str, Any] = {}
-            with Index(path) as index:
-                row["segments"] = len(index.segments)
-                row["hnsw"] = _latency(index, texts, q)
-                with before_tail():
-                    row["hnsw_before"] = _latency(index, texts, q, ("dense",))["dense"]
+        with contextlib.ExitStack() as stack:
+            opened: dict[str, Any] = {}
+            for count in counts:
+                path = work / f"s{count}"
+                log(f"{n:,} passages in {count} segments (HNSW)")
+                segmented(path, n, count, "hnsw")
+                opened[str(count)] = stack.enter_context(Index(path))  # keeps its commit
+            out["merge_s"] = secs(merge, path)[0]
+            opened["merged"] = stack.enter_context(Index(path))
+            log("measuring, the indexes in turn per query")
+            ms = _interleaved(opened, texts, q)
+            for name, index in opened.items():
+                walked = _rows(index, q)
+                with per_segment():
+                    each = _rows(index, q)
+                graphs = index.ann
                 index.__dict__["ann"] = [None] * len(index.shard_bounds)  # every part exact
-                row["exact"] = _latency(index, texts, q, ("dense",))["dense"]
-                with before_tail():
-                    row["exact_before"] = _latency(index, texts, q, ("dense",))["dense"]
-            if count == max(counts):
-                row["merge_s"] = secs(merge, path)[0]
-                with Index(path) as index:
-                    row["merged"] = {"hnsw": _latency(index, texts, q)}
-                    index.__dict__["ann"] = [None] * len(index.shard_bounds)
-                    row["merged"]["exact"] = _latency(index, texts, q, ("dense",))["dense"]
-            out[str(count)] = row
-            shutil.rmtree(path)
+                exact = _rows(index, q)
+                index.__dict__["ann"] = graphs
+                row = {way: percentiles(v) for way, v in ms[name].items()}
+                row["segments"] = len(index.segments)
+                row["recall"] = {"walk": _recall(walked, exact), "faiss": _recall(each, exact)}
+                out[name] = row
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save_part(RESULTS, "search", out)
     _render_when_complete()
+
+
+def _interleaved(opened: dict[str, Any], texts: list[str], q: np.ndarray
+                 ) -> dict[str, dict[str, list[float]]]:
+    """Milliseconds per query of each index's legs and dense ways: for each query, every
+    index in turn, every way in turn."""
+    ways = ("bm25", "tfidf", "dense", "hnsw_faiss", "exact", "exact_before")
+    fns = {name: _searches(index, texts, q) for name, index in opened.items()}
+    graphs = {name: index.ann for name, index in opened.items()}
+
+    def exact(name: str, j: int) -> None:
+        index = opened[name]
+        index.__dict__["ann"] = [None] * len(index.shard_bounds)
+        try:
+            fns[name]["dense"](j)
+        finally:
+            index.__dict__["ann"] = graphs[name]
+
+    def timed(name: str, way: str, j: int) -> float:
+        if way == "hnsw_faiss":
+            with per_segment():
+                return secs(fns[name]["dense"], j)[0] * 1000
+        if way == "exact_before":
+            with before_tail():
+                return secs(exact, name, j)[0] * 1000
+        if way == "exact":
+            return secs(exact, name, j)[0] * 1000
+        return secs(fns[name][way], j)[0] * 1000
+
+    ms: dict[str, dict[str, list[float]]] = {name: {w: [] for w in ways} for name in opened}
+    for name in opened:  # first searches: load the legs, compile
+        for way in ways:
+            timed(name, way, 0)
+    for j in range(len(texts)):
+        for name in opened:
+            for way in ways:
+                ms[name][way].append(timed(name, way, j))
+    return ms
 
 
 def during_merge(n: int = SEARCH_N, count: int = 10) -> None:
@@ -318,30 +380,28 @@ def render() -> None:
         values["adds.ratio"] = f"{last / a[sizes[-1]]['build_s']:.2%}"
     if "search" in data:
         s = data["search"]
-        counts = [k for k in s if k.isdigit()]
+        names = [k for k in s if k.isdigit()] + ["merged"]
         rows = []
-        for c in counts:
+        for c in names:
             r = s[c]
-            rows.append([f"{c} segment{'s' if c != '1' else ''}", _ms(r["hnsw"]["bm25"]),
-                         _ms(r["hnsw"]["tfidf"]), _ms(r["exact"]), _ms(r["exact_before"]),
-                         _ms(r["hnsw"]["dense"]), _ms(r["hnsw_before"])])
-        m = s[counts[-1]]["merged"]
-        rows.append([f"{counts[-1]} segments merged into 1", _ms(m["hnsw"]["bm25"]),
-                     _ms(m["hnsw"]["tfidf"]), _ms(m["exact"]), "-", _ms(m["hnsw"]["dense"]),
-                     "-"])
+            label = (f"{names[-2]} segments merged into 1" if c == "merged" else
+                     f"{c} segment{'s' if c != '1' else ''}")
+            rows.append([label, _ms(r["bm25"]), _ms(r["tfidf"]), _ms(r["exact"]),
+                         _ms(r["exact_before"]), _ms(r["dense"]), _ms(r["hnsw_faiss"]),
+                         f"{r['recall']['walk']:.3f} / {r['recall']['faiss']:.3f}"])
         parts += [s["header"], table([f"index of {s['n']:,} passages", "BM25 p50 / p95 ms",
-                                      "TF-IDF", "dense exact", "exact before",
-                                      "dense HNSW", "HNSW before"], rows)]
-        ten, one = s.get("10", s[counts[-1]]), s["1"]
-        for leg, (a10, a1) in {"bm25": (ten["hnsw"]["bm25"], one["hnsw"]["bm25"]),
-                               "tfidf": (ten["hnsw"]["tfidf"], one["hnsw"]["tfidf"]),
-                               "exact": (ten["exact"], one["exact"]),
-                               "hnsw": (ten["hnsw"]["dense"], one["hnsw"]["dense"]),
-                               "hnswbefore": (ten["hnsw_before"], one["hnsw_before"]),
-                               "exactbefore": (ten["exact_before"], one["exact_before"])
-                               }.items():
-            values[f"search.{leg}10"] = f"{a10['p50'] / a1['p50']:.2f}"
+                                      "TF-IDF", "dense exact", "exact before tail scan",
+                                      "dense HNSW", "HNSW per segment",
+                                      "HNSW recall@10: now / per segment"], rows)]
+        ten, one = s.get("10", s[names[-2]]), s["merged"]
+        for leg, way in {"bm25": "bm25", "tfidf": "tfidf", "exact": "exact",
+                         "hnsw": "dense", "hnswfaiss": "hnsw_faiss"}.items():
+            values[f"search.{leg}10"] = f"{ten[way]['p50'] / one[way]['p50']:.2f}"
         values["search.load"] = f"{s['load_average']:.1f}"
+        values["search.merge"] = f"{s['merge_s']:.1f}"
+        recalls = [s[c]["recall"]["walk"] for c in names]
+        values["search.recallmin"] = f"{min(recalls):.3f}"
+        values["search.recallmax"] = f"{max(recalls):.3f}"
     if "merge" in data:
         g = data["merge"]
         rows = [[leg, _ms(g["idle"][leg]), _ms(g["during"][leg]), str(g["during"][leg]["n"])]

@@ -36,28 +36,35 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
     """Exact search block by block over the memory map, or ANN, per part (a shard or a
     segment), merged; with ``allow``, exact over the allowed rows where they are few
     (ANN_EXACT_BELOW), else ANN restricted to them. A segment too small for an ANN structure
-    is searched exactly."""
+    is searched exactly. Two or more HNSW graphs are walked in one compiled call sharing one
+    top list (:mod:`intentrank.index.hnsw_walk`)."""
     from intentrank.index.shards import merge_hits
 
     per_shard: list[list[Hits]] = []
     tail = exact_tail(index)
+    walk: dict[int, float] = {}  # HNSW parts for the shared walk: part -> share allowed
     for i, (start, end) in enumerate(index.shard_bounds[:tail]):
         part = None if allow is None else allow[start:end]
         if part is not None and not part.any():
             continue
-        vectors = index._vectors[start:end]
         exact = index.settings.dense.ann.method == "exact" or index.ann[i] is None or (
             part is not None and part.mean() < ANN_EXACT_BELOW)
         if exact and part is not None and part.mean() < GATHER_BELOW:
-            rows, scores = exact_search_rows(vectors, np.flatnonzero(part), q, k)
+            rows, scores = exact_search_rows(index._vectors[start:end], np.flatnonzero(part),
+                                             q, k)
         elif exact:
-            rows, scores = exact_search(vectors, q, k, allow=part)
+            rows, scores = exact_search(index._vectors[start:end], q, k, allow=part)
+        elif _walks_together(index):
+            walk[i] = 1.0 if part is None else float(part.mean())
+            continue
         else:
             rows, scores = index.ann[i].search(q, k, allow=part,
                                                **getattr(index, "_ann_params", {}))
         rows = np.where(rows >= 0, rows + start, -1)
         per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
                                                                            strict=True)])
+    if walk:
+        per_shard.append(_walk(index, q, k, allow, walk))
     if tail < len(index.shard_bounds):  # the small last parts: one exact scan
         start, vectors = _tail_vectors(index, tail)
         part = None if allow is None else allow[start:]
@@ -67,6 +74,58 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
             per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
                                                                                strict=True)])
     return merge_hits(per_shard, k)
+
+
+WALK_TOGETHER = True
+"""Walk two or more HNSW graphs in one compiled call (False: one faiss search per graph, as
+before; the segments benchmark compares the two)."""
+
+
+def _walks_together(index: Any) -> bool:
+    """Whether the index's HNSW parts are walked in one compiled call: two or more graphs
+    (one graph: faiss's own search, as a build answers) and numba installed."""
+    held = index.__dict__.get("_hnsw_together")
+    if held is None:
+        graphs = sum(a is not None for a in index.ann[:exact_tail(index)])
+        held = index.settings.dense.ann.method == "hnsw" and graphs > 1 and _has_numba()
+        index.__dict__["_hnsw_together"] = held
+    return held and WALK_TOGETHER
+
+
+def _has_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # pragma: no cover - the scale extra installs it
+        return False
+    return True
+
+
+def _walk(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None,
+          shares: dict[int, float]) -> list[Hits]:
+    """The HNSW parts in ``shares`` (part -> share of its rows allowed) walked in one call;
+    a filtered part's candidate list widened by 1 / share, as faiss's search is."""
+    from intentrank.index.ann import EF_FILTERED_MAX
+    from intentrank.index.hnsw_walk import Graphs
+
+    graphs = index.__dict__.get("_hnsw_graphs")
+    if graphs is None:
+        tail = exact_tail(index)
+        held = [i for i, a in enumerate(index.ann[:tail]) if a is not None]
+        graphs = (held, Graphs([(index.shard_bounds[i][0], index.ann[i].index)
+                                for i in held]))
+        index.__dict__["_hnsw_graphs"] = graphs
+    held, walker = graphs
+    ef = max(getattr(index, "_ann_params", {}).get("ef_search")
+             or index.settings.dense.ann.ef_search, k)
+    part_ef = np.zeros(len(held), dtype=np.int64)
+    for j, i in enumerate(held):
+        if i in shares:
+            share = shares[i]
+            part_ef[j] = ef if share >= 1.0 else int(min(ef / max(share, 1e-3),
+                                                         EF_FILTERED_MAX))
+    rows, scores = walker.search(q, k, ef, part_ef, allow)
+    return [Hits(r[r >= 0], s[r >= 0].astype(np.float64)) for r, s in zip(rows, scores,
+                                                                           strict=True)]
 
 
 TAIL_EXACT_ROWS = 1 << 14

@@ -234,11 +234,13 @@ def _trim_heap() -> None:
 def _warm(idx: Any) -> None:
     """Load the query embedder and compile numba now, not on the first request; for an
     index of several segments or with deleted rows, compute the lexical legs' statistics of
-    the live rows now too."""
+    the live rows now too, and search the dense leg once (its graphs' shared walk)."""
     has = getattr(idx, "has", lambda leg: False)
     combined = not getattr(idx, "flat", True)
     if has("dense"):
         idx.encode_queries(["warm-up"])
+        if combined:
+            idx.search_dense(["warm-up"], 1)
     if has("bm25") and (idx.bm25_backend == "numba" or combined):
         idx.search_bm25(["warm-up"], 1)
     if combined:
