@@ -107,18 +107,62 @@ def _inodes(path: Path) -> dict[int, int]:
     return {f.stat().st_ino: f.stat().st_size for f in path.rglob("*") if f.is_file()}
 
 
+BASES = ROOT / ".cache" / "bench" / "segments"
+BASE_RECIPE = 2  # bump when the corpus, vectors or settings of the base indexes change
+
+
+def base_index(n: int) -> tuple[Path, float]:
+    """The built index of passages 0 .. n (dense exact) under the bench cache, keyed by its
+    size, the index format and :data:`BASE_RECIPE`, and the seconds its build took (built
+    once, into a temporary folder renamed into place, so a killed build leaves nothing)."""
+    import json
+
+    from intentrank.index.store import FORMAT_VERSION
+
+    path = BASES / f"base-{n}-format{FORMAT_VERSION}-r{BASE_RECIPE}"
+    if not (path / "build.json").exists():
+        tmp = BASES / f".tmp-{path.name}-{os.getpid()}"
+        BASES.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        log(f"build {n:,} passages into the bench cache {path}")
+        seconds = build(tmp / "index", corpus(0, n))
+        (tmp / "build.json").write_text(json.dumps({"n": n, "build_s": seconds}))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    return path / "index", float(json.loads((path / "build.json").read_text())["build_s"])
+
+
+def copy_index(src: Path, dst: Path) -> None:
+    """A writable copy of the index ``src``: its generations' files hard-linked (a commit
+    never changes a file, it writes new ones), its small top-level files and locks copied."""
+    def copy(a: str, b: str) -> None:
+        if Path(a).name in (".readers.lock", ".lock", "CURRENT") or Path(a).stat().st_size < 1:
+            shutil.copy2(a, b)
+        else:
+            os.link(a, b)
+
+    shutil.copytree(src, dst, copy_function=copy)
+
+
+def _workdir() -> Path:
+    (ROOT / ".cache").mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="segments-", dir=ROOT / ".cache"))
+
+
 def adds(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> None:
-    """Build each size (exact dense), then add 100 new passages ``repeats`` times: seconds and
-    the bytes of files the add created (files already there are hard links, not counted)."""
+    """For each size, its base index (built once into the bench cache, exact dense), copied;
+    then add 100 new passages ``repeats`` times: seconds and the bytes of files the add
+    created (files already there are hard links, not counted)."""
     from intentrank.index.update import upsert
 
     out: dict[str, Any] = {}
-    work = Path(tempfile.mkdtemp(prefix="segments-", dir=ROOT / ".cache"))
+    work = _workdir()
     try:
         for n in sizes:
+            base, build_s = base_index(n)
             path = work / f"idx{n}"
-            log(f"build {n:,} passages")
-            row: dict[str, Any] = {"build_s": build(path, corpus(0, n)), "adds": []}
+            copy_index(base, path)
+            row: dict[str, Any] = {"build_s": build_s, "adds": []}
             with precomputed():
                 for r in range(repeats):
                     before = _inodes(path)
@@ -128,13 +172,40 @@ def adds(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> None:
                     written = sum(s for ino, s in after.items() if ino not in before)
                     row["adds"].append({"s": seconds, "bytes": written,
                                         "segments": stats.segments, "timings": stats.timings})
-                    log(f"  add 100: {seconds:.2f}s, {written:,} bytes")
+                    log(f"  {n:,}: add 100: {seconds:.2f}s, {written:,} bytes")
             out[str(n)] = row
             shutil.rmtree(path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     save_part(RESULTS, "adds", out)
     _render_when_complete()
+
+
+def profile(sizes: tuple[int, ...] = SIZES, top: int = 25) -> None:
+    """cProfile of one add of 100 passages to each size's base index (a copy): the calls
+    that cost most, cumulative, printed (not stored)."""
+    import cProfile
+    import pstats
+
+    from intentrank.index.update import upsert
+
+    work = _workdir()
+    try:
+        for n in sizes:
+            base, _ = base_index(n)
+            path = work / f"idx{n}"
+            copy_index(base, path)
+            with precomputed():
+                upsert(path, corpus(n, n + 100), embedding_cache=False)  # warm: imports
+                prof = cProfile.Profile()
+                seconds, _ = secs(prof.runcall, upsert, path, corpus(n + 100, n + 200),
+                                  embedding_cache=False)
+            print(f"== {n:,} passages: add 100 in {seconds:.3f}s", flush=True)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(top)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+            shutil.rmtree(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _queries() -> tuple[list[str], np.ndarray]:
@@ -356,12 +427,14 @@ def render() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["adds", "search", "merge", "render"])
+    parser.add_argument("part", choices=["adds", "profile", "search", "merge", "render"])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.part == "adds":
         adds(tuple(args.sizes))
+    elif args.part == "profile":
+        profile(tuple(args.sizes))
     elif args.part == "search":
         search()
     elif args.part == "merge":

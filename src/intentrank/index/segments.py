@@ -151,11 +151,14 @@ def link(src: Path, dst: Path) -> None:
             os.fsync(fh.fileno())
 
 
-def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[str],
-                                       list[Any], list[int]]:
-    """Read every segment of an Index being opened: its deleted rows (as physical rows),
-    doc offsets, ids, open docs.jsonl and its size."""
-    dead, offsets, ids, fhs = [], [], [], []
+def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[Any],
+                                       list[int]]:
+    """Open every segment of an Index being opened: its deleted rows (as physical rows),
+    doc offsets (memory-mapped, checked against its row count), open docs.jsonl and its
+    size. Its ids are read when first needed (:func:`segment_ids`)."""
+    from intentrank.index.errors import IndexCorruptError
+
+    dead, offsets, fhs = [], [], []
     try:
         for entry, start in zip(index.segments, index._seg_start.tolist(), strict=False):
             rel = "" if entry.dir == BASE else entry.dir + "/"
@@ -163,15 +166,27 @@ def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[
                 with index._reading(entry.deletes):
                     dead.append(load_deleted(index.gen_dir, entry) + start)
             with index._reading(f"{rel}doc_offsets.npy") as file:
-                offsets.append(np.load(file))
-            with index._reading(f"{rel}ids.json") as file:
-                ids += check_rows(json.loads(file.read_text()), entry, offsets[-1], index._hint)
+                offsets.append(np.load(file, mmap_mode="r"))
+            if offsets[-1].shape != (entry.rows,):
+                raise IndexCorruptError(f"segment {entry.dir}: the manifest records "
+                                        f"{entry.rows} documents, doc_offsets.npy holds "
+                                        f"{offsets[-1].shape}; {index._hint}")
             fhs.append(open(index.gen_dir / rel / "docs.jsonl", "rb"))  # noqa: SIM115
     except BaseException:
         for fh in fhs:
             fh.close()
         raise
-    return dead, offsets, ids, fhs, [os.fstat(fh.fileno()).st_size for fh in fhs]
+    return dead, offsets, fhs, [os.fstat(fh.fileno()).st_size for fh in fhs]
+
+
+def segment_ids(index: Any) -> list[str]:
+    """Every segment's ids.json of an open Index, checked, concatenated (physical rows)."""
+    ids: list[str] = []
+    for entry, offsets in zip(index.segments, index._seg_offsets, strict=True):
+        rel = "" if entry.dir == BASE else entry.dir + "/"
+        with index._reading(f"{rel}ids.json") as file:
+            ids += check_rows(json.loads(file.read_text()), entry, offsets, index._hint)
+    return ids
 
 
 def segment_vectors(index: Any) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +35,7 @@ from intentrank.index.hits import (
     filter_record,
     top_k,
 )
+from intentrank.index.id_keys import KEYS_FILE, check_keys, lookup_rows
 from intentrank.index.layout import MANIFEST
 from intentrank.index.segments import (
     BASE,
@@ -43,6 +44,7 @@ from intentrank.index.segments import (
     load_term_rows,
     open_segments,
     segment_files,
+    segment_ids,
     segment_lists,
     segment_vectors,
 )
@@ -109,16 +111,56 @@ class Index:
                                     f"{self._hint}") from exc
         self._seg_start = np.cumsum([0] + [e.rows for e in self.segments])
         self._n_phys = int(self._seg_start[-1])
-        dead, self._seg_offsets, ids, self._docs_fhs, self._docs_sizes = open_segments(self)
+        self._n_live = sum(e.live for e in self.segments)
+        if self._n_live != self.manifest["n_docs"]:
+            raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
+                                    f"its segments hold {self._n_live} live; {self._hint}")
+        dead, self._seg_offsets, self._docs_fhs, self._docs_sizes = open_segments(self)
         self.live: LiveRows | None = (LiveRows(np.concatenate(dead), self._n_phys) if dead
                                       else None)
-        self.ids: list[str] = ids if self.live is None else [ids[r] for r in self.live.phys]
-        if len(self.ids) != self.manifest["n_docs"]:
-            raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
-                                    f"its segments hold {len(self.ids)} live; {self._hint}")
-        self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self._term_rows: dict[str, Any] = {}  # term_rows(name), once loaded
-        self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
+        self._id_keys: dict[int, np.ndarray] = {}  # id_keys(seg), once opened
+
+    # The ids are read when first asked for (every segment's ids.json): an update looks up
+    # the ids it changes in each segment's id keys instead (rows_of_ids, rows_of_units).
+    @cached_property
+    def ids(self) -> list[str]:
+        """Each row's document id, in row order."""
+        ids = segment_ids(self)
+        return ids if self.live is None else [ids[r] for r in self.live.phys.tolist()]
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        """Document id -> row."""
+        return {doc_id: i for i, doc_id in enumerate(self.ids)}
+
+    @cached_property
+    def id_array(self) -> np.ndarray:
+        """The ids as an array (rows -> ids without a Python loop)."""
+        return np.array(self.ids, dtype=object)
+
+    def rows_of_ids(self, ids: Iterable[str]) -> dict[str, int]:
+        """The row of each of ``ids`` the index holds (the others left out)."""
+        return {i: rows[0] for i, rows in lookup_rows(self, ids, units=False).items()}
+
+    def rows_of_units(self, units: Iterable[str]) -> dict[str, list[int]]:
+        """The rows of each document unit (a parent id, or the id of a passage without a
+        parent) of ``units`` the index holds, ascending (the others left out)."""
+        return lookup_rows(self, units, units=True)
+
+    def id_keys(self, seg: int) -> np.ndarray | None:
+        """Segment ``seg``'s id keys (:mod:`intentrank.index.id_keys`), memory-mapped; None
+        for a segment written before them."""
+        if seg not in self._id_keys:
+            entry = self.segments[seg]
+            rel = KEYS_FILE if entry.dir == BASE else f"{entry.dir}/{KEYS_FILE}"
+            if rel not in self._files:
+                return None
+            with self._reading(rel) as file:
+                keys = np.load(file, mmap_mode="r")
+                check_keys(keys, entry.rows)
+            self._id_keys[seg] = keys
+        return self._id_keys[seg]
 
     @property
     def _hint(self) -> str:
@@ -176,7 +218,7 @@ class Index:
         self.close()
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._n_live
 
     @cached_property
     def corpus_sha256(self) -> str:
@@ -206,10 +248,14 @@ class Index:
         row = self.row_of.get(doc_id)
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
+        return self.doc_at(row, doc_id)
+
+    def doc_at(self, row: int, doc_id: str | None = None) -> Document:
+        """The document of row ``row`` (checked to be ``doc_id``'s, if given)."""
         line = self.doc_line(row)
         try:
             rec = json.loads(line)
-            if rec["id"] != doc_id:
+            if doc_id is not None and rec["id"] != doc_id:
                 raise ValueError(f"row {row}'s line holds id {rec['id']!r}, not {doc_id!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise IndexCorruptError(f"{self.gen_dir}'s docs.jsonl is damaged ({exc}); "
@@ -220,8 +266,10 @@ class Index:
     def doc_line(self, row: int) -> bytes:
         """Row ``row``'s line of docs.jsonl, as stored (a positional read, no shared file
         position: safe from many threads at once)."""
-        if self.live is not None:
-            row = int(self.live.phys[row])
+        return self.phys_line(row if self.live is None else int(self.live.phys[row]))
+
+    def phys_line(self, row: int) -> bytes:
+        """Physical row ``row``'s line of docs.jsonl (deleted rows included)."""
         seg = int(np.searchsorted(self._seg_start, row, side="right")) - 1
         offsets, row = self._seg_offsets[seg], row - int(self._seg_start[seg])
         start = int(offsets[row])

@@ -80,7 +80,7 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
         for doc in incoming:
             units.setdefault(unit_of(doc), []).append(doc)
         _check_unique(incoming)
-        rows_of = _rows_of_units(index)
+        rows_of = index.rows_of_units(units)  # only the units this update names
         change = Change(np.zeros(len(index), dtype=bool))
         _take_units(index, units, rows_of, change, stats)
         return change if change.add else None
