@@ -47,13 +47,17 @@ def check_keys(keys: np.ndarray, rows: int) -> None:
         raise ValueError(f"holds {keys.dtype} {keys.shape}, not uint64 (4, {rows})")
 
 
-def candidates(keys: np.ndarray, wanted: Sequence[str], units: bool) -> dict[str, list[int]]:
+def hashes_of(texts: Sequence[str]) -> np.ndarray:
+    return np.array([key_of(t) for t in texts], dtype=np.uint64)
+
+
+def candidates(keys: np.ndarray, wanted: Sequence[str], want: np.ndarray, units: bool
+               ) -> dict[str, list[int]]:
     """The local rows of a segment's ``keys`` whose id (``units``: unit) hash equals each
-    wanted text's (candidates: the caller checks the row's id), ascending; texts without a
-    candidate are left out."""
+    wanted text's (``want``: their :func:`hashes_of`; candidates: the caller checks the
+    row's id), ascending; texts without a candidate are left out."""
     column = 2 if units else 0
     hashes, rows = keys[column], keys[column + 1]
-    want = np.array([key_of(t) for t in wanted], dtype=np.uint64)
     lo = np.searchsorted(hashes, want, side="left")
     hi = np.searchsorted(hashes, want, side="right")
     return {text: sorted(int(r) for r in rows[a:b])
@@ -70,11 +74,11 @@ def lookup_rows(index: Any, wanted: Iterable[str], units: bool) -> dict[str, lis
     keys = [index.id_keys(seg) for seg in range(len(index.segments))]
     if any(k is None for k in keys):  # a segment written before id keys: read every id
         return _scan(index, set(wanted), units)
-    live = index.live
+    live, want = index.live, hashes_of(wanted)
     out: dict[str, list[int]] = {}
     for seg, seg_keys in enumerate(keys):
         start = int(index._seg_start[seg])
-        for text, local in candidates(seg_keys, wanted, units).items():
+        for text, local in candidates(seg_keys, wanted, want, units).items():
             for row in local:
                 phys = start + row
                 if live is not None and not live.mask[phys]:
