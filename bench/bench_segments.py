@@ -108,7 +108,7 @@ def _inodes(path: Path) -> dict[int, int]:
 
 
 BASES = ROOT / ".cache" / "bench" / "segments"
-BASE_RECIPE = 2  # bump when the corpus, vectors or settings of the base indexes change
+BASE_RECIPE = 3  # bump when the corpus, vectors or settings of the base indexes change
 
 
 def base_index(n: int) -> tuple[Path, float]:
@@ -427,12 +427,16 @@ def render() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["adds", "profile", "search", "merge", "render"])
+    parser.add_argument("part", choices=["adds", "bases", "profile", "search", "merge",
+                                         "render"])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.part == "adds":
         adds(tuple(args.sizes))
+    elif args.part == "bases":  # build the adds' base indexes into the bench cache only
+        for n in args.sizes:
+            log(f"{n:,} passages: built in {base_index(n)[1]:.1f}s")
     elif args.part == "profile":
         profile(tuple(args.sizes))
     elif args.part == "search":

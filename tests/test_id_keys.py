@@ -30,7 +30,7 @@ def test_an_add_reads_no_segment_ids_and_answers_as_a_fresh_build(scifact, tmp_p
         raise AssertionError("an add read every segment's ids.json")
 
     monkeypatch.setattr(segments, "segment_ids", no_ids)
-    monkeypatch.setattr("intentrank.index.store.segment_ids", no_ids)
+    monkeypatch.setattr(id_keys, "segment_ids", no_ids)
     changed = replace(scifact[5], text=scifact[5].text + " Revised.")
     stats = upsert(path, [*scifact[80:90], changed, scifact[7], scifact[65]])
     assert (stats.added, stats.replaced, stats.unchanged) == (10, 1, 2)
@@ -65,7 +65,7 @@ def test_lookups_equal_a_scan_with_collisions_deletes_chunks_and_old_segments(
     _segmented(path, scifact)
     with Index(path) as index:
         assert len(index.segments) == 2 and index.rows_deleted > 0
-        assert (index.id_keys(0)[0] == 7).all() == collide
+        assert (id_keys.segment_keys(index, 0)[0] == 7).all() == collide
         chunk_ids = [index.ids[r] for r in (0, 7, len(index) - 1)]
         wanted = [d.id for d in scifact[:70:3]] + chunk_ids + ["no-such-id"]
         ids, units = _truth(index, wanted)
@@ -73,6 +73,6 @@ def test_lookups_equal_a_scan_with_collisions_deletes_chunks_and_old_segments(
         assert scifact[3].id not in units and scifact[45].id not in units  # deleted
         assert {i: [r] for i, r in index.rows_of_ids(wanted).items()} == ids
         assert index.rows_of_units(wanted) == units
-        monkeypatch.setattr(Index, "id_keys", lambda self, seg: None)  # as before id keys
+        monkeypatch.setattr(id_keys, "segment_keys", lambda index, seg: None)  # before keys
         assert index.rows_of_units(wanted) == units
         assert {i: [r] for i, r in index.rows_of_ids(wanted).items()} == ids

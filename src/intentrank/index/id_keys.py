@@ -14,10 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from intentrank.index.segments import segment_ids
 
 KEYS_FILE = "id_keys.npy"
 
@@ -64,6 +67,21 @@ def candidates(keys: np.ndarray, wanted: Sequence[str], want: np.ndarray, units:
             for text, a, b in zip(wanted, lo.tolist(), hi.tolist(), strict=True) if b > a}
 
 
+def segment_keys(index: Any, seg: int) -> np.ndarray | None:
+    """Segment ``seg``'s id keys of an open Index, memory-mapped and checked (opened once);
+    None for a segment written before them."""
+    if seg not in index._id_keys:
+        entry = index.segments[seg]
+        rel = KEYS_FILE if entry.dir == "." else f"{entry.dir}/{KEYS_FILE}"
+        keys = None
+        if rel in index._files:
+            with index._reading(rel) as file:
+                keys = np.load(file, mmap_mode="r")
+                check_keys(keys, entry.rows)
+        index._id_keys[seg] = keys
+    return index._id_keys[seg]
+
+
 def lookup_rows(index: Any, wanted: Iterable[str], units: bool) -> dict[str, list[int]]:
     """The live rows of an open Index whose id (``units``: unit) is each of ``wanted``,
     ascending; texts it does not hold are left out. With every segment's id keys: a binary
@@ -71,7 +89,7 @@ def lookup_rows(index: Any, wanted: Iterable[str], units: bool) -> dict[str, lis
     wanted = list(dict.fromkeys(wanted))
     if not wanted:
         return {}
-    keys = [index.id_keys(seg) for seg in range(len(index.segments))]
+    keys = [segment_keys(index, seg) for seg in range(len(index.segments))]
     if any(k is None for k in keys):  # a segment written before id keys: read every id
         return _scan(index, set(wanted), units)
     live, want = index.live, hashes_of(wanted)
@@ -83,7 +101,7 @@ def lookup_rows(index: Any, wanted: Iterable[str], units: bool) -> dict[str, lis
                 phys = start + row
                 if live is not None and not live.mask[phys]:
                     continue
-                rec = json.loads(index.phys_line(phys))
+                rec = json.loads(index.doc_line(phys, physical=True))
                 if ((rec.get("parent_id") or rec["id"]) if units else rec["id"]) == text:
                     out.setdefault(text, []).append(
                         phys if live is None else int(live.virt_of[phys]))
@@ -100,3 +118,31 @@ def _scan(index: Any, wanted: set[str], units: bool) -> dict[str, list[int]]:
         if unit in wanted:
             out.setdefault(unit, []).append(row)
     return out
+
+
+class IdLookup:
+    """An :class:`~intentrank.index.store.Index`'s ids: read when first asked for (every
+    segment's ids.json); an update looks up the few it names in the id keys instead."""
+
+    @cached_property
+    def ids(self) -> list[str]:
+        ids = segment_ids(self)
+        live = self.live  # type: ignore[attr-defined]
+        return ids if live is None else [ids[r] for r in live.phys.tolist()]
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        return {doc_id: i for i, doc_id in enumerate(self.ids)}
+
+    @cached_property
+    def id_array(self) -> np.ndarray:  # rows -> ids without a Python loop
+        return np.array(self.ids, dtype=object)
+
+    def rows_of_ids(self, ids: Iterable[str]) -> dict[str, int]:
+        """The row of each of ``ids`` the index holds (the others left out)."""
+        return {i: rows[0] for i, rows in lookup_rows(self, ids, units=False).items()}
+
+    def rows_of_units(self, units: Iterable[str]) -> dict[str, list[int]]:
+        """The rows, ascending, of each of ``units`` (a parent id, or the id of a passage
+        without one) the index holds (the others left out)."""
+        return lookup_rows(self, units, units=True)

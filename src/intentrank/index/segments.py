@@ -1,11 +1,12 @@
 """Segments: an index generation (a commit point) is a list of immutable segments.
 
 A segment holds one batch of passages with everything the legs need of them: docs.jsonl,
-doc_offsets.npy, ids.json, parents.json, dense/embeddings.npy (and its own ANN structure,
-dense/ann.faiss), terms/ (each row's BM25 term frequencies and TF-IDF counts) and
-graph/entities.json. A build (or a full merge) writes one segment at the generation's top
-level (``dir`` "."), with the whole-corpus structures a fresh build also writes (bm25/,
-tfidf/, graph/pagerank.npy); an add, an upsert or a sync writes one new segment
+doc_offsets.npy, ids.json, parents.json, id_keys.npy (:mod:`intentrank.index.id_keys`),
+dense/embeddings.npy (and its own ANN structure, dense/ann.faiss), terms/ (each row's BM25
+term frequencies and TF-IDF counts) and graph/entities.json. A build (or a full merge)
+writes one segment at the generation's top level (``dir`` "."), with the whole-corpus
+structures a fresh build also writes (bm25/, tfidf/, graph/pagerank.npy); an add, an upsert
+or a sync writes one new segment
 ``segments/seg-<id>/`` holding only its new and changed passages. A segment's deleted rows
 are a file of the commit (``deleted.npy`` for the top-level segment, ``deletes/seg-<id>.npy``
 for the others): a delete writes that file only.

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
@@ -35,7 +35,7 @@ from intentrank.index.hits import (
     filter_record,
     top_k,
 )
-from intentrank.index.id_keys import KEYS_FILE, check_keys, lookup_rows
+from intentrank.index.id_keys import IdLookup
 from intentrank.index.layout import MANIFEST
 from intentrank.index.segments import (
     BASE,
@@ -44,7 +44,6 @@ from intentrank.index.segments import (
     load_term_rows,
     open_segments,
     segment_files,
-    segment_ids,
     segment_lists,
     segment_vectors,
 )
@@ -59,7 +58,7 @@ READABLE_FORMATS = (2, 3)  # 2: one segment at the top level, before segments we
 _MANIFEST_KEYS = ("format", "corpus_sha256", "n_docs", "settings", "files")
 
 
-class Index:
+class Index(IdLookup):
     """A built index, pinned to the generation that was live when it was opened.
 
     Legs are loaded lazily on first use, always from that generation: a rebuild of the same
@@ -111,56 +110,15 @@ class Index:
                                     f"{self._hint}") from exc
         self._seg_start = np.cumsum([0] + [e.rows for e in self.segments])
         self._n_phys = int(self._seg_start[-1])
-        self._n_live = sum(e.live for e in self.segments)
-        if self._n_live != self.manifest["n_docs"]:
+        if (n := sum(e.live for e in self.segments)) != self.manifest["n_docs"]:
             raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
-                                    f"its segments hold {self._n_live} live; {self._hint}")
+                                    f"its segments hold {n} live; {self._hint}")
+        self._n_live = n
         dead, self._seg_offsets, self._docs_fhs, self._docs_sizes = open_segments(self)
         self.live: LiveRows | None = (LiveRows(np.concatenate(dead), self._n_phys) if dead
                                       else None)
         self._term_rows: dict[str, Any] = {}  # term_rows(name), once loaded
-        self._id_keys: dict[int, np.ndarray] = {}  # id_keys(seg), once opened
-
-    # The ids are read when first asked for (every segment's ids.json): an update looks up
-    # the ids it changes in each segment's id keys instead (rows_of_ids, rows_of_units).
-    @cached_property
-    def ids(self) -> list[str]:
-        """Each row's document id, in row order."""
-        ids = segment_ids(self)
-        return ids if self.live is None else [ids[r] for r in self.live.phys.tolist()]
-
-    @cached_property
-    def row_of(self) -> dict[str, int]:
-        """Document id -> row."""
-        return {doc_id: i for i, doc_id in enumerate(self.ids)}
-
-    @cached_property
-    def id_array(self) -> np.ndarray:
-        """The ids as an array (rows -> ids without a Python loop)."""
-        return np.array(self.ids, dtype=object)
-
-    def rows_of_ids(self, ids: Iterable[str]) -> dict[str, int]:
-        """The row of each of ``ids`` the index holds (the others left out)."""
-        return {i: rows[0] for i, rows in lookup_rows(self, ids, units=False).items()}
-
-    def rows_of_units(self, units: Iterable[str]) -> dict[str, list[int]]:
-        """The rows of each document unit (a parent id, or the id of a passage without a
-        parent) of ``units`` the index holds, ascending (the others left out)."""
-        return lookup_rows(self, units, units=True)
-
-    def id_keys(self, seg: int) -> np.ndarray | None:
-        """Segment ``seg``'s id keys (:mod:`intentrank.index.id_keys`), memory-mapped; None
-        for a segment written before them."""
-        if seg not in self._id_keys:
-            entry = self.segments[seg]
-            rel = KEYS_FILE if entry.dir == BASE else f"{entry.dir}/{KEYS_FILE}"
-            if rel not in self._files:
-                return None
-            with self._reading(rel) as file:
-                keys = np.load(file, mmap_mode="r")
-                check_keys(keys, entry.rows)
-            self._id_keys[seg] = keys
-        return self._id_keys[seg]
+        self._id_keys: dict[int, Any] = {}  # id_keys.segment_keys(seg), once opened
 
     @property
     def _hint(self) -> str:
@@ -243,19 +201,15 @@ class Index:
                                   f"{leg}")
 
     # -- documents ---------------------------------------------------------------------
-    def doc(self, doc_id: str) -> Document:
-        """Fetch one document by id."""
-        row = self.row_of.get(doc_id)
+    def doc(self, doc_id: str, row: int | None = None) -> Document:
+        """Fetch one document by id (``row``: its row, when known: no lookup)."""
+        row = self.row_of.get(doc_id) if row is None else row
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
-        return self.doc_at(row, doc_id)
-
-    def doc_at(self, row: int, doc_id: str | None = None) -> Document:
-        """The document of row ``row`` (checked to be ``doc_id``'s, if given)."""
         line = self.doc_line(row)
         try:
             rec = json.loads(line)
-            if doc_id is not None and rec["id"] != doc_id:
+            if rec["id"] != doc_id:
                 raise ValueError(f"row {row}'s line holds id {rec['id']!r}, not {doc_id!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise IndexCorruptError(f"{self.gen_dir}'s docs.jsonl is damaged ({exc}); "
@@ -263,13 +217,11 @@ class Index:
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"), metadata=rec.get("metadata") or {})
 
-    def doc_line(self, row: int) -> bytes:
-        """Row ``row``'s line of docs.jsonl, as stored (a positional read, no shared file
-        position: safe from many threads at once)."""
-        return self.phys_line(row if self.live is None else int(self.live.phys[row]))
-
-    def phys_line(self, row: int) -> bytes:
-        """Physical row ``row``'s line of docs.jsonl (deleted rows included)."""
+    def doc_line(self, row: int, physical: bool = False) -> bytes:
+        """Row ``row``'s line of docs.jsonl (``physical``: a row of the segments, deleted
+        ones included), as stored (a positional read: safe from many threads at once)."""
+        if self.live is not None and not physical:
+            row = int(self.live.phys[row])
         seg = int(np.searchsorted(self._seg_start, row, side="right")) - 1
         offsets, row = self._seg_offsets[seg], row - int(self._seg_start[seg])
         start = int(offsets[row])

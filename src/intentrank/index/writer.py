@@ -243,9 +243,9 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
                 if cache is not None:
                     cache.close()
             dim = old.embeddings.shape[1]
-            both = np.concatenate([np.asarray(old.embeddings[old_rows], dtype=np.float32),
-                                   vecs.reshape(-1, dim)])
-            vecs = np.ascontiguousarray(both[order])
+            kept = (np.asarray(old.embeddings[old_rows], dtype=np.float32) if old_rows
+                    else np.zeros((0, dim), dtype=np.float32))  # a plain add reads no vector
+            vecs = np.ascontiguousarray(np.concatenate([kept, vecs.reshape(-1, dim)])[order])
             if segment and len(vecs) < SEGMENT_ANN_MIN_ROWS:  # searched exactly
                 (tmp / "dense").mkdir()
                 np.save(tmp / "dense" / "embeddings.npy", vecs)
@@ -283,7 +283,7 @@ def _split(old: Index, plan: Plan) -> tuple[list[int], list[Document], np.ndarra
     for entry in plan:
         if isinstance(entry, Document):
             row = held.get(entry.id)
-            if row is not None and old.doc_at(row).full_text(sep) == entry.full_text(sep):
+            if row is not None and old.doc(entry.id, row).full_text(sep) == entry.full_text(sep):
                 entry = row
         if isinstance(entry, int):
             where.append((0, len(old_rows)))
