@@ -25,6 +25,7 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from lib.timing import percentiles, secs
 
 RESULTS = ROOT / "bench" / "segments_results.json"
 DIM = 384
-SIZES = (5_000, 50_000, 200_000)
+SIZES = (5_000, 50_000, 500_000, 1_000_000)
 SEARCH_N = 50_000
 COUNTS = (1, 5, 10, 20)
 LEGS = ("bm25", "dense", "tfidf")
@@ -111,10 +112,11 @@ BASES = ROOT / ".cache" / "bench" / "segments"
 BASE_RECIPE = 3  # bump when the corpus, vectors or settings of the base indexes change
 
 
-def base_index(n: int) -> tuple[Path, float]:
+def base_index(n: int) -> tuple[Path, dict[str, Any]]:
     """The built index of passages 0 .. n (dense exact) under the bench cache, keyed by its
-    size, the index format and :data:`BASE_RECIPE`, and the seconds its build took (built
-    once, into a temporary folder renamed into place, so a killed build leaves nothing)."""
+    size, the index format and :data:`BASE_RECIPE`, and its build's seconds, date and load
+    average (built once, into a temporary folder renamed into place, so a killed build
+    leaves nothing)."""
     import json
 
     from intentrank.index.store import FORMAT_VERSION
@@ -126,10 +128,15 @@ def base_index(n: int) -> tuple[Path, float]:
         shutil.rmtree(tmp, ignore_errors=True)
         log(f"build {n:,} passages into the bench cache {path}")
         seconds = build(tmp / "index", corpus(0, n))
-        (tmp / "build.json").write_text(json.dumps({"n": n, "build_s": seconds}))
+        (tmp / "build.json").write_text(json.dumps({
+            "n": n, "build_s": seconds, "load_average": os.getloadavg()[0],
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}))
         shutil.rmtree(path, ignore_errors=True)
         os.replace(tmp, path)
-    return path / "index", float(json.loads((path / "build.json").read_text())["build_s"])
+    built = json.loads((path / "build.json").read_text())
+    built.setdefault("date", datetime.fromtimestamp(  # a build recorded before dates: its end
+        (path / "build.json").stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    return path / "index", built
 
 
 def copy_index(src: Path, dst: Path) -> None:
@@ -159,10 +166,11 @@ def adds(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> None:
     work = _workdir()
     try:
         for n in sizes:
-            base, build_s = base_index(n)
+            base, built = base_index(n)
             path = work / f"idx{n}"
             copy_index(base, path)
-            row: dict[str, Any] = {"build_s": build_s, "adds": []}
+            row: dict[str, Any] = {"build_s": built["build_s"], "adds": [],
+                                   "build": built}
             with precomputed():
                 for r in range(repeats):
                     before = _inodes(path)
@@ -387,6 +395,13 @@ def render() -> None:
         values["adds.growth"] = f"{last / first:.2f}"
         values["adds.largest"] = f"{int(sizes[-1]):,}"
         values["adds.ratio"] = f"{last / a[sizes[-1]]['build_s']:.2%}"
+        values["adds.smallest"] = f"{int(sizes[0]):,}"
+        values["adds.growthgoal"] = "met" if last / first <= 2 else "missed"
+        values["adds.ratiogoal"] = "met" if last / a[sizes[-1]]["build_s"] <= 0.01 else "missed"
+        values["adds.largestbuild"] = f"{a[sizes[-1]]['build_s'] / 60:.0f}"
+        built = [a[k].get("build", {}) for k in sizes]
+        values["adds.builddates"] = ", ".join(sorted({b["date"][:10] for b in built if b}))
+
     if "search" in data:
         s = data["search"]
         counts = [k for k in s if k.isdigit()]
@@ -436,7 +451,7 @@ def main() -> None:
         adds(tuple(args.sizes))
     elif args.part == "bases":  # build the adds' base indexes into the bench cache only
         for n in args.sizes:
-            log(f"{n:,} passages: built in {base_index(n)[1]:.1f}s")
+            log(f"{n:,} passages: built in {base_index(n)[1]['build_s']:.1f}s")
     elif args.part == "profile":
         profile(tuple(args.sizes))
     elif args.part == "search":
