@@ -1,7 +1,9 @@
 """Segments and merges (issue 56): adds against the index size, search over several segments,
 a merge and searches during it.
 
-    python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. SIZES
+    python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. 1M
+    python bench/bench_segments.py bases    # only build the adds' indexes (bench cache)
+    python bench/bench_segments.py profile --sizes 200000  # cProfile of one add (printed)
     python bench/bench_segments.py search   # p50/p95 per leg, 1/5/10/20 segments vs merged
     python bench/bench_segments.py merge    # a merge's time; search latency during it
     python bench/bench_segments.py render   # docs/benchmarks.md section "segments"
@@ -10,8 +12,11 @@ The corpus: SciFact's abstracts cycled to the size wanted, each passage's text t
 own id (a unique token, so no two passages are equal); its vectors are precomputed (each
 source abstract a random unit vector, each passage that vector + 0.6 x noise, normalised;
 the same for a passage's text whenever it is encoded), so encoding, which would dominate every
-number, costs nothing: the measured cost is the index's own. Each part stores its numbers in
-bench/segments_results.json (with its load average) and re-renders the section.
+number, costs nothing: the measured cost is the index's own. The adds' indexes are built
+once and kept in .cache/bench/segments/ (keyed by size, index format and BASE_RECIPE): a
+cold cache builds 5k .. 1M first (most of the run), a warm one only copies them. Each part
+stores its numbers in bench/segments_results.json (with its load average) and re-renders the
+section.
 """
 
 from __future__ import annotations
