@@ -1,7 +1,8 @@
 """Segments and merges (issue 56): adds against the index size, search over several segments,
 a merge and searches during it.
 
-    python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. 1M
+    python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. 500k
+    python bench/bench_segments.py adds --legs bm25 dense --sizes 5000 1000000  # 1M, no TF-IDF
     python bench/bench_segments.py bases    # only build the adds' indexes (bench cache)
     python bench/bench_segments.py profile --sizes 200000  # cProfile of one add (printed)
     python bench/bench_segments.py search   # p50/p95 per leg, 1/5/10/20 segments vs merged
