@@ -2,7 +2,7 @@
 a merge and searches during it.
 
     python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. 500k
-    python bench/bench_segments.py adds --legs bm25 dense --sizes 5000 1000000  # 1M, no TF-IDF
+    python bench/bench_segments.py adds --legs bm25 dense --sizes 5000 1000000  # other legs
     python bench/bench_segments.py bases    # only build the adds' indexes (bench cache)
     python bench/bench_segments.py profile --sizes 200000  # cProfile of one add (printed)
     python bench/bench_segments.py search   # p50/p95 per leg, 1/5/10/20 segments vs merged
@@ -466,10 +466,6 @@ def render() -> None:
         values["merge.s"] = f"{g['merge_s']:.1f}"
         values["merge.load"] = f"{g['load_average']:.1f}"
         values["merge.same"] = "the same" if g["same_results"] else "NOT the same"
-    if "adds-bm25-dense" in data:  # the 1M that fits: without the TF-IDF leg (table 4)
-        light = data["adds-bm25-dense"]
-        parts += [light["header"], _adds_table(light)]
-        values.update(_adds_values(light, "light"))
     publish_tables("segments", "\n\n".join(parts), values)
 
 
@@ -479,7 +475,8 @@ def main() -> None:
                                          "render"])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--legs", nargs="+", default=list(LEGS),
-                        help="adds, bases: the legs of the indexes (a part of its own)")
+                        help="adds, bases: the legs of the indexes (other legs than the "
+                        "section's: stored as a part of their own, not rendered)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.part == "adds":
