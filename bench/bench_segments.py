@@ -1,7 +1,10 @@
 """Segments and merges (issue 56): adds against the index size, search over several segments,
 a merge and searches during it.
 
-    python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. SIZES
+    python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. 500k
+    python bench/bench_segments.py adds --legs bm25 dense --sizes 5000 1000000  # other legs
+    python bench/bench_segments.py bases    # only build the adds' indexes (bench cache)
+    python bench/bench_segments.py profile --sizes 200000  # cProfile of one add (printed)
     python bench/bench_segments.py search   # p50/p95 per leg, 1/5/10/20 segments vs merged
     python bench/bench_segments.py merge    # a merge's time; search latency during it
     python bench/bench_segments.py render   # docs/benchmarks.md section "segments"
@@ -10,8 +13,11 @@ The corpus: SciFact's abstracts cycled to the size wanted, each passage's text t
 own id (a unique token, so no two passages are equal); its vectors are precomputed (each
 source abstract a random unit vector, each passage that vector + 0.6 x noise, normalised;
 the same for a passage's text whenever it is encoded), so encoding, which would dominate every
-number, costs nothing: the measured cost is the index's own. Each part stores its numbers in
-bench/segments_results.json (with its load average) and re-renders the section.
+number, costs nothing: the measured cost is the index's own. The adds' indexes are built
+once and kept in .cache/bench/segments/ (keyed by size, index format and BASE_RECIPE): a
+cold cache builds 5k .. 1M first (most of the run), a warm one only copies them. Each part
+stores its numbers in bench/segments_results.json (with its load average) and re-renders the
+section.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import zlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +42,7 @@ from lib.timing import percentiles, secs
 
 RESULTS = ROOT / "bench" / "segments_results.json"
 DIM = 384
-SIZES = (5_000, 50_000, 200_000)
+SIZES = (5_000, 50_000, 200_000, 500_000)  # 1M: see the section (out of memory here)
 SEARCH_N = 50_000
 COUNTS = (1, 5, 10, 20)
 LEGS = ("bm25", "dense", "tfidf")
@@ -87,17 +95,18 @@ def precomputed(no_policy: bool = False) -> Iterator[None]:
         writer.encode_passages, update.merge_candidates = saved
 
 
-def settings(ann: str = "exact") -> Any:
+def settings(ann: str = "exact", legs: tuple[str, ...] = LEGS) -> Any:
     from intentrank.index import IndexSettings
     from intentrank.index.settings import AnnSettings, DenseSettings
 
-    return IndexSettings(legs=LEGS, dense=DenseSettings(ann=AnnSettings(method=ann)))
+    return IndexSettings(legs=legs, dense=DenseSettings(ann=AnnSettings(method=ann)))
 
 
-def build(path: Path, docs: list[Any], ann: str = "exact") -> float:
+def build(path: Path, docs: list[Any], ann: str = "exact", legs: tuple[str, ...] = LEGS
+          ) -> float:
     from intentrank.index import build_index
 
-    seconds, index = secs(build_index, docs, path, settings(ann), embedding_cache=False,
+    seconds, index = secs(build_index, docs, path, settings(ann, legs), embedding_cache=False,
                           encoder=encoder)
     index.close()
     return seconds
@@ -107,34 +116,123 @@ def _inodes(path: Path) -> dict[int, int]:
     return {f.stat().st_ino: f.stat().st_size for f in path.rglob("*") if f.is_file()}
 
 
-def adds(sizes: tuple[int, ...] = SIZES, repeats: int = 3) -> None:
-    """Build each size (exact dense), then add 100 new passages ``repeats`` times: seconds and
-    the bytes of files the add created (files already there are hard links, not counted)."""
+BASES = ROOT / ".cache" / "bench" / "segments"
+BASE_RECIPE = 3  # bump when the corpus, vectors or settings of the base indexes change
+
+
+def base_index(n: int, legs: tuple[str, ...] = LEGS) -> tuple[Path, dict[str, Any]]:
+    """The built index of passages 0 .. n (dense exact) under the bench cache, keyed by its
+    size, the index format and :data:`BASE_RECIPE`, and its build's seconds, date and load
+    average (built once, into a temporary folder renamed into place, so a killed build
+    leaves nothing)."""
+    import json
+
+    from intentrank.index.store import FORMAT_VERSION
+
+    path = BASES / f"base-{n}-format{FORMAT_VERSION}-r{BASE_RECIPE}{_legs_key(legs)}"
+    if not (path / "build.json").exists():
+        tmp = BASES / f".tmp-{path.name}-{os.getpid()}"
+        BASES.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        log(f"build {n:,} passages into the bench cache {path}")
+        seconds = build(tmp / "index", corpus(0, n), legs=legs)
+        (tmp / "build.json").write_text(json.dumps({
+            "n": n, "build_s": seconds, "load_average": os.getloadavg()[0],
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}))
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(tmp, path)
+    built = json.loads((path / "build.json").read_text())
+    built.setdefault("date", datetime.fromtimestamp(  # a build recorded before dates: its end
+        (path / "build.json").stat().st_mtime, UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    return path / "index", built
+
+
+def copy_index(src: Path, dst: Path) -> None:
+    """A writable copy of the index ``src``: its generations' files hard-linked (a commit
+    never changes a file, it writes new ones), its small top-level files and locks copied."""
+    def copy(a: str, b: str) -> None:
+        if Path(a).name in (".readers.lock", ".lock", "CURRENT") or Path(a).stat().st_size < 1:
+            shutil.copy2(a, b)
+        else:
+            os.link(a, b)
+
+    shutil.copytree(src, dst, copy_function=copy)
+
+
+def _workdir() -> Path:
+    (ROOT / ".cache").mkdir(exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="segments-", dir=ROOT / ".cache"))
+
+
+def _legs_key(legs: tuple[str, ...]) -> str:
+    return "" if legs == LEGS else "-" + "-".join(legs)
+
+
+def adds(sizes: tuple[int, ...] = SIZES, repeats: int = 3, legs: tuple[str, ...] = LEGS
+         ) -> None:
+    """For each size, its base index (built once into the bench cache, exact dense), copied;
+    then add 100 new passages ``repeats`` times: seconds and the bytes of files the add
+    created (files already there are hard links, not counted)."""
     from intentrank.index.update import upsert
 
     out: dict[str, Any] = {}
-    work = Path(tempfile.mkdtemp(prefix="segments-", dir=ROOT / ".cache"))
+    work = _workdir()
     try:
+        copy_index(base_index(sizes[0], legs)[0], work / "warm")
+        with precomputed():  # untimed: the first add of a process imports its legs' libraries
+            upsert(work / "warm", corpus(10**9, 10**9 + 100), embedding_cache=False)
+        shutil.rmtree(work / "warm")
         for n in sizes:
+            base, built = base_index(n, legs)
             path = work / f"idx{n}"
-            log(f"build {n:,} passages")
-            row: dict[str, Any] = {"build_s": build(path, corpus(0, n)), "adds": []}
+            copy_index(base, path)
+            row: dict[str, Any] = {"build_s": built["build_s"], "adds": [],
+                                   "build": built}
             with precomputed():
                 for r in range(repeats):
                     before = _inodes(path)
+                    cpu = time.process_time()
                     seconds, stats = secs(upsert, path, corpus(n + 100 * r, n + 100 * (r + 1)),
                                           embedding_cache=False)
+                    cpu = time.process_time() - cpu
                     after = _inodes(path)
                     written = sum(s for ino, s in after.items() if ino not in before)
-                    row["adds"].append({"s": seconds, "bytes": written,
+                    row["adds"].append({"s": seconds, "cpu_s": cpu, "bytes": written,
                                         "segments": stats.segments, "timings": stats.timings})
-                    log(f"  add 100: {seconds:.2f}s, {written:,} bytes")
+                    log(f"  {n:,}: add 100: {seconds:.2f}s ({cpu:.2f}s CPU), {written:,} bytes")
             out[str(n)] = row
             shutil.rmtree(path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    save_part(RESULTS, "adds", out)
+    save_part(RESULTS, "adds" + _legs_key(legs), out)
     _render_when_complete()
+
+
+def profile(sizes: tuple[int, ...] = SIZES, top: int = 25) -> None:
+    """cProfile of one add of 100 passages to each size's base index (a copy): the calls
+    that cost most, cumulative, printed (not stored)."""
+    import cProfile
+    import pstats
+
+    from intentrank.index.update import upsert
+
+    work = _workdir()
+    try:
+        for n in sizes:
+            base, _ = base_index(n)
+            path = work / f"idx{n}"
+            copy_index(base, path)
+            with precomputed():
+                upsert(path, corpus(n, n + 100), embedding_cache=False)  # warm: imports
+                prof = cProfile.Profile()
+                seconds, _ = secs(prof.runcall, upsert, path, corpus(n + 100, n + 200),
+                                  embedding_cache=False)
+            print(f"== {n:,} passages: add 100 in {seconds:.3f}s", flush=True)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(top)
+            pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+            shutil.rmtree(path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _queries() -> tuple[list[str], np.ndarray]:
@@ -355,29 +453,46 @@ def _ms(p: dict[str, float]) -> str:
     return f"{p['p50']:.1f} / {p['p95']:.1f}"
 
 
+def _adds_table(a: dict[str, Any]) -> str:
+    rows = []
+    for n, row in a.items():
+        if n in ("header", "load_average"):
+            continue
+        s = [x["s"] for x in row["adds"]]
+        b = [x["bytes"] for x in row["adds"]]
+        cpu = [x.get("cpu_s", float("nan")) for x in row["adds"]]
+        rows.append([f"{int(n):,}", f"{row['build_s']:.1f}", f"{np.median(s):.2f}",
+                     f"{min(s):.2f}-{max(s):.2f}", f"{np.median(cpu):.2f}",
+                     f"{np.median(b) / 2**10:,.0f}", f"{np.median(s) / row['build_s']:.2%}"])
+    return table(["passages", "build, s", "add 100: median s", "range s", "median CPU s",
+                  "written KiB", "x build"], rows)
+
+
+def _adds_values(a: dict[str, Any], key: str) -> dict[str, str]:
+    """The growth of the median add (wall and CPU) from the first size to the last, and the
+    last one against its build."""
+    sizes = [k for k in a if k not in ("header", "load_average")]
+    wall = [float(np.median([x["s"] for x in a[k]["adds"]])) for k in (sizes[0], sizes[-1])]
+    cpu = [float(np.median([x["cpu_s"] for x in a[k]["adds"]])) for k in (sizes[0], sizes[-1])]
+    build = a[sizes[-1]]["build_s"]
+    return {f"{key}.load": f"{a['load_average']:.1f}",
+            f"{key}.smallest": f"{int(sizes[0]):,}", f"{key}.largest": f"{int(sizes[-1]):,}",
+            f"{key}.growth": f"{wall[1] / wall[0]:.2f}",
+            f"{key}.cpugrowth": f"{cpu[1] / cpu[0]:.2f}",
+            f"{key}.growthgoal": "met" if wall[1] / wall[0] <= 2 else "missed",
+            f"{key}.ratio": f"{wall[1] / build:.3%}",
+            f"{key}.ratiogoal": "met" if wall[1] / build <= 0.01 else "missed",
+            f"{key}.largestbuild": f"{build / 60:.0f}",
+            f"{key}.builddates": ", ".join(sorted({a[k]["build"]["date"][:10] for k in sizes}))}
+
+
 def render() -> None:
     data = load_parts(RESULTS)
     parts, values = [], {}
     if "adds" in data:
         a = data["adds"]
-        rows = []
-        for n, row in a.items():
-            if n in ("header", "load_average"):
-                continue
-            s = [x["s"] for x in row["adds"]]
-            b = [x["bytes"] for x in row["adds"]]
-            rows.append([f"{int(n):,}", f"{row['build_s']:.1f}", f"{np.median(s):.2f}",
-                         f"{min(s):.2f}-{max(s):.2f}", f"{np.median(b) / 2**10:,.0f}",
-                         f"{np.median(s) / row['build_s']:.2%}"])
-        parts += [a["header"], table(["passages", "build, s", "add 100: median s",
-                                      "range s", "written KiB", "x build"], rows)]
-        sizes = [k for k in a if k not in ("header", "load_average")]
-        first, last = (float(np.median([x["s"] for x in a[k]["adds"]]))
-                       for k in (sizes[0], sizes[-1]))
-        values["adds.load"] = f"{a['load_average']:.1f}"
-        values["adds.growth"] = f"{last / first:.2f}"
-        values["adds.largest"] = f"{int(sizes[-1]):,}"
-        values["adds.ratio"] = f"{last / a[sizes[-1]]['build_s']:.2%}"
+        parts += [a["header"], _adds_table(a)]
+        values.update(_adds_values(a, "adds"))
     if "search" in data:
         s = data["search"]
         names = [k for k in s if k.isdigit()] + ["merged"]
@@ -416,12 +531,21 @@ def render() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["adds", "search", "merge", "render"])
+    parser.add_argument("part", choices=["adds", "bases", "profile", "search", "merge",
+                                         "render"])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--legs", nargs="+", default=list(LEGS),
+                        help="adds, bases: the legs of the indexes (other legs than the "
+                        "section's: stored as a part of their own, not rendered)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.part == "adds":
-        adds(tuple(args.sizes))
+        adds(tuple(args.sizes), legs=tuple(args.legs))
+    elif args.part == "bases":  # build the adds' base indexes into the bench cache only
+        for n in args.sizes:
+            log(f"{n:,} passages: built in {base_index(n, tuple(args.legs))[1]['build_s']:.1f}s")
+    elif args.part == "profile":
+        profile(tuple(args.sizes))
     elif args.part == "search":
         search()
     elif args.part == "merge":

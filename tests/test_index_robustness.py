@@ -455,9 +455,9 @@ def test_unreadable_leg_file_of_right_size_is_a_named_error(full_index, tmp_path
         index.search_tfidf(["wing"], 3)
     ids = gen / "ids.json"
     ids.write_bytes(b"x" * ids.stat().st_size)
-    with pytest.raises(IndexCorruptError,
-                       match=rf"{re.escape(str(ids))} cannot be read \(JSONDecodeError"):
-        Index(path)
+    with Index(path) as reopened, pytest.raises(  # ids are read when first asked for
+            IndexCorruptError, match=rf"{re.escape(str(ids))} cannot be read \(JSONDecodeError"):
+        reopened.ids  # noqa: B018
 
 
 @pytest.mark.parametrize("content,expected", [

@@ -27,6 +27,7 @@ from intentrank.extras import package_versions
 from intentrank.index import layout
 from intentrank.index.embedding_cache import EmbeddingCache, EmbeddingCacheWarning
 from intentrank.index.errors import IndexBuildInterrupted, IndexCorruptError, IndexFormatError
+from intentrank.index.id_keys import write_keys
 from intentrank.index.layout import MANIFEST
 from intentrank.index.legs import Encoder, build_leg
 from intentrank.index.settings import IndexSettings, IndexSettingsError
@@ -72,8 +73,8 @@ def corpus_sha256(docs: Iterable[Document], settings: IndexSettings | None = Non
 
 def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
                 ) -> tuple[list[Document], str]:
-    """Write docs.jsonl, doc_offsets.npy, ids.json and parents.json; return the docs and the
-    corpus hash."""
+    """Write docs.jsonl, doc_offsets.npy, ids.json, parents.json and id_keys.npy; return the
+    docs and the corpus hash."""
     digest = hashlib.sha256()
     kept: list[Document] = []
     offsets: list[int] = []
@@ -84,8 +85,10 @@ def _write_docs(docs: Iterable[Document], settings: IndexSettings, tmp: Path
             fh.write(line)
             kept.append(doc)
     np.save(tmp / "doc_offsets.npy", np.asarray(offsets, dtype=np.int64))
-    (tmp / "ids.json").write_text(json.dumps([d.id for d in kept]))
-    (tmp / "parents.json").write_text(json.dumps([d.parent_id for d in kept]))
+    ids, parents = [d.id for d in kept], [d.parent_id for d in kept]
+    (tmp / "ids.json").write_text(json.dumps(ids))
+    (tmp / "parents.json").write_text(json.dumps(parents))
+    write_keys(tmp, ids, parents)
     return kept, digest.hexdigest()
 
 

@@ -16,6 +16,9 @@
         docs.jsonl         one document per line (id, title, text, parent_id, metadata)
         doc_offsets.npy    byte offset of each line in docs.jsonl
         ids.json, parents.json   document ids and their parents' ids, row order
+        id_keys.npy        hashes of the ids and parent ids, sorted, with their rows: an
+                           update finds the rows of the ids it names without reading every
+                           id (:mod:`intentrank.index.id_keys`)
         bm25/              bm25s index (bm25/shard-<i>/ with shards > 1: global statistics)
         dense/             embeddings.npy (L2-normalised float32, row i = document i,
                            memory-mapped); ann*.faiss with dense.ann.method hnsw / ivfpq

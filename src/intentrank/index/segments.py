@@ -1,11 +1,12 @@
 """Segments: an index generation (a commit point) is a list of immutable segments.
 
 A segment holds one batch of passages with everything the legs need of them: docs.jsonl,
-doc_offsets.npy, ids.json, parents.json, dense/embeddings.npy (and its own ANN structure,
-dense/ann.faiss), terms/ (each row's BM25 term frequencies and TF-IDF counts) and
-graph/entities.json. A build (or a full merge) writes one segment at the generation's top
-level (``dir`` "."), with the whole-corpus structures a fresh build also writes (bm25/,
-tfidf/, graph/pagerank.npy); an add, an upsert or a sync writes one new segment
+doc_offsets.npy, ids.json, parents.json, id_keys.npy (:mod:`intentrank.index.id_keys`),
+dense/embeddings.npy (and its own ANN structure, dense/ann.faiss), terms/ (each row's BM25
+term frequencies and TF-IDF counts) and graph/entities.json. A build (or a full merge)
+writes one segment at the generation's top level (``dir`` "."), with the whole-corpus
+structures a fresh build also writes (bm25/, tfidf/, graph/pagerank.npy); an add, an upsert
+or a sync writes one new segment
 ``segments/seg-<id>/`` holding only its new and changed passages. A segment's deleted rows
 are a file of the commit (``deleted.npy`` for the top-level segment, ``deletes/seg-<id>.npy``
 for the others): a delete writes that file only.
@@ -151,11 +152,14 @@ def link(src: Path, dst: Path) -> None:
             os.fsync(fh.fileno())
 
 
-def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[str],
-                                       list[Any], list[int]]:
-    """Read every segment of an Index being opened: its deleted rows (as physical rows),
-    doc offsets, ids, open docs.jsonl and its size."""
-    dead, offsets, ids, fhs = [], [], [], []
+def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[Any],
+                                       list[int]]:
+    """Open every segment of an Index being opened: its deleted rows (as physical rows),
+    doc offsets (memory-mapped, checked against its row count), open docs.jsonl and its
+    size. Its ids are read when first needed (:func:`segment_ids`)."""
+    from intentrank.index.errors import IndexCorruptError
+
+    dead, offsets, fhs = [], [], []
     try:
         for entry, start in zip(index.segments, index._seg_start.tolist(), strict=False):
             rel = "" if entry.dir == BASE else entry.dir + "/"
@@ -163,15 +167,27 @@ def open_segments(index: Any) -> tuple[list[np.ndarray], list[np.ndarray], list[
                 with index._reading(entry.deletes):
                     dead.append(load_deleted(index.gen_dir, entry) + start)
             with index._reading(f"{rel}doc_offsets.npy") as file:
-                offsets.append(np.load(file))
-            with index._reading(f"{rel}ids.json") as file:
-                ids += check_rows(json.loads(file.read_text()), entry, offsets[-1], index._hint)
+                offsets.append(np.load(file, mmap_mode="r"))
+            if offsets[-1].shape != (entry.rows,):
+                raise IndexCorruptError(f"segment {entry.dir}: the manifest records "
+                                        f"{entry.rows} documents, doc_offsets.npy holds "
+                                        f"{offsets[-1].shape}; {index._hint}")
             fhs.append(open(index.gen_dir / rel / "docs.jsonl", "rb"))  # noqa: SIM115
     except BaseException:
         for fh in fhs:
             fh.close()
         raise
-    return dead, offsets, ids, fhs, [os.fstat(fh.fileno()).st_size for fh in fhs]
+    return dead, offsets, fhs, [os.fstat(fh.fileno()).st_size for fh in fhs]
+
+
+def segment_ids(index: Any) -> list[str]:
+    """Every segment's ids.json of an open Index, checked, concatenated (physical rows)."""
+    ids: list[str] = []
+    for entry, offsets in zip(index.segments, index._seg_offsets, strict=True):
+        rel = "" if entry.dir == BASE else entry.dir + "/"
+        with index._reading(f"{rel}ids.json") as file:
+            ids += check_rows(json.loads(file.read_text()), entry, offsets, index._hint)
+    return ids
 
 
 def segment_vectors(index: Any) -> list[np.ndarray]:

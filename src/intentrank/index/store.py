@@ -36,6 +36,7 @@ from intentrank.index.hits import (
     filter_record,
     top_k,
 )
+from intentrank.index.id_keys import IdLookup
 from intentrank.index.layout import MANIFEST
 from intentrank.index.segments import (
     BASE,
@@ -58,7 +59,7 @@ READABLE_FORMATS = (2, 3)  # 2: one segment at the top level, before segments we
 _MANIFEST_KEYS = ("format", "corpus_sha256", "n_docs", "settings", "files")
 
 
-class Index(Closing):
+class Index(Closing, IdLookup):
     """A built index, pinned to the generation that was live when it was opened.
 
     Legs are loaded lazily on first use, always from that generation: a rebuild of the same
@@ -110,16 +111,15 @@ class Index(Closing):
                                     f"{self._hint}") from exc
         self._seg_start = np.cumsum([0] + [e.rows for e in self.segments])
         self._n_phys = int(self._seg_start[-1])
-        dead, self._seg_offsets, ids, self._docs_fhs, self._docs_sizes = open_segments(self)
+        if (n := sum(e.live for e in self.segments)) != self.manifest["n_docs"]:
+            raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
+                                    f"its segments hold {n} live; {self._hint}")
+        self._n_live = n
+        dead, self._seg_offsets, self._docs_fhs, self._docs_sizes = open_segments(self)
         self.live: LiveRows | None = (LiveRows(np.concatenate(dead), self._n_phys) if dead
                                       else None)
-        self.ids: list[str] = ids if self.live is None else [ids[r] for r in self.live.phys]
-        if len(self.ids) != self.manifest["n_docs"]:
-            raise IndexCorruptError(f"{shown} records {self.manifest['n_docs']} documents, "
-                                    f"its segments hold {len(self.ids)} live; {self._hint}")
-        self.row_of = {doc_id: i for i, doc_id in enumerate(self.ids)}
         self._term_rows: dict[str, Any] = {}  # term_rows(name), once loaded
-        self.id_array = np.array(self.ids, dtype=object)  # rows -> ids without a Python loop
+        self._id_keys: dict[int, Any] = {}  # id_keys.segment_keys(seg), once opened
 
     @property
     def _hint(self) -> str:
@@ -171,7 +171,7 @@ class Index(Closing):
             )
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._n_live
 
     @cached_property
     def corpus_sha256(self) -> str:
@@ -196,9 +196,9 @@ class Index(Closing):
                                   f"{leg}")
 
     # -- documents ---------------------------------------------------------------------
-    def doc(self, doc_id: str) -> Document:
-        """Fetch one document by id."""
-        row = self.row_of.get(doc_id)
+    def doc(self, doc_id: str, row: int | None = None) -> Document:
+        """Fetch one document by id (``row``: its row, when known: no lookup)."""
+        row = self.row_of.get(doc_id) if row is None else row
         if row is None:
             raise KeyError(f"unknown document id {doc_id!r} in {self.path}")
         line = self.doc_line(row)
@@ -212,10 +212,10 @@ class Index(Closing):
         return Document(id=rec["id"], text=rec["text"], title=rec.get("title", ""),
                         parent_id=rec.get("parent_id"), metadata=rec.get("metadata") or {})
 
-    def doc_line(self, row: int) -> bytes:
-        """Row ``row``'s line of docs.jsonl, as stored (a positional read, no shared file
-        position: safe from many threads at once)."""
-        if self.live is not None:
+    def doc_line(self, row: int, physical: bool = False) -> bytes:
+        """Row ``row``'s line of docs.jsonl (``physical``: a row of the segments, deleted
+        ones included), as stored (a positional read: safe from many threads at once)."""
+        if self.live is not None and not physical:
             row = int(self.live.phys[row])
         seg = int(np.searchsorted(self._seg_start, row, side="right")) - 1
         offsets, row = self._seg_offsets[seg], row - int(self._seg_start[seg])

@@ -80,7 +80,7 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
         for doc in incoming:
             units.setdefault(unit_of(doc), []).append(doc)
         _check_unique(incoming)
-        rows_of = _rows_of_units(index)
+        rows_of = index.rows_of_units(units)  # only the units this update names
         change = Change(np.zeros(len(index), dtype=bool))
         _take_units(index, units, rows_of, change, stats)
         return change if change.add else None
@@ -167,24 +167,16 @@ def _rows_of_units(index: Index) -> dict[str, list[int]]:
 
 def _rows_named(index: Index, gone: set[str], missing_ok: bool) -> np.ndarray:
     """The rows ``gone`` names (passage ids, or parent ids: all their passages), as a mask.
-    Passage ids are looked up directly; only ids that are not passages' make it read every
-    row's parent."""
+    Both are looked up in the segments' id keys (only the ids named are read)."""
     drop = np.zeros(len(index), dtype=bool)
-    rest = set()
-    for doc_id in gone:
-        row = index.row_of.get(doc_id)
-        if row is None:
-            rest.add(doc_id)
-        else:
-            drop[row] = True
+    found = index.rows_of_ids(gone)
+    drop[list(found.values())] = True
+    rest = gone - found.keys()
     if rest:
-        parents = index.parent_of_rows
-        found = set()
-        for row, parent in enumerate(parents):
-            if parent in rest:
-                drop[row] = True
-                found.add(parent)
-        unknown = sorted(rest - found)
+        parents = index.rows_of_units(rest)  # a unit not found as a passage id: a parent
+        for rows in parents.values():
+            drop[rows] = True
+        unknown = sorted(rest - parents.keys())
         if unknown and not missing_ok:
             raise IntentrankError(f"{index.path} holds no document {unknown[0]!r}"
                                   + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1

@@ -21,6 +21,7 @@ from intentrank.index.bm25_scorer import bm25_from_rows
 from intentrank.index.build import Progress, doc_line, embedding_cache_for, write_manifest
 from intentrank.index.entities import extract_entities
 from intentrank.index.hits import bm25_tokenize
+from intentrank.index.id_keys import write_keys
 from intentrank.index.legs import encode_passages, write_dense
 from intentrank.index.segments import (
     BASE,
@@ -39,7 +40,6 @@ from intentrank.index.terms import (
     tfidf_from_rows,
     tfidf_rows,
 )
-from intentrank.index.tombstones import LiveRows
 from intentrank.types import Document
 
 
@@ -100,10 +100,12 @@ def write_commit(old: Index, change: Change, tmp: Path, stats: UpdateStats, say:
     """Fill ``tmp`` with the commit ``change`` makes of ``old``: hard links to the segments it
     keeps, the changed segments' deleted rows, the new segment, a manifest. Returns the rows
     dead in the new commit."""
-    live = old.live or LiveRows(np.zeros(0, dtype=np.int64), old._n_phys)
     dead = np.zeros(old._n_phys, dtype=bool)
-    dead[live.deleted] = True
-    dead[live.phys[change.drop]] = True
+    if old.live is None:
+        dead[:len(change.drop)] = change.drop
+    else:
+        dead[old.live.deleted] = True
+        dead[old.live.phys[change.drop]] = True
     merged = set(change.merged)
     entries: list[SegmentEntry] = []
     files: dict[str, Any] = {}
@@ -202,7 +204,7 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
     offsets = np.zeros(len(plan), dtype=np.int64)
     ids: list[str] = []
     parents: list[str | None] = []
-    old_parents = old.parent_of_rows
+    old_parents = old.parent_of_rows if old_rows else []  # a plain add reads no old row
     with open(tmp / "docs.jsonl", "wb") as fh:
         for i, entry in enumerate(plan):
             line = old.doc_line(entry) if isinstance(entry, int) else doc_line(entry)
@@ -215,6 +217,7 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
     np.save(tmp / "doc_offsets.npy", offsets)
     (tmp / "ids.json").write_text(json.dumps(ids))
     (tmp / "parents.json").write_text(json.dumps(parents))
+    write_keys(tmp, ids, parents)
     timings["docs"] = time.perf_counter() - t
     texts = [d.full_text(settings.dense.title_sep) for d in new_docs]
     stats.encoded += len(new_docs)
@@ -240,9 +243,9 @@ def _write_rows(old: Index, plan: Plan, tmp: Path, stats: UpdateStats, say: Prog
                 if cache is not None:
                     cache.close()
             dim = old.embeddings.shape[1]
-            both = np.concatenate([np.asarray(old.embeddings[old_rows], dtype=np.float32),
-                                   vecs.reshape(-1, dim)])
-            vecs = np.ascontiguousarray(both[order])
+            kept = (np.asarray(old.embeddings[old_rows], dtype=np.float32) if old_rows
+                    else np.zeros((0, dim), dtype=np.float32))  # a plain add reads no vector
+            vecs = np.ascontiguousarray(np.concatenate([kept, vecs.reshape(-1, dim)])[order])
             if segment and len(vecs) < SEGMENT_ANN_MIN_ROWS:  # searched exactly
                 (tmp / "dense").mkdir()
                 np.save(tmp / "dense" / "embeddings.npy", vecs)
@@ -276,10 +279,11 @@ def _split(old: Index, plan: Plan) -> tuple[list[int], list[Document], np.ndarra
     old_rows: list[int] = []
     new_docs: list[Document] = []
     where: list[tuple[int, int]] = []  # (0, i): old_rows[i]; (1, j): new_docs[j]
+    held = old.rows_of_ids(e.id for e in plan if isinstance(e, Document))
     for entry in plan:
         if isinstance(entry, Document):
-            row = old.row_of.get(entry.id)
-            if row is not None and old.doc(entry.id).full_text(sep) == entry.full_text(sep):
+            row = held.get(entry.id)
+            if row is not None and old.doc(entry.id, row).full_text(sep) == entry.full_text(sep):
                 entry = row
         if isinstance(entry, int):
             where.append((0, len(old_rows)))
