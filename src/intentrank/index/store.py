@@ -360,14 +360,52 @@ class Index:
 
         self._require("tfidf")
         if not self.flat:  # the live rows' idf and norms, as a fresh build's
-            from intentrank.index.terms import tfidf_from_rows
-
-            return tfidf_from_rows(self.term_rows("tfidf"), self.settings.tfidf)
+            parts = self._tfidf_parts
+            return parts.vectorizer, parts.matrix
         with self._reading("tfidf/vectorizer.pkl") as file:
             vectorizer = pickle.loads(file.read_bytes())
         with self._reading("tfidf/matrix.npz") as file:
             matrix = scipy.sparse.load_npz(file).tocsr()
         return vectorizer, matrix
+
+    @cached_property
+    def _tfidf_parts(self) -> Any:
+        """The live rows' TF-IDF leg combined from every segment's kept counts
+        (:mod:`intentrank.index.tfidf_segments`)."""
+        from intentrank.index.tfidf_segments import combine
+
+        parts = combine(self.tfidf_split(None) or [], self.settings.tfidf)
+        if parts is None:
+            raise ValueError("empty vocabulary; perhaps the documents only contain stop words")
+        return parts
+
+    @cached_property
+    def _tfidf_segments(self) -> list[Any] | None:
+        """Each segment's kept TF-IDF counts (shared with this process's other readers);
+        None for an index built before they were kept."""
+        from intentrank.index.tfidf_segments import segment_terms
+
+        out = []
+        for entry in self.segments:
+            with self._reading(f"{entry.dir}/terms/tfidf.npz"):
+                out.append(segment_terms(self.gen_dir / entry.dir))
+        if None in out and not self.flat:
+            raise IndexCorruptError(f"{self.gen_dir} has deleted rows or several segments but "
+                                    f"not every segment has terms/tfidf.npz; {self._hint}")
+        return None if None in out else out
+
+    def tfidf_split(self, rows: np.ndarray | None) -> list[tuple[Any, np.ndarray]] | None:
+        """Rows (all live rows if None; ascending) as (segment's TF-IDF counts, its local
+        rows) per segment; None for an index built before the counts were kept."""
+        segs = self._tfidf_segments
+        if segs is None:
+            return None
+        phys = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
+        if self.live is not None:
+            phys = self.live.phys[phys]
+        seg = np.searchsorted(self._seg_start, phys, side="right") - 1
+        return [(terms, phys[seg == i] - int(self._seg_start[i]))
+                for i, terms in enumerate(segs)]
 
     @cached_property
     def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
@@ -465,8 +503,11 @@ class Index:
         allow = check_allow(allow, len(self))
         if allow is not None and (hits := self._subsets.tfidf(texts, k, allow)) is not None:
             return hits
-        vectorizer, matrix = self.tfidf
-        scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+        if not self.flat:  # segments, deletes: each segment's rows, combined statistics
+            scores = self._tfidf_parts.scores(texts)
+        else:
+            vectorizer, matrix = self.tfidf
+            scores = (vectorizer.transform(texts) @ matrix.T).toarray()
         if allow is not None:  # an index without term rows: the whole index's statistics
             scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]

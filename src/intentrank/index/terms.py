@@ -164,7 +164,15 @@ def _most_frequent(counts: sp.csr_matrix, limit: int | None) -> np.ndarray:
     ``max_features=limit`` (min_df 1, max_df 1.0), computed the same way, in order."""
     if limit is None or counts.shape[1] <= limit:
         return np.arange(counts.shape[1])
-    tfs = np.asarray(counts.sum(axis=0)).ravel()
+    return most_frequent_of(np.asarray(counts.sum(axis=0)).ravel(), limit)
+
+
+def most_frequent_of(tfs: np.ndarray, limit: int | None) -> np.ndarray:
+    """The positions of the ``limit`` largest term totals ``tfs`` (in sorted-vocabulary
+    order, float32 as scikit-learn sums float32 counts), ascending, ties as its unstable
+    argsort breaks them."""
+    if limit is None or len(tfs) <= limit:
+        return np.arange(len(tfs))
     return np.sort((-tfs).argsort()[:limit])
 
 
