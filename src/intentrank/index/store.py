@@ -398,28 +398,33 @@ class Index:
         """Rows (all live rows if None; ascending) as (segment's TF-IDF counts, its local
         rows) per segment; None for an index built before the counts were kept."""
         segs = self._tfidf_segments
-        if segs is None:
-            return None
+        return None if segs is None else list(zip(segs, self._local_rows(rows), strict=True))
+
+    def _local_rows(self, rows: np.ndarray | None) -> list[np.ndarray]:
+        """Rows (all live rows if None; ascending) as each segment's local rows."""
         phys = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
         if self.live is not None:
             phys = self.live.phys[phys]
         seg = np.searchsorted(self._seg_start, phys, side="right") - 1
-        return [(terms, phys[seg == i] - int(self._seg_start[i]))
-                for i, terms in enumerate(segs)]
+        return [phys[seg == i] - int(self._seg_start[i]) for i in range(len(self.segments))]
 
     @cached_property
-    def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
-        """Inverted entity index (entity -> rows) and PageRank per row."""
+    def graph(self) -> tuple[Any, np.ndarray]:
+        """Entity -> rows (a dict, or :class:`~intentrank.index.graph_segments.EntityRows`
+        over segments) and PageRank per row."""
         self._require("graph")
-        entities = self.entities()
         if not self.flat:  # the live rows' edges and PageRank, as a fresh build's
-            from intentrank.index.terms import graph_of
+            from intentrank.index.graph_segments import combine, segment_entities
 
-            pr = graph_of(entities, self.settings.graph)[1]
-        else:
-            with self._reading("graph/pagerank.npy") as file:
-                pr = np.load(file)
-        return inverted(entities), pr
+            segs = []
+            for entry in self.segments:
+                with self._reading(f"{entry.dir}/graph/entities.json"):
+                    segs.append(segment_entities(self.gen_dir / entry.dir))
+            return combine(list(zip(segs, self._local_rows(None), strict=True)),
+                           self.settings.graph)
+        with self._reading("graph/pagerank.npy") as file:
+            pr = np.load(file)
+        return inverted(self.entities()), pr
 
     def entities(self) -> list[list[str]]:
         """Each document's entities (the graph leg's), in row order."""
