@@ -84,11 +84,11 @@ def test_a_reader_of_the_next_commit_reuses_the_loaded_segments(scifact, tmp_pat
     upsert(path, scifact[40:50], merge_policy=False)
     with Index(path) as first:
         first.search_tfidf(QUERIES, 5)
-        held = first._tfidf_segments
+        held = first.__dict__["_tfidf_segments"]
         upsert(path, scifact[50:55], merge_policy=False)
         with Index(path) as second:
             second.search_tfidf(QUERIES, 5)
-            now = second._tfidf_segments
+            now = second.__dict__["_tfidf_segments"]
             assert now[0] is held[0] and now[1] is held[1] and now[2] not in held
             assert segment_terms(second.gen_dir / second.segments[2].dir) is now[2]
 

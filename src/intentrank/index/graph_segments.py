@@ -98,3 +98,14 @@ def combine(parts: list[tuple[SegmentEntities, np.ndarray]], s: GraphSettings
                                np.concatenate(indptr)), shape=(n, width))
     edges = window_edges(incidence, s.window, s.min_shared)
     return EntityRows(incidence), pagerank_sparse(n, edges, s.damping)
+
+
+def live_graph(index: Any) -> tuple[EntityRows, np.ndarray]:
+    """The graph of an open Index's live rows, from its segments' entities."""
+    from intentrank.index.segments import local_rows
+
+    segs = []
+    for entry in index.segments:
+        with index._reading(f"{entry.dir}/graph/entities.json"):
+            segs.append(segment_entities(index.gen_dir / entry.dir))
+    return combine(list(zip(segs, local_rows(index, None), strict=True)), index.settings.graph)

@@ -49,6 +49,7 @@ from intentrank.index.segments import (
 from intentrank.index.settings import IndexSettings
 from intentrank.index.shards import search_bm25s
 from intentrank.index.subset import graph_hits, inverted
+from intentrank.index.tfidf_segments import live_leg
 from intentrank.index.tombstones import LiveRows, RowView, lines_sha256
 from intentrank.types import Document
 
@@ -360,8 +361,7 @@ class Index:
 
         self._require("tfidf")
         if not self.flat:  # the live rows' idf and norms, as a fresh build's
-            parts = self._tfidf_parts
-            return parts.vectorizer, parts.matrix
+            return (leg := live_leg(self)).vectorizer, leg.matrix  # from each segment's
         with self._reading("tfidf/vectorizer.pkl") as file:
             vectorizer = pickle.loads(file.read_bytes())
         with self._reading("tfidf/matrix.npz") as file:
@@ -369,59 +369,13 @@ class Index:
         return vectorizer, matrix
 
     @cached_property
-    def _tfidf_parts(self) -> Any:
-        """The live rows' TF-IDF leg combined from every segment's kept counts
-        (:mod:`intentrank.index.tfidf_segments`)."""
-        from intentrank.index.tfidf_segments import combine
-
-        parts = combine(self.tfidf_split(None) or [], self.settings.tfidf)
-        if parts is None:
-            raise ValueError("empty vocabulary; perhaps the documents only contain stop words")
-        return parts
-
-    @cached_property
-    def _tfidf_segments(self) -> list[Any] | None:
-        """Each segment's kept TF-IDF counts (shared with this process's other readers);
-        None for an index built before they were kept."""
-        from intentrank.index.tfidf_segments import segment_terms
-
-        out = []
-        for entry in self.segments:
-            with self._reading(f"{entry.dir}/terms/tfidf.npz"):
-                out.append(segment_terms(self.gen_dir / entry.dir))
-        if None in out and not self.flat:
-            raise IndexCorruptError(f"{self.gen_dir} has deleted rows or several segments but "
-                                    f"not every segment has terms/tfidf.npz; {self._hint}")
-        return None if None in out else out
-
-    def tfidf_split(self, rows: np.ndarray | None) -> list[tuple[Any, np.ndarray]] | None:
-        """Rows (all live rows if None; ascending) as (segment's TF-IDF counts, its local
-        rows) per segment; None for an index built before the counts were kept."""
-        segs = self._tfidf_segments
-        return None if segs is None else list(zip(segs, self._local_rows(rows), strict=True))
-
-    def _local_rows(self, rows: np.ndarray | None) -> list[np.ndarray]:
-        """Rows (all live rows if None; ascending) as each segment's local rows."""
-        phys = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
-        if self.live is not None:
-            phys = self.live.phys[phys]
-        seg = np.searchsorted(self._seg_start, phys, side="right") - 1
-        return [phys[seg == i] - int(self._seg_start[i]) for i in range(len(self.segments))]
-
-    @cached_property
     def graph(self) -> tuple[Any, np.ndarray]:
-        """Entity -> rows (a dict, or :class:`~intentrank.index.graph_segments.EntityRows`
-        over segments) and PageRank per row."""
+        """Entity -> rows (a dict, or graph_segments.EntityRows) and PageRank per row."""
         self._require("graph")
         if not self.flat:  # the live rows' edges and PageRank, as a fresh build's
-            from intentrank.index.graph_segments import combine, segment_entities
+            from intentrank.index.graph_segments import live_graph
 
-            segs = []
-            for entry in self.segments:
-                with self._reading(f"{entry.dir}/graph/entities.json"):
-                    segs.append(segment_entities(self.gen_dir / entry.dir))
-            return combine(list(zip(segs, self._local_rows(None), strict=True)),
-                           self.settings.graph)
+            return live_graph(self)
         with self._reading("graph/pagerank.npy") as file:
             pr = np.load(file)
         return inverted(self.entities()), pr
@@ -509,10 +463,9 @@ class Index:
         if allow is not None and (hits := self._subsets.tfidf(texts, k, allow)) is not None:
             return hits
         if not self.flat:  # segments, deletes: each segment's rows, combined statistics
-            scores = self._tfidf_parts.scores(texts)
+            scores = live_leg(self).scores(texts)
         else:
-            vectorizer, matrix = self.tfidf
-            scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+            scores = (self.tfidf[0].transform(texts) @ self.tfidf[1].T).toarray()
         if allow is not None:  # an index without term rows: the whole index's statistics
             scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]

@@ -92,9 +92,9 @@ class SubsetLegs:
         return [Hits(rows[h.rows], h.scores) for h in graph_hits(texts, k, inverted_rows, pr)]
 
     def _tfidf_of(self, rows: np.ndarray) -> Any:
-        from intentrank.index.tfidf_segments import combine
+        from intentrank.index.tfidf_segments import combine, split
 
-        parts = self.index.tfidf_split(rows)
+        parts = split(self.index, rows)
         if parts is None:
             return None
         return rows, combine(parts, self.index.settings.tfidf)  # None: no term (stop words)

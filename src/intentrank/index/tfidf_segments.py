@@ -96,6 +96,47 @@ def segment_terms(seg_dir: Path) -> SegmentTerms | None:
         return _KEPT.setdefault(key, made)
 
 
+def index_segments(index: Any) -> list[SegmentTerms] | None:
+    """Each segment's kept TF-IDF counts of an open Index (shared with this process's other
+    readers, kept on the Index); None for an index built before they were kept."""
+    from intentrank.index.errors import IndexCorruptError
+
+    if "_tfidf_segments" in index.__dict__:
+        return index.__dict__["_tfidf_segments"]
+    out = []
+    for entry in index.segments:
+        with index._reading(f"{entry.dir}/terms/tfidf.npz"):
+            out.append(segment_terms(index.gen_dir / entry.dir))
+    if None in out and not index.flat:
+        raise IndexCorruptError(f"{index.gen_dir} has deleted rows or several segments but "
+                                f"not every segment has terms/tfidf.npz; {index._hint}")
+    index.__dict__["_tfidf_segments"] = found = None if None in out else out
+    return found
+
+
+def split(index: Any, rows: np.ndarray | None) -> list[tuple[SegmentTerms, np.ndarray]] | None:
+    """An open Index's rows (all live rows if None; ascending) as (segment's TF-IDF counts,
+    its local rows) per segment; None for an index built before the counts were kept."""
+    from intentrank.index.segments import local_rows
+
+    segs = index_segments(index)
+    return None if segs is None else list(zip(segs, local_rows(index, rows), strict=True))
+
+
+def live_leg(index: Any) -> TfidfParts:
+    """The TF-IDF leg of an open Index's live rows (computed once, kept on the Index)."""
+    with _KEPT_LOCK:
+        lock = index.__dict__.setdefault("_tfidf_lock", threading.Lock())
+    with lock:
+        if "_tfidf_parts_leg" not in index.__dict__:
+            parts = combine(split(index, None) or [], index.settings.tfidf)
+            if parts is None:
+                raise ValueError("empty vocabulary; perhaps the documents only contain stop "
+                                 "words")
+            index.__dict__["_tfidf_parts_leg"] = parts
+        return index.__dict__["_tfidf_parts_leg"]
+
+
 class TfidfParts:
     """The TF-IDF leg of the included rows of several segments: the fitted vectorizer (the
     whole vocabulary's columns) and each part's weighted, normalised rows."""
