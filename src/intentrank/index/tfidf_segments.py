@@ -209,7 +209,8 @@ def combine(parts: Sequence[tuple[SegmentTerms, np.ndarray]], s: TfidfSettings
         transformer.idf_ = fitted_idf(df[selected], sum(len(r) for _, r in parts),
                                       transformer.smooth_idf)
     vectorizer._tfidf = transformer
-    matrices = [sp.csr_matrix(transformer.transform(_columns(sub, new_col[g], len(selected))),
+    width = len(selected)
+    matrices = [sp.csr_matrix(transformer.transform(_columns(sub, new_col[g], width), copy=False),
                               dtype=np.float32) for g, sub in zip(gids, subs, strict=True)]
     return TfidfParts(vectorizer, matrices)
 
@@ -248,10 +249,8 @@ def _columns(sub: sp.csr_matrix, cols: np.ndarray, width: int) -> sp.csr_matrix:
     columns wide, indices sorted."""
     mapped = cols[sub.indices]
     keep = mapped >= 0
-    row_of = np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(row_of[keep],
-                                                        minlength=sub.shape[0]))])
-    out = sp.csr_matrix((sub.data[keep], mapped[keep], indptr), shape=(sub.shape[0], width),
-                        dtype=np.float32)
-    out.sort_indices()
+    kept = np.concatenate([[0], np.cumsum(keep)])
+    out = sp.csr_matrix((sub.data[keep], mapped[keep], kept[sub.indptr]),
+                        shape=(sub.shape[0], width), dtype=np.float32)
+    out.sort_indices()  # (a no-op where the segment's vocabulary is sorted)
     return out
