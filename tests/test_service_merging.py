@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import threading
 import time
 
@@ -104,9 +105,14 @@ def test_service_writes_leave_the_policy_s_merges_to_the_background_merger(
 
     merging, release = threading.Event(), threading.Event()
     real_commit = update.write_commit
+    merge_thread: list = []
 
     def slow_commit(old, change, *args, **kwargs):  # a merge waits for the test
         if change.merged:
+            import faiss
+
+            merge_thread.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                                 faiss.omp_get_max_threads()))
             merging.set()
             release.wait(30)
         return real_commit(old, change, *args, **kwargs)
@@ -145,3 +151,5 @@ def test_service_writes_leave_the_policy_s_merges_to_the_background_merger(
         assert index.ids[-5:] == [d.id for d in docs[175:180]]
     events = [json.loads(x) for x in log.getvalue().splitlines() if '"index_merge' in x]
     assert [e["event"] for e in events] == ["index_merge"]
+    assert merge_thread == [(19, 1)]  # the merge yields: lowest priority, one faiss thread
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0
