@@ -108,4 +108,5 @@ def live_graph(index: Any) -> tuple[EntityRows, np.ndarray]:
     for entry in index.segments:
         with index._reading(f"{entry.dir}/graph/entities.json"):
             segs.append(segment_entities(index.gen_dir / entry.dir))
+    index.__dict__["_graph_segments"] = segs  # held while the Index is: the next reader's
     return combine(list(zip(segs, local_rows(index, None), strict=True)), index.settings.graph)
