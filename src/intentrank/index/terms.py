@@ -6,7 +6,9 @@ counts (``terms/tfidf.npz`` + ``terms/tfidf_vocab.json``); the entity graph keep
 ``graph/entities.json``. The legs' corpus-wide parts (BM25 impact scores with the corpus's
 document frequencies and average length, TF-IDF weights and norms, the graph's edges and
 PageRank) are computed from these rows (BM25 by :mod:`intentrank.index.bm25_scorer`, the
-others by the functions here), the same way for a fresh build and for an update
+others by the functions here; over several segments, deletes or a filter by
+:mod:`intentrank.index.tfidf_segments` and :mod:`intentrank.index.graph_segments`, to the
+same result), the same way for a fresh build and for an update
 (:mod:`intentrank.index.update`), which therefore never tokenises or encodes a document it
 already holds and gives every leg exactly what a fresh build of the final corpus gives.
 """
