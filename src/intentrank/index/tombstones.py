@@ -8,9 +8,9 @@ numberings. The dense leg searches the shared vectors with the dead rows masked 
 lexical legs' corpus-wide statistics are those of the live rows' kept term data, combined
 when a reader first uses the leg (:mod:`intentrank.index.bm25_scorer`,
 :mod:`intentrank.index.tfidf_segments`, :mod:`intentrank.index.graph_segments`), so every
-leg returns what a fresh build returns. When deletes pile up (more than :data:`MERGE_DELETED_SHARE` of the rows the
-segments hold), the delete that crosses the line rewrites the live rows as one segment
-instead (:func:`intentrank.index.update.merge`).
+leg returns what a fresh build returns. When deletes pile up (more than
+:data:`MERGE_DELETED_SHARE` of the rows the segments hold), the delete that crosses the line
+rewrites the live rows as one segment instead (:func:`intentrank.index.update.merge`).
 """
 
 from __future__ import annotations
