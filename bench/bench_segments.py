@@ -374,8 +374,8 @@ def render() -> None:
                                       "during the merge", "p50 during / before",
                                       "queries during"], rows)]
         for way in ways:
-            values[f"merge.{way}.s"] = (f"{g[way]['merge_s']:.1f}" if g[way]["merge_s"]
-                                        else f"more than {g[way]['watched_s']:.0f} (unfinished)")
+            values[f"merge.{way}.s"] = (f"{g[way]['merge_s']:.1f} s" if g[way]["merge_s"] else
+                                        f"more than {g[way]['watched_s']:.0f} s (unfinished)")
             for leg in LEGS:
                 values[f"merge.{way}.{leg}"] = \
                     f"{g[way]['during'][leg]['p50'] / g[way]['idle'][leg]['p50']:.2f}"
