@@ -12,6 +12,7 @@ BM25, TF-IDF and graph (no dense leg: no model runs).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -84,6 +85,7 @@ def main() -> None:
     from intentrank.index import Index, IndexSettings, build_index
     from intentrank.index.update import delete, upsert
 
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     text = _texts()[0]
     out: dict[str, Any] = {"n": N, "load_start": os.getloadavg()[0]}
     work = Path(tempfile.mkdtemp(prefix="first-search-", dir=ROOT / ".cache"))
