@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import os
 import threading
 import time
 
@@ -81,3 +82,74 @@ def test_a_crowded_tier_is_merged_in_the_background_while_searches_answer(
     events = [json.loads(x) for x in log.getvalue().splitlines() if '"index_merge' in x]
     assert [e["event"] for e in events] == ["index_merge"]
     assert events[0]["to"] == merged_gen
+
+
+def test_service_writes_leave_the_policy_s_merges_to_the_background_merger(
+        cranfield, tmp_path, monkeypatch):
+    """Under --watch-index a POST /documents commits its segment only (no inline merge, the
+    response does not wait for one); the background merger merges after the switch; a write
+    that arrives while that merge runs waits for it and is committed after it."""
+    from fastapi.testclient import TestClient
+
+    from intentrank.index import IndexSettings, build_index, update
+    from intentrank.index.store import Index
+    from intentrank.service import ServiceSettings, create_app
+
+    docs = list(itertools.islice(cranfield.corpus(), 180))
+    where = tmp_path / "idx"
+    build_index(docs[:120], where, IndexSettings(legs=("bm25", "tfidf"))).close()
+    for start in range(120, 170, 5):  # ten more segments: 11 in the lowest tier
+        update.upsert(where, docs[start:start + 5], merge_policy=False)
+    with Index(where) as index:
+        assert len(index.segments) == 11
+
+    merging, release = threading.Event(), threading.Event()
+    real_commit = update.write_commit
+    merge_thread: list = []
+
+    def slow_commit(old, change, *args, **kwargs):  # a merge waits for the test
+        if change.merged:
+            import faiss
+
+            merge_thread.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                                 faiss.omp_get_max_threads()))
+            merging.set()
+            release.wait(30)
+        return real_commit(old, change, *args, **kwargs)
+
+    monkeypatch.setattr(update, "write_commit", slow_commit)
+    log = io.StringIO()
+    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
+                                     rerankers={}, require_keys=False, watch_s=0.1,
+                                     access_log=log))
+
+    def post(batch: list) -> dict:
+        r = client.post("/documents", json={"index": "c", "documents": [
+            {"id": d.id, "text": d.text, "title": d.title} for d in batch]})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    with TestClient(app) as client:
+        t = time.perf_counter()
+        body = post(docs[170:175])  # 12 segments: the policy would merge
+        assert time.perf_counter() - t < 20 and body["added"] == 5
+        assert merging.wait(60), "no background merge started"
+        with Index(where) as index:  # the write's own commit: its segment, nothing merged
+            assert index.generation == body["generation"] and len(index.segments) == 12
+        second: dict = {}
+        writer = threading.Thread(target=lambda: second.update(post(docs[175:180])))
+        writer.start()
+        time.sleep(0.5)
+        assert writer.is_alive(), "a write during the merge did not wait for it"
+        release.set()
+        writer.join(60)
+        assert second["added"] == 5
+        _wait(lambda: client.get("/health").json()["generations"]["c"] == second["generation"],
+              what="the second write's generation")
+    with Index(where) as index:
+        assert len(index) == 180 and len(index.segments) == 4  # 10 merged into 1, one more
+        assert index.ids[-5:] == [d.id for d in docs[175:180]]
+    events = [json.loads(x) for x in log.getvalue().splitlines() if '"index_merge' in x]
+    assert [e["event"] for e in events] == ["index_merge"]
+    assert merge_thread == [(19, 1)]  # the merge yields: lowest priority, one faiss thread
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,19 +39,65 @@ def extract_entities(text: str) -> set[str]:
     return found
 
 
-def entity_edges(entities: Sequence[set[str]], window: int = 50, min_shared: int = 2
-                 ) -> np.ndarray:
+def entity_edges(entities: Sequence[set[str]] | Sequence[Sequence[str]], window: int = 50,
+                 min_shared: int = 2) -> np.ndarray:
     """Documents within ``window`` rows of each other sharing at least ``min_shared``
-    entities, as an int64 array of (i, j, shared) rows, i < j, in the order they are found."""
-    out: list[tuple[int, int, int]] = []
-    for i, ents in enumerate(entities):
-        if len(ents) < min_shared:
-            continue
-        for j in range(i + 1, min(i + 1 + window, len(entities))):
-            shared = len(ents & entities[j])
-            if shared >= min_shared:
-                out.append((i, j, shared))
-    return np.array(out, dtype=np.int64).reshape(-1, 3)
+    entities, as an int64 array of (i, j, shared) rows, i < j, ordered by i then j."""
+    import scipy.sparse as sp
+
+    ids: dict[str, int] = {}
+    cols = [ids.setdefault(e, len(ids)) for ents in entities for e in ents]
+    indptr = np.concatenate([[0], np.cumsum([len(ents) for ents in entities])]).astype(np.int64)
+    incidence = sp.csr_matrix((np.ones(len(cols), dtype=np.int32), np.asarray(cols, np.int64),
+                               indptr), shape=(len(entities), len(ids)))
+    return window_edges(incidence, window, min_shared)
+
+
+EDGE_BLOCK_ROWS = 65_536
+"""Rows whose pairs :func:`window_edges` counts at once (its counts array holds
+``rows * (window + 1)`` integers)."""
+
+
+def window_edges(incidence: Any, window: int, min_shared: int) -> np.ndarray:
+    """:func:`entity_edges` of documents given as a sparse matrix of distinct entities per
+    row (any column numbering), block of rows by block of rows."""
+    e = incidence.tocsr()
+    n = e.shape[0]
+    blocks = [_block_edges(e[a:min(n, a + EDGE_BLOCK_ROWS + window)], a,
+                           min(EDGE_BLOCK_ROWS, n - a), window, min_shared)
+              for a in range(0, n, EDGE_BLOCK_ROWS)]
+    return np.concatenate(blocks) if blocks else np.zeros((0, 3), dtype=np.int64)
+
+
+def _block_edges(block: Any, first: int, rows_i: int, window: int, min_shared: int
+                 ) -> np.ndarray:
+    """The edges (i, j, shared) of ``block``'s first ``rows_i`` rows (row numbers from
+    ``first``): each entity's rows in order, the pairs of them at most ``window`` rows apart
+    (the k-th next mention, k = 1, 2, ... while any is that close), counted per (i, j) as
+    ``i * (window + 1) + (j - i)``, whose order is (i, j)'s."""
+    csc = block.tocsc()
+    csc.sort_indices()
+    rows = csc.indices.astype(np.int64)
+    entity_end = np.repeat(csc.indptr[1:], np.diff(csc.indptr)).astype(np.int64)
+    span = window + 1
+    keys: list[np.ndarray] = []
+    at = np.flatnonzero(rows < rows_i)
+    step = 1
+    while len(at):
+        nxt = at + step
+        ok = nxt < entity_end[at]
+        at, nxt = at[ok], nxt[ok]
+        gap = rows[nxt] - rows[at]
+        ok = gap <= window
+        at = at[ok]
+        keys.append(rows[at] * span + gap[ok])
+        step += 1
+    counts = np.bincount(np.concatenate(keys) if keys else np.zeros(0, np.int64),
+                         minlength=rows_i * span)
+    found = np.flatnonzero(counts >= min_shared)
+    i, gap = np.divmod(found, span)
+    return np.stack([i + first, i + first + gap, counts[found]], axis=1).astype(
+        np.int64).reshape(-1, 3)
 
 
 def pagerank_sparse(n: int, edges: np.ndarray, damping: float = 0.85, tol: float = 1e-6,

@@ -244,6 +244,16 @@ def load_term_rows(index: Any, name: str) -> Any:
     return rows
 
 
+def local_rows(index: Any, rows: np.ndarray | None) -> list[np.ndarray]:
+    """An open Index's rows (all live rows if None; ascending) as each segment's local
+    rows."""
+    phys = np.arange(len(index)) if rows is None else np.asarray(rows, dtype=np.int64)
+    if index.live is not None:
+        phys = index.live.phys[phys]
+    seg = np.searchsorted(index._seg_start, phys, side="right") - 1
+    return [phys[seg == i] - int(index._seg_start[i]) for i in range(len(index.segments))]
+
+
 # -- the merge policy ----------------------------------------------------------------------
 def tier_of(live_rows: int) -> int:
     """A segment's size tier: segments within a factor of 10 of each other share one (sizes

@@ -51,6 +51,7 @@ from intentrank.index.segments import (
 from intentrank.index.settings import IndexSettings
 from intentrank.index.shards import search_bm25s
 from intentrank.index.subset import graph_hits, inverted
+from intentrank.index.tfidf_segments import live_leg
 from intentrank.index.tombstones import LiveRows, RowView, lines_sha256
 from intentrank.types import Document
 
@@ -355,9 +356,7 @@ class Index(Closing, IdLookup):
 
         self._require("tfidf")
         if not self.flat:  # the live rows' idf and norms, as a fresh build's
-            from intentrank.index.terms import tfidf_from_rows
-
-            return tfidf_from_rows(self.term_rows("tfidf"), self.settings.tfidf)
+            return (leg := live_leg(self)).vectorizer, leg.matrix  # from each segment's
         with self._reading("tfidf/vectorizer.pkl") as file:
             vectorizer = pickle.loads(file.read_bytes())
         with self._reading("tfidf/matrix.npz") as file:
@@ -365,18 +364,16 @@ class Index(Closing, IdLookup):
         return vectorizer, matrix
 
     @cached_property
-    def graph(self) -> tuple[dict[str, list[int]], np.ndarray]:
-        """Inverted entity index (entity -> rows) and PageRank per row."""
+    def graph(self) -> tuple[Any, np.ndarray]:
+        """Entity -> rows (a dict, or graph_segments.EntityRows) and PageRank per row."""
         self._require("graph")
-        entities = self.entities()
         if not self.flat:  # the live rows' edges and PageRank, as a fresh build's
-            from intentrank.index.terms import graph_of
+            from intentrank.index.graph_segments import live_graph
 
-            pr = graph_of(entities, self.settings.graph)[1]
-        else:
-            with self._reading("graph/pagerank.npy") as file:
-                pr = np.load(file)
-        return inverted(entities), pr
+            return live_graph(self)
+        with self._reading("graph/pagerank.npy") as file:
+            pr = np.load(file)
+        return inverted(self.entities()), pr
 
     def entities(self) -> list[list[str]]:
         """Each document's entities (the graph leg's), in row order."""
@@ -460,8 +457,10 @@ class Index(Closing, IdLookup):
         allow = check_allow(allow, len(self))
         if allow is not None and (hits := self._subsets.tfidf(texts, k, allow)) is not None:
             return hits
-        vectorizer, matrix = self.tfidf
-        scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+        if not self.flat:  # segments, deletes: each segment's rows, combined statistics
+            scores = live_leg(self).scores(texts)
+        else:
+            scores = (self.tfidf[0].transform(texts) @ self.tfidf[1].T).toarray()
         if allow is not None:  # an index without term rows: the whole index's statistics
             scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]

@@ -14,9 +14,10 @@ keys, depends on that).
   generation's kept term rows, ``terms/bm25.npz``), with the document frequency, count and
   average length of the allowed rows, by the index's one BM25 formula
   (:class:`intentrank.index.bm25_scorer.Postings`): no per-filter precomputation.
-- TF-IDF and the graph recompute their corpus-wide parts over the allowed rows
-  (:func:`~intentrank.index.terms.tfidf_from_rows`, :func:`~intentrank.index.terms.graph_of`)
-  the first time a filter is seen, kept for the next :data:`SUBSETS_KEPT` filters.
+- TF-IDF combines each segment's kept counts over the allowed rows
+  (:func:`~intentrank.index.tfidf_segments.combine`) and the graph recomputes its edges and
+  PageRank over them (:func:`~intentrank.index.terms.graph_of`), the first time a filter is
+  seen, kept for the next :data:`SUBSETS_KEPT` filters.
 """
 
 from __future__ import annotations
@@ -77,10 +78,10 @@ class SubsetLegs:
         subset = self._tfidf.get(allow)
         if subset is None:
             return None
-        rows, vectorizer, matrix = subset
-        if vectorizer is None:
+        rows, leg = subset
+        if leg is None:
             return [NO_HITS for _ in texts]
-        scores = (vectorizer.transform(texts) @ matrix.T).toarray()
+        scores = leg.scores(texts)
         return [Hits(rows[h.rows], h.scores) for h in (top_k(scores[j], k)
                                                        for j in range(len(texts)))]
 
@@ -91,16 +92,12 @@ class SubsetLegs:
         return [Hits(rows[h.rows], h.scores) for h in graph_hits(texts, k, inverted_rows, pr)]
 
     def _tfidf_of(self, rows: np.ndarray) -> Any:
-        from intentrank.index.terms import tfidf_from_rows
+        from intentrank.index.tfidf_segments import combine, split
 
-        kept = self.index.term_rows("tfidf")
-        if kept is None:
+        parts = split(self.index, rows)
+        if parts is None:
             return None
-        try:
-            return rows, *tfidf_from_rows(kept.take(rows).used_terms(),
-                                         self.index.settings.tfidf)
-        except ValueError:  # the allowed documents have no term (only stop words)
-            return rows, None, None
+        return rows, combine(parts, self.index.settings.tfidf)  # None: no term (stop words)
 
     def _graph_of(self, rows: np.ndarray) -> Any:
         from intentrank.index.terms import graph_of

@@ -6,7 +6,9 @@ counts (``terms/tfidf.npz`` + ``terms/tfidf_vocab.json``); the entity graph keep
 ``graph/entities.json``. The legs' corpus-wide parts (BM25 impact scores with the corpus's
 document frequencies and average length, TF-IDF weights and norms, the graph's edges and
 PageRank) are computed from these rows (BM25 by :mod:`intentrank.index.bm25_scorer`, the
-others by the functions here), the same way for a fresh build and for an update
+others by the functions here; over several segments, deletes or a filter by
+:mod:`intentrank.index.tfidf_segments` and :mod:`intentrank.index.graph_segments`, to the
+same result), the same way for a fresh build and for an update
 (:mod:`intentrank.index.update`), which therefore never tokenises or encodes a document it
 already holds and gives every leg exactly what a fresh build of the final corpus gives.
 """
@@ -164,7 +166,15 @@ def _most_frequent(counts: sp.csr_matrix, limit: int | None) -> np.ndarray:
     ``max_features=limit`` (min_df 1, max_df 1.0), computed the same way, in order."""
     if limit is None or counts.shape[1] <= limit:
         return np.arange(counts.shape[1])
-    tfs = np.asarray(counts.sum(axis=0)).ravel()
+    return most_frequent_of(np.asarray(counts.sum(axis=0)).ravel(), limit)
+
+
+def most_frequent_of(tfs: np.ndarray, limit: int | None) -> np.ndarray:
+    """The positions of the ``limit`` largest term totals ``tfs`` (in sorted-vocabulary
+    order, float32 as scikit-learn sums float32 counts), ascending, ties as its unstable
+    argsort breaks them."""
+    if limit is None or len(tfs) <= limit:
+        return np.arange(len(tfs))
     return np.sort((-tfs).argsort()[:limit])
 
 

@@ -5,11 +5,12 @@ A delete does not rewrite a segment: the commit lists each segment's deleted row
 live rows, renumbered ``0..n-1`` in physical order (segment after segment): exactly the rows,
 ids and order of a build of the remaining documents. :class:`LiveRows` maps between the two
 numberings. The dense leg searches the shared vectors with the dead rows masked out; the
-lexical legs' corpus-wide statistics are recomputed from the live rows' kept term data when a
-reader first uses the leg (:mod:`intentrank.index.terms`), so every leg returns what a fresh
-build returns. When deletes pile up (more than :data:`MERGE_DELETED_SHARE` of the rows the
-segments hold), the delete that crosses the line rewrites the live rows as one segment
-instead (:func:`intentrank.index.update.merge`).
+lexical legs' corpus-wide statistics are those of the live rows' kept term data, combined
+when a reader first uses the leg (:mod:`intentrank.index.bm25_scorer`,
+:mod:`intentrank.index.tfidf_segments`, :mod:`intentrank.index.graph_segments`), so every
+leg returns what a fresh build returns. When deletes pile up (more than
+:data:`MERGE_DELETED_SHARE` of the rows the segments hold), the delete that crosses the line
+rewrites the live rows as one segment instead (:func:`intentrank.index.update.merge`).
 """
 
 from __future__ import annotations

@@ -66,11 +66,13 @@ def _take_units(index: Index, units: dict[str, list[Document]], rows_of: dict[st
 
 def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
            progress: bool = False, embedding_cache: bool = True,
-           folder: dict[str, Any] | None = None) -> UpdateStats:
+           folder: dict[str, Any] | None = None, merge_policy: bool = True) -> UpdateStats:
     """Add new documents, replace changed ones and skip unchanged ones (same docs.jsonl
     lines): one new segment holds the new and changed documents, the rows they replace are
     deleted. Chunked indexes chunk ``docs`` first. ``folder``: how a folder was read, kept
-    in the commit (``intentrank.cli.ingest.FolderOptions``)."""
+    in the commit (``intentrank.cli.ingest.FolderOptions``). ``merge_policy=False``: the
+    tiered policy's merges are not run after the commit (a background merger runs them:
+    ``serve --watch-index``)."""
     def plan_for(index: Index, stats: UpdateStats) -> Change | None:
         incoming = list(docs)
         if index.settings.chunk_size:
@@ -85,7 +87,8 @@ def upsert(path: str | Path, docs: Iterable[Document], *, log: Progress | None =
         _take_units(index, units, rows_of, change, stats)
         return change if change.add else None
 
-    return _update(path, plan_for, log, progress, embedding_cache, folder=folder)
+    return _update(path, plan_for, log, progress, embedding_cache, folder=folder,
+                   policy=merge_policy)
 
 
 def delete(path: str | Path, ids: Sequence[str] = (), filter: Any = None, *,
@@ -186,12 +189,14 @@ def _rows_named(index: Index, gone: set[str], missing_ok: bool) -> np.ndarray:
 
 def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = None,
          progress: bool = False, embedding_cache: bool = True,
-         keep: Iterable[str] = (), folder: dict[str, Any] | None = None) -> UpdateStats:
+         keep: Iterable[str] = (), folder: dict[str, Any] | None = None,
+         merge_policy: bool = True) -> UpdateStats:
     """Make the index hold exactly ``docs`` (e.g. a folder read by
     :func:`intentrank.data.ingest.read_folder`): documents whose passages are unchanged keep
     their rows, new and changed ones go to one new segment (in ``docs``' order), the others
     are deleted; only new and changed passages are encoded. Documents named in ``keep``
-    (e.g. files that could not be read this time) keep their passages."""
+    (e.g. files that could not be read this time) keep their passages. ``merge_policy``: as
+    :func:`upsert`'s."""
     keep = set(keep)
 
     def plan_for(index: Index, stats: UpdateStats) -> Change | None:
@@ -215,7 +220,8 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
         _take_units(index, units, rows_of, change, stats)
         return change if (change.add or change.drop.any()) else None
 
-    return _update(path, plan_for, log, progress, embedding_cache, folder=folder)
+    return _update(path, plan_for, log, progress, embedding_cache, folder=folder,
+                   policy=merge_policy)
 
 
 def _check_unique(docs: Sequence[Document]) -> None:

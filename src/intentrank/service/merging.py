@@ -5,7 +5,9 @@ merge policy (:func:`intentrank.index.segments.merge_candidates`) asks for merge
 :class:`BackgroundMerger` runs :func:`intentrank.index.update.merge_tiers` in one background
 thread (one merge at a time, per service), then asks the service to reload. Requests never
 wait for it: they keep reading the snapshot they took (its generation stays on disk while a
-reader holds it), and the service switches to the merged generation as to any other. A merge
+reader holds it), and the service switches to the merged generation as to any other. The
+merge thread runs at the lowest CPU priority with one faiss thread
+(:func:`intentrank.index.yielding.yielding`), so searches keep the cores. A merge
 that fails (another writer holds the directory, a full disk) is logged and left: the next
 switch asks again."""
 
@@ -58,6 +60,12 @@ class BackgroundMerger:
             thread.join(timeout)
 
     def _run(self, names: list[str]) -> None:
+        from intentrank.index.yielding import yielding
+
+        with yielding():  # the lowest priority, one faiss thread: searches keep the CPU
+            self._merge(names)
+
+    def _merge(self, names: list[str]) -> None:
         from intentrank.index.update import merge_tiers
 
         merged = False

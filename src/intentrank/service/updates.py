@@ -1,6 +1,9 @@
 """Document writes behind POST /documents and the deletes: the index's own
 ``intentrank.index.update`` (``upsert``, ``delete``: each commits a new generation
 atomically), within the writer's scope, then the service switches to the new generation.
+Under ``serve --watch-index`` a write does not run the tiered merge policy itself: the
+background merger (:mod:`intentrank.service.merging`) merges after the switch, off the
+request.
 
 Every write is checked by the caller's :class:`~intentrank.service.scope.ScopedIndex`, the
 view its reads go through: a scoped key may only add documents its scope matches, replace
@@ -21,6 +24,9 @@ from intentrank.service.scope import Scope, parse_scope, require_scope
 from intentrank.types import Document
 
 _WRITING = threading.Lock()  # one write at a time from this process (the index locks too)
+MERGE_WAIT_S = 300.0
+"""A write waits this long for the service's running background merge (which holds the
+index's writer lock) before trying anyway."""
 
 
 def _update_module() -> Any:
@@ -46,6 +52,18 @@ def _stats(index_name: str, stats: Any, generation: str | None) -> dict[str, Any
         "seconds": float(getattr(stats, "seconds", 0.0)), "generation": generation}
 
 
+def _merged_in_background(engine: Engine, index_name: str) -> bool:
+    """Whether the service's background merger (``serve --watch-index``) runs the tiered
+    policy's merges of this index: then a write commits its segment and leaves them to it
+    (it starts after the switch to the write's generation, :mod:`.merging`). A write waits
+    for a merge under way (it holds the index's writer lock) instead of failing."""
+    merger = getattr(engine.generations, "merger", None)
+    if merger is None:
+        return False
+    merger.join(MERGE_WAIT_S)
+    return index_name in merger.watched
+
+
 def _committed(engine: Engine, index_name: str, stats: Any) -> dict[str, Any]:
     """Switch the service to the generation the update committed."""
     engine.generations.reload()
@@ -67,8 +85,9 @@ def upsert(engine: Engine, index_name: str, docs: list[Document], *, scope: Scop
         return cluster.upsert(engine, index_name, docs)
     update, path = _update_module(), _directory(engine, index_name)
     with _WRITING:
+        inline = not _merged_in_background(engine, index_name)
         try:
-            stats = update.upsert(path, docs)
+            stats = update.upsert(path, docs, merge_policy=inline)
         except IntentrankError as exc:  # bad documents, a writer elsewhere holding the lock
             raise RequestError(422, f"not updated: {exc}") from None
         return _committed(engine, index_name, stats)
@@ -95,6 +114,7 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
         return cluster.delete(engine, index_name, ids,
                               parse_scope(flt) if flt is not None else None)
     with _WRITING:
+        _merged_in_background(engine, index_name)  # (a delete never merges by policy)
         try:
             stats = update.delete(path, ids=list(ids or ()),
                                   filter=parse_scope(flt) if flt is not None else None)
