@@ -1,6 +1,7 @@
 """Segments and merges (issue 56): adds against the index size, search over several segments,
 a merge and searches during it.
 
+    python bench/bench_segments.py all      # the section: adds, search, merge in one run
     python bench/bench_segments.py adds     # add 100 passages to indexes of 5k .. 500k
     python bench/bench_segments.py adds --legs bm25 dense --sizes 5000 1000000  # other legs
     python bench/bench_segments.py bases    # only build the adds' indexes (bench cache)
@@ -561,15 +562,20 @@ def render() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=["adds", "bases", "profile", "search", "merge",
-                                         "render"])
+    parser.add_argument("part", choices=["all", "adds", "bases", "profile", "search",
+                                         "merge", "render"])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--legs", nargs="+", default=list(LEGS),
                         help="adds, bases: the legs of the indexes (other legs than the "
                         "section's: stored as a part of their own, not rendered)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.part == "adds":
+    if args.part == "all":  # the section's three parts in one run
+        adds(tuple(args.sizes), legs=tuple(args.legs))
+        search()
+        during_merge()
+        render()
+    elif args.part == "adds":
         adds(tuple(args.sizes), legs=tuple(args.legs))
     elif args.part == "bases":  # build the adds' base indexes into the bench cache only
         for n in args.sizes:
