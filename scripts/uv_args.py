@@ -18,16 +18,16 @@ OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url",
 def uv_args(config_list: str) -> list[str]:
     """The uv options for the lines of `pip config list` (``section.key='value'``)."""
     args: list[str] = []
-    index_seen = False
-    for line in config_list.splitlines():
-        key, sep, value = line.partition("=")
-        name = key.rsplit(".", 1)[-1]
-        if not sep or name not in OPTIONS:
+    lines = [line.partition("=") for line in config_list.splitlines()]
+    entries = [(key, key.rsplit(".", 1)[-1], value) for key, sep, value in lines
+               if sep and key.rsplit(".", 1)[-1] in OPTIONS]
+    # one index, as pip takes it: PIP_INDEX_URL (listed first, as ":env:"), else the last
+    # section listed (sorted: "install" after "global", and pip lets it override)
+    indexes = [key for key, name, _ in entries if name == "index-url"]
+    index = next((k for k in indexes if k.startswith(":env:")), indexes[-1] if indexes else "")
+    for key, name, value in entries:
+        if name == "index-url" and key != index:
             continue
-        if name == "index-url":  # one index: the first listed (PIP_INDEX_URL, then files)
-            if index_seen:
-                continue
-            index_seen = True
         for item in " ".join(shlex.split(value)).split():
             pair = [OPTIONS[name], item]
             if not any(args[i:i + 2] == pair for i in range(0, len(args), 2)):
