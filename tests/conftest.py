@@ -127,13 +127,16 @@ DENSE_FIXTURES = frozenset({"cranfield_index"})
 
 
 # Opt-in tiers: a test marked with one of these runs only when -m names the marker
-# (`pytest -m cluster`, scripts/faults.sh); otherwise it is skipped, saying how to run it.
+# (`pytest -m cluster`, scripts/faults.sh) or when $INTENTRANK_OPT_IN lists its node id
+# (space-separated: scripts/test.sh runs one fault test across hosts inside the suite's run);
+# otherwise it is skipped, saying how to run it.
 OPT_IN = ("cluster", "soak")
 
 
 # Under pytest-xdist (`scripts/test.sh` runs `-n 2 --dist loadfile`) a file is one unit of
-# work, so its module fixtures are built once. The files that start a local Ray cluster (any
-# file that says `pytest.mark.ray`) are one unit, so one cluster runs at a time; the files in
+# work, so its module fixtures are built once. The files that start a Ray cluster (any file
+# that says `pytest.mark.ray` or `pytest.mark.cluster`) are one unit, so one cluster runs at a
+# time; the files in
 # SHARED_UNITS too, run in one process in this order: the two files that encode SciFact (all of
 # it, then 2,000 of its abstracts found in the embedding cache instead of encoded twice at
 # once). The files that cost most
@@ -156,7 +159,8 @@ HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
 def _unit_of_file(where: str) -> str:
     """The scheduler sees node ids only (the controller collects nothing): read the file."""
     path = ROOT / where
-    if path.is_file() and "pytest.mark.ray" in path.read_text(encoding="utf-8"):
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if "pytest.mark.ray" in text or "pytest.mark.cluster" in text:
         return "ray"
     return SHARED_UNITS.get(where, where)
 
@@ -187,11 +191,13 @@ def _heavy_first(items) -> None:  # noqa: ANN001 (pytest items)
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 (pytest hook)
     slow = pytest.mark.slow(reason="encodes a real collection with the dense model")
     markexpr = config.getoption("markexpr", "") or ""
+    chosen = set(os.environ.get("INTENTRANK_OPT_IN", "").split())
     for item in items:
         if DENSE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(slow)
         for name in OPT_IN:
-            if item.get_closest_marker(name) and name not in markexpr:
+            if item.get_closest_marker(name) and name not in markexpr \
+                    and item.nodeid not in chosen:
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: run with -m {name}"))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers collect; the controller does not
         _heavy_first(items)

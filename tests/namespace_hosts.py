@@ -158,7 +158,11 @@ class Hosts:
         return killed
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
+        # not RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which a local cluster earlier in the same
+        # process sets (intentrank.scale.cluster.loopback): it refuses worker nodes
+        inherited = {k: v for k, v in os.environ.items()
+                     if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+        return {**inherited, "RAY_USAGE_STATS_ENABLED": "0", "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **extra}
 
     def run(self, name: str, cmd: Sequence[str], timeout: float = 300,
