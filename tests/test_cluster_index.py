@@ -135,6 +135,22 @@ def _scrape() -> dict:
     return out
 
 
+def _wait_dead(actor, timeout_s: float = 60.0) -> None:
+    import ray
+    from ray.exceptions import ActorDiedError
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ping.remote(), timeout=5)
+        except ActorDiedError:
+            return
+        except Exception:  # noqa: BLE001, S110 (still dying)
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the killed replica still answers after {timeout_s:g} s")
+
+
 def test_a_killed_replica_is_answered_for_and_restarts(bm25_pair, queries):
     import ray
 
@@ -142,10 +158,18 @@ def test_a_killed_replica_is_answered_for_and_restarts(bm25_pair, queries):
     before = _scrape()
     expected = {q: single.search_bm25([q], 20)[0] for q in queries[:60]}
     victim = cluster.pool.shards[0][0].actor
-    for i, q in enumerate(queries[:60]):
-        if i == 10:
-            ray.kill(victim, no_restart=True)  # dead for good: replaced by the repair loop
-        _same(cluster.search_bm25([q], 20)[0], expected[q])
+    # The failover first: the repair loop waits until the calls have met the dead replica
+    # (ray.kill is asynchronous, and on a loaded machine the repair could otherwise replace
+    # the victim before any call reached it).
+    cluster.pool.repair = lambda *args, **kwargs: []
+    try:
+        for i, q in enumerate(queries[:60]):
+            if i == 10:
+                ray.kill(victim, no_restart=True)  # dead for good: replaced by the repair
+                _wait_dead(victim)
+            _same(cluster.search_bm25([q], 20)[0], expected[q])
+    finally:
+        del cluster.pool.repair  # the pool's own repair again
     after = _scrape()
     def delta(name: str, replica: str) -> float:
         key = (f"intentrank_shard_replica_{name}_total", "0", replica)
