@@ -137,14 +137,15 @@ OPT_IN = ("cluster", "soak")
 # work, so its module fixtures are built once. The files that start a Ray cluster (any file
 # that says `pytest.mark.ray` or `pytest.mark.cluster`) are one unit, so one cluster runs at a
 # time; the files in
-# SHARED_UNITS too, run in one process in this order: the two files that encode SciFact (all of
-# it, then 2,000 of its abstracts found in the embedding cache instead of encoded twice at
-# once). The files that cost most
+# SHARED_UNITS too, run in one process in this order: the files that encode SciFact (all of
+# it, then 2,000 of its abstracts, then all of it as segments, found in the embedding cache
+# instead of encoded at once on both cores). The files that cost most
 # (HEAVY_FIRST, measured: docs/architecture.md "Tests") are handed out first, so that no long
 # file starts last. (xdist's `xdist_group` marks do nothing under pytest 9: xdist 3.8 renames
 # `item._nodeid`, which pytest 9 no longer reads; hence a scheduler of our own.)
 SHARED_UNITS = {"tests/test_scale_index.py": "scifact-dense",
-                "tests/test_index_filters.py": "scifact-dense"}
+                "tests/test_index_filters.py": "scifact-dense",
+                "tests/test_hnsw_walk.py": "scifact-dense"}
 HEAVY_FIRST = ("tests/test_scale_index.py", "tests/test_index_filters.py",
                "tests/test_answer_attribution.py", "tests/test_index_update.py",
                "tests/test_leak_fuzzer.py", "tests/test_scale_ray.py",
