@@ -79,6 +79,8 @@ def test_a_crowded_tier_is_merged_in_the_background_while_searches_answer(
         assert [d for d, _ in merged_hits] == [d for d, _ in hits]
         for (_, a), (_, b) in zip(merged_hits, hits, strict=True):
             assert abs(a - b) <= 1e-5 * max(1.0, abs(b))
+    # the merger logs after its commit, which the watcher may switch to first
+    _wait(lambda: '"index_merge' in log.getvalue(), what="the merge's log line")
     events = [json.loads(x) for x in log.getvalue().splitlines() if '"index_merge' in x]
     assert [e["event"] for e in events] == ["index_merge"]
     assert events[0]["to"] == merged_gen
@@ -149,6 +151,8 @@ def test_service_writes_leave_the_policy_s_merges_to_the_background_merger(
     with Index(where) as index:
         assert len(index) == 180 and len(index.segments) == 4  # 10 merged into 1, one more
         assert index.ids[-5:] == [d.id for d in docs[175:180]]
+    # the merger logs after its commit, which the watcher may switch to first
+    _wait(lambda: '"index_merge' in log.getvalue(), what="the merge's log line")
     events = [json.loads(x) for x in log.getvalue().splitlines() if '"index_merge' in x]
     assert [e["event"] for e in events] == ["index_merge"]
     assert merge_thread == [(19, 1)]  # the merge yields: lowest priority, one faiss thread
