@@ -351,6 +351,10 @@ class Index(Closing, IdLookup):
         return self.settings.dense.load_embedder()
 
     @cached_property
+    def _tfidf_by_term(self) -> Any:  # made once: a product with the CSC `.T` converts it
+        return self.tfidf[1].T.tocsr()
+
+    @cached_property
     def tfidf(self) -> tuple[Any, Any]:
         import scipy.sparse
 
@@ -460,7 +464,7 @@ class Index(Closing, IdLookup):
         if not self.flat:  # segments, deletes: each segment's rows, combined statistics
             scores = live_leg(self).scores(texts)
         else:
-            scores = (self.tfidf[0].transform(texts) @ self.tfidf[1].T).toarray()
+            scores = (self.tfidf[0].transform(texts) @ self._tfidf_by_term).toarray()
         if allow is not None:  # an index without term rows: the whole index's statistics
             scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]
