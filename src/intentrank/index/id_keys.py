@@ -32,7 +32,7 @@ def key_of(text: str) -> int:
 
 
 def _sorted(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    keys = np.fromiter((key_of(t) for t in texts), dtype=np.uint64, count=len(texts))
+    keys = hashes_of(texts)
     order = np.argsort(keys, kind="stable")
     return keys[order], order.astype(np.uint64)
 
@@ -51,7 +51,8 @@ def check_keys(keys: np.ndarray, rows: int) -> None:
 
 
 def hashes_of(texts: Sequence[str]) -> np.ndarray:
-    return np.array([key_of(t) for t in texts], dtype=np.uint64)
+    """Each text's :func:`key_of`, as uint64."""
+    return np.fromiter((key_of(t) for t in texts), dtype=np.uint64, count=len(texts))
 
 
 def candidates(keys: np.ndarray, wanted: Sequence[str], want: np.ndarray, units: bool
@@ -112,12 +113,8 @@ def _scan(index: Any, wanted: set[str], units: bool) -> dict[str, list[int]]:
     if not units:
         row_of = index.row_of
         return {text: [row_of[text]] for text in wanted if text in row_of}
-    out: dict[str, list[int]] = {}
-    for row, (doc_id, parent) in enumerate(zip(index.ids, index.parent_of_rows, strict=True)):
-        unit = parent or doc_id
-        if unit in wanted:
-            out.setdefault(unit, []).append(row)
-    return out
+    every = index.all_units()
+    return {unit: every[unit] for unit in wanted if unit in every}
 
 
 class IdLookup:
@@ -141,6 +138,15 @@ class IdLookup:
     def rows_of_ids(self, ids: Iterable[str]) -> dict[str, int]:
         """The row of each of ``ids`` the index holds (the others left out)."""
         return {i: rows[0] for i, rows in lookup_rows(self, ids, units=False).items()}
+
+    def all_units(self) -> dict[str, list[int]]:
+        """Every unit the index holds (a parent id, or the id of a passage without one) and
+        its rows, ascending: reads every id and parent (a sync compares them all)."""
+        out: dict[str, list[int]] = {}
+        parents = self.parent_of_rows  # type: ignore[attr-defined]
+        for row, (doc_id, parent) in enumerate(zip(self.ids, parents, strict=True)):
+            out.setdefault(parent or doc_id, []).append(row)
+        return out
 
     def rows_of_units(self, units: Iterable[str]) -> dict[str, list[int]]:
         """The rows, ascending, of each of ``units`` (a parent id, or the id of a passage

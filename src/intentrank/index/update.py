@@ -119,7 +119,7 @@ def merge(path: str | Path, *, log: Progress | None = None) -> UpdateStats:
     of its documents (in its row order) gives. Nothing to do (one segment, nothing
     deleted): nothing written."""
     def plan_for(index: Index, stats: UpdateStats) -> Plan | None:
-        stats.unchanged = len(set(_units(index)))
+        stats.unchanged = len(index.all_units())
         stats.merged = not index.flat
         return list(range(len(index))) if not index.flat else None
 
@@ -159,13 +159,6 @@ def _segment_rows(index: Index, seg: int) -> np.ndarray:
         return np.arange(start, end)
     virt = index.live.virt_of[start:end]
     return virt[virt >= 0]
-
-
-def _rows_of_units(index: Index) -> dict[str, list[int]]:
-    rows_of: dict[str, list[int]] = {}
-    for row, unit in enumerate(_units(index)):
-        rows_of.setdefault(unit, []).append(row)
-    return rows_of
 
 
 def _rows_named(index: Index, gone: set[str], missing_ok: bool) -> np.ndarray:
@@ -211,7 +204,7 @@ def sync(path: str | Path, docs: Iterable[Document], *, log: Progress | None = N
         units: dict[str, list[Document]] = {}
         for doc in incoming:
             units.setdefault(unit_of(doc), []).append(doc)
-        rows_of = _rows_of_units(index)
+        rows_of = index.all_units()
         change = Change(np.zeros(len(index), dtype=bool))
         for unit, old in rows_of.items():
             if unit not in units and unit not in keep:
@@ -230,11 +223,6 @@ def _check_unique(docs: Sequence[Document]) -> None:
         if doc.id in seen:
             raise IntentrankError(f"duplicate document id {doc.id!r} in the update")
         seen.add(doc.id)
-
-
-def _units(index: Index) -> list[str]:
-    parents = index.parent_of_rows
-    return [p or i for p, i in zip(parents, index.ids, strict=True)]
 
 
 def _same_lines(index: Index, rows: Sequence[int], new: Sequence[Document]) -> bool:
