@@ -51,7 +51,7 @@ from intentrank.index.segments import (
 from intentrank.index.settings import IndexSettings
 from intentrank.index.shards import search_bm25s
 from intentrank.index.subset import graph_hits, inverted
-from intentrank.index.tfidf_segments import live_leg
+from intentrank.index.tfidf_segments import TfidfParts, live_leg
 from intentrank.index.tombstones import LiveRows, RowView, lines_sha256
 from intentrank.types import Document
 
@@ -351,8 +351,9 @@ class Index(Closing, IdLookup):
         return self.settings.dense.load_embedder()
 
     @cached_property
-    def _tfidf_by_term(self) -> Any:  # made once: a product with the CSC `.T` converts it
-        return self.tfidf[1].T.tocsr()
+    def _tfidf_leg(self) -> TfidfParts:
+        """What TF-IDF searches: the segments' combined rows, or the build's one matrix."""
+        return live_leg(self) if not self.flat else TfidfParts(*self.tfidf)
 
     @cached_property
     def tfidf(self) -> tuple[Any, Any]:
@@ -461,10 +462,7 @@ class Index(Closing, IdLookup):
         allow = check_allow(allow, len(self))
         if allow is not None and (hits := self._subsets.tfidf(texts, k, allow)) is not None:
             return hits
-        if not self.flat:  # segments, deletes: each segment's rows, combined statistics
-            scores = live_leg(self).scores(texts)
-        else:
-            scores = (self.tfidf[0].transform(texts) @ self._tfidf_by_term).toarray()
+        scores = self._tfidf_leg.scores(texts)
         if allow is not None:  # an index without term rows: the whole index's statistics
             scores[:, ~allow] = 0
         return [top_k(scores[j], k) for j in range(len(texts))]

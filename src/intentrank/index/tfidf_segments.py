@@ -138,8 +138,9 @@ def live_leg(index: Any) -> TfidfParts:
 
 
 class TfidfParts:
-    """The TF-IDF leg of the included rows of several segments: the fitted vectorizer (the
-    whole vocabulary's columns) and each part's weighted, normalised rows."""
+    """The TF-IDF leg of the included rows of several segments (or of a build's one matrix):
+    the fitted vectorizer (the whole vocabulary's columns) and each part's weighted,
+    normalised rows."""
 
     def __init__(self, vectorizer: Any, matrices: list[sp.csr_matrix]) -> None:
         self.vectorizer = vectorizer
