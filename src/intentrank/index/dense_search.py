@@ -60,20 +60,21 @@ def _search_scaled(index: Any, q: np.ndarray, k: int, allow: np.ndarray | None) 
         else:
             rows, scores = index.ann[i].search(q, k, allow=part,
                                                **getattr(index, "_ann_params", {}))
-        rows = np.where(rows >= 0, rows + start, -1)
-        per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
-                                                                           strict=True)])
+        per_shard.append(_part_hits(rows, scores, start))
     if walk:
         per_shard.append(_walk(index, q, k, allow, walk))
     if tail < len(index.shard_bounds):  # the small last parts: one exact scan
         start, vectors = _tail_vectors(index, tail)
         part = None if allow is None else allow[start:]
         if part is None or part.any():
-            rows, scores = exact_search(vectors, q, k, allow=part)
-            rows = np.where(rows >= 0, rows + start, -1)
-            per_shard.append([Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores,
-                                                                               strict=True)])
+            per_shard.append(_part_hits(*exact_search(vectors, q, k, allow=part), start))
     return merge_hits(per_shard, k)
+
+
+def _part_hits(rows: np.ndarray, scores: np.ndarray, start: int) -> list[Hits]:
+    """A part's top rows per query (-1: none) as Hits of the index's rows (part + start)."""
+    rows = np.where(rows >= 0, rows + start, -1)
+    return [Hits(r, s.astype(np.float64)) for r, s in zip(rows, scores, strict=True)]
 
 
 WALK_TOGETHER = True
