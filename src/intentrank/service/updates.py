@@ -52,16 +52,16 @@ def _stats(index_name: str, stats: Any, generation: str | None) -> dict[str, Any
         "seconds": float(getattr(stats, "seconds", 0.0)), "generation": generation}
 
 
-def _merged_in_background(engine: Engine, index_name: str) -> bool:
-    """Whether the service's background merger (``serve --watch-index``) runs the tiered
-    policy's merges of this index: then a write commits its segment and leaves them to it
-    (it starts after the switch to the write's generation, :mod:`.merging`). A write waits
-    for a merge under way (it holds the index's writer lock) instead of failing."""
+def _after_merge(engine: Engine) -> Any:
+    """The service's background merger (``serve --watch-index``; None without one), once its
+    merge under way, which holds the index's writer lock, has ended (a write waits for it
+    instead of failing). A write to an index it watches commits its segment and leaves the
+    tiered policy's merges to it (it starts after the switch to the write's generation,
+    :mod:`.merging`)."""
     merger = getattr(engine.generations, "merger", None)
-    if merger is None:
-        return False
-    merger.join(MERGE_WAIT_S)
-    return index_name in merger.watched
+    if merger is not None:
+        merger.join(MERGE_WAIT_S)
+    return merger
 
 
 def _committed(engine: Engine, index_name: str, stats: Any) -> dict[str, Any]:
@@ -85,7 +85,8 @@ def upsert(engine: Engine, index_name: str, docs: list[Document], *, scope: Scop
         return cluster.upsert(engine, index_name, docs)
     update, path = _update_module(), _directory(engine, index_name)
     with _WRITING:
-        inline = not _merged_in_background(engine, index_name)
+        merger = _after_merge(engine)
+        inline = merger is None or index_name not in merger.watched
         try:
             stats = update.upsert(path, docs, merge_policy=inline)
         except IntentrankError as exc:  # bad documents, a writer elsewhere holding the lock
@@ -114,7 +115,7 @@ def delete(engine: Engine, index_name: str, ids: list[str] | None, user_filter: 
         return cluster.delete(engine, index_name, ids,
                               parse_scope(flt) if flt is not None else None)
     with _WRITING:
-        _merged_in_background(engine, index_name)  # (a delete never merges by policy)
+        _after_merge(engine)  # (a delete never merges by policy)
         try:
             stats = update.delete(path, ids=list(ids or ()),
                                   filter=parse_scope(flt) if flt is not None else None)
