@@ -17,37 +17,61 @@ from test_service_lifecycle import _wait
 QUERIES = ["boundary layer", "heat transfer", "supersonic flow", "wing lift", "shock"]
 
 
-def test_a_crowded_tier_is_merged_in_the_background_while_searches_answer(
-        cranfield, tmp_path, monkeypatch):
-    from fastapi.testclient import TestClient
-
+def _crowded(cranfield, where) -> list:  # noqa: ANN001
+    """Cranfield's first 180 abstracts; the first 120 built at ``where`` plus ten segments
+    of 5 added without the policy's merges (11 segments in the lowest tier)."""
     from intentrank.index import IndexSettings, build_index, update
-    from intentrank.index.store import Index
-    from intentrank.service import ServiceSettings, create_app
 
     docs = list(itertools.islice(cranfield.corpus(), 180))
-    where = tmp_path / "idx"
     build_index(docs[:120], where, IndexSettings(legs=("bm25", "tfidf"))).close()
-    with monkeypatch.context() as off:  # adds that leave the merging to the service
-        off.setattr(update, "merge_candidates", lambda entries: None)
-        for start in range(120, 170, 5):  # ten more segments: 11 in the lowest tier
-            update.upsert(where, docs[start:start + 5])
+    for start in range(120, 170, 5):
+        update.upsert(where, docs[start:start + 5], merge_policy=False)
+    return docs
 
-    merging, release = threading.Event(), threading.Event()
+
+def _held_merges(monkeypatch) -> tuple[threading.Event, threading.Event, list]:  # noqa: ANN001
+    """(merging, release, seen): a merge's commit sets ``merging``, records its thread's
+    (nice, faiss threads) in ``seen``, then waits for ``release`` (at most 30 s)."""
+    from intentrank.index import update
+
+    merging, release, seen = threading.Event(), threading.Event(), []
     real_commit = update.write_commit
 
-    def slow_commit(old, change, *args, **kwargs):  # a merge waits until searches have run
+    def slow_commit(old, change, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         if change.merged:
+            import faiss
+
+            seen.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                         faiss.omp_get_max_threads()))
             merging.set()
             release.wait(30)
         return real_commit(old, change, *args, **kwargs)
 
     monkeypatch.setattr(update, "write_commit", slow_commit)
+    return merging, release, seen
+
+
+def _watching_app(where, log: io.StringIO):  # noqa: ANN001, ANN202
+    """The service over index ``c`` at ``where``, watching it every 0.1 s, logging to ``log``."""
+    from intentrank.service import ServiceSettings, create_app
+
+    return create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
+                                      rerankers={}, require_keys=False, watch_s=0.1,
+                                      access_log=log))
+
+
+def test_a_crowded_tier_is_merged_in_the_background_while_searches_answer(
+        cranfield, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from intentrank.index import update
+    from intentrank.index.store import Index
+
+    where = tmp_path / "idx"
+    docs = _crowded(cranfield, where)
+    merging, release, _ = _held_merges(monkeypatch)  # a merge waits until searches have run
     log = io.StringIO()
-    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
-                                     rerankers={}, require_keys=False, watch_s=0.1,
-                                     access_log=log))
-    with TestClient(app) as client:
+    with TestClient(_watching_app(where, log)) as client:
         def search(q: str) -> tuple[str, list]:
             r = client.post("/search", json={"query": q, "pipeline": "bm25"})
             assert r.status_code == 200, r.text
@@ -93,37 +117,15 @@ def test_service_writes_leave_the_policy_s_merges_to_the_background_merger(
     that arrives while that merge runs waits for it and is committed after it."""
     from fastapi.testclient import TestClient
 
-    from intentrank.index import IndexSettings, build_index, update
     from intentrank.index.store import Index
-    from intentrank.service import ServiceSettings, create_app
 
-    docs = list(itertools.islice(cranfield.corpus(), 180))
     where = tmp_path / "idx"
-    build_index(docs[:120], where, IndexSettings(legs=("bm25", "tfidf"))).close()
-    for start in range(120, 170, 5):  # ten more segments: 11 in the lowest tier
-        update.upsert(where, docs[start:start + 5], merge_policy=False)
+    docs = _crowded(cranfield, where)
     with Index(where) as index:
         assert len(index.segments) == 11
-
-    merging, release = threading.Event(), threading.Event()
-    real_commit = update.write_commit
-    merge_thread: list = []
-
-    def slow_commit(old, change, *args, **kwargs):  # a merge waits for the test
-        if change.merged:
-            import faiss
-
-            merge_thread.append((os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
-                                 faiss.omp_get_max_threads()))
-            merging.set()
-            release.wait(30)
-        return real_commit(old, change, *args, **kwargs)
-
-    monkeypatch.setattr(update, "write_commit", slow_commit)
+    merging, release, merge_thread = _held_merges(monkeypatch)  # a merge waits for the test
     log = io.StringIO()
-    app = create_app(ServiceSettings(indexes={"c": where}, pipelines={"bm25": "bm25"},
-                                     rerankers={}, require_keys=False, watch_s=0.1,
-                                     access_log=log))
+    app = _watching_app(where, log)
 
     def post(batch: list) -> dict:
         r = client.post("/documents", json={"index": "c", "documents": [
